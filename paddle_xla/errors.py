@@ -1,0 +1,41 @@
+"""paddle_xla's error classes. Each message names the thing that is wrong and the fix."""
+
+
+class PaddleXlaError(Exception):
+    """Base class of every error paddle_xla raises on purpose."""
+
+
+class CaptureError(PaddleXlaError):
+    """Paddle could not turn the model into a program, or the program could not be read."""
+
+
+class ModelLoadError(PaddleXlaError):
+    """A saved model, Graph or artifact is missing, unreadable or corrupt."""
+
+
+class FeedError(PaddleXlaError):
+    """An input is missing, or has the wrong shape, rank or dtype."""
+
+
+class UnsupportedOpsError(PaddleXlaError):
+    """The program uses ops paddle_xla cannot lower. Lists all of them at once."""
+
+    def __init__(self, report):
+        self.report = report
+        super().__init__(report.describe_missing())
+
+
+class LoweringError(PaddleXlaError):
+    """A lowering rejected an op's attributes or inputs."""
+
+
+class StrategyError(PaddleXlaError):
+    """A Strategy is invalid for this program or these devices."""
+
+
+class CheckpointError(PaddleXlaError):
+    """A checkpoint is unreadable, truncated, or belongs to another model."""
+
+
+class TrainingError(PaddleXlaError):
+    """A training step failed: a non-finite loss, a bad label, ..."""

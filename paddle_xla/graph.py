@@ -1,0 +1,153 @@
+"""The Graph: a Paddle program as plain frozen dataclasses. Paddle-free, JSON-serialisable.
+
+A Graph holds structure only; weights travel beside it as a dict name -> numpy array.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from .errors import ModelLoadError
+
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str                          # Paddle op name, e.g. "pd_op.matmul"
+    inputs: tuple[int | None, ...]     # value ids; None for an absent optional operand
+    outputs: tuple[int, ...]
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    scope: str = ""                    # layer path (Paddle's struct_name)
+    source: str = ""                   # the user's file:line that created the op
+    blocks: tuple["Block", ...] = ()   # sub-blocks of control-flow ops
+    index: int = 0                     # position in the program; seeds random ops
+
+
+@dataclass(frozen=True)
+class Block:
+    args: tuple[int, ...]              # block arguments (loop-carried values of a while body)
+    ops: tuple[Op, ...]
+
+    def walk(self) -> Iterator[Op]:
+        """Every op of this block and its sub-blocks, depth first."""
+        for op in self.ops:
+            yield op
+            for b in op.blocks:
+                yield from b.walk()
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    value: int
+    shape: tuple[int, ...]             # -1 marks a dimension fixed only at call time
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Param(Tensor):
+    trainable: bool = True
+
+
+@dataclass(frozen=True)
+class Graph:
+    block: Block
+    feeds: tuple[Tensor, ...]
+    params: tuple[Param, ...]          # every persistable: trainable weights and buffers
+    fetches: tuple[Tensor, ...]
+    buffer_updates: tuple[tuple[str, int], ...] = ()   # (param name, value id) written in place
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def ops(self) -> Iterator[Op]:
+        return self.block.walk()
+
+    def op_names(self) -> list[str]:
+        return sorted({op.name for op in self.ops()})
+
+    def trainable(self) -> list[Param]:
+        return [p for p in self.params if p.trainable]
+
+    def buffers(self) -> list[Param]:
+        return [p for p in self.params if not p.trainable]
+
+    def summary(self) -> str:
+        n_ops = sum(1 for _ in self.ops())
+        n_w = sum(int(np.prod(p.shape)) for p in self.params)
+        feeds = ", ".join(f"{f.name}:{f.dtype}{list(f.shape)}" for f in self.feeds)
+        return f"Graph({n_ops} ops, {len(self.params)} persistables / {n_w:,} values, feeds: {feeds})"
+
+    # ---- serialisation ------------------------------------------------------------
+    def to_json(self) -> str:
+        return json.dumps({"format_version": FORMAT_VERSION, "graph": _encode(self)})
+
+    @staticmethod
+    def from_json(text: str) -> "Graph":
+        data = json.loads(text)
+        version = data.get("format_version")
+        if version != FORMAT_VERSION:
+            raise ModelLoadError(
+                f"Graph format version {version} is not {FORMAT_VERSION}, the one this paddle_xla "
+                "reads; re-capture the model with this version of paddle_xla.")
+        return _decode_graph(data["graph"])
+
+
+def _encode(obj):
+    if dataclasses.is_dataclass(obj):
+        return {f.name: _encode(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [_encode(o) for o in obj]
+    if isinstance(obj, Mapping):
+        return {k: _encode(v) for k, v in obj.items()}
+    return obj
+
+
+def _decode_block(d) -> Block:
+    return Block(args=tuple(d["args"]), ops=tuple(_decode_op(o) for o in d["ops"]))
+
+
+def _decode_op(d) -> Op:
+    return Op(name=d["name"], inputs=tuple(d["inputs"]), outputs=tuple(d["outputs"]),
+              attrs=d["attrs"], scope=d["scope"], source=d["source"],
+              blocks=tuple(_decode_block(b) for b in d["blocks"]), index=d["index"])
+
+
+def _tensor(d, cls=Tensor):
+    d = dict(d, shape=tuple(d["shape"]))
+    return cls(**d)
+
+
+def _decode_graph(d) -> Graph:
+    return Graph(block=_decode_block(d["block"]),
+                 feeds=tuple(_tensor(t) for t in d["feeds"]),
+                 params=tuple(_tensor(t, Param) for t in d["params"]),
+                 fetches=tuple(_tensor(t) for t in d["fetches"]),
+                 buffer_updates=tuple((n, v) for n, v in d["buffer_updates"]),
+                 meta=d.get("meta", {}))
+
+
+# ---- graph + weights on disk ----------------------------------------------------------
+def save(path: str, graph: Graph, weights: Mapping[str, np.ndarray]) -> None:
+    """Write `path/graph.json` and `path/weights.safetensors`, each atomically."""
+    from .io import atomic_write, save_weights
+    os.makedirs(path, exist_ok=True)
+    atomic_write(os.path.join(path, "graph.json"), graph.to_json().encode())
+    save_weights(os.path.join(path, "weights.safetensors"), weights)
+
+
+def load(path: str) -> tuple[Graph, dict[str, np.ndarray]]:
+    from .io import load_weights
+    gpath = os.path.join(path, "graph.json")
+    try:
+        with open(gpath, encoding="utf-8") as f:
+            graph = Graph.from_json(f.read())
+    except FileNotFoundError:
+        raise ModelLoadError(f"No Graph at {gpath!r}: save one with paddle_xla.save_graph().") from None
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ModelLoadError(f"The Graph at {gpath!r} is corrupt ({e}); capture and save it again.") from None
+    return graph, load_weights(os.path.join(path, "weights.safetensors"))

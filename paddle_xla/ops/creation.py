@@ -1,0 +1,75 @@
+"""Constants, shapes and PIR's builtin plumbing ops.
+
+Shape-like results stay NumPy, so later shape arithmetic is static under jit."""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from .registry import lowering
+from .util import dtype as jax_dtype, is_static, static_ints, static_scalar, xp
+
+
+def _np_dtype(name):
+    return np.dtype(jax_dtype(name)) if name not in (None, "") else None
+
+
+@lowering("builtin.combine")
+def combine(*xs):
+    return list(xs)
+
+
+@lowering("builtin.split")
+def builtin_split(xs):
+    return tuple(xs)
+
+
+@lowering("builtin.slice", ignore=())
+def builtin_slice(xs, *, index):
+    return xs[index]
+
+
+@lowering("pd_op.full")
+def full(*, shape, value, dtype):
+    # NOTE: NumPy, not jnp: a constant stays static, and XLA folds it in anyway.
+    return np.full(tuple(shape), value, dtype=_np_dtype(dtype))
+
+
+@lowering("pd_op.full_int_array")
+def full_int_array(*, value, dtype):
+    return np.asarray(value, dtype=_np_dtype(dtype))
+
+
+@lowering("pd_op.assign_value_", "pd_op.assign_value")
+def assign_value(*maybe_out, shape, dtype, values):
+    return np.asarray(values, dtype=_np_dtype(dtype)).reshape(tuple(shape))
+
+
+@lowering("pd_op.shape64", "pd_op.shape")
+def shape(x):
+    return np.asarray(np.shape(x), dtype=np.int64)
+
+
+@lowering("pd_op.full_like")
+def full_like(x, value, *, dtype):
+    dt = jax_dtype(dtype) or x.dtype
+    v = static_scalar(value) if is_static(value) else jnp.reshape(value, ())
+    return xp(x, v).full(np.shape(x), v, dtype=dt)
+
+
+@lowering("pd_op.full_with_tensor")
+def full_with_tensor(value, shape, *, dtype):
+    return jnp.full(tuple(static_ints(shape)), jnp.reshape(value, ()), dtype=jax_dtype(dtype))
+
+
+@lowering("pd_op.arange")
+def arange(start, end, step, *, dtype):
+    if is_static(start, end, step):
+        return np.arange(static_scalar(start), static_scalar(end), static_scalar(step), dtype=_np_dtype(dtype))
+    raise ValueError("paddle.arange with bounds computed from input values gives a data-dependent shape; "
+                     "XLA needs static shapes. Use bounds from .shape or constants.")
+
+
+@lowering("pd_op.assign", "pd_op.assign_out_")
+def assign(x, *out):
+    return x

@@ -1,0 +1,7 @@
+import os
+import sys
+
+# NOTE: must be set before jax is imported anywhere: multi-device tests use 16 virtual CPU devices.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=16")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+sys.path.insert(0, os.path.dirname(__file__))

@@ -1,0 +1,218 @@
+"""Table-driven op parity: run one Paddle call eagerly and through paddle_xla, compare.
+
+Each OpCase names a Paddle callable, its inputs and attributes (closed over in the callable), and
+the pd_op it must produce. The harness captures the call with to_static, lowers the Graph, runs it
+with and without jit, and compares outputs with Paddle eager; for float inputs it also compares
+Paddle's backward with jax.vjp of the lowering, using the same random cotangents.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import paddle
+from paddle.static import InputSpec
+
+from paddle_xla import capture
+from paddle_xla.lower import lower
+
+FLOATS = ("float16", "bfloat16", "float32", "float64")
+
+
+@dataclass(frozen=True)
+class Arg:
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    low: float | None = None          # uniform in [low, high) for floats; integers in [low, high)
+    high: float | None = None
+    grad: bool = True                 # differentiate w.r.t. this input (floats only)
+
+    def make(self, rng: np.random.Generator) -> np.ndarray:
+        if self.dtype == "bool":
+            return rng.random(self.shape) > 0.5
+        if self.dtype in FLOATS:
+            if self.low is None:
+                x = rng.standard_normal(self.shape)
+            else:
+                x = rng.uniform(self.low, self.high, self.shape)
+            return x.astype("float32").astype(_np_dtype(self.dtype))
+        lo, hi = (0 if self.low is None else self.low), (5 if self.high is None else self.high)
+        return rng.integers(lo, hi, self.shape).astype(self.dtype)
+
+
+def _np_dtype(name):
+    return np.dtype(jnp.bfloat16) if name == "bfloat16" else np.dtype(name)
+
+
+@dataclass(frozen=True)
+class OpCase:
+    id: str                                   # test id, unique
+    fn: Callable                              # paddle tensors -> tensor | tuple of tensors
+    args: Sequence[Arg]
+    ops: Sequence[str]                        # pd_op names the captured Graph must contain
+    grad: bool = True                         # compare gradients of float inputs
+    rtol: float = 1e-5
+    atol: float = 1e-6
+    grad_rtol: float | None = None            # defaults to 10 x rtol
+    grad_atol: float | None = None
+    reason: str = ""                          # why the tolerance differs from the default
+    outputs: Sequence[int] | None = None      # which outputs to compare (default all)
+    seed: int = 0
+    training: bool = False
+
+
+class _Call1(paddle.nn.Layer):
+    # NOTE: to_static needs a forward with named positional arguments, not *args; one class per arity.
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, a):
+        return self.fn(a)
+
+
+class _Call2(_Call1):
+    def forward(self, a, b):
+        return self.fn(a, b)
+
+
+class _Call3(_Call1):
+    def forward(self, a, b, c):
+        return self.fn(a, b, c)
+
+
+class _Call4(_Call1):
+    def forward(self, a, b, c, d):
+        return self.fn(a, b, c, d)
+
+
+class _Call5(_Call1):
+    def forward(self, a, b, c, d, e):
+        return self.fn(a, b, c, d, e)
+
+
+class _Call6(_Call1):
+    def forward(self, a, b, c, d, e, f):
+        return self.fn(a, b, c, d, e, f)
+
+
+_CALLS = {1: _Call1, 2: _Call2, 3: _Call3, 4: _Call4, 5: _Call5, 6: _Call6}
+
+
+def _to_list(out):
+    if isinstance(out, (list, tuple)):
+        return [o for x in out for o in _to_list(x)]
+    return [out]
+
+
+def _as_np(t) -> np.ndarray:
+    if t.dtype == paddle.bfloat16:
+        return np.asarray(t.astype("float32").numpy()).astype(jnp.bfloat16)
+    return t.numpy()
+
+
+def _paddle_tensor(x: np.ndarray, dtype: str, grad: bool):
+    if dtype == "bfloat16":
+        t = paddle.to_tensor(x.astype("float32")).astype("bfloat16")
+    else:
+        t = paddle.to_tensor(x)
+    t.stop_gradient = not grad
+    return t
+
+
+def run_paddle(case: OpCase, xs: list[np.ndarray], cot_seed: int):
+    """Paddle eager outputs, and grads of sum(out * cotangent) w.r.t. the differentiable inputs."""
+    diff = [case.grad and a.grad and a.dtype in FLOATS for a in case.args]
+    ts = [_paddle_tensor(x, a.dtype, d) for x, a, d in zip(xs, case.args, diff)]
+    outs = _to_list(case.fn(*ts))
+    sel = case.outputs if case.outputs is not None else range(len(outs))
+    outs = [outs[i] for i in sel]
+    out_np = [_as_np(o) for o in outs]
+    cots = _cotangents(out_np, cot_seed)
+    grads = None
+    if any(diff):
+        loss = None
+        for o, c in zip(outs, cots):
+            if c is None or o.stop_gradient:
+                continue
+            term = (o.astype("float32") * paddle.to_tensor(c.astype("float32"))).sum()
+            loss = term if loss is None else loss + term
+        if loss is not None:
+            grad_ts = [t for t, d in zip(ts, diff) if d]
+            gs = paddle.grad(loss, grad_ts, allow_unused=True)
+            grads = [None if g is None else _as_np(g) for g in gs]
+    return out_np, grads, cots, diff
+
+
+def _cotangents(outs, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(o.shape).astype("float32") if o.dtype.kind == "f" or o.dtype == jnp.bfloat16
+            else None for o in outs]
+
+
+def capture_case(case: OpCase, xs):
+    specs = [InputSpec(list(x.shape), a.dtype, f"x{i}") for i, (x, a) in enumerate(zip(xs, case.args))]
+    return capture.from_layer(_CALLS[len(specs)](case.fn), specs, training=case.training).graph
+
+
+def run_xla(case: OpCase, xs, cots, diff, use_jit: bool):
+    graph = capture_case(case, xs)
+    names = [f.name for f in graph.feeds]
+    missing = [op for op in case.ops if op not in graph.op_names()]
+    assert not missing, f"{case.id}: expected ops {missing} in the captured graph, found {graph.op_names()}"
+    f = lower(graph)
+    sel = case.outputs
+
+    def forward(*feeds):
+        outs, _ = f({}, {}, dict(zip(names, feeds)))
+        outs = list(outs)
+        return [outs[i] for i in sel] if sel is not None else outs
+
+    run = jax.jit(forward) if use_jit else forward
+    outs = [np.asarray(o) for o in run(*xs)]
+    grads = None
+    if any(diff):
+        idx = [i for i, d in enumerate(diff) if d]
+
+        def loss(*dx):
+            full = list(xs)
+            for i, v in zip(idx, dx):
+                full[i] = v
+            total = 0.0
+            for o, c in zip(forward(*full), cots):
+                if c is not None:
+                    total = total + jnp.sum(o.astype(jnp.float32) * c)
+            return total
+
+        g = jax.grad(loss, argnums=tuple(range(len(idx))))
+        g = jax.jit(g) if use_jit else g
+        grads = [np.asarray(v) for v in g(*[jnp.asarray(xs[i]) for i in idx])]
+    return outs, grads
+
+
+def assert_close(case: OpCase, got, want, what, rtol, atol):
+    assert len(got) == len(want), f"{case.id}: {what}: {len(got)} values vs Paddle's {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        if w is None:
+            continue
+        assert g.shape == w.shape, f"{case.id}: {what}[{i}] shape {g.shape} vs Paddle's {w.shape}"
+        if w.dtype.kind in "biu":
+            np.testing.assert_array_equal(g, w, err_msg=f"{case.id}: {what}[{i}]")
+        else:
+            np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w, np.float64), rtol=rtol,
+                                       atol=atol, err_msg=f"{case.id}: {what}[{i}]")
+
+
+def check_case(case: OpCase, use_jit: bool):
+    rng = np.random.default_rng(case.seed)
+    xs = [a.make(rng) for a in case.args]
+    want, want_grads, cots, diff = run_paddle(case, xs, case.seed + 1)
+    got, got_grads = run_xla(case, xs, cots, diff, use_jit)
+    assert_close(case, got, want, "output", case.rtol, case.atol)
+    if want_grads is not None:
+        zero_if_none = [np.zeros_like(g) if w is None else w for g, w in zip(got_grads, want_grads)]
+        assert_close(case, got_grads, zero_if_none, "grad",
+                     case.grad_rtol or case.rtol * 10, case.grad_atol or case.atol * 10)
