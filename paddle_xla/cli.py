@@ -1,0 +1,58 @@
+"""`paddle-xla`: check, demo (more commands join as they land)."""
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from typing import List, Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Run PaddlePaddle models on any XLA device.")
+
+_SPEC = re.compile(r"^(?P<name>\w+):(?P<dtype>\w+)\[(?P<dims>[-\d,\s]*)\]$")
+
+
+def parse_input_spec(text: str):
+    """'x:float32[-1,3,224,224]' -> InputSpec([None,3,224,224], 'float32', 'x')."""
+    from paddle.static import InputSpec
+    m = _SPEC.match(text.strip())
+    if not m:
+        raise typer.BadParameter(f"{text!r} is not NAME:DTYPE[d0,d1,...], e.g. x:float32[-1,3,224,224]")
+    dims = [int(d) for d in m["dims"].split(",") if d.strip()]
+    return InputSpec([None if d < 0 else d for d in dims], m["dtype"], m["name"])
+
+
+def load_target(target: str):
+    """'pkg.module:factory' -> the object factory() returns (or the attribute itself if not callable)."""
+    module_name, _, attr = target.partition(":")
+    if not attr:
+        raise typer.BadParameter(f"{target!r} is not MODULE:ATTRIBUTE, e.g. mypkg.models:build_model")
+    sys.path.insert(0, ".")
+    obj = getattr(importlib.import_module(module_name), attr)
+    return obj() if callable(obj) and not hasattr(obj, "forward") else obj
+
+
+@app.command()
+def check(target: str = typer.Argument(..., help="MODULE:FACTORY returning a paddle.nn.Layer, or a saved model's path prefix"),
+          input_spec: Optional[List[str]] = typer.Option(None, "--input-spec", help="NAME:DTYPE[dims], -1 = any"),
+          train: bool = typer.Option(False, help="capture in train mode")):
+    """Coverage report: every op the model uses, and each unsupported one with its source line."""
+    import paddle_xla as px
+    model = target if ":" not in target else load_target(target)
+    specs = [parse_input_spec(s) for s in input_spec or []]
+    report = px.check(model, specs, training=train if ":" in target else None)
+    typer.echo(report.describe())
+    raise typer.Exit(0 if report.ok else 1)
+
+
+@app.command()
+def demo():
+    """A short demonstration: check, compile, parity and timing of a BERT-style encoder."""
+    from .demo import run
+    run()
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,54 @@
+"""Checking what the user feeds against what the Graph expects, before XLA ever sees it."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .errors import FeedError
+from .graph import Tensor
+from .ops.util import dtype as jax_dtype
+
+
+def bind(feeds: Sequence[Tensor], args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Match positional and named inputs to the Graph's feeds, in forward()'s order."""
+    names = [f.name for f in feeds]
+    if len(args) > len(names):
+        raise FeedError(f"Got {len(args)} positional inputs, but the model takes {len(names)}: {names}.")
+    bound = dict(zip(names, args))
+    for k, v in kwargs.items():
+        if k not in names:
+            raise FeedError(f"Unknown input {k!r}; the model's inputs are {names}.")
+        if k in bound:
+            raise FeedError(f"Input {k!r} was given twice (positionally and by name).")
+        bound[k] = v
+    missing = [n for n in names if n not in bound]
+    if missing:
+        raise FeedError(f"Missing input(s) {missing}; the model's inputs are {names}. "
+                        "Pass one array per InputSpec, in order or by name.")
+    return bound
+
+
+def check(feed: Tensor, value) -> np.ndarray | Any:
+    """Validate one input's rank, fixed dimensions and dtype; return it as an array."""
+    arr = value if hasattr(value, "shape") and hasattr(value, "dtype") else np.asarray(value)
+    shape = tuple(arr.shape)
+    spec = _spec_text(feed)
+    if len(shape) != len(feed.shape):
+        raise FeedError(f"Input {feed.name!r} has rank {len(shape)} (shape {list(shape)}), but the model "
+                        f"expects rank {len(feed.shape)}: {spec}.")
+    bad = [i for i, (got, want) in enumerate(zip(shape, feed.shape)) if want >= 0 and got != want]
+    if bad:
+        raise FeedError(f"Input {feed.name!r} has shape {list(shape)}, but dimension(s) {bad} must be "
+                        f"{[feed.shape[i] for i in bad]}: {spec}.")
+    want = np.dtype(jax_dtype(feed.dtype))
+    got = np.dtype(arr.dtype)
+    if got != want:
+        raise FeedError(f"Input {feed.name!r} has dtype {got.name}, but the model expects {feed.dtype}: {spec}. "
+                        f"Convert it first, e.g. x.astype('{feed.dtype}').")
+    return arr
+
+
+def _spec_text(feed: Tensor) -> str:
+    dims = ",".join("None" if d < 0 else str(d) for d in feed.shape)
+    return f"InputSpec([{dims}], '{feed.dtype}', '{feed.name}')"

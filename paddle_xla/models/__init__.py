@@ -1,0 +1,1 @@
+"""The model library: plain paddle.nn code a user could have written."""

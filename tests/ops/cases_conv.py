@@ -1,0 +1,69 @@
+import paddle
+import paddle.nn.functional as F
+
+from .harness import Arg, OpCase
+
+X = Arg((2, 4, 9, 8))
+XH = Arg((2, 9, 8, 4))
+W = Arg((6, 4, 3, 3))
+C2, DW, C3 = ["pd_op.conv2d"], ["pd_op.depthwise_conv2d"], ["pd_op.conv3d"]
+T2, DT2, T3 = ["pd_op.conv2d_transpose"], ["pd_op.depthwise_conv2d_transpose"], ["pd_op.conv3d_transpose"]
+_CONV_TOL = dict(rtol=1e-5, atol=1e-5, reason="float32 sums of 36+ products in a different order")
+
+CASES = [
+    OpCase("conv2d_basic", lambda x, w: F.conv2d(x, w), [X, W], C2, **_CONV_TOL),
+    OpCase("conv2d_stride_pad", lambda x, w: F.conv2d(x, w, stride=2, padding=1), [X, W], C2, **_CONV_TOL),
+    OpCase("conv2d_pad4_dil", lambda x, w: F.conv2d(x, w, stride=(1, 2), padding=[1, 2, 0, 3], dilation=(2, 1)),
+           [X, W], C2, **_CONV_TOL),
+    OpCase("conv2d_pad_pairs_nhwc", lambda x, w: F.conv2d(x, w, padding=[[0, 0], [2, 1], [0, 1], [0, 0]],
+                                                          data_format="NHWC"), [XH, W], C2, **_CONV_TOL),
+    OpCase("conv2d_same_stride_dil", lambda x, w: F.conv2d(x, w, stride=2, padding="SAME", dilation=2),
+           [X, W], C2, **_CONV_TOL),
+    OpCase("conv2d_same_nhwc", lambda x, w: F.conv2d(x, w, stride=(2, 3), padding="same", data_format="NHWC"),
+           [XH, W], C2, **_CONV_TOL),
+    OpCase("conv2d_valid", lambda x, w: F.conv2d(x, w, stride=2, padding="VALID"), [X, W], C2, **_CONV_TOL),
+    OpCase("conv2d_groups2", lambda x, w: F.conv2d(x, w, groups=2, padding=1), [X, Arg((6, 2, 3, 3))], C2,
+           **_CONV_TOL),
+    OpCase("conv2d_f64", lambda x, w: F.conv2d(x, w, stride=2, padding=1),
+           [Arg((2, 4, 9, 8), "float64"), Arg((6, 4, 3, 3), "float64")], C2),
+    OpCase("depthwise_conv2d", lambda x, w: F.conv2d(x, w, groups=4, padding=1), [X, Arg((4, 1, 3, 3))], DW,
+           **_CONV_TOL),
+    OpCase("depthwise_conv2d_mult_nhwc", lambda x, w: F.conv2d(x, w, groups=4, stride=2, data_format="NHWC"),
+           [XH, Arg((8, 1, 3, 3))], DW, **_CONV_TOL),
+    OpCase("conv1d", lambda x, w: F.conv1d(x, w, stride=2, padding=1), [Arg((2, 4, 9)), Arg((6, 4, 3))],
+           ["pd_op.conv2d", "pd_op.unsqueeze", "pd_op.squeeze"], **_CONV_TOL),
+    OpCase("conv3d", lambda x, w: F.conv3d(x, w, stride=(1, 2, 1), padding=1),
+           [Arg((2, 4, 5, 6, 5)), Arg((3, 4, 3, 3, 3))], C3, **_CONV_TOL),
+    OpCase("conv3d_same_ndhwc_groups", lambda x, w: F.conv3d(x, w, padding="SAME", groups=2,
+                                                             data_format="NDHWC"),
+           [Arg((2, 5, 4, 5, 4)), Arg((4, 2, 2, 3, 3))], C3, **_CONV_TOL),
+    OpCase("conv3d_f64", lambda x, w: F.conv3d(x, w, dilation=2),
+           [Arg((1, 2, 6, 6, 6), "float64"), Arg((3, 2, 2, 2, 2), "float64")], C3),
+    # ---- transposed ----
+    OpCase("conv2d_transpose_basic", lambda x, w: F.conv2d_transpose(x, w), [X, Arg((4, 6, 3, 3))], T2,
+           **_CONV_TOL),
+    OpCase("conv2d_transpose_stride_pad", lambda x, w: F.conv2d_transpose(x, w, stride=2, padding=1, dilation=2),
+           [X, Arg((4, 6, 3, 3))], T2, **_CONV_TOL),
+    OpCase("conv2d_transpose_output_padding", lambda x, w: F.conv2d_transpose(
+        x, w, stride=(2, 3), padding=[1, 0, 2, 1], output_padding=(1, 2)), [X, Arg((4, 6, 3, 3))], T2, **_CONV_TOL),
+    OpCase("conv2d_transpose_output_size", lambda x, w: F.conv2d_transpose(x, w, stride=2, output_size=[20, 18]),
+           [X, Arg((4, 6, 3, 3))], T2, **_CONV_TOL),
+    OpCase("conv2d_transpose_same_nhwc", lambda x, w: F.conv2d_transpose(x, w, stride=2, padding="SAME",
+                                                                         data_format="NHWC"),
+           [XH, Arg((4, 6, 3, 3))], T2, **_CONV_TOL),
+    OpCase("conv2d_transpose_valid_groups", lambda x, w: F.conv2d_transpose(x, w, stride=2, padding="VALID",
+                                                                            groups=2),
+           [X, Arg((4, 3, 3, 2))], T2, **_CONV_TOL),
+    OpCase("conv2d_transpose_f64", lambda x, w: F.conv2d_transpose(x, w, stride=2, padding=1),
+           [Arg((2, 4, 5, 5), "float64"), Arg((4, 3, 3, 3), "float64")], T2),
+    OpCase("depthwise_conv2d_transpose", lambda x, w: F.conv2d_transpose(x, w, groups=4, stride=2,
+                                                                         output_padding=1),
+           [X, Arg((4, 1, 3, 3))], DT2, **_CONV_TOL),
+    OpCase("conv1d_transpose", lambda x, w: F.conv1d_transpose(x, w, stride=2, padding=1),
+           [Arg((2, 4, 7)), Arg((4, 3, 3))], ["pd_op.conv2d_transpose", "pd_op.unsqueeze"], **_CONV_TOL),
+    OpCase("conv3d_transpose", lambda x, w: F.conv3d_transpose(x, w, stride=2, padding=1, output_padding=1),
+           [Arg((2, 4, 3, 4, 3)), Arg((4, 3, 3, 3, 3))], T3, **_CONV_TOL),
+    OpCase("conv3d_transpose_size_ndhwc", lambda x, w: F.conv3d_transpose(
+        x, w, stride=(2, 1, 2), output_size=[8, 6, 7], groups=2, data_format="NDHWC"),
+        [Arg((2, 3, 4, 3, 4)), Arg((4, 2, 3, 3, 3))], T3, **_CONV_TOL),
+]
