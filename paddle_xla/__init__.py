@@ -1,8 +1,44 @@
-"""paddle_xla: PaddlePaddle models on any XLA device, with no change to the model's code."""
-from .api import XlaModel, check, compile, load_inference_model  # noqa: F401
+"""paddle_xla: PaddlePaddle models on any XLA device, with no change to the model's code.
+
+The Paddle-facing names (compile, check, train_step, Model, ...) load on first use, so that the
+Paddle-free parts (paddle_xla.artifact, graph, lower, ops, train, parallel) import where Paddle is
+not installed."""
+from importlib import import_module as _import_module
+
 from .errors import (CaptureError, CheckpointError, FeedError, LoweringError, ModelLoadError,  # noqa: F401
                      PaddleXlaError, StrategyError, TrainingError, UnsupportedOpsError)
 from .graph import Graph  # noqa: F401
-from .ops.registry import supported_ops  # noqa: F401
+from .strategy import LossScale, Strategy  # noqa: F401
 
 __version__ = "0.1.0"
+
+from .cache import enable_compile_cache as _enable_compile_cache  # noqa: E402
+
+_enable_compile_cache()
+
+# public name -> the module that defines it (imported lazily: these modules import paddle)
+_LAZY = {
+    "compile": "api", "check": "api", "load_inference_model": "api", "XlaModel": "api",
+    "train_step": "training", "TrainStep": "training",
+    "supported_ops": "ops.registry",
+    "Model": "hapi",
+    "export": ("export", "export"), "load_artifact": ("artifact", "load"),
+}
+
+__all__ = sorted([*_LAZY, "Graph", "Strategy", "LossScale", "PaddleXlaError", "CaptureError", "CheckpointError",
+                  "FeedError", "LoweringError", "ModelLoadError", "StrategyError", "TrainingError",
+                  "UnsupportedOpsError"])
+
+
+def __getattr__(name):
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'paddle_xla' has no attribute {name!r}")
+    module, attr = target if isinstance(target, tuple) else (target, name)
+    value = getattr(_import_module(f".{module}", __name__), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

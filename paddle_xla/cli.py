@@ -54,5 +54,39 @@ def demo():
     run()
 
 
+@app.command("run")
+def run_artifact(artifact: str = typer.Argument(..., help="a .pxa file written by paddle_xla.export.export"),
+                 inputs: List[str] = typer.Option(..., "--input", "-i",
+                                                  help="NAME=FILE.npy, or FILE.npy in the model's input order"),
+                 output: str = typer.Option("out.npy", "--output", "-o",
+                                            help="FILE.npy (several outputs: FILE_0.npy, ...) or FILE.npz")):
+    """Run an exported artifact on .npy inputs. Needs JAX only, not Paddle."""
+    import numpy as np
+
+    from . import artifact as pxa
+    from .errors import PaddleXlaError
+    args, kwargs = [], {}
+    for item in inputs:
+        name, sep, path = item.rpartition("=") if "=" in item else ("", "", item)
+        try:
+            value = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise typer.BadParameter(f"cannot read input {path!r}: {e}", param_hint="--input") from None
+        if sep:
+            kwargs[name] = value
+        else:
+            args.append(value)
+    try:
+        model = pxa.load(artifact)
+        outs = model(*args, **kwargs)
+    except PaddleXlaError as e:  # NOTE: a clear message, not a traceback, is the CLI's whole answer
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+    outs = outs if isinstance(outs, list) else [outs]
+    for path in pxa.save_outputs(output, outs, model.output_names):
+        typer.echo(f"wrote {path}")
+    typer.echo(f"mode: {model.mode} ({model.why})")
+
+
 if __name__ == "__main__":
     app()

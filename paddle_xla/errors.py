@@ -39,3 +39,7 @@ class CheckpointError(PaddleXlaError):
 
 class TrainingError(PaddleXlaError):
     """A training step failed: a non-finite loss, a bad label, ..."""
+
+
+class ExportError(LoweringError):
+    """The program could not be serialized for a platform, or export() got bad arguments."""

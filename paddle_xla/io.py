@@ -20,6 +20,11 @@ def atomic_write(path: str, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        # NOTE: mkstemp creates 0600 files; give the result the usual permissions so a serving
+        # account can read an artifact another user exported.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -8,6 +8,7 @@ import jax
 import numpy as np
 
 from . import feeds as feeds_mod
+from .cache import compile_progress
 from .graph import Graph
 from .lower import lower
 
@@ -17,16 +18,21 @@ class CompiledModel:
 
     Shapes are static per compile: each new input shape compiles once and is cached."""
 
-    def __init__(self, graph: Graph, weights: Mapping[str, np.ndarray], seed: int = 0):
+    def __init__(self, graph: Graph, weights: Mapping[str, np.ndarray], seed: int = 0, key=None):
         self.graph = graph
         self._fn = lower(graph)
         params = {p.name: weights[p.name] for p in graph.params}
         self.params = jax.device_put({k: v for k, v in params.items() if _is_trainable(graph, k)})
         self.buffers = jax.device_put({k: v for k, v in params.items() if not _is_trainable(graph, k)})
-        self._key = jax.random.key(seed)
+        self._key = key if key is not None else jax.random.key(seed)
         self._jitted = jax.jit(self._fn)
         self._compiled: dict[tuple, Any] = {}
         self.compile_seconds: dict[tuple, float] = {}
+
+    @property
+    def key(self):
+        """The PRNG key random ops draw from when this model runs."""
+        return self._key
 
     @property
     def input_names(self) -> list[str]:
@@ -46,7 +52,9 @@ class CompiledModel:
         exe = self._compiled.get(sig)
         if exe is None:
             start = time.perf_counter()
-            exe = self._jitted.lower(self.params, self.buffers, feeds, self._key).compile()
+            shapes = {k: list(s) for k, s, _ in sig}
+            with compile_progress(f"{self.graph.meta.get('source', 'model')} for {shapes}"):
+                exe = self._jitted.lower(self.params, self.buffers, feeds, self._key).compile()
             self.compile_seconds[sig] = time.perf_counter() - start
             self._compiled[sig] = exe
         return exe

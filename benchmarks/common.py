@@ -1,0 +1,231 @@
+"""Shared pieces of the benchmarks: timing, machine facts, the matmul peak, FLOP counting, workers.
+
+Nothing here imports paddle at module level: the parent process of a benchmark stays light, and each
+measured configuration runs in a fresh worker process of its own (see `run_worker`)."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+# ---- timing ------------------------------------------------------------------------------------
+
+
+def time_calls(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> dict[str, Any]:
+    """Call `fn` `warmup` times untimed, then `repeats` times timed; latency statistics in ms.
+
+    `fn` must block until its result is ready (block_until_ready, .numpy(), copy_to_cpu)."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return latency_stats(samples)
+
+
+def latency_stats(samples_ms: Sequence[float]) -> dict[str, Any]:
+    return {"median_ms": statistics.median(samples_ms), "min_ms": min(samples_ms),
+            "mean_ms": statistics.fmean(samples_ms), "max_ms": max(samples_ms),
+            "repeats": len(samples_ms), "samples_ms": [round(s, 3) for s in samples_ms]}
+
+
+# ---- the machine -------------------------------------------------------------------------------
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_flags(wanted=("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")) -> list[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return [w for w in wanted if w in have]
+    except OSError:
+        pass
+    return []
+
+
+def nproc() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def versions() -> dict[str, str]:
+    from importlib import metadata
+    out = {"python": platform.python_version()}
+    for pkg in ("paddle_xla", "jax", "jaxlib", "paddlepaddle", "numpy"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def machine_info() -> dict[str, Any]:
+    mem_gib = None
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            mem_gib = round(int(f.readline().split()[1]) / 2**20, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return {"cpu_model": cpu_model(), "nproc": nproc(), "cpu_flags": cpu_flags(), "memory_gib": mem_gib,
+            "platform": platform.platform(), "versions": versions(),
+            "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "XLA_FLAGS")
+                    if k in os.environ}}
+
+
+# ---- the matmul peak ---------------------------------------------------------------------------
+
+
+def matmul_rate(n: int, dtype: str, out_dtype: str | None, repeats: int) -> float:
+    """Best GFLOP/s of one jitted n x n x n jnp matmul (2 n^3 FLOPs), after a compiling call."""
+    import jax
+    import jax.numpy as jnp
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32).astype(dtype)
+    b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32).astype(dtype)
+    f = jax.jit(lambda a, b: jnp.matmul(a, b, preferred_element_type=out_dtype))
+    f(a, b).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        f(a, b).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best / 1e9
+
+
+def matmul_peak(sizes: Sequence[int] = (2048, 4096), repeats: int = 5) -> dict[str, Any]:
+    """The machine's measured matmul peak: best over sizes of f32 x f32 -> f32 and bf16 x bf16 -> f32."""
+    f32 = {str(n): round(matmul_rate(n, "float32", None, repeats), 2) for n in sizes}
+    bf16 = {str(n): round(matmul_rate(n, "bfloat16", "float32", repeats), 2) for n in sizes}
+    return {"fp32_gflops": max(f32.values()), "bf16_f32acc_gflops": max(bf16.values()),
+            "fp32_by_size": f32, "bf16_by_size": bf16, "sizes": list(sizes), "repeats": repeats,
+            "how": "jax.jit(jnp.matmul), block_until_ready, best of `repeats` after a warm-up call"}
+
+
+# ---- FLOPs -------------------------------------------------------------------------------------
+
+# NOTE: the figure usually quoted for ResNet-50 ("3.8-4.1 GFLOPs", He et al. 2016 Table 1; torchvision
+# lists 4.09) counts multiply-adds. A multiply-add is 2 FLOPs, and the matmul peak counts 2 n^3, so the
+# comparable figure is 2 x 4.09e9 per 224x224 image.
+RESNET50_MACS_PER_224_IMAGE = 4.09e9
+
+
+def bert_flops(*, layers: int, hidden: int, intermediate: int, batch: int, seq: int, pooler: bool = True) -> float:
+    """Forward FLOPs of a BERT encoder, counted analytically: 2 x (weights in matmuls) x tokens, plus
+    QK^T and PV (2 x 2 x B x S x S x H per layer). Elementwise work (softmax, gelu, layer_norm) is left out."""
+    tokens = batch * seq
+    per_layer = 2 * (4 * hidden * hidden + 2 * hidden * intermediate) * tokens + 2 * 2 * batch * seq * seq * hidden
+    return float(layers * per_layer + (2 * hidden * hidden * batch if pooler else 0))
+
+
+def resnet50_flops(batch: int, size: int = 224) -> float:
+    """2 x the standard multiply-add count, scaled by image area (a fallback when the Graph cannot be traced)."""
+    return 2 * RESNET50_MACS_PER_224_IMAGE * batch * (size / 224) ** 2
+
+
+def jaxpr_flops(closed_jaxpr) -> dict[str, float]:
+    """FLOPs of the matmuls and convolutions in a jaxpr (2 per multiply-add), by primitive."""
+    counts: dict[str, float] = {}
+    _count(closed_jaxpr.jaxpr, 1.0, counts)
+    return counts
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= int(x)
+    return out
+
+
+def _count(jaxpr, mult: float, counts: dict[str, float]) -> None:
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name == "dot_general":
+            lhs, rhs = (v.aval for v in eqn.invars[:2])
+            (_, rc), (_, rb) = eqn.params["dimension_numbers"]
+            rhs_free = [d for i, d in enumerate(rhs.shape) if i not in rc and i not in rb]
+            flops = 2 * _prod(lhs.shape) * _prod(rhs_free)
+        elif name == "conv_general_dilated":
+            rhs = eqn.invars[1].aval
+            out = eqn.outvars[0].aval
+            spec = eqn.params["dimension_numbers"].rhs_spec       # (out feature, in feature, *spatial)
+            flops = 2 * _prod(out.shape) * rhs.shape[spec[1]] * _prod(rhs.shape[d] for d in spec[2:])
+        else:
+            flops = 0
+        if flops:
+            counts[name] = counts.get(name, 0.0) + mult * flops
+        inner = mult * (eqn.params.get("length", 1) if name == "scan" else 1)
+        for sub in _subjaxprs(eqn.params):
+            _count(sub, inner, counts)
+
+
+def _subjaxprs(params: Mapping[str, Any]):
+    for v in params.values():
+        for item in (v if isinstance(v, (list, tuple)) else (v,)):
+            if hasattr(item, "jaxpr") and hasattr(item, "consts"):    # ClosedJaxpr
+                yield item.jaxpr
+            elif hasattr(item, "eqns"):                                # Jaxpr
+                yield item
+
+
+# ---- workers -----------------------------------------------------------------------------------
+
+
+@dataclass
+class WorkerResult:
+    ok: bool
+    data: dict[str, Any]
+    seconds: float
+    log_tail: str
+
+
+def run_worker(script: str, job: Mapping[str, Any], *, env: Mapping[str, str | None], timeout: float,
+               workdir: str, tag: str) -> WorkerResult:
+    """Run `script --worker job.json` in a fresh Python process with `env` applied (None removes a
+    variable), and read back the JSON it writes. A crash or timeout comes back as ok=False with the log."""
+    job_path = os.path.join(workdir, f"{tag}.job.json")
+    out_path = os.path.join(workdir, f"{tag}.out.json")
+    log_path = os.path.join(workdir, f"{tag}.log")
+    with open(job_path, "w", encoding="utf-8") as f:
+        json.dump({**job, "out": out_path}, f)
+    full_env = dict(os.environ)
+    for k, v in env.items():
+        if v is None:
+            full_env.pop(k, None)
+        else:
+            full_env[k] = v
+    start = time.perf_counter()
+    with open(log_path, "w", encoding="utf-8") as log:
+        try:
+            proc = subprocess.run([sys.executable, script, "--worker", job_path], env=full_env,
+                                  stdout=log, stderr=subprocess.STDOUT, timeout=timeout, check=False)
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+    seconds = time.perf_counter() - start
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        tail = "".join(line for line in f.readlines()[-30:] if "UserWarning" not in line and "warnings.warn" not in line)
+    if rc == 0 and os.path.exists(out_path):
+        with open(out_path, encoding="utf-8") as f:
+            return WorkerResult(True, json.load(f), seconds, tail)
+    return WorkerResult(False, {"error": f"worker exited with {rc}", "log_tail": tail[-3000:]}, seconds, tail)

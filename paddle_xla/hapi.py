@@ -1,0 +1,161 @@
+"""px.Model: paddle.Model's API (prepare / fit / evaluate / predict / save / load) on XLA.
+
+It *is* a paddle.Model whose adapter (the object paddle.Model hands every batch to) runs compiled
+XLA programs, so fit's loop, callbacks, progress bar and metrics are Paddle's own, unchanged."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import paddle
+from paddle.static import InputSpec
+
+from . import capture
+from .runtime import CompiledModel
+from .training import TrainStep
+from .wrap import net_with_loss
+
+
+def _to_list(x) -> list:
+    if x is None:
+        return []
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def _numpy(x) -> np.ndarray:
+    return x.numpy() if isinstance(x, paddle.Tensor) else np.asarray(x)
+
+
+def _specs(specs, prefix) -> list[InputSpec]:
+    out = []
+    for i, s in enumerate(_to_list(specs)):
+        name = s.name or f"{prefix}{i}"
+        out.append(InputSpec(s.shape, s.dtype, name))
+    return out
+
+
+class XlaAdapter:
+    """What paddle.Model calls for each batch, backed by a TrainStep and compiled eval/predict programs."""
+
+    def __init__(self, model: "Model"):
+        self.model = model
+        self._input_info = None
+        self._merge_count = {"eval_total": 0, "test_total": 0, "eval_batch": 0, "test_batch": 0}
+        self._amp_level, self._amp_configs, self._amp_custom_lists = "O0", {}, {}
+        self._step: TrainStep | None = None
+        self._eval: CompiledModel | None = None
+        self._predict: CompiledModel | None = None
+
+    @property
+    def mode(self):
+        return self.model.mode
+
+    @mode.setter
+    def mode(self, value):
+        self.model.mode = value
+
+    def prepare(self):
+        self._step = self._eval = self._predict = None
+
+    # ---- the three batch entry points ------------------------------------------------------
+    def train_batch(self, inputs, labels=None, update=True):
+        if not update:
+            raise NotImplementedError("update=False (gradient accumulation) is Strategy(micro_batches=...) "
+                                      "in paddle_xla; pass a Strategy instead.")
+        self.mode = "train"
+        step = self.train_step()
+        xs, ys = [_numpy(x) for x in _to_list(inputs)], [_numpy(y) for y in _to_list(labels)]
+        loss = step(*xs, *ys)
+        outs = [paddle.to_tensor(np.asarray(o)) for o in step.last_outputs]
+        return self._with_metrics([np.asarray(loss, np.float32)], outs, ys)
+
+    def eval_batch(self, inputs, labels=None):
+        self.mode = "eval"
+        xs, ys = [_numpy(x) for x in _to_list(inputs)], [_numpy(y) for y in _to_list(labels)]
+        if self.model._loss is None:
+            outs = self._run(self.predict_program(), xs)
+            return self._with_metrics(None, [paddle.to_tensor(o) for o in outs], ys)
+        loss, *outs = self._run(self.eval_program(), xs + ys)
+        return self._with_metrics([np.asarray(loss)], [paddle.to_tensor(o) for o in outs], ys)
+
+    def predict_batch(self, inputs):
+        self.mode = "test"
+        return self._run(self.predict_program(), [_numpy(x) for x in _to_list(inputs)])
+
+    # ---- programs ------------------------------------------------------------------------------
+    def train_step(self) -> TrainStep:
+        if self._step is None:
+            m = self.model
+            self._step = TrainStep(m.network, m._loss, m._optimizer, m._inputs, m._labels)
+        return self._step
+
+    def eval_program(self) -> CompiledModel:
+        if self._eval is None:
+            m = self.model
+            wrapper = net_with_loss(m.network, m._loss, [s.name for s in m._inputs], [s.name for s in m._labels])
+            cap = capture.from_layer(wrapper, m._inputs + m._labels, training=False)
+            self._eval = CompiledModel(cap.graph, self._weights(cap.weights))
+        return self._eval
+
+    def predict_program(self) -> CompiledModel:
+        if self._predict is None:
+            cap = capture.from_layer(self.model.network, self.model._inputs, training=False)
+            self._predict = CompiledModel(cap.graph, self._weights(cap.weights))
+        return self._predict
+
+    def _weights(self, captured: dict) -> dict:
+        return {**captured, **(self._step.weights() if self._step is not None else {})}
+
+    def _run(self, program: CompiledModel, xs) -> list[np.ndarray]:
+        if self._step is not None:   # NOTE: evaluate with the weights training has reached so far
+            w = self._step.state
+            program.params = {k: w.params.get(k, v) for k, v in program.params.items()}
+            program.buffers = {k: w.buffers.get(k, w.params.get(k, v)) for k, v in program.buffers.items()}
+        return [np.asarray(o) for o in program.run(*xs)]
+
+    def _with_metrics(self, losses, outputs, labels):
+        labels = [paddle.to_tensor(y) for y in labels]
+        metrics = []
+        for metric in self.model._metrics:
+            outs = metric.compute(*(outputs + labels))
+            metrics.append(metric.update(*[_numpy(o) for o in _to_list(outs)]))
+        if losses is None:
+            return metrics
+        return (losses, metrics) if metrics else losses
+
+    # ---- weights --------------------------------------------------------------------------------
+    def parameters(self, *args, **kwargs):
+        self.sync()
+        return self.model.network.parameters(*args, **kwargs)
+
+    def sync(self):
+        if self._step is not None:
+            self._step.sync_to(self.model.network)
+
+    def save(self, path):
+        self.sync()
+        paddle.save(self.model.network.state_dict(), path + ".pdparams")
+        if self._step is not None:
+            paddle.save(self._step.paddle_optimizer_state(), path + ".pdopt")
+
+    def load(self, param_state_pairs, optim_state, scaler_state=None):
+        for param, state in param_state_pairs:
+            param.set_value(state)
+        if optim_state and self.model._optimizer is not None:
+            self.model._optimizer.set_state_dict(optim_state)
+        self.prepare()   # NOTE: recapture so training resumes from the loaded weights
+
+
+class Model(paddle.Model):
+    """paddle.Model, trained and evaluated with XLA. Same constructor and methods."""
+
+    def __init__(self, network, inputs=None, labels=None, strategy=None):
+        super().__init__(network, inputs, labels)
+        self._inputs = _specs(self._inputs, "input")
+        self._labels = _specs(self._labels, "label")
+        self.strategy = strategy
+        self._adapter = XlaAdapter(self)
+
+    def network_weights(self) -> dict[str, Any]:
+        self._adapter.sync()
+        return self.network.state_dict()

@@ -1,0 +1,228 @@
+"""Pooling: max/avg/lp over windows (lax.reduce_window), adaptive pools, max pools with indices, unpool.
+
+Window arithmetic follows Paddle's CPU kernels (phi/kernels/funcs/pooling.cc): a window starts at
+o*stride - pad_lo; only the low pad places windows, the high pad only adds output rows; an
+"inclusive" average divides by the window clipped to [-pad_lo, in + pad_lo), an exclusive one by the
+part inside the input. All window bounds are static, so divisors and indices are NumPy constants.
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .conv import channel_last, pad_pairs
+from .registry import lowering
+from .util import static_ints
+
+_IGNORED = ("use_cudnn", "use_mkldnn", "use_quantizer", "mkldnn_data_type", "is_test")
+
+
+def spatial_axes(ndim: int, data_format: str) -> list[int]:
+    return list(range(1, ndim - 1)) if channel_last(data_format) else list(range(2, ndim))
+
+
+def out_size(n, k, lo, hi, s, ceil_mode):
+    return (n - k + lo + hi + (s - 1 if ceil_mode else 0)) // s + 1
+
+
+def resolve(sizes, ksize, strides, paddings, algorithm, global_pooling, adaptive):
+    """Paddle's UpdatePadding/UpdateKernelSize: kernel, (lo, hi) pads per spatial dim."""
+    nd = len(sizes)
+    if global_pooling:
+        return list(sizes), [(0, 0)] * nd
+    if adaptive or algorithm == "VALID":
+        return list(ksize), [(0, 0)] * nd
+    if algorithm == "SAME":
+        pads = []
+        for n, k, s in zip(sizes, ksize, strides):
+            total = max(((n + s - 1) // s - 1) * s + k - n, 0)
+            pads.append((total // 2, total - total // 2))
+        return list(ksize), pads
+    return list(ksize), pad_pairs(paddings, nd)
+
+
+def window_bounds(n, k, s, lo, o_count, adaptive):
+    """Per output position: (start, end) of the window in input coordinates, unclipped."""
+    o = np.arange(o_count)
+    if adaptive:
+        return (o * n) // o_count, -((-(o + 1) * n) // o_count)
+    start = o * s - lo
+    return start, np.minimum(start + k, n + lo)
+
+
+# ---- max / avg / lp pooling -----------------------------------------------------------------
+def pool_nd(x, ksize, strides, paddings, ceil_mode, exclusive, data_format, pooling_type, global_pooling,
+            adaptive, padding_algorithm, norm_type=None):
+    axes = spatial_axes(x.ndim, data_format)
+    sizes = [x.shape[a] for a in axes]
+    strides = list(strides) if strides else [1] * len(axes)
+    ksize, pads = resolve(sizes, ksize, strides, paddings, padding_algorithm, global_pooling, adaptive)
+    if adaptive and not global_pooling:
+        return adaptive_pool(x, axes, ksize, pooling_type, norm_type)
+    counts = [out_size(n, k, lo, hi, s, ceil_mode) for n, k, (lo, hi), s in zip(sizes, ksize, pads, strides)]
+    if pooling_type == "max":
+        return window_reduce(x, axes, ksize, strides, pads, counts, -jnp.inf, lax.max)
+    if pooling_type == "lp":
+        p = float(norm_type)
+        total = window_reduce(x ** jnp.asarray(p, x.dtype), axes, ksize, strides, pads, counts, 0, lax.add)
+        return total ** jnp.asarray(1.0 / p, x.dtype)
+    total = window_reduce(x, axes, ksize, strides, pads, counts, 0, lax.add)
+    return total / avg_divisor(x.ndim, axes, sizes, ksize, strides, pads, counts, exclusive).astype(x.dtype)
+
+
+def window_reduce(x, axes, ksize, strides, pads, counts, init, op):
+    """reduce_window over the spatial axes, padded so that exactly `counts` windows fit."""
+    config = [(0, 0, 0)] * x.ndim
+    window, stride = [1] * x.ndim, [1] * x.ndim
+    for a, n, k, s, (lo, _), c in zip(axes, [x.shape[a] for a in axes], ksize, strides, pads, counts):
+        # NOTE: the high pad may be negative (rows no window reaches); lax.pad crops them.
+        config[a] = (lo, (c - 1) * s + k - n - lo, 0)
+        window[a], stride[a] = k, s
+    # NOTE: a NumPy init stays concrete under jit, which is how JAX recognises a max/sum window
+    # reduction it can differentiate.
+    init = np.asarray(init, x.dtype)
+    padded = lax.pad(x, init, config)
+    return lax.reduce_window(padded, init, op, tuple(window), tuple(stride), "VALID")
+
+
+def avg_divisor(ndim, axes, sizes, ksize, strides, pads, counts, exclusive):
+    div = np.ones([1] * ndim, np.float64)
+    for a, n, k, s, (lo, _), c in zip(axes, sizes, ksize, strides, pads, counts):
+        start, end = window_bounds(n, k, s, lo, c, False)
+        if exclusive:
+            start, end = np.maximum(start, 0), np.minimum(end, n)
+        shape = [1] * ndim
+        shape[a] = c
+        div = div * (end - start).reshape(shape)
+    return div
+
+
+def adaptive_pool(x, axes, out_sizes, pooling_type, norm_type):
+    # NOTE: adaptive windows are rectangles, so max, sum and mean are taken one axis at a time.
+    for a, o in zip(axes, out_sizes):
+        x = adaptive_axis(x, a, o, pooling_type, norm_type)
+    return x
+
+
+def adaptive_axis(x, axis, o, pooling_type, norm_type):
+    n = x.shape[axis]
+    start, end = window_bounds(n, 0, 1, 0, o, True)
+    width = int((end - start).max())
+    idx = np.minimum(start[:, None] + np.arange(width)[None, :], n - 1)
+    valid = (start[:, None] + np.arange(width)[None, :]) < end[:, None]
+    g = jnp.take(x, idx.reshape(-1), axis=axis)
+    g = g.reshape(x.shape[:axis] + (o, width) + x.shape[axis + 1:])
+    mask = valid.reshape((1,) * axis + (o, width) + (1,) * (x.ndim - axis - 1))
+    if pooling_type == "max":
+        return jnp.max(jnp.where(mask, g, -jnp.inf), axis=axis + 1)
+    if pooling_type == "lp":
+        raise NotImplementedError("adaptive lp pooling is not a Paddle mode")
+    total = jnp.sum(jnp.where(mask, g, 0), axis=axis + 1)
+    count = (end - start).reshape((1,) * axis + (o,) + (1,) * (x.ndim - axis - 1))
+    return total / count.astype(x.dtype)
+
+
+@lowering("pd_op.pool2d", ignore=_IGNORED)
+def pool2d(x, kernel_size, *, strides, paddings, ceil_mode, exclusive, data_format, pooling_type,
+           global_pooling, adaptive, padding_algorithm):
+    return pool_nd(x, static_ints(kernel_size), strides, paddings, ceil_mode, exclusive, data_format, pooling_type,
+                   global_pooling, adaptive, padding_algorithm)
+
+
+@lowering("pd_op.pool3d", ignore=_IGNORED)
+def pool3d(x, *, kernel_size, strides, paddings, ceil_mode, exclusive, data_format, pooling_type, global_pooling,
+           adaptive, padding_algorithm):
+    return pool_nd(x, kernel_size, strides, paddings, ceil_mode, exclusive, data_format, pooling_type,
+                   global_pooling, adaptive, padding_algorithm)
+
+
+@lowering("pd_op.lp_pool2d", ignore=_IGNORED)
+def lp_pool2d(x, *, kernel_size, strides, paddings, ceil_mode, exclusive, data_format, pooling_type,
+              global_pooling, adaptive, padding_algorithm, norm_type):
+    return pool_nd(x, kernel_size, strides, paddings, ceil_mode, exclusive, data_format, "lp", global_pooling,
+                   adaptive, padding_algorithm, norm_type)
+
+
+# ---- max pooling that also returns the argmax (flat index in each input plane) -----------------
+def window_indices(n, k, s, lo, o_count, adaptive):
+    """(o_count, width) input indices of every window, clipped, and which of them are real."""
+    start, end = window_bounds(n, k, s, lo, o_count, adaptive)
+    if not adaptive:
+        start, end = np.maximum(start, 0), np.minimum(end, n)
+    width = int((end - start).max())
+    raw = start[:, None] + np.arange(width)[None, :]
+    return np.clip(raw, 0, n - 1), raw < end[:, None]
+
+
+def max_pool_with_index(x, ksize, strides, paddings, global_pooling, adaptive, ceil_mode):
+    nd = x.ndim - 2
+    sizes = list(x.shape[2:])
+    if global_pooling:
+        ksize, paddings = sizes, [0] * nd
+    pads = [(0, 0)] * nd if adaptive else pad_pairs(paddings, nd)
+    counts = list(ksize) if adaptive else [
+        out_size(n, k, lo, hi, s, ceil_mode) for n, k, (lo, hi), s in zip(sizes, ksize, pads, strides)]
+    per_dim = [window_indices(n, k, s, lo, c, adaptive)
+               for n, k, s, (lo, _), c in zip(sizes, ksize, strides, pads, counts)]
+    idx, valid, flat = _window_grid(per_dim, sizes)
+    patches = x[(slice(None), slice(None)) + idx]             # N, C, o1..on, w1..wn
+    lead = x.shape[:2] + tuple(counts)
+    patches = patches.reshape(lead + (-1,))
+    patches = jnp.where(valid.reshape(tuple(counts) + (-1,)), patches, -jnp.inf)
+    # NOTE: argmax takes the first maximum in scan order, as Paddle's kernel does; gathering the
+    # output through it sends the whole gradient to that one element, as Paddle's backward does.
+    arg = jnp.argmax(patches, axis=-1)[..., None]
+    out = jnp.take_along_axis(patches, arg, axis=-1)[..., 0]
+    mask = jnp.take_along_axis(jnp.broadcast_to(flat.reshape(tuple(counts) + (-1,)), patches.shape), arg, -1)
+    return out, mask[..., 0].astype(jnp.int32)
+
+
+def _window_grid(per_dim, sizes):
+    """Broadcast per-dim window indices to shape (o1, ..., on, w1, ..., wn)."""
+    nd = len(per_dim)
+    idx, valid = [], np.ones((), bool)
+    flat = np.zeros((), np.int64)
+    for d, (ix, ok) in enumerate(per_dim):
+        shape = [1] * (2 * nd)
+        shape[d], shape[nd + d] = ix.shape
+        ix, ok = ix.reshape(shape), ok.reshape(shape)
+        idx.append(ix)
+        valid = valid & ok
+        flat = flat * sizes[d] + ix
+    return tuple(idx), valid, flat
+
+
+@lowering("pd_op.max_pool2d_with_index", "pd_op.max_pool3d_with_index", ignore=_IGNORED)
+def max_pool2d_with_index(x, *, kernel_size, strides, paddings, global_pooling, adaptive, ceil_mode=False):
+    return max_pool_with_index(x, kernel_size, strides, paddings, global_pooling, adaptive, ceil_mode)
+
+
+# ---- unpool: scatter values back to where a max pool found them --------------------------------
+def unpool_nd(x, indices, sizes):
+    n, c = x.shape[:2]
+    flat_x = x.reshape(n, c, -1)
+    flat_i = indices.reshape(n, c, -1).astype(jnp.int32)
+    out = jnp.zeros((n, c, int(np.prod(sizes))), x.dtype)
+    out = out.at[jnp.arange(n)[:, None, None], jnp.arange(c)[None, :, None], flat_i].set(flat_x)
+    return out.reshape((n, c) + tuple(sizes))
+
+
+def unpool_sizes(x, ksize, strides, padding):
+    pads = pad_pairs(padding, x.ndim - 2)
+    return [(n - 1) * s - lo - hi + k for n, s, (lo, hi), k in zip(x.shape[2:], strides, pads, ksize)]
+
+
+@lowering("pd_op.unpool")
+def unpool(x, indices, output_size=None, *, ksize, strides, padding, data_format="NCHW"):
+    if output_size is not None and len(static_ints(output_size)):
+        sizes = static_ints(output_size)[-2:]
+    else:
+        sizes = unpool_sizes(x, ksize, strides, padding)
+    return unpool_nd(x, indices, sizes)
+
+
+@lowering("pd_op.unpool3d")
+def unpool3d(x, indices, *, ksize, strides, paddings, output_size=(), data_format="NCDHW"):
+    sizes = list(output_size)[-3:] if output_size else unpool_sizes(x, ksize, strides, paddings)
+    return unpool_nd(x, indices, sizes)

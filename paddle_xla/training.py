@@ -1,0 +1,106 @@
+"""The public face for training: train_step(net, loss_fn, optimizer, ...) -> TrainStep.
+
+An edge module (imports paddle): it reads the user's Layer and paddle.optimizer, captures the
+network and loss in train mode as one program, and runs Paddle's update rule on XLA."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import paddle
+
+from . import capture
+from .errors import TrainingError, UnsupportedOpsError
+from .feeds import bind, check
+from .interop import optim as optim_interop
+from .lower import check_graph
+from .train import checkpoint, optim
+from .train.step import TrainState, make_step, split_weights
+from .wrap import net_with_loss
+
+
+class TrainStep:
+    """One compiled training step: forward, loss, gradients, clipping, update, LR schedule.
+
+    `step(*inputs, *labels) -> loss (float)`; `step.sync_to(net)` writes weights back to the Layer."""
+
+    def __init__(self, net: paddle.nn.Layer, loss_fn, optimizer: paddle.optimizer.Optimizer,
+                 input_spec: Sequence, label_spec: Sequence = (), *, seed: int = 0):
+        self.net, self.optimizer = net, optimizer
+        specs = list(input_spec) + list(label_spec)
+        wrapper = net_with_loss(net, loss_fn, [s.name for s in input_spec], [s.name for s in label_spec])
+        self.captured = capture.from_layer(wrapper, specs, training=True)
+        self.graph = self.captured.graph
+        report = check_graph(self.graph)
+        if not report.ok:
+            raise UnsupportedOpsError(report)
+        self.config = optim_interop.optimizer_config(optimizer)
+        self.schedule = optim_interop.schedule_config(optimizer._learning_rate)
+        params, buffers = split_weights(self.graph, self.captured.weights)
+        self.state = TrainState(params, buffers, optim.init_state(self.config, params), 0, jax.random.key(seed))
+        update = lambda p, g, s, lr: optim.apply(self.config, p, g, s, lr)  # noqa: E731
+        self._step = jax.jit(make_step(self.graph, update), donate_argnums=(0, 2))
+        self.last_outputs: list[jax.Array] = []
+
+    # ---- running ------------------------------------------------------------------------
+    def lr(self) -> float:
+        # NOTE: a Paddle LRScheduler advances once per step here, as hapi's LRScheduler callback does
+        # by default (by_step=True).
+        return float(self.schedule.lr_at(self.state.step)) if self.schedule is not None else float(
+            self.optimizer.get_lr())
+
+    def feeds(self, args, kwargs) -> dict[str, Any]:
+        args = [a.numpy() if isinstance(a, paddle.Tensor) else a for a in args]
+        kwargs = {k: v.numpy() if isinstance(v, paddle.Tensor) else v for k, v in kwargs.items()}
+        bound = bind(self.graph.feeds, args, kwargs)
+        return {f.name: check(f, bound[f.name]) for f in self.graph.feeds}
+
+    def __call__(self, *args, **kwargs) -> float:
+        feeds = self.feeds(args, kwargs)
+        s = self.state
+        key = jax.random.fold_in(s.key, s.step)
+        lr = jnp.asarray(self.lr(), jnp.float32)
+        params, buffers, opt_state, loss, fetches, finite = self._step(
+            s.params, s.buffers, s.opt_state, feeds, key, lr)
+        loss = float(loss)
+        if not bool(finite):
+            self.state = TrainState(params, s.buffers, opt_state, s.step, s.key)
+            raise TrainingError(
+                f"The loss or a gradient is not finite at step {s.step} (loss = {loss}); the weights and "
+                "optimizer state were left as they were before this step. Lower the learning rate, check "
+                "the inputs for NaN/Inf, or use precision='fp16' loss scaling, which skips such steps.")
+        self.state = TrainState(params, buffers, opt_state, s.step + 1, s.key)
+        self.last_outputs = list(fetches[1:])
+        return loss
+
+    # ---- weights back to Paddle, checkpoints -------------------------------------------------
+    def weights(self) -> dict[str, np.ndarray]:
+        return {k: np.asarray(v) for k, v in {**self.state.params, **self.state.buffers}.items()}
+
+    def sync_to(self, net: paddle.nn.Layer | None = None) -> None:
+        """Copy trained weights and buffers into the Paddle Layer (then paddle.save works as usual)."""
+        net = net or self.net
+        values = self.weights()
+        for tensor in net.state_dict().values():
+            if tensor.name in values:
+                tensor.set_value(values[tensor.name])
+
+    def fingerprint(self) -> str:
+        return checkpoint.fingerprint({p.name: p.shape for p in self.graph.params})
+
+    def save_checkpoint(self, path: str) -> None:
+        checkpoint.save(path, self.state, self.fingerprint(), {"schedule": self._schedule_state()})
+
+    def load_checkpoint(self, path: str) -> None:
+        self.state, extra = checkpoint.load(path, self.state, self.fingerprint())
+
+    def _schedule_state(self):
+        return self.schedule.to_dict() if self.schedule is not None and hasattr(self.schedule, "to_dict") else None
+
+
+def train_step(net, loss_fn, optimizer, input_spec, label_spec=(), **kw) -> TrainStep:
+    """Compile one training step of `net` (and `loss_fn(outputs..., labels...)`, or None when
+    net's first output is the loss) with `optimizer`'s exact Paddle update rule."""
+    return TrainStep(net, loss_fn, optimizer, input_spec, label_spec, **kw)
