@@ -48,6 +48,20 @@ def check(target: str = typer.Argument(..., help="MODULE:FACTORY returning a pad
 
 
 @app.command()
+def validate(model: str = typer.Argument("bert", help="bert | bert-base | bert-small | bert-tiny"),
+             config: Optional[str] = typer.Option(None, help="tiny | small | base (default: from MODEL, else tiny)"),
+             steps: int = typer.Option(30), batch: int = typer.Option(8), seq: int = typer.Option(64),
+             lr: float = typer.Option(1e-3), out: str = typer.Option("validate_out", help="folder for report.json/png")):
+    """Train natively and with paddle_xla from the same weights and batches; report parity and speed."""
+    from .validate import run
+    name = config or (model.split("-", 1)[1] if "-" in model else "tiny")
+    report = run(name, steps=steps, batch=batch, seq=seq, lr=lr, out_dir=out)
+    ok = report.max_rel_loss_diff < 1e-3
+    typer.echo(f"wrote {out}/report.json and {out}/report.png; loss parity {'ok' if ok else 'FAILED'}")
+    raise typer.Exit(0 if ok else 1)
+
+
+@app.command()
 def demo():
     """A short demonstration: check, compile, parity and timing of a BERT-style encoder."""
     from .demo import run

@@ -42,6 +42,10 @@ def run(batch: int = 8, seq: int = 128) -> None:
     table.add_row("paddle_xla", f"{xla_s * 1e3:.1f}", f"{pd_s / xla_s:.2f}x")
     console.print(table)
     console.print(f"first call (compile + run) {compile_s:.1f} s; max relative difference to Paddle {err:.2e}")
+    from .validate import run as validate
+    console.rule("training: BERT-tiny pretraining, native Paddle vs paddle_xla, same weights and batches")
+    validate("tiny", steps=30, batch=8, seq=64, out_dir="validate_out", console=console)
+    console.print("report: validate_out/report.json, plot: validate_out/report.png")
 
 
 def _time(fn, repeat: int = 5) -> float:

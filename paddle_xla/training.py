@@ -38,8 +38,12 @@ class TrainStep:
             raise UnsupportedOpsError(report)
         self.config = optim_interop.optimizer_config(optimizer)
         self.schedule = optim_interop.schedule_config(optimizer._learning_rate)
+        # NOTE: a scheduler the user already stepped continues from where it is (Paddle's last_epoch).
+        first = optim_interop.schedule_state(optimizer._learning_rate) \
+            if isinstance(optimizer._learning_rate, paddle.optimizer.lr.LRScheduler) else 0
+        self._lr_offset = first if isinstance(first, int) else 0
         params, buffers = split_weights(self.graph, self.captured.weights)
-        self.state = TrainState(params, buffers, optim.init_state(self.config, params), 0, jax.random.key(seed))
+        self.state = TrainState(params, buffers, self._initial_opt_state(params), 0, jax.random.key(seed))
         update = lambda p, g, s, lr: optim.apply(self.config, p, g, s, lr)  # noqa: E731
         self._step = jax.jit(make_step(self.graph, update), donate_argnums=(0, 2))
         self.last_outputs: list[jax.Array] = []
@@ -48,8 +52,7 @@ class TrainStep:
     def lr(self) -> float:
         # NOTE: a Paddle LRScheduler advances once per step here, as hapi's LRScheduler callback does
         # by default (by_step=True).
-        return float(self.schedule.lr_at(self.state.step)) if self.schedule is not None else float(
-            self.optimizer.get_lr())
+        return float(self.schedule.lr_at(self._lr_offset + self.state.step))
 
     def feeds(self, args, kwargs) -> dict[str, Any]:
         args = [a.numpy() if isinstance(a, paddle.Tensor) else a for a in args]
@@ -75,29 +78,47 @@ class TrainStep:
         self.last_outputs = list(fetches[1:])
         return loss
 
+    def _initial_opt_state(self, params):
+        """Fresh state, or the paddle optimizer's own accumulators when it has trained already
+        (e.g. after set_state_dict from a .pdopt file)."""
+        saved = {k: v for k, v in self.optimizer.state_dict().items() if k != "LR_Scheduler"}
+        if not saved:
+            return optim.init_state(self.config, params)
+        state, _ = optim_interop.from_paddle_state_dict(self.config, self.optimizer.state_dict(), params)
+        return state
+
+    def paddle_optimizer_state(self) -> dict:
+        """The optimizer state in paddle_opt.state_dict()'s layout (save it as .pdopt, or
+        set_state_dict it into the Paddle optimizer to continue natively)."""
+        return optim_interop.to_paddle_state_dict(self.config, self.state.opt_state, self.state.params,
+                                                  schedule_state=self._lr_offset + self.state.step)
+
     # ---- weights back to Paddle, checkpoints -------------------------------------------------
     def weights(self) -> dict[str, np.ndarray]:
         return {k: np.asarray(v) for k, v in {**self.state.params, **self.state.buffers}.items()}
 
-    def sync_to(self, net: paddle.nn.Layer | None = None) -> None:
-        """Copy trained weights and buffers into the Paddle Layer (then paddle.save works as usual)."""
+    def sync_to(self, net: paddle.nn.Layer | None = None, optimizer: bool = True) -> None:
+        """Copy trained weights and buffers into the Paddle Layer (then paddle.save works as usual),
+        and the optimizer state and LR schedule into the Paddle optimizer, so training can go on natively."""
         net = net or self.net
         values = self.weights()
         for tensor in net.state_dict().values():
             if tensor.name in values:
                 tensor.set_value(values[tensor.name])
+        if optimizer and net is self.net:
+            self.optimizer.set_state_dict(self.paddle_optimizer_state())
 
     def fingerprint(self) -> str:
         return checkpoint.fingerprint({p.name: p.shape for p in self.graph.params})
 
     def save_checkpoint(self, path: str) -> None:
-        checkpoint.save(path, self.state, self.fingerprint(), {"schedule": self._schedule_state()})
+        checkpoint.save(path, self.state, self.fingerprint(), {"lr_offset": self._lr_offset,
+                                                               "schedule": self.schedule.to_dict()})
 
     def load_checkpoint(self, path: str) -> None:
+        """Restore params, buffers, optimizer state, step, RNG key and LR position, all or nothing."""
         self.state, extra = checkpoint.load(path, self.state, self.fingerprint())
-
-    def _schedule_state(self):
-        return self.schedule.to_dict() if self.schedule is not None and hasattr(self.schedule, "to_dict") else None
+        self._lr_offset = int(extra.get("lr_offset", 0))
 
 
 def train_step(net, loss_fn, optimizer, input_spec, label_spec=(), **kw) -> TrainStep:

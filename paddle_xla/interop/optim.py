@@ -63,7 +63,7 @@ def optimizer_config(opt: popt.Optimizer, names: Mapping[int | str, str] | None 
     groups = _param_groups(opt)
     params = []
     for index, (group, members) in enumerate(groups):
-        group_rule = _group_rule(opt, rule, group)
+        group_rule = _group_rule(rule, group)
         for p in members:
             settings = _param_settings(opt, p, group, index, group_rule)
             params.append((_name_of(p, names), settings))
@@ -92,7 +92,7 @@ def _param_groups(opt):
     return [(None, list(opt._parameter_list or []))]
 
 
-def _group_rule(opt, rule, group):
+def _group_rule(rule, group):
     if group is None:
         return None
     keys = {k: group[k] for k in _GROUP_RULE_KEYS if k in group}
@@ -189,14 +189,13 @@ def _f(x) -> float:
 
 # -- learning-rate schedules --------------------------------------------------------------------
 
-def schedule_config(lr: float | plr.LRScheduler) -> float | lr_lib.Schedule:
-    """The train.lr schedule of a Paddle LRScheduler (a float stays a float).
+def schedule_config(lr: float | plr.LRScheduler) -> lr_lib.Schedule:
+    """The train.lr schedule of a Paddle LRScheduler; a float learning rate becomes `lr.Constant`.
 
-    Its current step is the scheduler's `last_epoch` (see `schedule_state`)."""
-    if isinstance(lr, (int, float)):
-        return float(lr)
-    if isinstance(lr, paddle.Tensor):
-        return _f(lr)
+    Its current step is the scheduler's `last_epoch` (see `schedule_state`). A later
+    `opt.set_lr(...)` on the Paddle side is not seen: read the config again."""
+    if isinstance(lr, (int, float, paddle.Tensor)):
+        return lr_lib.Constant(_f(lr))
     reader = _SCHEDULE_READERS.get(type(lr))
     if reader is None:
         raise TrainingError(f"unsupported LRScheduler {type(lr).__name__}; supported: "
@@ -216,6 +215,11 @@ def schedule_state(lr: plr.LRScheduler) -> int | lr_lib.PlateauState:
         warnings.warn(f"{type(lr).__name__} at last_epoch={step} has lr {lr.last_lr}, but replaying its "
                       f"steps gives {ours}: was it stepped with an explicit epoch?", stacklevel=2)
     return step
+
+
+def _inner_schedule(lr):
+    """LinearWarmup's target: a scheduler, or a float that stays a float (it has no state_dict)."""
+    return schedule_config(lr) if isinstance(lr, plr.LRScheduler) else _f(lr)
 
 
 def _maybe_f(x):
@@ -256,7 +260,7 @@ _SCHEDULE_READERS = {
     plr.InverseTimeDecay: lambda s: lr_lib.InverseTimeDecay(learning_rate=s.base_lr, gamma=s.gamma),
     plr.PolynomialDecay: lambda s: lr_lib.PolynomialDecay(learning_rate=s.base_lr, decay_steps=s.decay_steps,
                                                           end_lr=s.end_lr, power=s.power, cycle=bool(s.cycle)),
-    plr.LinearWarmup: lambda s: lr_lib.LinearWarmup(learning_rate=schedule_config(s.learning_rate),
+    plr.LinearWarmup: lambda s: lr_lib.LinearWarmup(learning_rate=_inner_schedule(s.learning_rate),
                                                     warmup_steps=s.warmup_steps, start_lr=s.start_lr, end_lr=s.end_lr),
     plr.ExponentialDecay: lambda s: lr_lib.ExponentialDecay(learning_rate=s.base_lr, gamma=s.gamma),
     plr.MultiStepDecay: lambda s: lr_lib.MultiStepDecay(learning_rate=s.base_lr, milestones=s.milestones, gamma=s.gamma),

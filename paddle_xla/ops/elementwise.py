@@ -1,17 +1,213 @@
-"""Binary arithmetic with NumPy-style broadcasting (Paddle's default axis=-1)."""
+"""Binary arithmetic with NumPy-style broadcasting, plus scale, pow, clip, cast, sign, increment."""
 from __future__ import annotations
 
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
 from .registry import lowering
-from .util import xp
+from .util import dtype as jax_dtype, is_static, static_scalar, xp
 
 
-def _binary(name, fn_name):
+def _kind(a) -> str:
+    return np.dtype(a.dtype).kind if hasattr(a, "dtype") else "f"
+
+
+def align(x, y):
+    """Operands of a binary op, with a constant taking the other operand's dtype.
+
+    NOTE: a NumPy constant from pd_op.full stands for a Python scalar in the user's code; Paddle gives
+    the result the tensor's dtype, so the constant must not promote float32 to float64. An int
+    constant next to a float tensor becomes float too; a float constant next to an int tensor stays
+    float (Paddle promotes those)."""
+    xs, ys = is_static(x), is_static(y)
+    if xs and not ys and not (_kind(x) == "f" and _kind(y) in "biu"):
+        x = np.asarray(x).astype(y.dtype)
+    elif ys and not xs and not (_kind(y) == "f" and _kind(x) in "biu"):
+        y = np.asarray(y).astype(x.dtype)
+    return x, y
+
+
+def _is_int(a) -> bool:
+    return _kind(a) in "biu"
+
+
+def _binary(name, fn):
     @lowering(name)
     def binary(x, y):
-        return getattr(xp(x, y), fn_name)(x, y)
-    binary.__name__ = fn_name
+        x, y = align(x, y)
+        return fn(xp(x, y), x, y)
+    binary.__name__ = name.split(".")[-1]
     return binary
 
 
-for _op, _fn in [("pd_op.add", "add"), ("pd_op.subtract", "subtract"), ("pd_op.multiply", "multiply")]:
-    _binary(_op, _fn)
+_binary("pd_op.add", lambda m, x, y: m.add(x, y))
+_binary("pd_op.subtract", lambda m, x, y: m.subtract(x, y))
+_binary("pd_op.multiply", lambda m, x, y: m.multiply(x, y))
+# NOTE: maximum/minimum split the gradient evenly on ties, as jnp's do and as Paddle's kernels do.
+_binary("pd_op.maximum", lambda m, x, y: m.maximum(x, y))
+_binary("pd_op.minimum", lambda m, x, y: m.minimum(x, y))
+_binary("pd_op.remainder", lambda m, x, y: m.remainder(x, y))
+_binary("pd_op.atan2", lambda m, x, y: m.arctan2(*_float_pair(x, y)))
+
+
+def _float_pair(x, y):
+    # NOTE: Paddle's atan2 takes integer inputs and answers in float64.
+    if _is_int(x) and _is_int(y):
+        return jnp.asarray(x, jnp.float64), jnp.asarray(y, jnp.float64)
+    return x, y
+
+
+@lowering("pd_op.divide")
+def divide(x, y):
+    x, y = align(x, y)
+    if _is_int(x) and _is_int(y):
+        # NOTE: the kernel divides integers as C++ does (truncating); Paddle's Python API casts to
+        # float first, so this is only met in hand-built or old programs.
+        return xp(x, y).asarray(lax.div(jnp.asarray(x), jnp.asarray(y))) if not is_static(x, y) \
+            else np.trunc(np.asarray(x) / np.asarray(y)).astype(np.result_type(x, y))
+    return xp(x, y).true_divide(x, y)
+
+
+@lowering("pd_op.floor_divide")
+def floor_divide(x, y):
+    # NOTE: Python's floor division (Paddle >= 2.6), not C++ truncation; jnp uses the same divmod
+    # algorithm as Paddle's float kernel.
+    x, y = align(x, y)
+    return xp(x, y).floor_divide(x, y)
+
+
+def _fmax_fmin(x, y, take_x):
+    # NOTE: NaN-ignoring max/min whose gradient goes to x on ties (Paddle's FMaxGradDx: x >= y).
+    x, y = align(x, y)
+    keep_x = take_x(x, y) | (jnp.isnan(y) if not _is_int(y) else False)
+    return jnp.where(keep_x, x, y)
+
+
+@lowering("pd_op.fmax")
+def fmax(x, y):
+    return _fmax_fmin(x, y, lambda a, b: a >= b)
+
+
+@lowering("pd_op.fmin")
+def fmin(x, y):
+    return _fmax_fmin(x, y, lambda a, b: a <= b)
+
+
+def _int_power(x, y):
+    # NOTE: Paddle computes integer powers through C's pow on doubles, truncated back: a negative
+    # exponent gives 0 except for bases 1 and -1 (and 0 for base 0).
+    pos = jnp.power(x, jnp.maximum(y, 0))
+    odd = (y % 2) != 0
+    neg = jnp.where(x == 1, 1, jnp.where(x == -1, jnp.where(odd, -1, 1), 0)).astype(pos.dtype)
+    return jnp.where(y < 0, neg, pos)
+
+
+@lowering("pd_op.elementwise_pow")
+def elementwise_pow(x, y):
+    x, y = align(x, y)
+    if _is_int(x) and _is_int(y):
+        return _int_power(jnp.asarray(x), jnp.asarray(y))
+    if is_static(y) and np.ndim(y) == 0 and float(y) == int(y):
+        # NOTE: an integral constant exponent (x ** 2) is x*x in XLA, exact for negative x.
+        return lax.integer_pow(jnp.asarray(x), int(y))
+    return jnp.power(x, y)
+
+
+@lowering("pd_op.pow")
+def pow_(x, *, y):
+    if _is_int(x):
+        # NOTE: on integers Paddle truncates the exponent to an integer first (x ** 2.7 == x ** 2).
+        return _int_power(x, jnp.asarray(int(y), x.dtype))
+    if float(y) == int(y):
+        return lax.integer_pow(x, int(y))
+    return jnp.power(x, jnp.asarray(y, x.dtype))
+
+
+def _compute_dtype(x):
+    # NOTE: Paddle computes half-precision arithmetic in float32 and rounds once.
+    return jnp.float32 if x.dtype in (jnp.float16, jnp.bfloat16) else x.dtype
+
+
+@lowering("pd_op.scale")
+def scale(x, s, *, bias, bias_after_scale):
+    if is_static(s):
+        s = static_scalar(s)
+    else:
+        # NOTE: Paddle's scale has no gradient for a tensor-valued factor.
+        s = lax.stop_gradient(jnp.reshape(s, ()))
+    if _is_int(x):
+        # NOTE: Paddle casts the factor and bias to the integer type (truncating) before computing.
+        s = jnp.trunc(s).astype(x.dtype) if not isinstance(s, (int, float)) else int(s)
+        b = int(bias)
+    else:
+        b = bias
+    if is_static(x):
+        return np.asarray(x * s + b if bias_after_scale else (x + b) * s, dtype=np.asarray(x).dtype)
+    ct = _compute_dtype(x)
+    xc = x.astype(ct)
+    s = jnp.asarray(s, ct)
+    b = jnp.asarray(b, ct)
+    out = xc * s + b if bias_after_scale else (xc + b) * s
+    return out.astype(x.dtype)
+
+
+@lowering("pd_op.cast")
+def cast(x, *, dtype):
+    dt = jax_dtype(dtype)
+    if is_static(x):
+        return np.asarray(x).astype(np.dtype(dt))
+    return x.astype(dt)
+
+
+@lowering("pd_op.clip")
+def clip(x, lo, hi):
+    # NOTE: the gradient passes where lo <= x <= hi, both bounds included (Paddle's ClipGradFunctor);
+    # jnp.clip would halve it on the bounds.
+    lo = jnp.asarray(lo, x.dtype).reshape(()) if np.size(lo) == 1 else jnp.asarray(lo, x.dtype)
+    hi = jnp.asarray(hi, x.dtype).reshape(()) if np.size(hi) == 1 else jnp.asarray(hi, x.dtype)
+    lo, hi = lax.stop_gradient(lo), lax.stop_gradient(hi)
+    inside = (x >= lo) & (x <= hi)
+    return jnp.where(inside, x, lax.stop_gradient(jnp.where(x < lo, lo, hi)))
+
+
+@lowering("pd_op.sign")
+def sign(x):
+    return xp(x).sign(x)
+
+
+@lowering("pd_op.increment", "pd_op.increment_")
+def increment(x, *, value):
+    return x + np.asarray(value).astype(np.dtype(x.dtype))
+
+
+@lowering("pd_op.heaviside")
+def heaviside(x, y):
+    # NOTE: Paddle's heaviside has no gradient for x and passes dout * (x == 0) to y.
+    x, y = align(x, y)
+    zero_x = lax.stop_gradient(x) == 0
+    step = jnp.where(lax.stop_gradient(x) > 0, 1, 0).astype(jnp.result_type(x, y))
+    return jnp.where(zero_x, y, step)
+
+
+@lowering("pd_op.copysign")
+def copysign(x, y):
+    x, y = align(x, y)
+    if _is_int(x):
+        x = x.astype(jnp.float32 if x.dtype.itemsize <= 2 else jnp.float64)
+    # NOTE: the gradient w.r.t. y is 0 and w.r.t. x is sign-flip (0 where x == 0), as Paddle's.
+    return jnp.copysign(x, lax.stop_gradient(jnp.asarray(y)).astype(x.dtype))
+
+
+@lowering("pd_op.nextafter")
+def nextafter(x, y):
+    x, y = align(x, y)
+    return lax.stop_gradient(jnp.nextafter(x, y))
+
+
+
+@lowering("pd_op.lerp")
+def lerp(x, y, weight):
+    x, y = align(x, y)
+    w = jnp.asarray(weight, x.dtype) if is_static(weight) else weight
+    return x + w * (y - x)

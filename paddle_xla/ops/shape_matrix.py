@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from .registry import lowering
 from .util import dtype as jax_dtype, is_static, static_scalar, xp
@@ -77,7 +78,12 @@ def fill_diagonal_tensor(x, y, *, offset=0, dim1=0, dim2=1):
     d1, d2 = dim1 % nd, dim2 % nd
     moved = jnp.moveaxis(x, (d1, d2), (-2, -1))
     rows, cols = _diag_positions(np.shape(x)[d1], np.shape(x)[d2], offset)
-    moved = moved.at[..., rows, cols].set(jnp.asarray(y, dtype=x.dtype))
+    # NOTE: y is laid out as x's other dims then the diagonal (a 2-D x gets y as [1, length]).
+    y = jnp.reshape(jnp.asarray(y, dtype=x.dtype), moved.shape[:-2] + (len(rows),))
+    # NOTE: Paddle's fill_diagonal_tensor_grad returns only x's gradient; y gets none. Training
+    # parity with Paddle means y gets none here too.
+    y = lax.stop_gradient(y)
+    moved = moved.at[..., rows, cols].set(y)
     return jnp.moveaxis(moved, (-2, -1), (d1, d2))
 
 
@@ -92,7 +98,7 @@ def fill_diagonal(x, *, value=0.0, offset=0, wrap=False):
     flat = np.arange(0, size, step)
     keep = (flat % shape[1] + offset >= 0) & (flat % shape[1] + offset < shape[1])
     positions = flat[keep] + offset
-    out = jnp.reshape(x, (-1,)).at[positions].set(jnp.asarray(value, dtype=x.dtype))
+    out = jnp.asarray(x).reshape(-1).at[positions].set(jnp.asarray(value, dtype=x.dtype))
     return out.reshape(shape)
 
 

@@ -15,16 +15,18 @@ is `{param name: {accumulator: array}}`, named as Paddle names its accumulators 
 `beta1_pow_acc`, `velocity`, ...), so it maps 1:1 onto `paddle_opt.state_dict()`.
 
 Where Paddle differs from optax (why most rules are written out in jnp):
-- Adam/AdamW: Paddle keeps beta1^t, beta2^t as state (`beta*_pow_acc`, starting at beta, not 1),
-  and computes p -= lr*sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps*sqrt(1-b2^t)). optax divides
-  by sqrt(v_hat) + eps, i.e. its eps is not scaled by sqrt(1-b2^t).
+- Adam/AdamW: Paddle keeps beta1^t, beta2^t as state (`beta*_pow_acc`, shape [1], starting at
+  beta, not 1, and multiplied by beta in float32 each step rather than computed as beta**t), and
+  computes p -= lr*sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps*sqrt(1-b2^t)). optax divides by
+  sqrt(v_hat) + eps, i.e. its eps is not scaled by sqrt(1-b2^t). amsgrad keeps max(v) unscaled.
 - AdamW decays before the Adam step, from the old parameter: p -= lr*coeff*p, then Adam;
   optax.adamw adds weight_decay*p to the Adam direction. Paddle's lr_ratio (GPU only) scales lr.
-- Lamb: r = m_hat/(sqrt(v_hat) + eps) + wd*p; trust ratio ||p||/||r|| (1 when either is 0, and
-  not computed at all when wd == 0 and not always_adapt); p -= lr*ratio*r. optax.lamb clips
-  nothing but puts eps in the same place; its decay mask is a pytree, here `apply_decay`.
+- Lamb: r = m_hat/(sqrt(v_hat) + eps) + wd*p and p -= lr*(||p||/||r||)*r, with the trust ratio 1
+  when either norm is 0 (as optax.lamb), but the bias corrections use the running beta^t state,
+  the ratio is not computed at all when wd == 0 and not always_adapt, and the decay mask is a
+  per-parameter flag (`apply_decay`, from exclude_from_weight_decay_fn).
 - Momentum: velocity = mu*v + g; p -= lr*v (or lr*(g + mu*v) with Nesterov). This is exactly
-  optax.trace, which `Momentum` uses. L2Decay is fused in the kernel (after rescale_grad).
+  optax.trace, which `Momentum` uses. An L2Decay is fused into the kernel (after rescale_grad).
 - RMSProp: eps inside the sqrt, and the lr inside the momentum buffer:
   mom = momentum*mom + lr*g/sqrt(ms + eps) (centered: sqrt(ms - mg^2 + eps)); p -= mom.
 - Adagrad: moment starts at initial_accumulator_value; p -= lr*g/(sqrt(moment) + eps) (optax
@@ -33,10 +35,18 @@ Where Paddle differs from optax (why most rules are written out in jnp):
 
 Hyper-parameters are cast to float32 before any arithmetic, so 1 - beta is rounded as Paddle's
 float kernels round it. multi_precision is ignored: parameters here are already float32 masters.
+
+Known differences from native Paddle:
+- Paddle skips a parameter whose gradient is None (unused in the loss): no update, no beta^t
+  advance. Here every trainable parameter gets a gradient, zero when unused, and moves.
+- Momentum's rescale_grad and AdamW's lr_ratio follow Paddle's GPU kernels; Paddle's CPU
+  momentum kernel ignores rescale_grad, and its CPU AdamW refuses lr_ratio.
+- Paddle's CPU kernels (Eigen) contract a*b + c into FMAs; XLA fuses its own way. Results agree
+  to float32 ulps (Adam bit for bit in the tests), not always bit for bit.
 """
 from __future__ import annotations
 
-import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
@@ -303,12 +313,12 @@ class ParamSettings:
 class OptimizerConfig:
     rule: Rule
     params: tuple[tuple[str, ParamSettings], ...]
-    learning_rate: float | lr_lib.Schedule = 0.001
+    learning_rate: float | lr_lib.Schedule = 0.001      # interop gives a Schedule (lr.Constant for a float)
     regularizer: Regularizer | None = None            # the optimizer's weight_decay, for reference
     grad_clip: clip_lib.Clip | None = None
     group_clips: tuple[clip_lib.Clip | None, ...] = ()  # per parameter group, when there are groups
     name: str | None = None                           # the Paddle optimizer's `name` (accumulator prefix)
-    _by_name: dict = field(default=None, compare=False, hash=False, repr=False)
+    _by_name: dict = field(default=None, init=False, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
         object.__setattr__(self, "params", tuple((n, s) for n, s in self.params))
@@ -364,6 +374,12 @@ def apply(config: OptimizerConfig, params: Mapping[str, Array], grads: Mapping[s
     return new_params, new_state
 
 
+def init_and_update(config: OptimizerConfig):
+    """(init, update) closures over `config`, in the shape train.step expects:
+    init(params) -> state; update(params, grads, state, lr) -> (params, state)."""
+    return functools.partial(init_state, config), functools.partial(apply, config)
+
+
 def clip_all(config: OptimizerConfig, grads: Mapping[str, Array]) -> dict[str, Array]:
     """Clip the trainable gradients, one clip per parameter group."""
     out = {}
@@ -405,6 +421,4 @@ def config_to_dict(config: OptimizerConfig) -> dict:
 
 def config_from_dict(d: dict, **callables: Any) -> OptimizerConfig:
     """The inverse of `config_to_dict`; pass `lr_lambda=` again for a host-evaluated schedule."""
-    raw = lr_lib.dataclass_from_dict(d, CONFIG_CLASSES, **callables)
-    params = tuple((name, s) for name, s in raw.params)
-    return dataclasses.replace(raw, params=params)
+    return lr_lib.dataclass_from_dict(d, CONFIG_CLASSES, **callables)

@@ -26,7 +26,7 @@ CASES = [
            ["pd_op.pad3d"]),
     OpCase("pad3d_ncl", _pad([2, 1], mode="circular", data_format="NCL"), [Arg((2, 3, 5))], ["pd_op.pad3d"]),
     OpCase("pad3d_nlc", _pad([2, 1], mode="reflect", data_format="NLC"), [Arg((2, 5, 3))], ["pd_op.pad3d"]),
-    OpCase("pad3d_tensor_pad", lambda x: F.pad(x, paddle.to_tensor([1, 2, 0, 1], "int32"), mode="reflect"),
+    OpCase("pad3d_tensor_pad", lambda x: F.pad(x, paddle.full([4], 1, "int32"), mode="reflect"),
            [IMG], ["pd_op.pad3d"]),
     OpCase("pad3d_f64", _pad([1, 1, 1, 1], mode="replicate"), [Arg((1, 2, 3, 4), "float64")], ["pd_op.pad3d"]),
     # triangles

@@ -334,3 +334,36 @@ def test_train_modules_never_import_paddle(module):
                 for a in (n.names if isinstance(n, ast.Import) else [n])
                 if not (isinstance(n, ast.ImportFrom) and n.level > 0)]
     assert not [m for m in imported if m and m.split(".")[0] == "paddle"]
+
+
+def _one_step(rule, settings, grads, lr=0.1):
+    names = {"w": settings}
+    config = optim.make_config(rule, names)
+    params = {"w": jnp.linspace(-1.0, 1.0, 6, dtype=jnp.float32)}
+    state = optim.init_state(config, params)
+    return optim.apply(config, params, {"w": grads}, state, lr)[0]["w"]
+
+
+def test_momentum_rescale_grad_follows_the_gpu_kernel():
+    # NOTE: Paddle's CPU momentum kernel ignores rescale_grad; its GPU kernel (and ours) scales g.
+    g = jnp.arange(6, dtype=jnp.float32)
+    scaled = _one_step(optim.Momentum(rescale_grad=2.0), optim.ParamSettings(), g)
+    np.testing.assert_array_equal(scaled, _one_step(optim.Momentum(), optim.ParamSettings(), 2 * g))
+
+
+def test_adamw_lr_ratio_scales_the_whole_step():
+    # NOTE: Paddle implements lr_ratio on GPU only (its CPU AdamW raises): lr * lr_ratio everywhere.
+    g = jnp.arange(6, dtype=jnp.float32)
+    ratio = _one_step(optim.AdamW(weight_decay=0.3), optim.ParamSettings(lr_ratio=0.25), g, lr=0.2)
+    np.testing.assert_allclose(ratio, _one_step(optim.AdamW(weight_decay=0.3), optim.ParamSettings(), g, lr=0.05),
+                               rtol=1e-7)
+
+
+def test_init_and_update_closures():
+    params = make_params()
+    config = optimizer_config(P.Adam(0.01, parameters=params))
+    init, update = optim.init_and_update(config)
+    start = snapshot(params)
+    grads = {n: jnp.ones(s) for n, s in SHAPES.items()}
+    new, state = jax.jit(update)(start, grads, init(start), 0.01)
+    assert set(state) == set(config.trainable()) and float(state["w"]["beta1_pow_acc"][0]) == pytest.approx(0.81)

@@ -1,0 +1,126 @@
+"""Reductions over axes: sum, mean, max, min, prod, all, any, logsumexp, argmax/argmin, and the
+Frobenius / squared L2 norms (p_norm lives with the normalisations in norm.py)."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .registry import lowering
+from .util import axis_list, dtype as jax_dtype
+
+
+def _axes(x, axis, reduce_all=False):
+    """Paddle's axis (operand or attribute; empty means every axis) as a tuple."""
+    if reduce_all or x.ndim == 0:
+        return tuple(range(x.ndim))
+    return axis_list(axis, x.ndim)
+
+
+def _int_like(x) -> bool:
+    return x.dtype == jnp.bool_ or jnp.issubdtype(x.dtype, jnp.integer)
+
+
+@lowering("pd_op.sum")
+def sum_(x, axis, *, dtype=None, keepdim=False):
+    dt = jax_dtype(dtype)
+    if dt is None and _int_like(x) and x.dtype not in (jnp.int64, jnp.uint64):
+        # NOTE: Paddle sums bool and narrower integers into int64.
+        dt = jnp.int64
+    return jnp.sum(x, axis=_axes(x, axis), dtype=dt, keepdims=keepdim)
+
+
+@lowering("pd_op.mean")
+def mean(x, axis, *, keepdim=False):
+    axes = _axes(x, axis)
+    if _int_like(x):
+        # NOTE: an integer mean stays integer, truncated like C++ division.
+        n = int(np.prod([x.shape[a] for a in axes]))
+        total = jnp.sum(x, axis=axes, keepdims=keepdim, dtype=x.dtype)
+        return lax.div(total, jnp.asarray(n, x.dtype))
+    return jnp.mean(x, axis=axes, keepdims=keepdim)
+
+
+@lowering("pd_op.mean_all")
+def mean_all(x):
+    return jnp.mean(x)
+
+
+# NOTE: max/min/amax/amin share the gradient evenly among tied maxima, in Paddle and in jnp alike.
+@lowering("pd_op.max")
+def max_(x, axis, *, keepdim=False):
+    return jnp.max(x, axis=_axes(x, axis), keepdims=keepdim)
+
+
+@lowering("pd_op.min")
+def min_(x, axis, *, keepdim=False):
+    return jnp.min(x, axis=_axes(x, axis), keepdims=keepdim)
+
+
+@lowering("pd_op.amax")
+def amax(x, *, axis, keepdim=False):
+    return jnp.max(x, axis=_axes(x, axis), keepdims=keepdim)
+
+
+@lowering("pd_op.amin")
+def amin(x, *, axis, keepdim=False):
+    return jnp.min(x, axis=_axes(x, axis), keepdims=keepdim)
+
+
+@lowering("pd_op.prod")
+def prod(x, axis, *, keepdim=False, reduce_all=False):
+    return jnp.prod(x, axis=_axes(x, axis, reduce_all), keepdims=keepdim)
+
+
+@lowering("pd_op.all")
+def all_(x, *, axis, keepdim=False):
+    return jnp.all(x, axis=_axes(x, axis), keepdims=keepdim)
+
+
+@lowering("pd_op.any")
+def any_(x, *, axis, keepdim=False):
+    return jnp.any(x, axis=_axes(x, axis), keepdims=keepdim)
+
+
+@lowering("pd_op.logsumexp")
+def logsumexp(x, *, axis, keepdim=False, reduce_all=False):
+    return jax.nn.logsumexp(x, axis=_axes(x, axis, reduce_all), keepdims=keepdim)
+
+
+def _arg(fn, x, axis, keepdims, flatten, dtype):
+    dt = jax_dtype(dtype) or jnp.int64
+    if flatten or x.ndim == 0:
+        out = fn(x.reshape(-1))
+        return out.astype(dt).reshape((1,) * x.ndim if keepdims else ())
+    (a,) = axis_list(axis, x.ndim)
+    return fn(x, axis=a, keepdims=keepdims).astype(dt)
+
+
+@lowering("pd_op.argmax")
+def argmax(x, axis, *, keepdims=False, flatten=False, dtype="int64"):
+    return _arg(jnp.argmax, x, axis, keepdims, flatten, dtype)
+
+
+@lowering("pd_op.argmin")
+def argmin(x, axis, *, keepdims=False, flatten=False, dtype="int64"):
+    return _arg(jnp.argmin, x, axis, keepdims, flatten, dtype)
+
+
+# ---- norms -----------------------------------------------------------------------------------
+def _l2(x, axes, keepdims):
+    # NOTE: an all-zero slice gets gradient 0 (as in Paddle), not jnp.sqrt's NaN at 0.
+    s = jnp.sum(jnp.square(x), axis=axes, keepdims=keepdims)
+    nonzero = s > 0
+    return jnp.where(nonzero, jnp.sqrt(jnp.where(nonzero, s, 1)), 0)
+
+
+@lowering("pd_op.frobenius_norm")
+def frobenius_norm(x, axis, *, keep_dim=False, reduce_all=False):
+    return _l2(x, _axes(x, axis, reduce_all), keep_dim)
+
+
+@lowering("pd_op.squared_l2_norm")
+def squared_l2_norm(x):
+    return jnp.sum(jnp.square(x)).reshape((1,))
+

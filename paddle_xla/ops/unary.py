@@ -1,0 +1,111 @@
+"""Elementwise math of one tensor: exponentials, logs, roots, trigonometry, special functions."""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import jax.scipy.special as jsp
+from jax import lax
+
+from .registry import lowering
+
+
+def _floating(x):
+    # NOTE: Paddle's float-valued math (exp, sin, ...) takes integer tensors and answers in float32.
+    return x if jnp.issubdtype(x.dtype, jnp.inexact) else x.astype(jnp.float32)
+
+
+def _float_unary(name, fn):
+    @lowering(name)
+    def unary(x):
+        return fn(_floating(x))
+    unary.__name__ = name.split(".")[-1]
+    return unary
+
+
+for _name, _fn in {
+    "exp": jnp.exp, "expm1": jnp.expm1, "log": jnp.log, "log1p": jnp.log1p, "log2": jnp.log2,
+    "log10": jnp.log10, "sqrt": jnp.sqrt, "rsqrt": lax.rsqrt,
+    "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan, "asin": jnp.arcsin, "acos": jnp.arccos,
+    "atan": jnp.arctan, "sinh": jnp.sinh, "cosh": jnp.cosh, "tanh": jnp.tanh, "asinh": jnp.arcsinh,
+    "acosh": jnp.arccosh, "atanh": jnp.arctanh, "erf": lax.erf, "erfinv": lax.erf_inv,
+    "reciprocal": jnp.reciprocal, "lgamma": lax.lgamma, "digamma": lax.digamma,
+    "i0": jsp.i0, "i0e": jsp.i0e, "i1": jsp.i1, "i1e": jsp.i1e,
+}.items():
+    _float_unary(f"pd_op.{_name}", _fn)
+
+
+@lowering("pd_op.abs")
+def abs_(x):
+    # NOTE: d|x|/dx at 0 is 0 in Paddle; jnp.abs agrees (it differentiates as sign(x)).
+    return jnp.abs(x)
+
+
+@lowering("pd_op.square")
+def square(x):
+    return x * x
+
+
+@lowering("pd_op.floor")
+def floor(x):
+    return x if not jnp.issubdtype(x.dtype, jnp.inexact) else jnp.floor(x)
+
+
+@lowering("pd_op.ceil")
+def ceil(x):
+    return x if not jnp.issubdtype(x.dtype, jnp.inexact) else jnp.ceil(x)
+
+
+@lowering("pd_op.trunc")
+def trunc(x):
+    return x if not jnp.issubdtype(x.dtype, jnp.inexact) else lax.stop_gradient(jnp.trunc(x))
+
+
+@lowering("pd_op.round")
+def round_(x, *, decimals=0):
+    # NOTE: rint (half to even), with the power of ten applied in x's own dtype, as Paddle's kernel.
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        return x
+    x = lax.stop_gradient(x)
+    if decimals == 0:
+        return jnp.round(x)
+    p = jnp.asarray(10.0 ** abs(decimals), x.dtype)
+    return jnp.round(x * p) / p if decimals > 0 else jnp.round(x / p) * p
+
+
+@lowering("pd_op.isnan")
+def isnan(x):
+    return jnp.isnan(x)
+
+
+@lowering("pd_op.isinf")
+def isinf(x):
+    return jnp.isinf(x)
+
+
+@lowering("pd_op.isfinite")
+def isfinite(x):
+    return jnp.isfinite(x)
+
+
+@lowering("pd_op.logit")
+def logit(x, *, eps=0.0):
+    x = _floating(x)
+    if eps:
+        # NOTE: Paddle clamps into [eps, 1-eps] and gives no gradient outside that range.
+        inside = (x >= eps) & (x <= 1 - eps)
+        x = jnp.where(inside, x, lax.stop_gradient(jnp.clip(x, eps, 1 - eps)))
+    return jnp.log(x / (1 - x))
+
+
+@lowering("pd_op.polygamma")
+def polygamma(x, *, n):
+    x = _floating(x)
+    return jsp.polygamma(jnp.asarray(n, x.dtype), x)
+
+
+@lowering("pd_op.angle")
+def angle(x):
+    x = _floating(x)
+    if jnp.iscomplexobj(x):
+        return jnp.angle(x)
+    # NOTE: for real inputs the angle is 0 or pi, with no gradient (Paddle's angle_grad is zero).
+    return lax.stop_gradient(jnp.where(x < 0, jnp.asarray(jnp.pi, x.dtype), jnp.zeros_like(x)))
