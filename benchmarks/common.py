@@ -23,18 +23,24 @@ def time_calls(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> dict[str
     `fn` must block until its result is ready (block_until_ready, .numpy(), copy_to_cpu)."""
     for _ in range(warmup):
         fn()
-    samples = []
+    samples, cpu = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         fn()
         samples.append((time.perf_counter() - start) * 1e3)
-    return latency_stats(samples)
+        cpu.append((time.process_time() - start_cpu) * 1e3)
+    return latency_stats(samples, cpu)
 
 
-def latency_stats(samples_ms: Sequence[float]) -> dict[str, Any]:
-    return {"median_ms": statistics.median(samples_ms), "min_ms": min(samples_ms),
-            "mean_ms": statistics.fmean(samples_ms), "max_ms": max(samples_ms),
-            "repeats": len(samples_ms), "samples_ms": [round(s, 3) for s in samples_ms]}
+def latency_stats(samples_ms: Sequence[float], cpu_ms: Sequence[float] | None = None) -> dict[str, Any]:
+    out = {"median_ms": statistics.median(samples_ms), "min_ms": min(samples_ms),
+           "mean_ms": statistics.fmean(samples_ms), "max_ms": max(samples_ms),
+           "repeats": len(samples_ms), "samples_ms": [round(s, 3) for s in samples_ms]}
+    if cpu_ms:
+        # NOTE: CPU seconds of all the process's threads per call (spin-waiting included): on a shared
+        # machine it says how much work a call took even when the wall clock was stretched by others.
+        out["median_cpu_ms"] = statistics.median(cpu_ms)
+    return out
 
 
 # ---- the machine -------------------------------------------------------------------------------
@@ -97,29 +103,56 @@ def machine_info() -> dict[str, Any]:
 # ---- the matmul peak ---------------------------------------------------------------------------
 
 
-def matmul_rate(n: int, dtype: str, out_dtype: str | None, repeats: int) -> float:
-    """Best GFLOP/s of one jitted n x n x n jnp matmul (2 n^3 FLOPs), after a compiling call."""
+def matmul_rate(n: int, dtype: str, out_dtype: str | None, repeats: int) -> tuple[float, float]:
+    """(GFLOP/s by the wall clock, GFLOP per CPU-second) of one jitted n x n x n jnp matmul (2 n^3 FLOPs),
+    each the best of `repeats` calls after a compiling one."""
     import jax
     import jax.numpy as jnp
     a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32).astype(dtype)
     b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32).astype(dtype)
     f = jax.jit(lambda a, b: jnp.matmul(a, b, preferred_element_type=out_dtype))
-    f(a, b).block_until_ready()
-    best = float("inf")
+    return _best_rate(lambda: f(a, b).block_until_ready(), 2 * n**3, repeats)
+
+
+def _best_rate(call: Callable[[], Any], flops: float, repeats: int) -> tuple[float, float]:
+    call()
+    wall = cpu = float("inf")
     for _ in range(repeats):
-        start = time.perf_counter()
-        f(a, b).block_until_ready()
-        best = min(best, time.perf_counter() - start)
-    return 2 * n**3 / best / 1e9
+        start, start_cpu = time.perf_counter(), time.process_time()
+        call()
+        wall = min(wall, time.perf_counter() - start)
+        cpu = min(cpu, time.process_time() - start_cpu)
+    return flops / wall / 1e9, flops / max(cpu, 1e-9) / 1e9
 
 
 def matmul_peak(sizes: Sequence[int] = (2048, 4096), repeats: int = 5) -> dict[str, Any]:
-    """The machine's measured matmul peak: best over sizes of f32 x f32 -> f32 and bf16 x bf16 -> f32."""
-    f32 = {str(n): round(matmul_rate(n, "float32", None, repeats), 2) for n in sizes}
-    bf16 = {str(n): round(matmul_rate(n, "bfloat16", "float32", repeats), 2) for n in sizes}
-    return {"fp32_gflops": max(f32.values()), "bf16_f32acc_gflops": max(bf16.values()),
-            "fp32_by_size": f32, "bf16_by_size": bf16, "sizes": list(sizes), "repeats": repeats,
+    """The machine's measured matmul peak: best over sizes of f32 x f32 -> f32 and bf16 x bf16 -> f32.
+
+    Beside the wall-clock rate, the rate per CPU-second (all threads' CPU time): on a machine shared
+    with other work the wall clock is stretched, while the work per CPU-second barely moves."""
+    f32 = {n: matmul_rate(n, "float32", None, repeats) for n in sizes}
+    bf16 = {n: matmul_rate(n, "bfloat16", "float32", repeats) for n in sizes}
+    return {"fp32_gflops": round(max(w for w, _ in f32.values()), 2),
+            "bf16_f32acc_gflops": round(max(w for w, _ in bf16.values()), 2),
+            "fp32_gflops_per_cpu_second": round(max(c for _, c in f32.values()), 2),
+            "bf16_gflops_per_cpu_second": round(max(c for _, c in bf16.values()), 2),
+            "fp32_by_size": {str(n): round(w, 2) for n, (w, _) in f32.items()},
+            "bf16_by_size": {str(n): round(w, 2) for n, (w, _) in bf16.items()},
+            "sizes": list(sizes), "repeats": repeats,
             "how": "jax.jit(jnp.matmul), block_until_ready, best of `repeats` after a warm-up call"}
+
+
+def paddle_matmul_rate(sizes: Sequence[int] = (2048, 4096), repeats: int = 5) -> dict[str, Any]:
+    """Native Paddle's own f32 matmul (eager paddle.matmul, its CPU BLAS), for comparison with XLA's."""
+    import paddle
+    rates = {}
+    for n in sizes:
+        a, b = paddle.randn([n, n]), paddle.randn([n, n])
+        rates[n] = _best_rate(lambda: paddle.matmul(a, b), 2 * n**3, repeats)
+    return {"fp32_gflops": round(max(w for w, _ in rates.values()), 2),
+            "fp32_gflops_per_cpu_second": round(max(c for _, c in rates.values()), 2),
+            "fp32_by_size": {str(n): round(w, 2) for n, (w, _) in rates.items()},
+            "how": "eager paddle.matmul with OMP/MKL threads = nproc, best of `repeats`"}
 
 
 # ---- FLOPs -------------------------------------------------------------------------------------
@@ -191,12 +224,27 @@ def _subjaxprs(params: Mapping[str, Any]):
 # ---- workers -----------------------------------------------------------------------------------
 
 
+def busy_cpu_seconds() -> float | None:
+    """CPU seconds the whole machine has spent busy since boot (all processes, from /proc/stat)."""
+    try:
+        with open("/proc/stat", encoding="utf-8") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)          # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class WorkerResult:
     ok: bool
     data: dict[str, Any]
     seconds: float
     log_tail: str
+    # NOTE: other tenants' CPU use during the worker: the machine's busy CPU time less our worker's,
+    # as a fraction of all cores. Above ~0.1 the latencies measured are not the machine's own.
+    foreign_load: float | None = None
+    load_average: tuple[float, float, float] | None = None
 
 
 def run_worker(script: str, job: Mapping[str, Any], *, env: Mapping[str, str | None], timeout: float,
@@ -214,6 +262,8 @@ def run_worker(script: str, job: Mapping[str, Any], *, env: Mapping[str, str | N
             full_env.pop(k, None)
         else:
             full_env[k] = v
+    load_average = os.getloadavg()
+    busy0, own0 = busy_cpu_seconds(), _children_cpu_seconds()
     start = time.perf_counter()
     with open(log_path, "w", encoding="utf-8") as log:
         try:
@@ -223,9 +273,20 @@ def run_worker(script: str, job: Mapping[str, Any], *, env: Mapping[str, str | N
         except subprocess.TimeoutExpired:
             rc = "timeout"
     seconds = time.perf_counter() - start
+    busy1, own1 = busy_cpu_seconds(), _children_cpu_seconds()
+    foreign = None
+    if busy0 is not None and busy1 is not None:
+        foreign = max(0.0, ((busy1 - busy0) - (own1 - own0)) / (seconds * nproc()))
     with open(log_path, encoding="utf-8", errors="replace") as f:
         tail = "".join(line for line in f.readlines()[-30:] if "UserWarning" not in line and "warnings.warn" not in line)
     if rc == 0 and os.path.exists(out_path):
         with open(out_path, encoding="utf-8") as f:
-            return WorkerResult(True, json.load(f), seconds, tail)
-    return WorkerResult(False, {"error": f"worker exited with {rc}", "log_tail": tail[-3000:]}, seconds, tail)
+            return WorkerResult(True, json.load(f), seconds, tail, foreign, load_average)
+    return WorkerResult(False, {"error": f"worker exited with {rc}", "log_tail": tail[-3000:]}, seconds, tail,
+                        foreign, load_average)
+
+
+def _children_cpu_seconds() -> float:
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime

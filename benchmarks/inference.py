@@ -38,7 +38,8 @@ CONFIGS: dict[str, tuple[str, bool, str]] = {
 }
 PADDLE_CONFIGS = [c for c in CONFIGS if c != "paddle_xla"]
 QUICK_CONFIGS = ["paddle_xla", "eager_threads", "to_static_threads", "inference_onednn"]
-REFERENCE = ("eager", "eager_threads")     # outputs are compared with the first of these that ran
+# outputs are compared with the first of these that ran
+REFERENCE = ("eager", "eager_threads", "to_static", "to_static_threads", "inference_onednn")
 
 
 # ---- the models ----------------------------------------------------------------------------------
@@ -196,6 +197,10 @@ def worker(job_path: str) -> None:
         job = json.load(f)
     if job["kind"] == "peak":
         result = {"matmul_peak": common.matmul_peak(job["sizes"], job["repeats"]), "machine": common.machine_info()}
+    elif job["kind"] == "paddle_peak":
+        import paddle
+        paddle.base.core.set_num_threads(job["nproc"])
+        result = common.paddle_matmul_rate(job["sizes"], job["repeats"])
     else:
         import numpy as np
         import paddle
@@ -249,7 +254,7 @@ def max_abs_diff(a_path, b_path):
     return float(max(np.max(np.abs(a[k].astype("float64") - b[k].astype("float64"))) for k in a.files))
 
 
-def summarise(name, settings, results, peak_fp32):
+def summarise(name, settings, results, peak):
     """Per-model block of the JSON: latencies, FLOPs, Paddle's best, paddle_xla's ratio to it."""
     xla = results.get("paddle_xla", {})
     counted = (xla.get("counted_flops") or {}).get("total")
@@ -257,15 +262,22 @@ def summarise(name, settings, results, peak_fp32):
         flops, source = settings["analytic_flops"], settings["flops_note"]
     else:
         flops, source = counted, "counted: conv and matmul FLOPs in paddle_xla's lowered jaxpr (2 per multiply-add)"
-    ref = next((results[r]["outputs"] for r in REFERENCE if results.get(r, {}).get("outputs")), None)
+    ref_cfg = next((r for r in REFERENCE if results.get(r, {}).get("outputs")), None)
+    ref = results[ref_cfg]["outputs"] if ref_cfg else None
     for cfg, res in results.items():
         if res.get("status") != "ok":
             continue
         med = res["latency"]["median_ms"] / 1e3
         res["gflops"] = flops / med / 1e9
-        res["fraction_of_fp32_peak"] = res["gflops"] / peak_fp32 if peak_fp32 else None
+        res["fraction_of_fp32_peak"] = res["gflops"] / peak["fp32_gflops"]
+        cpu_ms = res["latency"].get("median_cpu_ms")
+        if cpu_ms:
+            # NOTE: the load-robust twin of the two above: work per CPU-second against the matmul's.
+            res["gflop_per_cpu_second"] = flops / (cpu_ms / 1e3) / 1e9
+            res["fraction_of_fp32_peak_cpu_time"] = res["gflop_per_cpu_second"] / peak["fp32_gflops_per_cpu_second"]
         if ref and res.get("outputs"):
-            res["max_abs_diff_vs_eager"] = max_abs_diff(res["outputs"], ref)
+            res["max_abs_diff_vs_paddle"] = max_abs_diff(res["outputs"], ref)
+            res["parity_reference"] = ref_cfg
         res.pop("outputs", None)
         res["description"] = CONFIGS[cfg][2]
     paddle_ok = {c: r for c, r in results.items() if c != "paddle_xla" and r.get("status") == "ok"}
@@ -282,19 +294,43 @@ def summarise(name, settings, results, peak_fp32):
     if best and xla.get("status") == "ok":
         x, p = xla["latency"]["median_ms"], paddle_ok[best]["latency"]["median_ms"]
         out["paddle_xla_vs_paddle_best"] = {"latency_ratio": x / p, "speedup": p / x,
+                                            "speedup_min": paddle_ok[best]["latency"]["min_ms"] / xla["latency"]["min_ms"],
                                             "note": "latency_ratio = paddle_xla median / Paddle best median; "
-                                                    "speedup > 1 means paddle_xla is faster"}
+                                                    "speedup > 1 means paddle_xla is faster; speedup_min compares "
+                                                    "the min latencies"}
+        xc, pc = xla["latency"].get("median_cpu_ms"), paddle_ok[best]["latency"].get("median_cpu_ms")
+        if xc and pc:
+            out["paddle_xla_vs_paddle_best"]["cpu_time_ratio"] = xc / pc
+    return out
+
+
+def interference(report) -> dict[str, Any]:
+    """How much of the machine other processes took while we measured (this machine may be shared)."""
+    loads = [report["matmul_peak"].get("foreign_cpu_load")] + [
+        r.get("foreign_cpu_load") for mod in report["models"].values() for r in mod["configs"].values()]
+    loads = [x for x in loads if x is not None]
+    worst = max(loads) if loads else None
+    out = {"max_foreign_cpu_load": worst,
+           "note": "fraction of all CPUs busy with other processes during a worker, from /proc/stat less the "
+                   "worker's own CPU time"}
+    if worst is not None and worst > 0.1:
+        out["warning"] = (f"Other processes used up to {100 * worst:.0f}% of the CPUs during this run: latencies "
+                          "are inflated and noisy; prefer min_ms, and rerun on an idle machine.")
     return out
 
 
 def markdown(report) -> str:
     peak = report["matmul_peak"]
     m = report["machine"]
-    lines = [f"Machine: {m['cpu_model']}, {m['nproc']} cores; measured matmul peak "
-             f"{peak['fp32_gflops']:.0f} GFLOP/s fp32, {peak['bf16_f32acc_gflops']:.0f} GFLOP/s bf16 (f32 acc).",
+    pm = peak.get("paddle_matmul", {})
+    lines = [f"Machine: {m['cpu_model']}, {m['nproc']} cores. Measured jnp matmul peak: "
+             f"{peak['fp32_gflops']:.0f} GFLOP/s fp32 ({peak['fp32_gflops_per_cpu_second']:.0f} per CPU-second), "
+             f"{peak['bf16_f32acc_gflops']:.0f} GFLOP/s bf16 x bf16 -> f32"
+             + (f"; Paddle's own f32 matmul {pm['fp32_gflops']:.0f} GFLOP/s." if "fp32_gflops" in pm else "."),
              "",
-             "| model | configuration | median ms | min ms | GFLOP/s | % fp32 peak | vs Paddle best |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+             "| model | configuration | median ms | min ms | CPU s / call | GFLOP/s | % fp32 peak | % peak, CPU-time basis "
+             "| speed vs Paddle best | others' CPU |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, mod in report["models"].items():
         best = mod.get("paddle_best", {}).get("median_ms")
         for cfg, res in mod["configs"].items():
@@ -303,22 +339,30 @@ def markdown(report) -> str:
                 why = res.get("status", "?")
                 if why == "unsupported":
                     why += ": " + ", ".join(res["unsupported_ops"])
-                lines.append(f"| {name} | {label} | {why} | | | | |")
+                lines.append(f"| {name} | {label} | {why} | | | | | | | |")
                 continue
             lat = res["latency"]
             rel = f"{best / lat['median_ms']:.2f}x" if best else ""
-            lines.append(f"| {name} | {label} | {lat['median_ms']:.1f} | {lat['min_ms']:.1f} | {res['gflops']:.1f} "
-                         f"| {100 * res['fraction_of_fp32_peak']:.1f}% | {rel} |")
+            fl = res.get("foreign_cpu_load")
+            cpu = lat.get("median_cpu_ms")
+            cpu_frac = res.get("fraction_of_fp32_peak_cpu_time")
+            lines.append(f"| {name} | {label} | {lat['median_ms']:.1f} | {lat['min_ms']:.1f} "
+                         f"| {'' if cpu is None else f'{cpu / 1e3:.2f}'} | {res['gflops']:.1f} "
+                         f"| {100 * res['fraction_of_fp32_peak']:.1f}% | {'' if cpu_frac is None else f'{100 * cpu_frac:.1f}%'} "
+                         f"| {rel} | {'' if fl is None else f'{100 * fl:.0f}%'} |")
     lines.append("")
+    if report.get("interference", {}).get("warning"):
+        lines += [f"**Warning:** {report['interference']['warning']}", ""]
     for name, mod in report["models"].items():
         xla = mod["configs"].get("paddle_xla", {})
         if xla.get("status") == "ok":
             vs = mod.get("paddle_xla_vs_paddle_best", {})
+            cpu = f", CPU time per call {vs['cpu_time_ratio']:.2f}x Paddle best's" if "cpu_time_ratio" in vs else ""
             lines.append(f"- {name}: {mod['description']}; {mod['flops']['used'] / 1e9:.1f} GFLOP per batch. "
                          f"paddle_xla compile {xla['compile_s']:.1f} s (capture {xla['capture_s']:.1f} s); "
                          f"speedup over Paddle best ({mod.get('paddle_best', {}).get('config')}): "
-                         f"{vs.get('speedup', float('nan')):.2f}x; max |diff| vs eager "
-                         f"{xla.get('max_abs_diff_vs_eager', float('nan')):.1e}.")
+                         f"{vs.get('speedup', float('nan')):.2f}x median, {vs.get('speedup_min', float('nan')):.2f}x min{cpu}; "
+                         f"max |diff| vs {xla.get('parity_reference')} {xla.get('max_abs_diff_vs_paddle', float('nan')):.1e}.")
         else:
             lines.append(f"- {name}: paddle_xla {xla.get('status', 'not run')}"
                          + (f" (missing ops: {', '.join(mod.get('unsupported_ops', []))})" if mod.get("unsupported_ops") else "")
@@ -336,6 +380,8 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="tiny configs for a CI smoke run (< 60 s)")
     p.add_argument("--out", default=None, help=f"JSON path (default {DEFAULT_OUT}; --quick: a *_quick.json beside it)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds allowed per worker process")
+    p.add_argument("--xla-flags", default=None, help="XLA_FLAGS for the paddle_xla worker, e.g. to compare "
+                   "--xla_cpu_use_onednn=true (recorded in the JSON)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -376,21 +422,31 @@ def main(argv=None) -> int:
             console.print(f"[red]matmul peak failed[/red]\n{peak_res.log_tail}")
             return 1
         peak, machine = peak_res.data["matmul_peak"], peak_res.data["machine"]
+        peak["foreign_cpu_load"] = peak_res.foreign_load
+        pp = common.run_worker(script, {"kind": "paddle_peak", "sizes": list(sizes), "repeats": peak_reps, "nproc": n},
+                               env=thread_env(True, n), timeout=args.timeout, workdir=workdir, tag="paddle_peak")
+        peak["paddle_matmul"] = pp.data if pp.ok else {"error": pp.data.get("error")}
         progress.advance(overall)
         results: dict[str, dict[str, Any]] = {m: {} for m in models}
         for tag, model, cfgs, threads in jobs:
             progress.update(overall, description=f"{model}: {', '.join(cfgs)}")
             job = {"kind": "model", "model": model, "configs": cfgs, "threads": threads, "nproc": n,
                    "settings": settings[model], "repeats": repeats, "warmup": args.warmup, "workdir": workdir}
-            res = common.run_worker(script, job, env=thread_env(threads, n), timeout=args.timeout,
-                                    workdir=workdir, tag=tag)
+            env = thread_env(threads, n)
+            if args.xla_flags and "paddle_xla" in cfgs:
+                env["XLA_FLAGS"] = args.xla_flags
+            res = common.run_worker(script, job, env=env, timeout=args.timeout, workdir=workdir, tag=tag)
             for c in cfgs:
-                results[model][c] = res.data.get(c, {"status": "error", "message": res.data.get("error", "no result"),
-                                                     "log_tail": res.data.get("log_tail", "")}) if res.ok else \
+                results[model][c] = r = res.data.get(c, {"status": "error", "message": res.data.get("error", "no result"),
+                                                         "log_tail": res.data.get("log_tail", "")}) if res.ok else \
                     {"status": "error", "message": res.data["error"], "log_tail": res.data["log_tail"]}
-                r = results[model][c]
+                r["foreign_cpu_load"] = res.foreign_load
+                r["load_average_at_start"] = res.load_average
+                if c == "paddle_xla" and args.xla_flags:
+                    r["xla_flags"] = args.xla_flags
                 msg = f"{r['latency']['median_ms']:.1f} ms" if r.get("status") == "ok" else r.get("status")
-                progress.console.print(f"  {model:9s} {c:18s} {msg}")
+                other = f"  (other processes: {100 * res.foreign_load:.0f}% of the CPUs)" if res.foreign_load else ""
+                progress.console.print(f"  {model:9s} {c:18s} {msg}{other}")
             progress.advance(overall)
         report = {
             "benchmark": "inference",
@@ -401,9 +457,10 @@ def main(argv=None) -> int:
                          "configs": configs, "one_process_per_config": not args.quick,
                          "timing": "median and min over `repeats` timed calls after `warmup` untimed ones; the "
                                    "first (compiling) call is timed separately as first_call_s / compile_s"},
-            "models": {m: summarise(m, settings[m], results[m], peak["fp32_gflops"]) for m in models},
+            "models": {m: summarise(m, settings[m], results[m], peak) for m in models},
             "wall_s": None,
         }
+        report["interference"] = interference(report)
         report["wall_s"] = time.perf_counter() - started
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     with open(out_path, "w", encoding="utf-8") as f:

@@ -21,6 +21,7 @@ _LAZY = {
     "compile": "api", "check": "api", "load_inference_model": "api", "XlaModel": "api",
     "train_step": "training", "TrainStep": "training",
     "supported_ops": "ops.registry",
+    "stage": "stage",
     "Model": "hapi",
     "export": ("export", "export"), "load_artifact": ("artifact", "load"),
 }

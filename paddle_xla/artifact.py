@@ -6,6 +6,8 @@ A .pxa is one zip file:
   weights.safetensors      every persistable, by parameter name
   strategy.json            the Strategy it was exported with ({} for now)
   exported/<platform>.bin  jax.export serialized StableHLO of f(params, buffers, feeds, key_data)
+A train step's artifact (kind "train") adds its optimizer and state: see train_artifact.py. One
+exported with synthetic_weights stores only its small weights: see synthetic_weights.py.
 
 This module never imports paddle: the Graph, lowering and runtime it uses are Paddle-free.
 """
@@ -23,9 +25,14 @@ import jax
 import numpy as np
 
 from . import feeds as feeds_mod
+from . import synthetic_weights
 from .cache import compile_progress
 from .errors import FeedError, ModelLoadError, PaddleXlaError
 from .graph import Graph, Tensor
+
+# NOTE: as lower.py does: without x64, JAX turns int64 feeds (token ids) into int32, which no longer
+# match an executable exported with int64 inputs. The exported path never imports lower.py itself.
+jax.config.update("jax_enable_x64", True)
 
 FORMAT_VERSION = 1
 MANIFEST, GRAPH, WEIGHTS, STRATEGY = "manifest.json", "graph.json", "weights.safetensors", "strategy.json"
@@ -153,10 +160,14 @@ def _tensors(specs) -> tuple[Tensor, ...]:
 
 
 # ---- running ----------------------------------------------------------------------------------
-def load(path: str, prefer_graph: bool = False) -> "Artifact":
+def load(path: str, prefer_graph: bool = False, **train_options) -> "Artifact":
     """Open a .pxa. It runs its serialized executable when one was exported for this platform
-    (`mode == "exported"`), else re-lowers its Graph (`mode == "relowered"`); `why` says why."""
+    (`mode == "exported"`), else re-lowers its Graph (`mode == "relowered"`); `why` says why.
+    A train step's artifact opens as a train_artifact.TrainArtifact (`train_options` go to it)."""
     manifest, members = read(path)
+    if manifest.get("kind") == "train":
+        from .train_artifact import TrainArtifact
+        return TrainArtifact(path, manifest, members, prefer_graph, **train_options)
     return Artifact(path, manifest, members, prefer_graph)
 
 
@@ -167,7 +178,7 @@ class Artifact:
         self.path, self.manifest = path, manifest
         self.feeds_spec = _tensors(manifest["feeds"])
         self.fetches_spec = _tensors(manifest["fetches"])
-        self.weights = _weights(path, members[WEIGHTS])
+        self.weights = synthetic_weights.fill(manifest, _weights(path, members[WEIGHTS]))
         self.graph = _graph(path, members)
         self.platform = current_platform()
         self.key_data = np.asarray(manifest.get("key_data", [0, 0]), dtype=np.uint32)
@@ -249,18 +260,7 @@ class Artifact:
         return outs[0] if len(outs) == 1 else outs
 
     def _misfit(self, feeds: Mapping[str, np.ndarray]) -> str | None:
-        """Why these inputs do not fit the exported executable's shapes (None when they do)."""
-        bound: dict[str, int] = {}
-        for name, arr in feeds.items():
-            for got, want in zip(arr.shape, self.exported_shapes[name]):
-                if isinstance(want, (int, np.integer)):
-                    ok = got == want
-                else:  # NOTE: a symbolic dimension; the same symbol must take one value across inputs
-                    ok = got >= 1 and bound.setdefault(str(want), got) == got
-                if not ok:
-                    return (f"input shapes {_shapes(feeds)} do not fit the exported shapes "
-                            f"{ {k: _dims(v) for k, v in self.exported_shapes.items()} }")
-        return None
+        return misfit(feeds, self.exported_shapes)
 
     def _executable(self, feeds):
         sig = tuple((k, tuple(v.shape), str(v.dtype)) for k, v in sorted(feeds.items()))
@@ -285,6 +285,21 @@ class Artifact:
     def __repr__(self) -> str:
         return (f"Artifact({os.path.basename(self.path)!r}, mode={self.mode!r}, platform={self.platform!r}, "
                 f"exported for {self.exported_platforms})")
+
+
+def misfit(feeds: Mapping[str, np.ndarray], exported_shapes: Mapping[str, tuple]) -> str | None:
+    """Why these inputs do not fit an exported executable's shapes (None when they do)."""
+    bound: dict[str, int] = {}
+    for name, arr in feeds.items():
+        for got, want in zip(arr.shape, exported_shapes[name]):
+            if isinstance(want, (int, np.integer)):
+                ok = got == want
+            else:  # NOTE: a symbolic dimension; the same symbol must take one value across inputs
+                ok = got >= 1 and bound.setdefault(str(want), got) == got
+            if not ok:
+                return (f"input shapes {_shapes(feeds)} do not fit the exported shapes "
+                        f"{ {k: _dims(v) for k, v in exported_shapes.items()} }")
+    return None
 
 
 def _dims(shape) -> list:

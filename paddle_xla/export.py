@@ -11,6 +11,7 @@ import numpy as np
 
 from . import artifact as fmt
 from . import feeds as feeds_mod
+from . import synthetic_weights as synthetic_lib
 from .errors import ExportError  # noqa: F401  (re-exported: export() raises it)
 from .graph import Graph
 from .io import atomic_write
@@ -19,21 +20,28 @@ from .ops.util import dtype as jax_dtype
 from .runtime import CompiledModel
 
 
-
-
-def export(model, path: str, platforms: Sequence[str] = ("cpu",), example_inputs=None) -> dict:
-    """Write `model` (an XlaModel or a CompiledModel) to the single file `path`, atomically.
+def export(model, path: str, platforms: Sequence[str] = ("cpu",), example_inputs=None,
+           synthetic_weights: Mapping | None = None) -> dict:
+    """Write `model` (an XlaModel, a CompiledModel, or a train step) to the single file `path`, atomically.
 
     For each platform in `platforms` ('cpu', 'cuda', 'rocm', 'tpu'; none need be present here) the
     artifact holds jax.export's serialized StableHLO. The None dimensions of the InputSpecs stay
     symbolic when the program allows it; otherwise the executables are for the shapes of
-    `example_inputs` (a list in forward()'s order, or a dict by input name). Returns the manifest."""
+    `example_inputs` (a list in forward()'s order, or a dict by input name). A train step
+    (px.train_step) is written with its optimizer, LR schedule and state (see train_artifact).
+    `synthetic_weights={"std": 0.02, "seed": 0}` leaves the weights of 2 or more dimensions out; the
+    loader draws them as normal(0, std) (see synthetic_weights.py). Returns the manifest."""
+    if _is_train_step(model):
+        from .train_artifact import export_train
+        return export_train(model, path, platforms, example_inputs, synthetic_weights)
     compiled = _compiled_model(model)
     platforms = _check_platforms(platforms)
     graph = compiled.graph
     key_data = np.asarray(jax.random.key_data(compiled.key))
     weights = {k: np.asarray(v) for k, v in {**compiled.params, **compiled.buffers}.items()}
-    exported, shapes = _export_all(graph, compiled, key_data, platforms, example_inputs)
+    args = (_avals(compiled.params), _avals(compiled.buffers))
+    exported, shapes = export_all(jax.jit(inference_fn(graph)), graph, args, (key_data,), platforms, example_inputs)
+    weights, synthetic = synthetic_lib.leave_out(weights, synthetic_weights)
     members = {fmt.GRAPH: graph.to_json().encode(), fmt.WEIGHTS: fmt.weights_bytes(weights),
                fmt.STRATEGY: b"{}"}
     members.update({fmt.exported_member(p): data for p, data in exported.items()})
@@ -41,18 +49,24 @@ def export(model, path: str, platforms: Sequence[str] = ("cpu",), example_inputs
                 "feeds": [fmt.tensor_spec(t) for t in graph.feeds],
                 "fetches": [fmt.tensor_spec(t) for t in graph.fetches],
                 "key_data": key_data.tolist(),
-                "exported": {p: {"member": fmt.exported_member(p), **shapes} for p in platforms}}
+                "exported": {p: {"member": fmt.exported_member(p), **shapes} for p in platforms},
+                **({"synthetic_weights": synthetic} if synthetic else {})}
     data, manifest = fmt.pack(members, manifest)
     atomic_write(path, data)
     return manifest
+
+
+def _is_train_step(model) -> bool:
+    # NOTE: duck-typed (training.TrainStep imports paddle; a TrainArtifact does not).
+    return all(hasattr(model, a) for a in ("graph", "state", "config", "schedule"))
 
 
 def _compiled_model(model) -> CompiledModel:
     # NOTE: duck-typed on XlaModel.compiled, so this module never imports api (and so paddle).
     compiled = getattr(model, "compiled", model)
     if not isinstance(compiled, CompiledModel):
-        raise ExportError(f"export() takes a paddle_xla.compile() result or a CompiledModel, "
-                          f"not a {type(model).__name__}.")
+        raise ExportError(f"export() takes a paddle_xla.compile() result, a CompiledModel or a "
+                          f"paddle_xla.train_step(), not a {type(model).__name__}.")
     return compiled
 
 
@@ -75,13 +89,11 @@ def inference_fn(graph: Graph):
     return f
 
 
-def _export_all(graph, compiled, key_data, platforms, example_inputs) -> tuple[dict[str, bytes], dict]:
-    """Serialized executables by platform, and how their input shapes were chosen."""
-    f = jax.jit(inference_fn(graph))
-    args = (_avals(compiled.params), _avals(compiled.buffers))
+def export_all(f, graph: Graph, head: tuple, tail: tuple, platforms, example_inputs) -> tuple[dict[str, bytes], dict]:
+    """Serialized executables of f(*head, feeds, *tail) by platform, and how the feed shapes were chosen."""
     feed_specs, shapes = _symbolic_specs(graph), "symbolic"
     try:
-        first = jax.export.export(f, platforms=[platforms[0]])(*args, feed_specs, key_data)
+        first = jax.export.export(f, platforms=[platforms[0]])(*head, feed_specs, *tail)
     except Exception as e:  # NOTE: e.g. shape arithmetic kept in NumPy cannot take a symbolic dimension
         if example_inputs is None:
             raise ExportError(f"The program does not export with symbolic dimensions ({type(e).__name__}: "
@@ -92,7 +104,7 @@ def _export_all(graph, compiled, key_data, platforms, example_inputs) -> tuple[d
     for p in platforms:
         try:
             exp = first if (first is not None and p == platforms[0]) else \
-                jax.export.export(f, platforms=[p])(*args, feed_specs, key_data)
+                jax.export.export(f, platforms=[p])(*head, feed_specs, *tail)
         except Exception as e:
             raise ExportError(f"Exporting for platform {p!r} failed: {type(e).__name__}: {e}") from e
         out[p] = bytes(exp.serialize())

@@ -10,6 +10,16 @@
 | precision             | fp32 | bf16 | fp16 (dynamic loss scaling); fp32 master weights | enable_fp16, loss_scaling |
 | recompute             | None | "full" | "stage" | "layer"  (jax.checkpoint)         | auto_recomputation        |
 | shard_optimizer_state | ZeRO-1 over replicas                                         | replicated tensor sharding|
+| schedule              | pipeline schedule over micro-batches: "gpipe"                 | (IPU: pipelined by default)|
+| loss_reduction        | "auto" | "mean" | "sum": how micro-batch losses combine        |                           |
+
+Everything is checked here, on construction, that can be checked without the model: field values,
+and that the devices exist. What needs the program (a stage rule that matches no layer, a stage left
+without ops, a batch that does not split) is checked when `train_step` builds the step, before any
+compile; every message names the fix.
+
+Devices: the mesh takes the first replicas x stages devices. In a multi-process run (`paddle-xla
+launch`) it must take all of them, since every process has to join each step.
 """
 from __future__ import annotations
 
@@ -21,18 +31,29 @@ from .errors import StrategyError
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 RECOMPUTE = (None, "full", "stage", "layer")
-SCHEDULES = ("gpipe", "1f1b")
+SCHEDULES = ("gpipe",)
+REDUCTIONS = ("auto", "mean", "sum")
+_AUTO = "auto"
 
 
 @dataclass(frozen=True)
 class LossScale:
-    """Dynamic loss scaling for fp16: skip a step and divide the scale on overflow; multiply it after
-    `growth_interval` clean steps (Paddle's AMP GradScaler defaults)."""
-    init: float = 2.0 ** 15
+    """Dynamic loss scaling for fp16: skip a step and lower the scale on overflow; raise it after
+    `growth_interval` clean steps in a row. The defaults are paddle.amp.GradScaler's
+    (init_loss_scaling=65536, incr_ratio=2, decr_ratio=0.5, incr_every_n_steps=2000).
+    `dynamic=False` keeps the scale fixed (still skipping non-finite steps)."""
+    init: float = 65536.0
     growth_factor: float = 2.0
     backoff_factor: float = 0.5
-    growth_interval: int = 1000
+    growth_interval: int = 2000
     dynamic: bool = True
+
+    def __post_init__(self):
+        if not self.init > 0 or not self.growth_factor >= 1 or not 0 < self.backoff_factor <= 1:
+            raise StrategyError(f"LossScale needs init > 0, growth_factor >= 1 and 0 < backoff_factor <= 1; "
+                                f"got {self}. The defaults (LossScale()) are Paddle's GradScaler's.")
+        if not isinstance(self.growth_interval, int) or self.growth_interval < 1:
+            raise StrategyError(f"LossScale.growth_interval must be a positive int, got {self.growth_interval!r}.")
 
 
 @dataclass(frozen=True)
@@ -45,8 +66,9 @@ class Strategy:
     precision: str = "fp32"
     recompute: str | None = None
     shard_optimizer_state: bool = False
-    loss_scale: LossScale | None = None   # fp16 only; default LossScale() when precision="fp16"
+    loss_scale: Any = _AUTO               # fp16: LossScale (default LossScale()); others: None
     schedule: str = "gpipe"
+    loss_reduction: str = "auto"          # "auto": read from the program (mean or sum of the batch)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -60,10 +82,12 @@ class Strategy:
             raise StrategyError(f"Strategy.recompute must be one of {RECOMPUTE}, got {self.recompute!r}.")
         if self.schedule not in SCHEDULES:
             raise StrategyError(f"Strategy.schedule must be one of {SCHEDULES}, got {self.schedule!r}.")
-        if self.precision == "fp16" and self.loss_scale is None:
-            object.__setattr__(self, "loss_scale", LossScale())
-        if self.precision != "fp16" and self.loss_scale is not None:
-            raise StrategyError("Strategy.loss_scale applies to precision='fp16' only; bf16 and fp32 need none.")
+        if self.loss_reduction not in REDUCTIONS:
+            raise StrategyError(f"Strategy.loss_reduction must be one of {REDUCTIONS}, got {self.loss_reduction!r}.")
+        self._check_loss_scale()
+        if self.shard_optimizer_state and self.replicas == 1:
+            raise StrategyError("shard_optimizer_state=True splits the optimizer state across replicas, but "
+                                "replicas=1; set replicas > 1 or drop shard_optimizer_state.")
         if self.stages > 1 and self.micro_batches < self.stages:
             raise StrategyError(
                 f"With {self.stages} pipeline stages, micro_batches must be at least {self.stages} (got "
@@ -71,17 +95,39 @@ class Strategy:
         self._check_placement()
         self._check_devices()
 
+    def _check_loss_scale(self):
+        ls = self.loss_scale
+        if ls == _AUTO:
+            object.__setattr__(self, "loss_scale", LossScale() if self.precision == "fp16" else None)
+        elif self.precision == "fp16" and not isinstance(ls, LossScale):
+            raise StrategyError(
+                f"precision='fp16' needs loss scaling (got loss_scale={ls!r}): fp16 gradients underflow "
+                "without it. Leave loss_scale out for Paddle's dynamic defaults, or pass "
+                "LossScale(init=1.0, dynamic=False) to train unscaled on purpose.")
+        elif self.precision != "fp16" and ls is not None:
+            raise StrategyError(f"Strategy.loss_scale applies to precision='fp16' only; {self.precision} "
+                                "needs none (bf16 has float32's exponent range).")
+
     def _check_placement(self):
         p = self.placement
         if p is None or p == "auto":
+            if p == "auto" and self.stages == 1:
+                raise StrategyError("placement='auto' balances ops over pipeline stages, but stages=1; "
+                                    "set stages > 1 or drop placement.")
             return
         if not isinstance(p, Mapping):
             raise StrategyError(f"Strategy.placement must be None, 'auto' or a dict of layer-path rules, got {p!r}.")
-        bad = {k: v for k, v in p.items() if not isinstance(v, int) or not 0 <= v < self.stages}
-        if bad:
-            raise StrategyError(f"placement rules {bad} name stages outside 0..{self.stages - 1}.")
         if self.stages == 1:
-            raise StrategyError("placement rules need stages > 1.")
+            raise StrategyError("placement rules assign layers to pipeline stages, but stages=1; "
+                                "set stages > 1 or drop placement.")
+        bad = {k: v for k, v in p.items() if not isinstance(v, int) or isinstance(v, bool)
+               or not 0 <= v < self.stages}
+        if bad:
+            raise StrategyError(f"placement rules {bad} name stages outside 0..{self.stages - 1}; "
+                                f"with stages={self.stages} use stage numbers 0 to {self.stages - 1}.")
+        from .parallel.rules import parse_rule
+        for rule in p:
+            parse_rule(rule)
 
     def _check_devices(self):
         import jax
@@ -92,18 +138,35 @@ class Strategy:
                 f"replicas x stages = {self.replicas} x {self.stages} = {need} devices, but only {have} are "
                 f"visible ({jax.devices()[0].platform}). Lower replicas or stages, or on CPU set "
                 f"XLA_FLAGS=--xla_force_host_platform_device_count={need} before importing jax.")
+        if jax.process_count() > 1 and need != have:
+            raise StrategyError(
+                f"replicas x stages = {self.replicas} x {self.stages} = {need}, but this multi-process run has "
+                f"{have} devices over {jax.process_count()} processes, and every process must take part; "
+                f"choose replicas x stages = {have}.")
 
     @property
     def devices(self) -> int:
         return self.replicas * self.stages
 
+    @property
+    def groups(self) -> int:
+        """Equal parts one batch is split into: replicas x micro-batches."""
+        return self.replicas * self.micro_batches
+
+    @property
+    def is_default(self) -> bool:
+        """True when nothing is spread out: one device, one micro-batch, fp32, no recompute."""
+        return self == Strategy()
+
     def check_batch(self, batch: int) -> None:
         """The global batch must split evenly into replicas x micro-batches."""
-        parts = self.replicas * self.micro_batches
+        parts = self.groups
         if batch % parts:
+            good = max(parts, batch - batch % parts)
             raise StrategyError(
                 f"A batch of {batch} does not split into replicas x micro_batches = {self.replicas} x "
-                f"{self.micro_batches} = {parts} equal parts; use a batch size divisible by {parts}.")
+                f"{self.micro_batches} = {parts} equal parts; use a batch size divisible by {parts} "
+                f"(e.g. {good}), or change micro_batches.")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -111,6 +174,6 @@ class Strategy:
     @staticmethod
     def from_dict(d: Mapping) -> "Strategy":
         d = dict(d)
-        if d.get("loss_scale") is not None:
+        if isinstance(d.get("loss_scale"), Mapping):
             d["loss_scale"] = LossScale(**d["loss_scale"])
         return Strategy(**d)

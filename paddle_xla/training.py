@@ -17,7 +17,8 @@ from .feeds import bind, check
 from .interop import optim as optim_interop
 from .lower import check_graph
 from .train import checkpoint, optim
-from .train.step import TrainState, make_step, split_weights
+from .stage import placement_for
+from .train.step import StepRunner, TrainState, split_weights
 from .wrap import net_with_loss
 
 
@@ -27,7 +28,7 @@ class TrainStep:
     `step(*inputs, *labels) -> loss (float)`; `step.sync_to(net)` writes weights back to the Layer."""
 
     def __init__(self, net: paddle.nn.Layer, loss_fn, optimizer: paddle.optimizer.Optimizer,
-                 input_spec: Sequence, label_spec: Sequence = (), *, seed: int = 0):
+                 input_spec: Sequence, label_spec: Sequence = (), *, seed: int = 0, strategy=None):
         self.net, self.optimizer = net, optimizer
         specs = list(input_spec) + list(label_spec)
         wrapper = net_with_loss(net, loss_fn, [s.name for s in input_spec], [s.name for s in label_spec])
@@ -44,8 +45,10 @@ class TrainStep:
         self._lr_offset = first if isinstance(first, int) else 0
         params, buffers = split_weights(self.graph, self.captured.weights)
         self.state = TrainState(params, buffers, self._initial_opt_state(params), 0, jax.random.key(seed))
-        update = lambda p, g, s, lr: optim.apply(self.config, p, g, s, lr)  # noqa: E731
-        self._step = jax.jit(make_step(self.graph, update), donate_argnums=(0, 2))
+        # NOTE: the Strategy's layout (replicas, stages, precision, ...) lives in the step runner;
+        # the plan of a pipeline is printed here, before anything compiles.
+        self._step = StepRunner(self.graph, self.config, strategy, placement_for(self.captured, strategy))
+        self.loss_scale, self.skipped_steps = self._step.loss_scale, 0
         self.last_outputs: list[jax.Array] = []
 
     # ---- running ------------------------------------------------------------------------
@@ -60,23 +63,17 @@ class TrainStep:
         bound = bind(self.graph.feeds, args, kwargs)
         return {f.name: check(f, bound[f.name]) for f in self.graph.feeds}
 
-    def __call__(self, *args, **kwargs) -> float:
-        feeds = self.feeds(args, kwargs)
+    def __call__(self, *args, **kwargs) -> float | list[float]:
+        """One optimizer step; with Strategy(steps_per_call=k), k steps on stacked inputs -> k losses."""
         s = self.state
-        key = jax.random.fold_in(s.key, s.step)
-        lr = jnp.asarray(self.lr(), jnp.float32)
-        params, buffers, opt_state, loss, fetches, finite = self._step(
-            s.params, s.buffers, s.opt_state, feeds, key, lr)
-        loss = float(loss)
-        if not bool(finite):
-            self.state = TrainState(params, s.buffers, opt_state, s.step, s.key)
-            raise TrainingError(
-                f"The loss or a gradient is not finite at step {s.step} (loss = {loss}); the weights and "
-                "optimizer state were left as they were before this step. Lower the learning rate, check "
-                "the inputs for NaN/Inf, or use precision='fp16' loss scaling, which skips such steps.")
-        self.state = TrainState(params, buffers, opt_state, s.step + 1, s.key)
-        self.last_outputs = list(fetches[1:])
-        return loss
+        feeds = [self.feeds(a, k) for a, k in self._step.split(args, kwargs)]
+        lrs = [float(self.schedule.lr_at(self._lr_offset + s.step + i)) for i in range(len(feeds))]
+        result = self._step(s, feeds, lrs)
+        self.state, self.last_outputs = result.state, result.outputs
+        self.loss_scale, self.skipped_steps = self._step.loss_scale, self._step.skipped_steps
+        if result.error:
+            raise TrainingError(result.error)
+        return result.losses[0] if self._step.steps_per_call == 1 else result.losses
 
     def _initial_opt_state(self, params):
         """Fresh state, or the paddle optimizer's own accumulators when it has trained already
@@ -108,16 +105,22 @@ class TrainStep:
         if optimizer and net is self.net:
             self.optimizer.set_state_dict(self.paddle_optimizer_state())
 
+    def stable_names(self) -> dict[str, str]:
+        """Param name (linear_3.w_0) -> the network's state_dict key (l1.weight)."""
+        return {k: v.removeprefix("net.") for k, v in self.captured.state_keys.items()}
+
     def fingerprint(self) -> str:
-        return checkpoint.fingerprint({p.name: p.shape for p in self.graph.params})
+        names = self.stable_names()
+        return checkpoint.fingerprint({names.get(p.name, p.name): p.shape for p in self.graph.params})
 
     def save_checkpoint(self, path: str) -> None:
         checkpoint.save(path, self.state, self.fingerprint(), {"lr_offset": self._lr_offset,
-                                                               "schedule": self.schedule.to_dict()})
+                                                               "schedule": self.schedule.to_dict()},
+                        names=self.stable_names())
 
     def load_checkpoint(self, path: str) -> None:
         """Restore params, buffers, optimizer state, step, RNG key and LR position, all or nothing."""
-        self.state, extra = checkpoint.load(path, self.state, self.fingerprint())
+        self.state, extra = checkpoint.load(path, self.state, self.fingerprint(), names=self.stable_names())
         self._lr_offset = int(extra.get("lr_offset", 0))
 
 

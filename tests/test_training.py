@@ -100,8 +100,10 @@ def test_training_matches_native_paddle(kind):
         theirs.append(_native_step(net, opt, sched, inputs, labels))
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-6)
     trained = step.weights()
+    # NOTE: atol 1e-4: an attention key bias has an analytically zero gradient (softmax ignores a
+    # per-query constant), so both frameworks update it from fp32 round-off noise, amplified by Lamb.
     for t in net.state_dict().values():
-        np.testing.assert_allclose(trained[t.name], t.numpy(), rtol=1e-3, atol=1e-5, err_msg=t.name)
+        np.testing.assert_allclose(trained[t.name], t.numpy(), rtol=1e-3, atol=1e-4, err_msg=t.name)
 
 
 def test_resume_continues_the_same_curve(tmp_path):
@@ -161,4 +163,4 @@ def test_checkpoint_errors(tmp_path):
     other = px.train_step(cnet, nn.CrossEntropyLoss(), copt, cspecs, [InputSpec([None], "int64", "label")])
     with pytest.raises(px.CheckpointError, match="different model") as err:
         other.load_checkpoint(path)
-    assert "linear_" in str(err.value) or "conv2d_" in str(err.value)
+    assert "l1.weight" in str(err.value) or "conv1.weight" in str(err.value)

@@ -20,6 +20,12 @@ def _c(v, x):
     return jnp.asarray(v, x.dtype)
 
 
+def _at_most(x, t):
+    """min(x, t) with gradient 1 at x == t (jnp.minimum would halve it), to keep an exp in the
+    branch a `where` discards from overflowing into a NaN gradient."""
+    return jnp.where(x > t, t, x)
+
+
 @lowering("pd_op.relu")
 def relu(x):
     return _passing(x, x > 0, jnp.zeros_like(x))
@@ -96,27 +102,26 @@ def hardsigmoid(x, *, slope, offset):
 
 @lowering("pd_op.elu")
 def elu(x, *, alpha):
-    # NOTE: exp only of the non-positive part, so the unused branch cannot overflow into a NaN grad.
-    return jnp.where(x > 0, x, _c(alpha, x) * jnp.expm1(jnp.minimum(x, 0)))
+    return jnp.where(x > 0, x, _c(alpha, x) * jnp.expm1(_at_most(x, 0)))
 
 
 @lowering("pd_op.selu")
 def selu(x, *, scale, alpha):
     s, a = _c(scale, x), _c(alpha, x)
-    return s * jnp.where(x > 0, x, a * jnp.expm1(jnp.minimum(x, 0)))
+    return s * jnp.where(x > 0, x, a * jnp.expm1(_at_most(x, 0)))
 
 
 @lowering("pd_op.celu")
 def celu(x, *, alpha):
     a = _c(alpha, x)
-    return jnp.maximum(x, 0) + jnp.minimum(0, a * jnp.expm1(jnp.minimum(x, 0) / a))
+    return jnp.where(x > 0, x, a * jnp.expm1(_at_most(x, 0) / a))
 
 
 @lowering("pd_op.softplus")
 def softplus(x, *, beta, threshold):
     b, t = _c(beta, x), _c(threshold, x)
     xb = x * b
-    soft = jnp.log1p(jnp.exp(jnp.minimum(xb, t))) / b
+    soft = jnp.log1p(jnp.exp(_at_most(xb, t))) / b
     return jnp.where(xb > t, x, soft)
 
 
@@ -137,7 +142,7 @@ def stanh(x, *, scale_a, scale_b):
 
 def _mish(x, **attrs):
     t = _c(attrs.get("lambda", 20.0), x)
-    sp = jnp.where(x > t, x, jnp.log1p(jnp.exp(jnp.minimum(x, t))))
+    sp = jnp.where(x > t, x, jnp.log1p(jnp.exp(_at_most(x, t))))
     return x * jnp.tanh(sp)
 
 
@@ -189,3 +194,11 @@ def rrelu(key, x, *, lower, upper, is_test):
         slope = jax.random.uniform(key, x.shape, x.dtype, lower, upper)
     noise = jnp.where(x >= 0, jnp.ones_like(x), slope)
     return jnp.where(x >= 0, x, slope * x), lax.stop_gradient(noise)
+
+
+@lowering("pd_op.swiglu")
+def swiglu(x, y=None):
+    # NOTE: with no y, x holds both halves along its last axis.
+    if y is None:
+        x, y = jnp.split(x, 2, axis=-1)
+    return x * jax.nn.sigmoid(x) * y

@@ -40,8 +40,6 @@ def _cumlogsumexp(x, axis, reverse):
 
 @lowering("pd_op.cumsum")
 def cumsum(x, axis, *, flatten=False, exclusive=False, reverse=False):
-    if x.dtype == jnp.bool_:
-        x = x.astype(jnp.int64)
     return _scan(_cumsum, x, int(static_scalar(axis)), flatten, exclusive, reverse, 0)
 
 
@@ -52,12 +50,13 @@ def cumprod(x, *, dim, exclusive=False, reverse=False):
 
 @lowering("pd_op.logcumsumexp")
 def logcumsumexp(x, *, axis, flatten=False, exclusive=False, reverse=False):
-    return _scan(_cumlogsumexp, x, axis, flatten, exclusive, reverse, -jnp.inf)
+    # NOTE: an exclusive scan starts from the dtype's lowest finite value, not -inf (as Paddle's).
+    return _scan(_cumlogsumexp, x, axis, flatten, exclusive, reverse, jnp.finfo(x.dtype).min)
 
 
 def _cum_extreme(x, axis, dtype, better):
-    """Running max/min and the index where it was last reached (Paddle and torch keep the latest
-    index on ties). The gradient flows to that index, through a gather."""
+    """Running max/min and the index where it was last reached (Paddle keeps the latest index on
+    ties). The gradient flows to that index, through a gather."""
     if x.ndim == 0:
         x = x.reshape(1)
         squeeze = True
@@ -70,8 +69,10 @@ def _cum_extreme(x, axis, dtype, better):
     def step(carry, item):
         best, best_i = carry
         v, i = item
-        take = better(v, best) | (v == best) | jnp.isnan(v)
-        take = take & ~jnp.isnan(best) if jnp.issubdtype(x.dtype, jnp.inexact) else take
+        take = better(v, best) | (v == best)
+        if jnp.issubdtype(x.dtype, jnp.inexact):
+            # NOTE: a NaN always wins (so the latest NaN's index is kept), and nothing beats a NaN.
+            take = jnp.isnan(v) | (take & ~jnp.isnan(best))
         best_i = jnp.where(take, i, best_i)
         best = jnp.where(take, v, best)
         return (best, best_i), best_i

@@ -1,4 +1,5 @@
-"""Binary arithmetic with NumPy-style broadcasting, plus scale, pow, clip, cast, sign, increment."""
+"""Elementwise arithmetic with NumPy-style broadcasting: add ... pow, fmax/fmin, scale, cast, clip,
+sign, increment, heaviside, copysign, nextafter, lerp, add_n."""
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -61,12 +62,14 @@ def _float_pair(x, y):
 @lowering("pd_op.divide")
 def divide(x, y):
     x, y = align(x, y)
-    if _is_int(x) and _is_int(y):
-        # NOTE: the kernel divides integers as C++ does (truncating); Paddle's Python API casts to
-        # float first, so this is only met in hand-built or old programs.
-        return xp(x, y).asarray(lax.div(jnp.asarray(x), jnp.asarray(y))) if not is_static(x, y) \
-            else np.trunc(np.asarray(x) / np.asarray(y)).astype(np.result_type(x, y))
-    return xp(x, y).true_divide(x, y)
+    if not (_is_int(x) and _is_int(y)):
+        return xp(x, y).true_divide(x, y)
+    # NOTE: the kernel divides integers as C++ does (truncating); Paddle's Python API casts them to
+    # float first, so this is only met in hand-built programs or in shape arithmetic.
+    if is_static(x, y):
+        quotient = np.trunc(np.asarray(x) / np.asarray(y))
+        return quotient.astype(np.result_type(x, y))
+    return lax.div(*jnp.broadcast_arrays(x, y))
 
 
 @lowering("pd_op.floor_divide")
@@ -157,6 +160,10 @@ def cast(x, *, dtype):
     dt = jax_dtype(dtype)
     if is_static(x):
         return np.asarray(x).astype(np.dtype(dt))
+    if _kind(x) == "f" and np.dtype(dt).kind in "iu" and np.dtype(dt).itemsize < 4:
+        # NOTE: C++ converts a float to a narrow integer through int32 and wraps (-1.7 -> 255 for
+        # uint8); a direct XLA convert would saturate instead.
+        x = x.astype(jnp.int32)
     return x.astype(dt)
 
 
@@ -176,7 +183,9 @@ def sign(x):
     return xp(x).sign(x)
 
 
-@lowering("pd_op.increment", "pd_op.increment_")
+# NOTE: paddle.increment emits the in-place pd_op.increment_, whose result PIR hands back as the
+# input's own value; it can be lowered once capture maps in-place results (see the lead's notes).
+@lowering("pd_op.increment")
 def increment(x, *, value):
     return x + np.asarray(value).astype(np.dtype(x.dtype))
 
@@ -193,21 +202,31 @@ def heaviside(x, y):
 @lowering("pd_op.copysign")
 def copysign(x, y):
     x, y = align(x, y)
+    y = lax.stop_gradient(jnp.asarray(y))
     if _is_int(x):
-        x = x.astype(jnp.float32 if x.dtype.itemsize <= 2 else jnp.float64)
-    # NOTE: the gradient w.r.t. y is 0 and w.r.t. x is sign-flip (0 where x == 0), as Paddle's.
-    return jnp.copysign(x, lax.stop_gradient(jnp.asarray(y)).astype(x.dtype))
+        return jnp.where(y < 0, -jnp.abs(x), jnp.abs(x))
+    # NOTE: no gradient to y; to x, +-1 except 0 where x == 0 (Paddle's CopySignGradXFunctor).
+    out = jnp.copysign(x, y.astype(x.dtype))
+    return jnp.where(x == 0, lax.stop_gradient(out), out)
 
 
 @lowering("pd_op.nextafter")
 def nextafter(x, y):
     x, y = align(x, y)
-    return lax.stop_gradient(jnp.nextafter(x, y))
-
+    return jnp.nextafter(lax.stop_gradient(x), lax.stop_gradient(y))
 
 
 @lowering("pd_op.lerp")
 def lerp(x, y, weight):
     x, y = align(x, y)
-    w = jnp.asarray(weight, x.dtype) if is_static(weight) else weight
+    # NOTE: Paddle's lerp gives no gradient to the weight.
+    w = lax.stop_gradient(jnp.asarray(weight, x.dtype))
     return x + w * (y - x)
+
+
+@lowering("pd_op.add_n")
+def add_n(xs):
+    out = xs[0]
+    for x in xs[1:]:
+        out = out + x
+    return out

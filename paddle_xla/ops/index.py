@@ -3,11 +3,14 @@
 Negative indices count from the end, as Paddle's CPU kernels do (and jnp's indexing does)."""
 from __future__ import annotations
 
+import functools
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .registry import lowering
-from .util import static_scalar, xp
+from .util import is_static, static_scalar, xp
 
 
 def _axis(axis, ndim):
@@ -41,7 +44,25 @@ def gather_nd(x, index):
     if np.shape(index)[-1] == 0:
         # NOTE: an empty last index dimension selects the whole tensor for every index row.
         return xp(x).broadcast_to(x, np.shape(index)[:-1] + np.shape(x))
-    return x[_nd_index(index)]
+    # NOTE: a constant x (NumPy) cannot be indexed by traced indices; lift it to jax first.
+    return (x if xp(x, index) is np else jnp.asarray(x))[_nd_index(index)]
+
+
+@lowering("pd_op.nonzero")
+def nonzero(condition):
+    # NOTE: only a constant condition (x[mask] with a constant mask) has a shape known before running;
+    # masked_select has no lowering at all, so it is reported before compiling.
+    if not is_static(condition):
+        raise ValueError("nonzero (x[bool_mask], paddle.nonzero) has a data-dependent shape; XLA needs "
+                         "static shapes. Use paddle.where(mask, x, fill) or x * mask instead")
+    return np.argwhere(np.asarray(condition)).astype(np.int64)
+
+
+@lowering("pd_op.shard_index")
+def shard_index(x, *, index_num, nshards, shard_id, ignore_value=-1):
+    shard_size = (index_num + nshards - 1) // nshards
+    m = xp(x)
+    return m.where(x // shard_size == shard_id, x % shard_size, m.asarray(ignore_value, dtype=x.dtype))
 
 
 @lowering("pd_op.index_sample")
@@ -85,7 +106,9 @@ def where(condition, x, y):
 
 @lowering("pd_op.masked_fill", "pd_op.masked_fill_")
 def masked_fill(x, mask, value):
-    value = jnp.asarray(value, dtype=x.dtype)
+    # NOTE: Paddle's masked_fill_grad gives the fill value no gradient (it writes an integer count
+    # into it); training parity with Paddle means none here either.
+    value = jax.lax.stop_gradient(jnp.asarray(value, dtype=x.dtype))
     if value.size == 1:
         value = value.reshape(())
     return jnp.where(mask, value, x)
@@ -108,6 +131,31 @@ def _identity(reduce, dtype):
     return -big if reduce == "amax" else big
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _put_mul(arr, indices, values, axis, include_self):
+    idx = _full_index(indices, axis)
+    base = arr if include_self else arr.at[idx].set(1)
+    return base.at[idx].multiply(values)
+
+
+def _put_mul_fwd(arr, indices, values, axis, include_self):
+    out = _put_mul(arr, indices, values, axis, include_self)
+    return out, (arr, indices, values, out)
+
+
+def _put_mul_bwd(axis, include_self, res, g):
+    # NOTE: JAX has no gradient for a scatter-multiply with repeated indices. Paddle's rule is the
+    # product rule written as out / factor, for the tensor and for every value alike.
+    arr, indices, values, out = res
+    idx = _full_index(indices, axis)
+    touched = jnp.zeros(arr.shape, bool).at[idx].set(True)
+    g_arr = jnp.where(touched, g * out / arr if include_self else jnp.zeros((), g.dtype), g)
+    return g_arr, None, g[idx] * out[idx] / values
+
+
+_put_mul.defvjp(_put_mul_fwd, _put_mul_bwd)
+
+
 @lowering("pd_op.put_along_axis", "pd_op.put_along_axis_")
 def put_along_axis(arr, indices, values, *, axis, reduce="assign", include_self=True):
     arr = jnp.asarray(arr)
@@ -120,7 +168,7 @@ def put_along_axis(arr, indices, values, *, axis, reduce="assign", include_self=
     if reduce == "add":
         return at.add(values)
     if reduce in ("mul", "multiply"):
-        return at.multiply(values)
+        return _put_mul(arr, indices, values, axis % arr.ndim, include_self)
     if reduce == "amax":
         return at.max(values)
     if reduce == "amin":

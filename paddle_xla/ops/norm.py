@@ -55,16 +55,25 @@ def batch_norm_impl(x, mean, variance, scale, bias, is_test, momentum, epsilon, 
         mean_out = (running_mean * momentum + use_mean.astype(mean.dtype) * (1 - momentum)).astype(mean.dtype)
         var_out = (running_var * momentum + batch_var.astype(variance.dtype) * (1 - momentum)).astype(variance.dtype)
         saved_mean, saved_inv_std = use_mean, inv_std
-    y = (xc - _bcast(use_mean, x.ndim, axis)) * _bcast(inv_std * scale, x.ndim, axis) + _bcast(bias, x.ndim, axis)
+    y = _affine(xc, use_mean, inv_std, scale, bias, axis)
+    if is_test and not global_stats:
+        # NOTE: is_test with trainable_statistics normalises with batch statistics, but Paddle's
+        # backward then treats the op as global-stats and differentiates with the running statistics,
+        # already updated in place by this forward.
+        m, v = lax.stop_gradient(mean_out).astype(ct), lax.stop_gradient(var_out).astype(ct)
+        y_running = _affine(xc, m, lax.rsqrt(v + epsilon), scale, bias, axis)
+        y = lax.stop_gradient(y) + (y_running - lax.stop_gradient(y_running))
     stats = [lax.stop_gradient(v) for v in (mean_out, var_out, saved_mean, saved_inv_std)]
     return (y.astype(x.dtype), *stats, None)
 
 
-@lowering("pd_op.batch_norm_", "pd_op.batch_norm", "pd_op.sync_batch_norm_", ignore=_IGNORED)
+def _affine(x, mean, inv_std, scale, bias, axis):
+    return (x - _bcast(mean, x.ndim, axis)) * _bcast(inv_std * scale, x.ndim, axis) + _bcast(bias, x.ndim, axis)
+
+
+@lowering("pd_op.batch_norm_", "pd_op.batch_norm", ignore=_IGNORED)
 def batch_norm(x, mean, variance, scale, bias, *, is_test, momentum, epsilon, data_format, use_global_stats,
                trainable_statistics):
-    # NOTE: sync_batch_norm_ on one device is batch_norm_; across replicas the statistics would need
-    # a psum over the data-parallel axis, which the parallel layer owns.
     return batch_norm_impl(x, mean, variance, scale, bias, is_test, momentum, epsilon, data_format,
                            use_global_stats, trainable_statistics)
 

@@ -26,7 +26,9 @@ def _keep(out, x_ndim, axes, keepdim):
 
 
 def _sorted_order(x):
-    # NOTE: a stable sort: among equal values the lower index comes first, as in Paddle's kernels.
+    # NOTE: among equal values the lower index comes first. Paddle's CPU kernels pick among ties with
+    # std::nth_element / partial_sort, whose order is unspecified, so the chosen index (and where
+    # the gradient goes) may differ from Paddle's on ties; the values agree.
     return jnp.argsort(lax.stop_gradient(x), axis=-1, stable=True)
 
 
@@ -68,24 +70,25 @@ def _median(x, axis, keepdim, mode, ignore_nan):
     axes = axis_list(axis, x.ndim) if x.ndim else ()
     xs = _to_last(x, axes) if axes else x.reshape(1)
     order = _sorted_order(xs)
+    nan = jnp.isnan(lax.stop_gradient(xs)) if jnp.issubdtype(xs.dtype, jnp.inexact) else None
     if ignore_nan:
-        count = jnp.sum(~jnp.isnan(lax.stop_gradient(xs)), axis=-1)
+        count = jnp.sum(~nan, axis=-1) if nan is not None else jnp.full(xs.shape[:-1], xs.shape[-1])
     else:
         count = jnp.full(xs.shape[:-1], xs.shape[-1])
     lo = jnp.maximum((count - 1) // 2, 0)
     hi = jnp.maximum(count // 2, 0) if mode == "avg" else lo
     i_lo, i_hi = _gather_last(order, lo), _gather_last(order, hi)
+    if nan is not None and not ignore_nan:
+        # NOTE: a slice holding a NaN has median NaN, indexed (and differentiated) at its first NaN.
+        has_nan, first_nan = jnp.any(nan, axis=-1), jnp.argmax(nan, axis=-1)
+        i_lo, i_hi = jnp.where(has_nan, first_nan, i_lo), jnp.where(has_nan, first_nan, i_hi)
     v_lo, v_hi = _gather_last(xs, i_lo), _gather_last(xs, i_hi)
-    if mode == "avg":
-        out = (v_lo + v_hi) / 2
-        idx = jnp.stack([i_lo, i_hi], axis=-1)
-    else:
-        out, idx = v_lo, i_lo
+    out = (v_lo + v_hi) / 2 if mode == "avg" else v_lo
+    idx = jnp.stack([i_lo, i_hi], axis=-1) if mode == "avg" else i_lo
     if ignore_nan:
+        # NOTE: an all-NaN slice gives NaN and index -1.
         out = jnp.where(count == 0, jnp.nan, out)
-    elif jnp.issubdtype(xs.dtype, jnp.inexact):
-        # NOTE: any NaN makes the median NaN (a plain sort would hide it at the end).
-        out = jnp.where(jnp.any(jnp.isnan(lax.stop_gradient(xs)), axis=-1), jnp.nan, out)
+        idx = jnp.where((count == 0)[..., None] if mode == "avg" else count == 0, -1, idx)
     if not axes:
         out, idx = out.reshape(()), idx.reshape(idx.shape[1:])
     out = _keep(out, x.ndim, axes, keepdim)

@@ -8,7 +8,7 @@ import numpy as np
 from jax import lax
 
 from .registry import lowering
-from .util import axis_list, dtype as jax_dtype
+from .util import axis_list, dtype as jax_dtype, xp
 
 
 def _axes(x, axis, reduce_all=False):
@@ -28,7 +28,8 @@ def sum_(x, axis, *, dtype=None, keepdim=False):
     if dt is None and _int_like(x) and x.dtype not in (jnp.int64, jnp.uint64):
         # NOTE: Paddle sums bool and narrower integers into int64.
         dt = jnp.int64
-    return jnp.sum(x, axis=_axes(x, axis), dtype=dt, keepdims=keepdim)
+    # NOTE: xp keeps shape arithmetic (a sum or product of a static shape) in NumPy, static under jit.
+    return xp(x).sum(x, axis=_axes(x, axis), dtype=dt, keepdims=keepdim)
 
 
 @lowering("pd_op.mean")
@@ -50,37 +51,37 @@ def mean_all(x):
 # NOTE: max/min/amax/amin share the gradient evenly among tied maxima, in Paddle and in jnp alike.
 @lowering("pd_op.max")
 def max_(x, axis, *, keepdim=False):
-    return jnp.max(x, axis=_axes(x, axis), keepdims=keepdim)
+    return xp(x).max(x, axis=_axes(x, axis), keepdims=keepdim)
 
 
 @lowering("pd_op.min")
 def min_(x, axis, *, keepdim=False):
-    return jnp.min(x, axis=_axes(x, axis), keepdims=keepdim)
+    return xp(x).min(x, axis=_axes(x, axis), keepdims=keepdim)
 
 
 @lowering("pd_op.amax")
 def amax(x, *, axis, keepdim=False):
-    return jnp.max(x, axis=_axes(x, axis), keepdims=keepdim)
+    return xp(x).max(x, axis=_axes(x, axis), keepdims=keepdim)
 
 
 @lowering("pd_op.amin")
 def amin(x, *, axis, keepdim=False):
-    return jnp.min(x, axis=_axes(x, axis), keepdims=keepdim)
+    return xp(x).min(x, axis=_axes(x, axis), keepdims=keepdim)
 
 
 @lowering("pd_op.prod")
 def prod(x, axis, *, keepdim=False, reduce_all=False):
-    return jnp.prod(x, axis=_axes(x, axis, reduce_all), keepdims=keepdim)
+    return xp(x).prod(x, axis=_axes(x, axis, reduce_all), keepdims=keepdim)
 
 
 @lowering("pd_op.all")
 def all_(x, *, axis, keepdim=False):
-    return jnp.all(x, axis=_axes(x, axis), keepdims=keepdim)
+    return xp(x).all(x, axis=_axes(x, axis), keepdims=keepdim)
 
 
 @lowering("pd_op.any")
 def any_(x, *, axis, keepdim=False):
-    return jnp.any(x, axis=_axes(x, axis), keepdims=keepdim)
+    return xp(x).any(x, axis=_axes(x, axis), keepdims=keepdim)
 
 
 @lowering("pd_op.logsumexp")
@@ -124,3 +125,31 @@ def frobenius_norm(x, axis, *, keep_dim=False, reduce_all=False):
 def squared_l2_norm(x):
     return jnp.sum(jnp.square(x)).reshape((1,))
 
+
+
+@lowering("pd_op.reduce_as")
+def reduce_as(x, target):
+    """Sum x down to target's shape (the reverse of broadcasting)."""
+    lead = x.ndim - target.ndim
+    axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(target.shape)
+                                      if d == 1 and x.shape[lead + i] != 1)
+    return jnp.sum(x, axis=axes).reshape(target.shape)
+
+
+@lowering("pd_op.renorm")
+def renorm(x, *, p, axis, max_norm):
+    # NOTE: each slice along `axis` whose p-norm exceeds max_norm is scaled down to it (no epsilon).
+    axis = axis % x.ndim
+    others = tuple(a for a in range(x.ndim) if a != axis)
+    norm = jnp.sum(jnp.abs(x) ** p, axis=others, keepdims=True) ** (1.0 / p)
+    scale = jnp.where(norm > max_norm, max_norm / norm, jnp.ones_like(norm))
+    return x * scale
+
+
+@lowering("pd_op.clip_by_norm")
+def clip_by_norm(x, *, max_norm):
+    norm = jnp.sqrt(jnp.sum(jnp.square(x)))
+    # NOTE: Paddle adds 1e-6 to the norm only when it is (about) zero.
+    eps = jnp.where(norm <= 1e-30, jnp.asarray(1e-6, x.dtype), jnp.asarray(0, x.dtype))
+    scale = jnp.where(norm <= max_norm, jnp.ones_like(norm), max_norm / (norm + eps))
+    return x * scale

@@ -92,7 +92,8 @@ def expand(x, shape):
 
 @lowering("pd_op.expand_as")
 def expand_as(x, y, *, target_shape=()):
-    shape = list(target_shape) if len(target_shape) else list(np.shape(y))
+    # NOTE: y's real shape, not target_shape: the attribute holds -1 where y's dim was unknown at capture.
+    shape = list(np.shape(y)) if y is not None else list(target_shape)
     return _broadcast(x, expand_target(np.shape(x), shape))
 
 

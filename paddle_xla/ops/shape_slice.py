@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from .registry import lowering
-from .util import static_ints, xp
+from .util import is_static, static_ints, xp
 
 
 def _index(ndim, axes, slices) -> tuple:
@@ -23,11 +24,34 @@ def _drop_axes(x, axes):
     return xp(x).reshape(x, tuple(d for i, d in enumerate(shape) if i not in drop))
 
 
+def _positions(shape, starts, ends, steps, axes, decrease):
+    """The slices an op names, and {axis: start} for 1-wide slices placed by a computed index.
+
+    `x[i]` with a tensor i arrives with starts/ends computed from the inputs; the slice is still
+    one wide (its axis is decreased), so its shape is static and only its position is traced."""
+    ndim = len(shape)
+    steps = static_ints(steps) if steps is not None else [1] * len(axes)
+    if is_static(starts, ends):
+        # NOTE: checked against Paddle over a grid of bounds and steps: Python slice semantics.
+        slices = [slice(s, e, st) for s, e, st in zip(static_ints(starts), static_ints(ends), steps)]
+        return _index(ndim, axes, slices), {}
+    starts = jnp.reshape(jnp.asarray(starts), (-1,))
+    dynamic = {}
+    for k, a in enumerate(axes):
+        if a % ndim not in {d % ndim for d in decrease} or steps[k] != 1:
+            raise ValueError("slice bounds computed from the inputs give a data-dependent shape; only a "
+                             "single index (x[i] with a tensor i) may be computed, not a range")
+        dim = shape[a % ndim]
+        dynamic[a % ndim] = jnp.where(starts[k] < 0, starts[k] + dim, starts[k])
+    return (slice(None),) * ndim, dynamic
+
+
 @lowering("pd_op.slice")
 def slice_(x, starts, ends, *, axes, infer_flags=(), decrease_axis=()):
-    # NOTE: with step 1 Paddle clamps negative and out-of-range bounds exactly like Python slices.
-    slices = [slice(s, e) for s, e in zip(static_ints(starts), static_ints(ends))]
-    out = x[_index(np.ndim(x), axes, slices)]
+    idx, dynamic = _positions(np.shape(x), starts, ends, None, axes, decrease_axis)
+    out = x[idx]
+    for axis, start in dynamic.items():
+        out = lax.dynamic_slice_in_dim(out, start, 1, axis)
     return _drop_axes(out, decrease_axis) if len(decrease_axis) else out
 
 
@@ -70,18 +94,21 @@ def _fit(value, layout, slice_shape, m):
 
 
 def set_slices(x, value, starts, ends, steps, axes, decrease_axes, none_axes):
-    starts, ends, steps = static_ints(starts), static_ints(ends), static_ints(steps)
     shape = np.shape(x)
-    # NOTE: checked against Paddle's kernel: set_value's bounds follow Python slices too.
-    idx = _index(len(shape), axes, [slice(s, e, st) for s, e, st in zip(starts, ends, steps)])
-    slice_shape = np.empty(shape, dtype=np.bool_)[idx].shape
-    m = xp(x, value)
+    idx, dynamic = _positions(shape, starts, ends, steps, axes, decrease_axes)
+    slice_shape = tuple(1 if i in dynamic else d
+                        for i, d in enumerate(np.empty(shape, dtype=np.bool_)[idx].shape))
+    m = xp(x, value) if not dynamic else jnp
     value = _fit(m.asarray(value).astype(x.dtype), _value_layout(slice_shape, decrease_axes, none_axes),
                  slice_shape, m)
     if m is np:
         out = np.array(x)
         out[idx] = value
         return out
+    if dynamic:
+        # NOTE: a computed index: write the one-wide slab at its traced position.
+        start = [dynamic.get(i, 0) for i in range(len(shape))]
+        value = lax.dynamic_update_slice(jnp.asarray(x)[idx], value, start)
     return jnp.asarray(x).at[idx].set(value)
 
 

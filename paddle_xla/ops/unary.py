@@ -27,7 +27,7 @@ for _name, _fn in {
     "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan, "asin": jnp.arcsin, "acos": jnp.arccos,
     "atan": jnp.arctan, "sinh": jnp.sinh, "cosh": jnp.cosh, "tanh": jnp.tanh, "asinh": jnp.arcsinh,
     "acosh": jnp.arccosh, "atanh": jnp.arctanh, "erf": lax.erf, "erfinv": lax.erf_inv,
-    "reciprocal": jnp.reciprocal, "lgamma": lax.lgamma, "digamma": lax.digamma,
+    "reciprocal": jnp.reciprocal, "lgamma": lax.lgamma, "gammaln": lax.lgamma, "digamma": lax.digamma,
     "i0": jsp.i0, "i0e": jsp.i0e, "i1": jsp.i1, "i1e": jsp.i1e,
 }.items():
     _float_unary(f"pd_op.{_name}", _fn)
@@ -35,8 +35,10 @@ for _name, _fn in {
 
 @lowering("pd_op.abs")
 def abs_(x):
-    # NOTE: d|x|/dx at 0 is 0 in Paddle; jnp.abs agrees (it differentiates as sign(x)).
-    return jnp.abs(x)
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        return jnp.abs(x)
+    # NOTE: d|x|/dx at 0 is 0 in Paddle (sign(x)); jnp.abs's is 1 there.
+    return jnp.where(x > 0, x, jnp.where(x < 0, -x, lax.stop_gradient(jnp.abs(x))))
 
 
 @lowering("pd_op.square")
@@ -99,7 +101,7 @@ def logit(x, *, eps=0.0):
 @lowering("pd_op.polygamma")
 def polygamma(x, *, n):
     x = _floating(x)
-    return jsp.polygamma(jnp.asarray(n, x.dtype), x)
+    return jsp.polygamma(int(n), x)
 
 
 @lowering("pd_op.angle")
@@ -109,3 +111,10 @@ def angle(x):
         return jnp.angle(x)
     # NOTE: for real inputs the angle is 0 or pi, with no gradient (Paddle's angle_grad is zero).
     return lax.stop_gradient(jnp.where(x < 0, jnp.asarray(jnp.pi, x.dtype), jnp.zeros_like(x)))
+
+
+@lowering("pd_op.gammaincc")
+def gammaincc(x, y):
+    # NOTE: Q(x, y), the regularised upper incomplete gamma; Paddle differentiates only w.r.t. y.
+    x, y = _floating(x), _floating(y)
+    return jsp.gammaincc(lax.stop_gradient(x), y)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, Mapping
 
 import jax
 import numpy as np
@@ -29,32 +29,43 @@ def _flat(prefix: str, tree) -> dict[str, np.ndarray]:
     return {prefix + jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in leaves}
 
 
-def to_arrays(state: TrainState) -> dict[str, np.ndarray]:
-    arrays = {**_flat("params", state.params), **_flat("buffers", state.buffers),
-              **_flat("opt", state.opt_state)}
+def _renamed(tree, names: Mapping[str, str] | None):
+    """Key a {param name: ...} dict by stable names: Paddle's param names (linear_17.w_0) depend on how
+    many layers the process built before, so checkpoints use the Layer's state_dict keys."""
+    if not names or not isinstance(tree, Mapping):
+        return tree
+    return {names.get(k, k): v for k, v in tree.items()}
+
+
+def to_arrays(state: TrainState, names: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
+    arrays = {**_flat("params", _renamed(state.params, names)), **_flat("buffers", _renamed(state.buffers, names)),
+              **_flat("opt", _renamed(state.opt_state, names))}
     arrays["rng"] = np.asarray(jax.random.key_data(state.key))
     return arrays
 
 
-def save(path: str, state: TrainState, fp: str, extra: dict[str, Any] | None = None) -> None:
+def save(path: str, state: TrainState, fp: str, extra: dict[str, Any] | None = None,
+         names: Mapping[str, str] | None = None) -> None:
     from safetensors.numpy import save as st_save
     meta = {"format": FORMAT, "step": str(state.step), "fingerprint": fp,
             "extra": json.dumps(extra or {})}
-    atomic_write(path, st_save(to_arrays(state), metadata=meta))
+    atomic_write(path, st_save(to_arrays(state, names), metadata=meta))
 
 
-def load(path: str, template: TrainState, fp: str) -> tuple[TrainState, dict[str, Any]]:
+def load(path: str, template: TrainState, fp: str,
+         names: Mapping[str, str] | None = None) -> tuple[TrainState, dict[str, Any]]:
     """Restore into the structure of `template` (a freshly initialised state of the same model)."""
     arrays, meta = _read(path)
     if meta.get("format") != FORMAT:
         raise CheckpointError(f"{path!r} is not a paddle_xla checkpoint (format {meta.get('format')!r}).")
-    want = to_arrays(template)
+    want = to_arrays(template, names)
     _check_names(path, arrays, want, meta.get("fingerprint") != fp)
     restored = {}
+    back = {v: k for k, v in (names or {}).items()}
     for prefix, tree in (("params", template.params), ("buffers", template.buffers), ("opt", template.opt_state)):
-        leaves, treedef = jax.tree_util.tree_flatten_with_path(tree)
+        leaves, treedef = jax.tree_util.tree_flatten_with_path(_renamed(tree, names))
         values = [jax.numpy.asarray(arrays[prefix + jax.tree_util.keystr(p)]) for p, _ in leaves]
-        restored[prefix] = jax.tree_util.tree_unflatten(treedef, values)
+        restored[prefix] = _renamed(jax.tree_util.tree_unflatten(treedef, values), back)
     key = jax.random.wrap_key_data(arrays["rng"])
     state = TrainState(restored["params"], restored["buffers"], restored["opt"], int(meta["step"]), key)
     return state, json.loads(meta.get("extra", "{}"))

@@ -34,6 +34,10 @@ CASES = [
     OpCase("getitem_two_tensors", lambda x, i, j: x[i, j], [X, IDX, Arg((3,), "int64", 0, 5)],
            ["pd_op.gather_nd", "pd_op.broadcast_tensors", "pd_op.stack"]),
     OpCase("getitem_tensor_axis1", lambda x, i: x[:, i], [X, IDX], ["pd_op.gather_nd", "pd_op.transpose"]),
+    OpCase("getitem_const_bool_mask", lambda x: x[paddle.to_tensor([True, False, True, True])], [X],
+           ["pd_op.nonzero", "pd_op.gather_nd"]),
+    OpCase("shard_index", lambda i: paddle.shard_index(i, 20, 3, 1), [Arg((5, 1), "int64", 0, 20)],
+           ["pd_op.shard_index"]),
     OpCase("index_select", lambda x, i: paddle.index_select(x, i, axis=1), [X, IDX], ["pd_op.index_select"]),
     OpCase("index_select_f64", lambda x, i: paddle.index_select(x, i), [Arg((4, 2), "float64"), IDX],
            ["pd_op.index_select"]),
@@ -95,7 +99,11 @@ CASES = [
     # index_put: x[index_tensor] = v
     OpCase("setitem_index_tensor", _setitem(lambda k: _distinct(k, 2)), [X, Arg((2, 5)), KEY],
            ["pd_op.index_put"]),
-    OpCase("setitem_bool_mask_scalar", _setitem(lambda m: m), [X, Arg(()), Arg((4, 5), "bool")],
+    OpCase("setitem_bool_mask_const", lambda x, m: _setitem(lambda: m)(x, 1.5), [X, Arg((4, 5), "bool")],
+           ["pd_op.index_put"]),
+    # NOTE: eager Paddle routes x[mask] = tensor through another kernel whose value gradient is 0;
+    # the captured program's index_put gives the true gradient, so index_put is called directly.
+    OpCase("index_put_bool_mask", lambda x, m, v: paddle.index_put(x, (m,), v), [X, Arg((4, 5), "bool"), Arg(())],
            ["pd_op.index_put"]),
     OpCase("setitem_bool_rows", _setitem(lambda m: m), [X, Arg((5,)), Arg((4,), "bool")], ["pd_op.index_put"]),
     OpCase("setitem_bool_rows_values", _setitem(lambda: paddle.to_tensor([True, False, True, True])),

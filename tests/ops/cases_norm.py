@@ -51,7 +51,12 @@ CASES = [
     OpCase("group_norm", lambda x, w, b: F.group_norm(x, 3, weight=w, bias=b), [Arg((2, 6, 4, 5)), Arg((6,)),
                                                                                    Arg((6,))],
            ["pd_op.group_norm"], **_TOL),
+    # NOTE: without weight/bias Paddle 3.3's group_norm backward is wrong (it disagrees with finite
+    # differences and with its own weight=ones result); the lowering keeps the true gradient.
     OpCase("group_norm_nhwc_no_affine", lambda x: F.group_norm(x, 2, data_format="NHWC"), [Arg((2, 4, 5, 6))],
+           ["pd_op.group_norm"], grad=False, **_TOL),
+    OpCase("group_norm_nhwc_unit_affine", lambda x, w, b: F.group_norm(x, 2, weight=w, bias=b, data_format="NHWC"),
+           [Arg((2, 4, 5, 6)), Arg((6,), low=1.0, high=1.0, grad=False), Arg((6,), low=0.0, high=0.0, grad=False)],
            ["pd_op.group_norm"], **_TOL),
     OpCase("group_norm_f64_3d", lambda x, w, b: F.group_norm(x, 2, weight=w, bias=b, epsilon=1e-3),
            [Arg((2, 4, 7), "float64"), Arg((4,), "float64"), Arg((4,), "float64")], ["pd_op.group_norm"]),
@@ -71,8 +76,6 @@ CASES = [
            ["pd_op.p_norm"]),
     OpCase("p_norm_neg_inf", lambda x: _C.p_norm(x, float("-inf"), 1, 1e-12, False, False), [Arg((3, 4, 5))],
            ["pd_op.p_norm"]),
-    OpCase("p_norm_0", lambda x: _C.p_norm(x, 0.0, 1, 1e-12, False, False), [Arg((3, 4), "int64")],
-           ["pd_op.p_norm"], grad=False) if False else
     OpCase("p_norm_0", lambda x: _C.p_norm(x, 0.0, 1, 1e-12, False, False), [Arg((3, 4))], ["pd_op.p_norm"]),
     OpCase("p_norm_asvector", lambda x: _C.p_norm(x, 2.0, 0, 1e-12, True, True), [Arg((3, 4, 5))],
            ["pd_op.p_norm"]),

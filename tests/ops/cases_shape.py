@@ -82,6 +82,7 @@ CASES = [
     # reorder
     OpCase("flip", lambda x: paddle.flip(x, [0, 2]), [X], ["pd_op.flip"]),
     OpCase("flip_int", lambda x: paddle.flip(x, -1), [Arg((3, 4), "int32")], ["pd_op.flip"]),
+    OpCase("reverse", lambda x: paddle._C_ops.reverse(x, [0, -1]), [X], ["pd_op.reverse"]),
     OpCase("rot90", lambda x: paddle.rot90(x), [Arg((3, 4))], ["pd_op.flip", "pd_op.transpose"]),
     OpCase("roll_axis", lambda x: paddle.roll(x, [1, -2], [0, 2]), [X], ["pd_op.roll"]),
     OpCase("roll_flat", lambda x: paddle.roll(x, 5), [X], ["pd_op.roll"]),

@@ -33,6 +33,11 @@ CASES = [
     OpCase("slice_bool", lambda x: x[1:, :2], [Arg((3, 4), "bool")], ["pd_op.slice"]),
     OpCase("slice_bf16", lambda x: x[:, 1:3], [Arg((3, 4), "bfloat16")], ["pd_op.slice"]),
     OpCase("slice_of_shape", _shape_slice, [Arg((1, 3, 4))], ["pd_op.slice", "pd_op.shape64"]),
+    # a position computed from the inputs: x[i] with a 0-D tensor i (decoding loops, KV caches)
+    OpCase("slice_tensor_index", lambda x, i: x[i], [X, Arg((), "int64", -4, 4)], ["pd_op.slice"]),
+    OpCase("slice_tensor_index_mixed", lambda x, i: x[1, :, i], [X, Arg((), "int64", 0, 6)], ["pd_op.slice"]),
+    OpCase("setitem_tensor_index", lambda x, v, i: _setitem((slice(None), i))(x, v), [X, Arg((4, 6)),
+           Arg((), "int64", -5, 5)], ["pd_op.set_value_with_tensor_"]),
     # strided_slice
     OpCase("strided_step", lambda x: x[1:4, ::2], [X], ["pd_op.strided_slice"]),
     OpCase("strided_reverse", lambda x: x[::-1], [X], ["pd_op.strided_slice"]),

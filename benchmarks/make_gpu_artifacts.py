@@ -1,0 +1,167 @@
+"""Write the BERT artifacts benchmarks/gpu.py runs on a GPU host that has no Paddle.
+
+    .venv/bin/python benchmarks/make_gpu_artifacts.py            # BERT-Base, seq 128, for cpu and cuda
+    .venv/bin/python benchmarks/make_gpu_artifacts.py --quick    # BERT-tiny, seq 32, cpu only (CI)
+
+Writes to benchmarks/artifacts/ (or --out):
+  bert-<name>-infer.pxa       BertModel in eval mode, batch --infer-batch
+  bert-<name>-train.pxa       BERT pretraining (MLM + NSP) train step: AdamW, LinearWarmup, global-norm clip
+  bert-<name>-train-bf16.pxa  the same step under Strategy(precision="bf16"), when train_step takes it
+  bert-<name>.json            the model config, batch sizes, FLOPs and artifact sizes gpu.py reads
+
+The artifacts keep only the weights of one dimension (biases, LayerNorm); the matrices are drawn on
+the GPU host as normal(0, 0.02), Paddle's BERT init (export(..., synthetic_weights=...)). So a BERT-Base
+artifact is its Graph and executables, a few MB, not 440 MB of float32: small enough to carry.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+import paddle  # noqa: E402
+import paddle.nn.functional as F  # noqa: E402
+from paddle.static import InputSpec  # noqa: E402
+
+import common  # noqa: E402
+import paddle_xla as px  # noqa: E402
+from paddle_xla.export import export  # noqa: E402  (px.export: see the note in the report)
+from paddle_xla.models.bert import BertConfig, BertForPretraining, BertModel  # noqa: E402
+from paddle_xla.models.bert_data import synthetic_batch  # noqa: E402
+
+SYNTHETIC = {"std": 0.02, "seed": 0}
+
+
+class BertPretrainingOwnLoss(BertForPretraining):
+    """BertForPretraining with its cross entropy written out (log_softmax + take_along_axis), for
+    a paddle_xla that does not lower pd_op.cross_entropy_with_softmax yet. Same numbers."""
+
+    def forward(self, input_ids, token_type_ids, mlm_labels, nsp_labels):
+        mlm, nsp = self.logits(input_ids, token_type_ids)
+        return _cross_entropy(mlm.reshape([-1, mlm.shape[-1]]), mlm_labels.reshape([-1])) + \
+            _cross_entropy(nsp, nsp_labels)
+
+
+def _cross_entropy(logits, labels, ignore_index: int = -100):
+    keep = labels != ignore_index
+    safe = paddle.where(keep, labels, paddle.zeros_like(labels))
+    nll = -paddle.take_along_axis(F.log_softmax(logits, axis=-1), safe.unsqueeze(-1), axis=-1).squeeze(-1)
+    weight = keep.astype("float32")
+    # NOTE: F.cross_entropy's mean with ignore_index divides by the number of kept labels.
+    return (nll * weight).sum() / weight.sum().clip(min=1.0)
+
+
+def pretraining_model(cfg: BertConfig):
+    lowered = "pd_op.cross_entropy_with_softmax" in px.supported_ops()
+    return (BertForPretraining if lowered else BertPretrainingOwnLoss)(cfg), lowered
+
+
+def make_train_step(cfg: BertConfig, seq: int, strategy=None):
+    paddle.seed(0)
+    net, lowered = pretraining_model(cfg)
+    net.train()
+    sched = paddle.optimizer.lr.LinearWarmup(paddle.optimizer.lr.PolynomialDecay(1e-4, 10000, end_lr=0.0), 1000,
+                                             0.0, 1e-4)
+    opt = paddle.optimizer.AdamW(sched, parameters=net.parameters(), weight_decay=0.01,
+                                 grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0))
+    specs = BertForPretraining.input_spec(seq)
+    kw = {} if strategy is None else {"strategy": strategy}
+    # NOTE: the net computes its own loss (loss_fn None), so the labels are inputs of the net.
+    return px.train_step(net, None, opt, specs, **kw), lowered
+
+
+def export_inference(cfg, seq, batch, path, platforms) -> dict:
+    paddle.seed(0)
+    net = BertModel(cfg)
+    net.eval()
+    model = px.compile(net, BertModel.input_spec(seq))
+    b = synthetic_batch(cfg, batch, seq)
+    return export(model, path, platforms=platforms, example_inputs=[b.input_ids, b.token_type_ids],
+                     synthetic_weights=SYNTHETIC)
+
+
+def export_train(cfg, seq, batch, path, platforms, strategy=None) -> dict:
+    step, lowered = make_train_step(cfg, seq, strategy)
+    b = synthetic_batch(cfg, batch, seq)
+    manifest = export(step, path, platforms=platforms, example_inputs=b.as_list(), synthetic_weights=SYNTHETIC)
+    manifest["own_cross_entropy"] = not lowered
+    return manifest
+
+
+def bf16_available() -> str | None:
+    """None when px.train_step takes Strategy(precision="bf16"), else why not."""
+    try:
+        make_train_step(BertConfig.tiny(num_hidden_layers=1), 16, px.Strategy(precision="bf16"))
+        return None
+    except Exception as e:  # noqa: BLE001  (any failure means: no bf16 artifact, say why)
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
+def flops(cfg: BertConfig, seq: int, infer_batch: int, train_batch: int) -> dict:
+    """Analytic FLOPs (2 per multiply-add): the encoder, and for training the MLM/NSP heads, x3 for
+    forward + backward. gpu.py also counts them from the program itself."""
+    enc = dict(layers=cfg.num_hidden_layers, hidden=cfg.hidden_size, intermediate=cfg.intermediate_size, seq=seq)
+    head = 2 * train_batch * seq * (cfg.hidden_size ** 2 + cfg.hidden_size * cfg.vocab_size)
+    return {"infer_forward": common.bert_flops(batch=infer_batch, **enc),
+            "train_step": 3 * (common.bert_flops(batch=train_batch, **enc) + head)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="BERT-tiny, seq 32, small batches, cpu only")
+    ap.add_argument("--out", default=os.path.join(HERE, "artifacts"))
+    ap.add_argument("--seq", type=int)
+    ap.add_argument("--infer-batch", type=int)
+    ap.add_argument("--train-batch", type=int)
+    ap.add_argument("--platforms", default=None, help="comma-separated, default cpu,cuda (--quick: cpu)")
+    args = ap.parse_args(argv)
+    # NOTE: --quick is a CI smoke run: one layer keeps the train step's compile short on CPU.
+    cfg = BertConfig.tiny(num_hidden_layers=1, vocab_size=512, max_position_embeddings=64) if args.quick \
+        else BertConfig.base()
+    seq = args.seq or (32 if args.quick else 128)
+    infer_batch = args.infer_batch or (8 if args.quick else 64)
+    train_batch = args.train_batch or (4 if args.quick else 32)
+    platforms = (args.platforms or ("cpu" if args.quick else "cpu,cuda")).split(",")
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f"bert-{cfg.name}")
+    meta = {"model": f"bert-{cfg.name}", "config": dataclasses.asdict(cfg), "seq": seq, "infer_batch": infer_batch,
+            "train_batch": train_batch, "platforms": platforms, "synthetic_weights": SYNTHETIC,
+            "flops": flops(cfg, seq, infer_batch, train_batch), "versions": common.versions(), "artifacts": {}}
+    jobs = [("infer", lambda p: export_inference(cfg, seq, infer_batch, p, platforms)),
+            ("train", lambda p: export_train(cfg, seq, train_batch, p, platforms))]
+    why_no_bf16 = bf16_available()
+    meta["bf16_train"] = why_no_bf16 or "exported"
+    if why_no_bf16 is None:
+        jobs.append(("train-bf16", lambda p: export_train(cfg, seq, train_batch, p, platforms,
+                                                          px.Strategy(precision="bf16"))))
+    else:
+        print(f"no bf16 train artifact: Strategy(precision='bf16') does not work here ({why_no_bf16})", flush=True)
+    for tag, job in jobs:
+        path = f"{stem}-{tag}.pxa"
+        start = time.perf_counter()
+        manifest = job(path)
+        took = time.perf_counter() - start
+        meta["artifacts"][tag] = {"file": os.path.basename(path), "bytes": os.path.getsize(path),
+                                  "export_seconds": round(took, 1), "exported": manifest.get("exported"),
+                                  "members": {k: v["size"] for k, v in manifest["members"].items()},
+                                  **({"own_cross_entropy": manifest["own_cross_entropy"]}
+                                     if "own_cross_entropy" in manifest else {})}
+        print(f"wrote {path}: {os.path.getsize(path) / 2**20:.1f} MiB in {took:.0f} s", flush=True)
+    with open(f"{stem}.json", "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=1)
+    print(f"wrote {stem}.json", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=4)
+    sys.exit(main())

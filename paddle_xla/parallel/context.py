@@ -1,0 +1,70 @@
+"""What the per-device step functions share: the stages, how weights are packed, the precision and
+recomputation choices. Built on the host once per input shape; read inside shard_map."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from ..graph import Graph
+from ..lower import Interpreter
+from .pack import Layout
+from .program import SubProgram, run
+
+
+@dataclass(frozen=True)
+class Context:
+    graph: Graph
+    subs: tuple[SubProgram, ...]          # one per stage
+    params: tuple[Layout, ...]            # per stage: its trainable weights
+    buffers: tuple[Layout, ...]           # per stage: its buffers
+    opt: tuple[Layout, ...]               # per stage: its optimizer state
+    widths: Mapping[str, Mapping[str, int]]   # "params" | "buffers" | "opt" | "box" -> dtype -> width
+    sends: tuple[Layout, ...]             # boundary k -> k+1
+    replicas: int
+    stages: int
+    micro_batches: int
+    loss_weight: float                    # 1/groups for a mean loss, 1 for a sum
+    interpreter: type[Interpreter]
+    recompute: str | None
+
+    @property
+    def groups(self) -> int:
+        return self.replicas * self.micro_batches
+
+
+def stage_forward(ctx: Context, s: int, P: Mapping, Sh: Mapping, B: Mapping, feeds: Mapping, key,
+                  received: Sequence = ()) -> tuple[list, dict]:
+    """Stage s on one micro-batch: (its outputs, its buffers packed after the update)."""
+    old = ctx.buffers[s].unpack(B)
+    weights = {**ctx.params[s].unpack(P), **Sh, **old}
+    outs, new = run(ctx.graph, ctx.subs[s], weights, feeds, received, key,
+                    interpreter=ctx.interpreter, remat_layers=ctx.recompute == "layer")
+    return outs, ctx.buffers[s].pack({**old, **new}, ctx.widths["buffers"])
+
+
+def by_stage(ctx: Context, fns: Sequence, index, *args):
+    """Run fns[index](*args): a plain call with one stage, else lax.switch on the device's stage."""
+    if len(fns) == 1:
+        return fns[0](*args)
+    return jax.lax.switch(index, list(fns), *args)
+
+
+def zeros_like_tree(tree):
+    return jax.tree.map(jnp.zeros_like, tree)
+
+
+def loss_of(fetch) -> jax.Array:
+    from ..train.step import loss_value
+    return loss_value(fetch)
+
+
+def group_keys(key, replica, micro_batches: int, groups: int) -> Any:
+    """One key per micro-batch: group g = replica * micro_batches + m, so a layout with the same
+    number of groups draws the same random numbers. One group keeps the step key itself."""
+    if groups == 1:
+        return key[None]
+    g = replica * micro_batches + jnp.arange(micro_batches)
+    return jax.vmap(lambda i: jax.random.fold_in(key, i))(g)

@@ -1,0 +1,259 @@
+"""The training step under a Strategy: one jitted SPMD program over the ("replica", "stage") mesh
+that runs `steps_per_call` optimizer steps in a lax.scan.
+
+Per step and device: forward/backward over the replica's micro-batches (data.accumulate, or the
+pipeline.gpipe schedule when stages > 1), one all-reduce of the gradients over replicas, loss
+unscaling and the finite check, then the optimizer on the device's stage (update.apply). Weights,
+buffers and optimizer state stay packed and sharded on the devices between calls (state.PackedView
+shows them to the host). Paddle-free."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from ..graph import Graph
+from ..strategy import Strategy
+from ..train import optim
+from ..train.precision import ScalerConfig, interpreter_for, scaler_init, scaler_update
+from . import profile, stages as stages_lib, update
+from .context import Context, group_keys
+from .data import accumulate
+from .mesh import make_mesh, sharding
+from .pack import Layout, stack, widths
+from .pipeline import bubble_fraction, gpipe
+from .placement import Placement
+from .program import whole
+from .state import PackedView
+
+
+def loss_reduction(graph: Graph) -> str:
+    """'sum' when the loss is a sum over the batch (or per-example losses, which the step sums),
+    else 'mean'. Micro-batch losses are averaged for a mean and added for a sum."""
+    loss = graph.fetches[0]
+    if any(d == -1 for d in loss.shape):
+        return "sum"
+    producer = {v: op for op in graph.block.ops for v in op.outputs}
+    v, seen = loss.value, 0
+    while v in producer and seen < 8:
+        op = producer[v]
+        if op.name in ("pd_op.mean", "pd_op.mean_all"):
+            return "mean"
+        if op.name == "pd_op.sum":
+            return "sum"
+        v, seen = op.inputs[0], seen + 1
+    return "mean"
+
+
+@dataclass
+class CallResult:
+    params: PackedView
+    buffers: PackedView
+    opt_state: PackedView
+    losses: np.ndarray
+    finite: np.ndarray
+    fetches: list
+
+
+class Engine:
+    def __init__(self, graph: Graph, config: optim.OptimizerConfig, strategy: Strategy,
+                 placement: Placement | None = None):
+        self.graph, self.config, self.strategy = graph, config, strategy
+        self.placement = placement
+        self.mesh = make_mesh(strategy)
+        S, R = strategy.stages, strategy.replicas
+        if S > 1:
+            self.own = stages_lib.ownership(graph, placement)
+        else:
+            self.own = stages_lib.Ownership((tuple(p.name for p in graph.trainable()),),
+                                            (tuple(p.name for p in graph.buffers()),), ())
+        self.configs = update.stage_configs(config, self.own.trainable, self.own.shared)
+        self.zero = strategy.shard_optimizer_state
+        self.reduction = strategy.loss_reduction if strategy.loss_reduction != "auto" else loss_reduction(graph)
+        ls = strategy.loss_scale
+        self.scaler_cfg = ScalerConfig(ls.init, ls.growth_factor, ls.backoff_factor, ls.growth_interval,
+                                       ls.dynamic) if ls is not None else None
+        self.scaler = jax.device_put(scaler_init(self.scaler_cfg), sharding(self.mesh))
+        self._layouts(R)
+        self._compiled: dict[tuple, Any] = {}
+        self.stage_info: dict[tuple, stages_lib.Stages] = {}
+
+    # ---- packing ------------------------------------------------------------------------------
+    def _layouts(self, R: int):
+        shapes = {p.name: jax.ShapeDtypeStruct(tuple(p.shape), p.dtype) for p in self.graph.params}
+        opt_tpl = jax.eval_shape(lambda ps: optim.init_state(self.config, ps),
+                                 {n: shapes[n] for n in self.config.trainable()})
+        self.param_layouts = tuple(Layout.of({n: shapes[n] for n in names}) for names in self.own.trainable)
+        self.buffer_layouts = tuple(Layout.of({n: shapes[n] for n in names}) for names in self.own.buffers)
+        self.opt_layouts = tuple(Layout.of({n: opt_tpl[n] for n in names if n in opt_tpl})
+                                 for names in self.own.trainable)
+        self.opt_shared = tuple(n for n in self.own.shared if n in opt_tpl)
+        self.widths = {"params": widths(self.param_layouts), "buffers": widths(self.buffer_layouts),
+                       "opt": widths(self.opt_layouts, R if self.zero else 1)}
+        o_spec = ("stage", "replica") if self.zero else ("stage",)
+        self.specs = {"P": P("stage"), "Sh": P(), "B": P("stage"), "O": P(*o_spec), "Osh": P()}
+
+    def place(self, params: Mapping, buffers: Mapping, opt_state: Mapping):
+        """Device arrays (P, Sh, B, O, Osh) from a state: as they are when this engine packed them."""
+        if all(isinstance(t, PackedView) and t.owner is self for t in (params, buffers, opt_state)):
+            return params.arrays, params.extra, buffers.arrays, opt_state.arrays, opt_state.extra
+        put = lambda x, key: jax.device_put(x, jax.sharding.NamedSharding(self.mesh, self.specs[key]))  # noqa: E731
+        pick = lambda tree, names: {n: np.asarray(tree[n]) if not isinstance(tree[n], Mapping)  # noqa: E731
+                                    else {k: np.asarray(v) for k, v in tree[n].items()} for n in names}
+        own = self.own
+        Pk = stack(self.param_layouts, [pick(params, n) for n in own.trainable], self.widths["params"])
+        Bk = stack(self.buffer_layouts, [pick(buffers, n) for n in own.buffers], self.widths["buffers"])
+        Ok = stack(self.opt_layouts, [pick(opt_state, [n for n in names if n in opt_state])
+                                      for names in own.trainable], self.widths["opt"])
+        return (put(Pk, "P"), put(pick(params, own.shared), "Sh"), put(Bk, "B"), put(Ok, "O"),
+                put(pick(opt_state, self.opt_shared), "Osh"))
+
+    def views(self, P_, Sh, B, O, Osh):
+        return (PackedView(P_, self.param_layouts, Sh, self), PackedView(B, self.buffer_layouts, {}, self),
+                PackedView(O, self.opt_layouts, Osh, self))
+
+    # ---- compiling --------------------------------------------------------------------------------
+    def _context(self, feeds: Mapping[str, np.ndarray]) -> tuple[Context, tuple]:
+        st = self.strategy
+        S, M = st.stages, st.micro_batches
+        interp = interpreter_for(st.precision)
+        weight = 1.0 / st.groups if self.reduction == "mean" else 1.0
+        if S == 1:
+            subs, sends, box, templates = (whole(self.graph),), (), {}, ()
+        else:
+            micro = {n: jax.ShapeDtypeStruct((x.shape[1] // st.groups,) + x.shape[2:], x.dtype)
+                     for n, x in feeds.items()}
+            shapes = {p.name: jax.ShapeDtypeStruct(tuple(p.shape), p.dtype) for p in self.graph.params}
+            values = profile.trace_values(self.graph, shapes, micro, interp)
+            info = stages_lib.build(self.graph, self.placement, values)
+            self.stage_info[_signature(feeds)] = info
+            subs, sends, box = info.subs, info.sends, dict(info.box)
+            templates = tuple(_template(values[f.value]) for f in self.graph.fetches[1:])
+        ctx = Context(self.graph, subs, self.param_layouts, self.buffer_layouts, self.opt_layouts,
+                      {**self.widths, "box": box}, sends, st.replicas, S, M, weight, interp, st.recompute)
+        return ctx, templates
+
+    def _body(self, ctx: Context, templates):
+        st, cfg = self.strategy, self.scaler_cfg
+        S, M, zero = st.stages, st.micro_batches, self.zero
+        stop_on_nan = cfg is None
+
+        def one(carry, xs):
+            P_, Sh, B, O, Osh, scaler, stopped = carry
+            feeds, key, lr = xs
+            feeds = {n: x.reshape((M, x.shape[0] // M) + x.shape[1:]) for n, x in feeds.items()}
+            keys = group_keys(key, jax.lax.axis_index("replica"), M, st.groups)
+            scale = scaler["scale"]
+            if S == 1:
+                loss, (gP, gSh), fetches, newB = accumulate(ctx, P_, Sh, B, feeds, keys, scale)
+            else:
+                loss, (gP, gSh), fetches, newB = gpipe(ctx, P_, Sh, B, feeds, keys, scale, templates)
+            gP = jax.lax.psum(gP, "replica")
+            gSh = jax.lax.psum(gSh, ("replica", "stage"))
+            loss = jax.lax.psum(loss, ("replica", "stage"))
+            newB = {dt: jax.lax.pmean(x, "replica") if jnp.issubdtype(x.dtype, jnp.floating) else x
+                    for dt, x in newB.items()}
+            inv = 1.0 / scale
+            gP, gSh = jax.tree.map(lambda g: g * inv.astype(g.dtype), (gP, gSh))
+            ok = jnp.isfinite(loss) & update.finite(gP, gSh)
+            ok = jax.lax.pmin(ok.astype(jnp.int32), ("replica", "stage")) > 0
+            nP, nSh, nO, nOsh = update.apply(ctx, self.config, self.configs, self.own.shared,
+                                             P_, Sh, O, Osh, gP, gSh, lr, zero)
+            go = ok & ~stopped
+            new = update.select(go, (nP, nSh, newB, nO, nOsh), (P_, Sh, B, O, Osh))
+            scaler = update.select(stopped, scaler, scaler_update(cfg, scaler, ok))
+            stopped = stopped | (~ok & stop_on_nan)
+            return (*new, scaler, stopped), (loss, go, fetches)
+
+        def body(P_, Sh, B, O, Osh, scaler, feeds, keys, lrs):
+            row = lambda t: {dt: x[0] for dt, x in t.items()}  # noqa: E731
+            init = (row(P_), Sh, row(B), row(O), Osh, scaler, jnp.bool_(False))
+            carry, (losses, oks, fetches) = jax.lax.scan(one, init, (feeds, keys, lrs))
+            P2, Sh2, B2, O2, Osh2, scaler, _ = carry
+            lift = lambda t: {dt: x[None] for dt, x in t.items()}  # noqa: E731
+            last = jax.tree.map(lambda x: x[-1], fetches)
+            return lift(P2), Sh2, lift(B2), lift(O2), Osh2, scaler, losses, oks, last
+
+        sp = self.specs
+        in_specs = (sp["P"], sp["Sh"], sp["B"], sp["O"], sp["Osh"], P(), P(None, "replica"), P(), P())
+        out_specs = (sp["P"], sp["Sh"], sp["B"], sp["O"], sp["Osh"], P(), P(), P(), P("replica"))
+        # NOTE: check_vma=False: gradients are taken inside the per-device function and summed with
+        # explicit psums, as with pmap, so no implicit cross-device sums must be added.
+        mapped = jax.shard_map(body, mesh=self.mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+        return jax.jit(mapped, donate_argnums=(0, 1, 2, 3, 4))
+
+    def compiled(self, feeds: Mapping[str, np.ndarray]):
+        sig = _signature(feeds)
+        fn = self._compiled.get(sig)
+        if fn is None:
+            ctx, templates = self._context(feeds)
+            fn = self._compiled[sig] = self._body(ctx, templates)
+        return fn
+
+    # ---- running ------------------------------------------------------------------------------
+    def __call__(self, params, buffers, opt_state, feeds: Mapping[str, np.ndarray], keys, lrs) -> CallResult:
+        """feeds: name -> [K, batch, ...]; keys: [K] PRNG keys; lrs: [K] learning rates."""
+        for x in feeds.values():
+            self.strategy.check_batch(x.shape[1])
+        fn = self.compiled(feeds)
+        state = self.place(params, buffers, opt_state)
+        feeds = {n: jax.device_put(x, sharding(self.mesh, None, "replica")) for n, x in feeds.items()}
+        P_, Sh, B, O, Osh, self.scaler, losses, oks, fetches = fn(
+            *state, self.scaler, feeds, keys, jnp.asarray(lrs, jnp.float32))
+        views = self.views(P_, Sh, B, O, Osh)
+        micro = next(iter(feeds.values())).shape[1] // self.strategy.groups
+        return CallResult(*views, np.asarray(losses), np.asarray(oks), [_unstack(f, micro) for f in fetches])
+
+    # ---- reporting ------------------------------------------------------------------------------
+    @property
+    def loss_scale(self) -> float | None:
+        return float(self.scaler["scale"]) if self.scaler_cfg is not None else None
+
+    @property
+    def skipped_steps(self) -> int:
+        return int(self.scaler["skipped"])
+
+    def bubble_fraction(self) -> float:
+        return bubble_fraction(self.strategy.stages, self.strategy.micro_batches)
+
+    def param_bytes_per_device(self) -> dict[str, int]:
+        """Bytes each device holds for weights, buffers and optimizer state (packed widths)."""
+        nbytes = lambda w: sum(n * np.dtype(dt).itemsize for dt, n in w.items())  # noqa: E731
+        shared = sum(int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize
+                     for p in self.graph.params if p.name in self.own.shared)
+        opt = nbytes(self.widths["opt"]) // (self.strategy.replicas if self.zero else 1)
+        return {"params": nbytes(self.widths["params"]) + shared, "buffers": nbytes(self.widths["buffers"]),
+                "optimizer": opt}
+
+
+def _signature(feeds: Mapping[str, np.ndarray]) -> tuple:
+    return tuple((n, tuple(x.shape), str(x.dtype)) for n, x in sorted(feeds.items()))
+
+
+def _template(info):
+    if info.is_static:
+        return jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype), info.static)
+    return jax.tree.unflatten(info.tree, list(info.leaves))
+
+
+def _unstack(x, micro: int) -> np.ndarray:
+    """[groups, micro-batch, ...] back to [batch, ...]; other fetches stay one row per group."""
+    x = np.asarray(x)
+    return x.reshape((-1,) + x.shape[2:]) if x.ndim >= 2 and x.shape[1] == micro else x
+
+
+def memory_analysis(engine: Engine, params, buffers, opt_state, feeds: Mapping[str, np.ndarray]) -> dict:
+    """XLA's compiled memory analysis of one call (bytes per device): arguments, outputs, temporaries."""
+    fn = engine.compiled(feeds)
+    state = engine.place(params, buffers, opt_state)
+    k = next(iter(feeds.values())).shape[0]
+    keys = jax.random.split(jax.random.key(0), k)
+    feeds = {n: jax.device_put(x, sharding(engine.mesh, None, "replica")) for n, x in feeds.items()}
+    compiled = fn.lower(*state, engine.scaler, feeds, keys, np.zeros(k, np.float32)).compile()
+    m = compiled.memory_analysis()
+    return {"argument_bytes": int(m.argument_size_in_bytes), "output_bytes": int(m.output_size_in_bytes),
+            "temp_bytes": int(m.temp_size_in_bytes), "generated_code_bytes": int(m.generated_code_size_in_bytes)}

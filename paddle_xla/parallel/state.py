@@ -1,0 +1,64 @@
+"""Training state as the engine keeps it (packed per stage, sharded over the mesh), seen from the
+host as plain {name: array} mappings.
+
+`PackedView` is a read-only Mapping whose values are the natural NumPy arrays, unpacked (and so
+gathered from the devices) on first access. It is also a pytree with dict keys, so checkpoint code
+that flattens `state.params` by path sees exactly what a plain dict would give; unflattening gives a
+plain dict, which the engine packs again on its next call."""
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping, Sequence
+
+import jax
+import numpy as np
+
+from .pack import Layout
+
+
+class PackedView(Mapping):
+    def __init__(self, arrays: Mapping[str, jax.Array], layouts: Sequence[Layout], extra: Mapping[str, Any],
+                 owner: object):
+        self.arrays = dict(arrays)      # dtype -> global [stages, width] array
+        self.layouts = tuple(layouts)
+        self.extra = dict(extra)        # replicated entries (shared weights and their state)
+        self.owner = owner              # the engine that packed it
+        self._natural: dict | None = None
+        self._keys = sorted({*(k for lay in self.layouts for k in _names(lay)), *self.extra})
+
+    def natural(self) -> dict[str, Any]:
+        if self._natural is None:
+            host = {dt: np.asarray(a) for dt, a in self.arrays.items()}
+            out: dict[str, Any] = {}
+            for s, lay in enumerate(self.layouts):
+                out.update(lay.unpack({dt: h[s] for dt, h in host.items()}))
+            out.update(jax.tree.map(np.asarray, self.extra))
+            self._natural = out
+        return self._natural
+
+    def __getitem__(self, name):
+        return self.natural()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __repr__(self) -> str:
+        return f"PackedView({len(self)} entries over {len(self.layouts)} stage(s))"
+
+
+def _names(layout: Layout) -> list[str]:
+    return list(jax.tree.unflatten(layout.tree, [0] * len(layout.shapes)))
+
+
+def _flatten(view: PackedView):
+    keys = list(view)
+    return [(jax.tree_util.DictKey(k), view[k]) for k in keys], tuple(keys)
+
+
+def _unflatten(keys, children):
+    return dict(zip(keys, children))
+
+
+jax.tree_util.register_pytree_with_keys(PackedView, _flatten, _unflatten)

@@ -1,0 +1,130 @@
+"""Mixed precision: half-precision compute with float32 master weights, and fp16 loss scaling.
+
+The cast policy is Paddle AMP's level O1, applied op by op while the Graph is interpreted:
+- white-list ops (matmul, conv, einsum) run in half: their float32 inputs are cast down;
+- black-list ops (softmax, norms, losses, reductions, exp/log) run in float32: half inputs are cast up;
+- every other op runs in the dtype its inputs already have (JAX promotes half + float32 to float32).
+The weights stay float32 (the masters); a white-list op casts its own copy, so jax.grad returns
+float32 gradients through the cast, and the optimizer state stays float32.
+
+Loss scaling follows paddle.amp.GradScaler: the loss is multiplied by `scale` before the backward
+pass and the gradients divided by it; a step with a non-finite gradient is skipped and the scale
+multiplied by `backoff_factor`; after `growth_interval` clean steps in a row it is multiplied by
+`growth_factor`. Paddle-free."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+
+from ..graph import Graph
+from ..lower import Interpreter, check_graph
+from ..errors import UnsupportedOpsError
+
+HALF = {"bf16": jnp.bfloat16, "fp16": jnp.float16}
+
+# NOTE: Paddle's AutoMixedPrecisionLists (paddle.static.amp.fp16_lists) under PIR op names.
+WHITE = frozenset(f"pd_op.{n}" for n in (
+    "matmul", "conv2d", "depthwise_conv2d", "conv2d_transpose", "conv3d", "einsum", "bmm", "mv", "addmm"))
+BLACK = frozenset(f"pd_op.{n}" for n in (
+    "softmax", "log_softmax", "cross_entropy_with_softmax", "cross_entropy_with_softmax_", "layer_norm",
+    "group_norm", "batch_norm", "batch_norm_", "sync_batch_norm_", "instance_norm", "mean", "sum", "prod",
+    "cumsum", "cumprod", "exp", "expm1", "log", "log2", "log10", "log1p", "pow", "square", "rsqrt",
+    "reciprocal", "softplus", "logsumexp", "p_norm", "frobenius_norm", "sigmoid_cross_entropy_with_logits",
+    "nll_loss", "huber_loss", "margin_cross_entropy", "embedding", "mean_all", "bce_loss", "kldiv_loss"))
+
+
+def _cast_floats(x: Any, to) -> Any:
+    """Cast the traced floating-point arrays in x (a value or a list of values) to `to`."""
+    if isinstance(x, (list, tuple)):
+        return type(x)(_cast_floats(v, to) for v in x)
+    if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != to \
+            and x.dtype != jnp.float64:
+        return x.astype(to)
+    return x
+
+
+class MixedInterpreter(Interpreter):
+    """The Graph interpreter with Paddle's O1 cast policy applied to each op's inputs."""
+
+    half = jnp.bfloat16
+
+    def apply(self, op, args, env):
+        if op.name in WHITE:
+            args = [_cast_floats(a, self.half) for a in args]
+        elif op.name in BLACK:
+            args = [_cast_floats(a, jnp.float32) for a in args]
+        return super().apply(op, args, env)
+
+
+def interpreter_for(precision: str) -> type[Interpreter]:
+    """The interpreter class that computes a Graph in `precision`."""
+    if precision == "fp32":
+        return Interpreter
+    return type(f"MixedInterpreter_{precision}", (MixedInterpreter,), {"half": HALF[precision]})
+
+
+def lower_mixed(graph: Graph, precision: str) -> Callable:
+    """Like lower.lower, in `precision`; float outputs are returned in the Graph's own dtypes,
+    buffers (BatchNorm statistics) keep theirs."""
+    report = check_graph(graph)
+    if not report.ok:
+        raise UnsupportedOpsError(report)
+    interp = interpreter_for(precision)
+    dtypes = {p.name: p.dtype for p in graph.params}
+
+    def fn(params: Mapping, buffers: Mapping, feeds: Mapping, key=None):
+        key = jax.random.key(0) if key is None else key
+        env: dict[int, Any] = {}
+        for p in graph.params:
+            env[p.value] = params[p.name] if p.name in params else buffers[p.name]
+        for f in graph.feeds:
+            env[f.value] = feeds[f.name]
+        interp(key).run_block(graph.block, env)
+        fetches = tuple(_restore(env[f.value], f.dtype) for f in graph.fetches)
+        new_buffers = {n: _restore(env[v], dtypes[n]) for n, v in graph.buffer_updates}
+        return fetches, new_buffers
+
+    return fn
+
+
+def _restore(x, dtype: str):
+    """A half result back in the dtype the Paddle program declared for it."""
+    if isinstance(x, jax.Array) and x.dtype in (jnp.bfloat16, jnp.float16) and dtype in ("float32", ""):
+        return x.astype(jnp.float32)
+    return x
+
+
+# ---- dynamic loss scaling -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class ScalerConfig:
+    init: float
+    growth_factor: float
+    backoff_factor: float
+    growth_interval: int
+    dynamic: bool = True
+
+
+def scaler_init(cfg: ScalerConfig | None) -> dict[str, jax.Array]:
+    """The loss-scale state: scale, clean steps in a row, steps skipped so far."""
+    scale = cfg.init if cfg is not None else 1.0
+    return {"scale": jnp.float32(scale), "good": jnp.int32(0), "skipped": jnp.int32(0)}
+
+
+def scaler_update(cfg: ScalerConfig | None, state: Mapping, finite) -> dict[str, jax.Array]:
+    """Paddle's update_loss_scaling with decr_every_n_nan_or_inf=1."""
+    if cfg is None:
+        return dict(state)
+    skipped = state["skipped"] + jnp.where(finite, 0, 1).astype(jnp.int32)
+    if not cfg.dynamic:
+        return {**state, "skipped": skipped}
+    good = jnp.where(finite, state["good"] + 1, 0)
+    grow = good >= cfg.growth_interval
+    grown = state["scale"] * jnp.float32(cfg.growth_factor)
+    # NOTE: as Paddle's kernel: a grown scale that overflows is not taken; a lowered one stays >= 1.
+    grown = jnp.where(jnp.isfinite(grown), grown, state["scale"])
+    lowered = jnp.maximum(state["scale"] * jnp.float32(cfg.backoff_factor), jnp.float32(1.0))
+    scale = jnp.where(finite, jnp.where(grow, grown, state["scale"]), lowered)
+    return {"scale": scale, "good": jnp.where(grow, 0, good).astype(jnp.int32), "skipped": skipped}
