@@ -25,7 +25,7 @@ import paddle_xla as px
 from paddle_xla.models.speech import LSTMCTC, SpeechConfig, ctc_loss, edit_distance, greedy_decode, tones
 
 CONFIGS = {
-    "tiny": dict(model="tiny", train=512, test=128, batch=16, epochs=8, lr=1e-2, compare=4),
+    "tiny": dict(model="tiny", train=512, test=128, batch=16, epochs=8, lr=5e-3, compare=4),
     "full": dict(model="small", train=4096, test=512, batch=64, epochs=20, lr=3e-3, compare=4),
 }
 

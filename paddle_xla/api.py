@@ -19,9 +19,9 @@ class XlaModel:
     """A Paddle model compiled with XLA. Call it like the Layer: NumPy in, NumPy out;
     paddle.Tensor in, paddle.Tensor out."""
 
-    def __init__(self, captured: capture.Captured, seed: int = 0):
+    def __init__(self, captured: capture.Captured, seed: int = 0, strategy=None):
         self.captured = captured
-        self.compiled = CompiledModel(captured.graph, captured.weights, seed=seed)
+        self.compiled = CompiledModel(captured.graph, captured.weights, seed=seed, strategy=strategy)
 
     @property
     def graph(self) -> Graph:
@@ -63,14 +63,14 @@ def check(model, input_spec: Sequence | None = None, training: bool | None = Non
     return check_graph(_capture(model, input_spec, training).graph)
 
 
-def compile(model, input_spec: Sequence | None = None, *, seed: int = 0) -> XlaModel:  # noqa: A001
+def compile(model, input_spec: Sequence | None = None, *, seed: int = 0, strategy=None) -> XlaModel:  # noqa: A001
     """Capture `model` (an nn.Layer in its current mode, a static Program, or a saved inference model's
     path prefix) and compile it with XLA. Raises UnsupportedOpsError listing every missing op at once."""
     captured = _capture(model, input_spec)
     report = check_graph(captured.graph)
     if not report.ok:
         raise UnsupportedOpsError(report)
-    return XlaModel(captured, seed=seed)
+    return XlaModel(captured, seed=seed, strategy=strategy)
 
 
 def load_inference_model(path_prefix: str, *, seed: int = 0) -> XlaModel:

@@ -24,10 +24,13 @@ BOOKKEEPING_ATTRS = frozenset({
     "scheduling_priority", "force_record_event", "event_to_record", "events_to_wait",
 })
 
-# In-place ops that write a persistable input (BatchNorm's running statistics): output -> input.
+# In-place ops (PIR names ending in "_"): which output holds the new value of which operand.
+# Later reads of that operand see the output, and a persistable operand (BatchNorm's running
+# statistics) becomes a buffer update. Ops not listed write operand 0 into output 0.
 INPLACE_WRITES = {
     "pd_op.batch_norm_": {1: 1, 2: 2},
     "pd_op.sync_batch_norm_": {1: 1, 2: 2},
+    "pd_op.assign_out_": {0: 1},
 }
 
 _PADDLE_DIR = os.path.dirname(os.path.abspath(paddle.__file__))
@@ -137,16 +140,27 @@ class _Reader:
         if name == "pd_op.fetch":
             self.fetch_by_name.append((attrs["name"], self.vid(op.operands_source()[0])))
             return None
-        inputs = tuple(self.vid(v) for v in op.operands_source())
-        for out_i, in_i in INPLACE_WRITES.get(name, {}).items():
-            pname = self.param_by_value.get(inputs[in_i])
-            if pname is not None:
-                self.buffer_updates.append((pname, outs[out_i]))
+        operands = op.operands_source()
+        inputs = tuple(self.vid(v) for v in operands)
         blocks = self.sub_blocks(op, name)
+        self.write_in_place(name, operands, inputs, outs)
         self.counter += 1
         return Op(name=name, inputs=inputs, outputs=outs, attrs=_attrs(op),
                   scope=str(attrs.get("struct_name", "")), source=user_source(attrs.get("op_callstack")),
                   blocks=blocks, index=self.counter)
+
+    def write_in_place(self, name, operands, inputs, outs) -> None:
+        if not name.endswith("_") or name.startswith("builtin."):
+            return
+        for out_i, in_i in INPLACE_WRITES.get(name, {0: 0}).items():
+            if in_i >= len(inputs) or out_i >= len(outs) or inputs[in_i] is None or outs[out_i] is None:
+                continue
+            pname = self.param_by_value.get(inputs[in_i])
+            if pname is not None:
+                self.buffer_updates.append((pname, outs[out_i]))
+                self.param_by_value[outs[out_i]] = pname
+            # NOTE: PIR keeps the operand's Value; Paddle's semantics are that later readers see the write.
+            self.ids[operands[in_i].id] = outs[out_i]
 
     def sub_blocks(self, op, name) -> tuple[Block, ...]:
         if name == "pd_op.if":

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import jax
+import jax.numpy as jnp
 
 # NOTE: Paddle computes with int64 indices and float64 tensors where the user asks for them; without
 # x64 JAX would silently narrow both and the numbers would differ from Paddle's.
@@ -71,12 +72,21 @@ class CoverageReport:
         return "\n".join(lines)
 
 
+def resolve(name: str):
+    """The lowering of an op; an in-place variant (relu_) uses its functional twin (relu), since
+    capture has already made later readers see the in-place result."""
+    entry = REGISTRY.get(name)
+    if entry is None and name.endswith("_"):
+        entry = REGISTRY.get(name[:-1])
+    return entry
+
+
 def check_graph(graph: Graph) -> CoverageReport:
     """Find every op with no lowering or with attributes its lowering does not expect."""
     report = CoverageReport()
     for op in graph.ops():
         report.counts[op.name] += 1
-        entry = REGISTRY.get(op.name)
+        entry = resolve(op.name)
         if entry is None:
             report.problems.append(Problem(op.name, op.scope, op.source, "no lowering"))
             continue
@@ -101,7 +111,7 @@ class Interpreter:
         return env
 
     def apply(self, op: Op, args, env):
-        entry = REGISTRY[op.name]
+        entry = resolve(op.name)
         kwargs = entry.kwargs(op.attrs)
         try:
             if entry.kind == "random":
@@ -138,9 +148,11 @@ def lower(graph: Graph) -> Callable:
             key = jax.random.key(0)
         env: dict[int, Any] = {}
         for p in graph.params:
-            env[p.value] = params[p.name] if p.name in params else buffers[p.name]
+            env[p.value] = jnp.asarray(params[p.name] if p.name in params else buffers[p.name])
         for f in graph.feeds:
-            env[f.value] = feeds[f.name]
+            # NOTE: feeds are data, never trace-time constants, even when given as NumPy arrays:
+            # lowerings keep NumPy inputs static (shape arithmetic) and would fold them otherwise.
+            env[f.value] = jnp.asarray(feeds[f.name])
         Interpreter(key).run_block(graph.block, env)
         fetches = tuple(env[f.value] for f in graph.fetches)
         new_buffers = {name: env[vid] for name, vid in graph.buffer_updates}

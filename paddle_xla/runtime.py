@@ -11,6 +11,7 @@ from . import feeds as feeds_mod
 from .cache import compile_progress
 from .graph import Graph
 from .lower import lower
+from .train.precision import lower_mixed
 
 
 class CompiledModel:
@@ -18,9 +19,11 @@ class CompiledModel:
 
     Shapes are static per compile: each new input shape compiles once and is cached."""
 
-    def __init__(self, graph: Graph, weights: Mapping[str, np.ndarray], seed: int = 0, key=None):
+    def __init__(self, graph: Graph, weights: Mapping[str, np.ndarray], seed: int = 0, key=None, strategy=None):
         self.graph = graph
-        self._fn = lower(graph)
+        # NOTE: inference honours Strategy.precision only: half compute, float32 weights and outputs.
+        precision = strategy.precision if strategy is not None else "fp32"
+        self._fn = lower(graph) if precision == "fp32" else lower_mixed(graph, precision)
         params = {p.name: weights[p.name] for p in graph.params}
         self.params = jax.device_put({k: v for k, v in params.items() if _is_trainable(graph, k)})
         self.buffers = jax.device_put({k: v for k, v in params.items() if not _is_trainable(graph, k)})

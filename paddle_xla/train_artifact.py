@@ -9,8 +9,9 @@ graph.json, weights.safetensors with params and buffers, strategy.json = Strateg
                            step(params, buffers, opt_state, feeds, key_data, lr)
                              -> (params, buffers, opt_state, loss, fetches, finite)
 The manifest has kind "train" and a "train" entry: the step count, the LR schedule's offset, the
-trainable names, the model fingerprint (as TrainStep's checkpoints), the precision the executables
-compute in, and whether the optimizer state is stored or starts fresh (synthetic weights).
+trainable names, the model fingerprint and the param name -> state_dict key map (as TrainStep's
+checkpoints use them), the precision the executables compute in, and whether the optimizer state is
+stored or starts fresh (synthetic weights).
 
 `paddle_xla.artifact.load(path)` opens one as a TrainArtifact: `s(*inputs, *labels) -> loss`
 continues from the exporter's last step with the losses the exporter's TrainStep would have given;
@@ -126,7 +127,7 @@ def export_train(step, path: str, platforms: Sequence[str] = ("cpu",), example_i
                 "fetches": [fmt.tensor_spec(t) for t in graph.fetches],
                 "exported": {p: {"member": fmt.exported_member(p), **shapes} for p in exported},
                 "train": {"step": int(state.step), "lr_offset": int(lr_offset_of(step)), "trainable": trainable,
-                          "fingerprint": checkpoint.fingerprint({p.name: p.shape for p in graph.params}),
+                          "fingerprint": step.fingerprint(), "names": stable_names_of(step),
                           "precision": strategy.precision, "opt_state": "fresh" if synth else "stored",
                           **({"not_exported": why_not} if why_not else {})},
                 **({"synthetic_weights": synth} if synth else {})}
@@ -139,6 +140,12 @@ def strategy_of(step) -> Strategy:
     # NOTE: a TrainArtifact has `.strategy`; a TrainStep keeps it in its StepRunner (`_step.strategy`).
     found = getattr(step, "strategy", None) or getattr(getattr(step, "_step", None), "strategy", None)
     return found if isinstance(found, Strategy) else Strategy()
+
+
+def stable_names_of(step) -> dict[str, str]:
+    """Param name (linear_3.w_0) -> the Layer's state_dict key (l1.weight): checkpoints use the latter."""
+    names = getattr(step, "stable_names", None)
+    return dict(names()) if callable(names) else {}
 
 
 def lr_offset_of(step) -> int:
@@ -333,13 +340,16 @@ class TrainArtifact:
     def fingerprint(self) -> str:
         return self.info["fingerprint"]
 
+    def stable_names(self) -> dict[str, str]:
+        return dict(self.info.get("names") or {})
+
     def save_checkpoint(self, path: str) -> None:
-        """The same file TrainStep.save_checkpoint writes: either can resume from it."""
+        """The same file TrainStep.save_checkpoint writes (keyed by state_dict names): either resumes from it."""
         checkpoint.save(path, self.state, self.fingerprint(),
-                        {"lr_offset": self.lr_offset, "schedule": self.schedule.to_dict()})
+                        {"lr_offset": self.lr_offset, "schedule": self.schedule.to_dict()}, names=self.stable_names())
 
     def load_checkpoint(self, path: str) -> None:
-        self.state, extra = checkpoint.load(path, self.state, self.fingerprint())
+        self.state, extra = checkpoint.load(path, self.state, self.fingerprint(), names=self.stable_names())
         self.lr_offset = int(extra.get("lr_offset", 0))
 
     def export(self, path: str, platforms: Sequence[str] | None = None, example_inputs=None) -> dict:

@@ -36,7 +36,7 @@ class MLP(nn.Layer):
 
 def make_step(scheduler=None, strategy=None, seed=7):
     paddle.seed(seed)
-    # NOTE: fresh parameter names (linear_0, ...) each time, so checkpoints of one fit another.
+    # NOTE: the same parameter names (linear_0, ...) each time, so weights compare by name across steps.
     with paddle.utils.unique_name.guard():
         net = MLP()
     sched = scheduler or paddle.optimizer.lr.LinearWarmup(

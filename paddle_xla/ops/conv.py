@@ -118,3 +118,45 @@ def conv3d_transpose(x, w, *, strides, paddings, output_padding=(), output_size=
                      padding_algorithm="EXPLICIT", groups=1, dilations=(), data_format="NCHW"):
     return conv_transpose_nd(x, w, strides, paddings, output_padding, list(output_size), padding_algorithm,
                              groups or 1, dilations, data_format)
+
+
+# ---- deformable convolution (DCN v1 without mask, v2 with) -------------------------------------
+def _bilinear_zero(img, y, x):
+    """img: (N, G, C, H, W); y, x: (N, G, K, Ho, Wo) -> (N, G, C, K, Ho, Wo), zero outside."""
+    n, g, c, h, w = img.shape
+    y0, x0 = jnp.floor(y), jnp.floor(x)
+    flat = img.reshape(n, g, c, h * w)
+    out = 0
+    for dy in (0, 1):
+        for dx in (0, 1):
+            yi, xi = y0 + dy, x0 + dx
+            weight = (1 - jnp.abs(y - yi)) * (1 - jnp.abs(x - xi))
+            inside = (yi >= 0) & (yi < h) & (xi >= 0) & (xi < w)
+            idx = (jnp.clip(yi, 0, h - 1) * w + jnp.clip(xi, 0, w - 1)).astype(jnp.int32)
+            vals = jnp.take_along_axis(flat, idx.reshape(n, g, 1, -1), axis=3)
+            vals = vals.reshape((n, g, c) + y.shape[2:])
+            out = out + vals * jnp.where(inside, weight, 0)[:, :, None].astype(img.dtype)
+    return out
+
+
+@lowering("pd_op.deformable_conv")
+def deformable_conv(x, offset, w, mask=None, *, strides, paddings, dilations, deformable_groups, groups,
+                    im2col_step=1):
+    # NOTE: im2col_step only batches Paddle's own im2col; it does not change the result.
+    n, c, _, _ = x.shape
+    m, _, kh, kw = w.shape
+    ho, wo = offset.shape[2:]
+    dg, k = deformable_groups, kh * kw
+    off = offset.reshape(n, dg, k, 2, ho, wo)
+    ki, kj = jnp.divmod(jnp.arange(k), kw)
+    base_y = (jnp.arange(ho) * strides[0] - paddings[0])[None, :, None] + (ki * dilations[0])[:, None, None]
+    base_x = (jnp.arange(wo) * strides[1] - paddings[1])[None, None, :] + (kj * dilations[1])[:, None, None]
+    y = base_y.astype(x.dtype) + off[:, :, :, 0]
+    xx = base_x.astype(x.dtype) + off[:, :, :, 1]
+    cols = _bilinear_zero(x.reshape(n, dg, c // dg, *x.shape[2:]), y, xx)   # N, dg, C/dg, K, Ho, Wo
+    if mask is not None:
+        cols = cols * mask.reshape(n, dg, 1, k, ho, wo)
+    cols = cols.reshape(n, groups, c // groups, k, ho, wo)
+    wg = w.reshape(groups, m // groups, c // groups, k)
+    out = jnp.einsum("ngckhw,gmck->ngmhw", cols, wg.astype(x.dtype))
+    return out.reshape(n, m, ho, wo)

@@ -145,10 +145,11 @@ def scale(x, s, *, bias, bias_after_scale):
         b = int(bias)
     else:
         b = bias
-    if is_static(x):
+    if is_static(x, s) and _is_int(x):
+        # NOTE: shape arithmetic (a static shape times 2) stays NumPy, static under jit.
         return np.asarray(x * s + b if bias_after_scale else (x + b) * s, dtype=np.asarray(x).dtype)
     ct = _compute_dtype(x)
-    xc = x.astype(ct)
+    xc = jnp.asarray(x, ct)
     s = jnp.asarray(s, ct)
     b = jnp.asarray(b, ct)
     out = xc * s + b if bias_after_scale else (xc + b) * s

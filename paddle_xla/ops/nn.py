@@ -160,3 +160,10 @@ def label_smooth(label, prior_dist=None, *, epsilon):
         return (1 - eps) * label + eps / label.shape[-1]
     # NOTE: Paddle's backward gives the prior no gradient.
     return (1 - eps) * label + eps * lax.stop_gradient(prior_dist).astype(label.dtype)
+
+
+# ---- bilinear tensor product ----------------------------------------------------------------------
+@lowering("pd_op.bilinear")
+def bilinear(x, y, weight, bias=None):
+    out = jnp.einsum("ni,kij,nj->nk", x, weight, y)
+    return out if bias is None else out + bias.reshape(1, -1)

@@ -177,3 +177,21 @@ def p_norm(x, *, porder, axis, epsilon, keepdim, asvector):
         out = p_norm_impl(x.reshape(-1), float(porder), 0, epsilon, False)
         return out.reshape((1,) * x.ndim) if keepdim else out
     return p_norm_impl(x, float(porder), axis % x.ndim if x.ndim else 0, epsilon, keepdim)
+
+
+# ---- spectral norm ------------------------------------------------------------------------------
+@lowering("pd_op.spectral_norm")
+def spectral_norm(weight, u, v, *, dim=0, power_iters=1, eps=1e-12):
+    w = jnp.moveaxis(weight, dim, 0)
+    mat = w.reshape(w.shape[0], -1)
+    u, v = u.astype(weight.dtype), v.astype(weight.dtype)
+    m = lax.stop_gradient(mat)
+    for _ in range(power_iters):
+        v = m.T @ u
+        v = v / (jnp.sqrt(jnp.sum(v * v)) + eps)
+        u = m @ v
+        u = u / (jnp.sqrt(jnp.sum(u * u)) + eps)
+    # NOTE: as in Paddle's backward, the power-iteration vectors are constants for the gradient.
+    u, v = lax.stop_gradient(u), lax.stop_gradient(v)
+    sigma = u @ mat @ v
+    return jnp.moveaxis((mat / sigma).reshape(w.shape), 0, dim)

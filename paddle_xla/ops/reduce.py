@@ -8,7 +8,7 @@ import numpy as np
 from jax import lax
 
 from .registry import lowering
-from .util import axis_list, dtype as jax_dtype, xp
+from .util import axis_list, dtype as jax_dtype, is_static
 
 
 def _axes(x, axis, reduce_all=False):
@@ -22,14 +22,20 @@ def _int_like(x) -> bool:
     return x.dtype == jnp.bool_ or jnp.issubdtype(x.dtype, jnp.integer)
 
 
+def _lib(x):
+    """NumPy for static integer input (shape arithmetic, e.g. the product of a shape, must stay
+    static under jit), else jax.numpy. NOTE: never NumPy for floats: it would sum bfloat16 in
+    bfloat16, where XLA accumulates in float32 as Paddle does."""
+    return np if is_static(x) and _int_like(x) else jnp
+
+
 @lowering("pd_op.sum")
 def sum_(x, axis, *, dtype=None, keepdim=False):
     dt = jax_dtype(dtype)
     if dt is None and _int_like(x) and x.dtype not in (jnp.int64, jnp.uint64):
         # NOTE: Paddle sums bool and narrower integers into int64.
         dt = jnp.int64
-    # NOTE: xp keeps shape arithmetic (a sum or product of a static shape) in NumPy, static under jit.
-    return xp(x).sum(x, axis=_axes(x, axis), dtype=dt, keepdims=keepdim)
+    return _lib(x).sum(x, axis=_axes(x, axis), dtype=dt, keepdims=keepdim)
 
 
 @lowering("pd_op.mean")
@@ -51,37 +57,37 @@ def mean_all(x):
 # NOTE: max/min/amax/amin share the gradient evenly among tied maxima, in Paddle and in jnp alike.
 @lowering("pd_op.max")
 def max_(x, axis, *, keepdim=False):
-    return xp(x).max(x, axis=_axes(x, axis), keepdims=keepdim)
+    return _lib(x).max(x, axis=_axes(x, axis), keepdims=keepdim)
 
 
 @lowering("pd_op.min")
 def min_(x, axis, *, keepdim=False):
-    return xp(x).min(x, axis=_axes(x, axis), keepdims=keepdim)
+    return _lib(x).min(x, axis=_axes(x, axis), keepdims=keepdim)
 
 
 @lowering("pd_op.amax")
 def amax(x, *, axis, keepdim=False):
-    return xp(x).max(x, axis=_axes(x, axis), keepdims=keepdim)
+    return _lib(x).max(x, axis=_axes(x, axis), keepdims=keepdim)
 
 
 @lowering("pd_op.amin")
 def amin(x, *, axis, keepdim=False):
-    return xp(x).min(x, axis=_axes(x, axis), keepdims=keepdim)
+    return _lib(x).min(x, axis=_axes(x, axis), keepdims=keepdim)
 
 
 @lowering("pd_op.prod")
 def prod(x, axis, *, keepdim=False, reduce_all=False):
-    return xp(x).prod(x, axis=_axes(x, axis, reduce_all), keepdims=keepdim)
+    return _lib(x).prod(x, axis=_axes(x, axis, reduce_all), keepdims=keepdim)
 
 
 @lowering("pd_op.all")
 def all_(x, *, axis, keepdim=False):
-    return xp(x).all(x, axis=_axes(x, axis), keepdims=keepdim)
+    return _lib(x).all(x, axis=_axes(x, axis), keepdims=keepdim)
 
 
 @lowering("pd_op.any")
 def any_(x, *, axis, keepdim=False):
-    return xp(x).any(x, axis=_axes(x, axis), keepdims=keepdim)
+    return _lib(x).any(x, axis=_axes(x, axis), keepdims=keepdim)
 
 
 @lowering("pd_op.logsumexp")

@@ -184,7 +184,11 @@ class Engine:
         # NOTE: check_vma=False: gradients are taken inside the per-device function and summed with
         # explicit psums, as with pmap, so no implicit cross-device sums must be added.
         mapped = jax.shard_map(body, mesh=self.mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
-        return jax.jit(mapped, donate_argnums=(0, 1, 2, 3, 4))
+        # NOTE: XLA's CPU pipeline drops jax.checkpoint's optimization barriers early
+        # (cse_barrier_expander) and CSE then merges the recomputation back into the forward pass, so
+        # recomputation would save no memory there; keeping the pass off keeps the barriers.
+        options = {"xla_disable_hlo_passes": "cse_barrier_expander"} if st.recompute else None
+        return jax.jit(mapped, donate_argnums=(0, 1, 2, 3, 4), compiler_options=options)
 
     def compiled(self, feeds: Mapping[str, np.ndarray]):
         sig = _signature(feeds)

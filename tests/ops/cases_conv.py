@@ -1,5 +1,6 @@
 import paddle
 import paddle.nn.functional as F
+from paddle.vision.ops import deform_conv2d
 
 from .harness import Arg, OpCase
 
@@ -66,4 +67,14 @@ CASES = [
     OpCase("conv3d_transpose_size_ndhwc", lambda x, w: F.conv3d_transpose(
         x, w, stride=(2, 1, 2), output_size=[8, 6, 7], groups=2, data_format="NDHWC"),
         [Arg((2, 3, 4, 3, 4)), Arg((4, 2, 3, 3, 3))], T3, **_CONV_TOL),
+    # ---- deformable ----
+    OpCase("deformable_conv_v1", lambda x, o, w: deform_conv2d(x, o, w),
+           [Arg((2, 3, 6, 6)), Arg((2, 18, 4, 4)), Arg((4, 3, 3, 3))], ["pd_op.deformable_conv"], **_CONV_TOL),
+    OpCase("deformable_conv_v2_pad_stride", lambda x, o, w, m: deform_conv2d(x, o, w, stride=2, padding=1, mask=m),
+           [Arg((2, 3, 7, 7)), Arg((2, 18, 4, 4)), Arg((4, 3, 3, 3)), Arg((2, 9, 4, 4), low=0, high=1)],
+           ["pd_op.deformable_conv"], **_CONV_TOL),
+    OpCase("deformable_conv_groups_dil_f64", lambda x, o, w: deform_conv2d(
+        x, o, w, dilation=2, padding=2, deformable_groups=2, groups=2),
+        [Arg((1, 4, 6, 6), "float64"), Arg((1, 36, 6, 6), "float64"), Arg((4, 2, 3, 3), "float64")],
+        ["pd_op.deformable_conv"]),
 ]

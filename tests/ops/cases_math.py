@@ -3,7 +3,6 @@ import paddle.nn.functional as F
 
 from .harness import Arg, OpCase
 
-_C = paddle._C_ops
 MM = dict(rtol=1e-5, atol=1e-5, reason="sums of products; Paddle and XLA accumulate in different orders")
 
 

@@ -79,4 +79,10 @@ CASES = [
            ["pd_op.label_smooth"]),
     OpCase("label_smooth_prior_f64", lambda x, p: F.label_smooth(x, p, epsilon=0.2),
            [Arg((4, 5), "float64", 0, 1), Arg((1, 5), "float64", 0, 1)], ["pd_op.label_smooth"]),
+    # ---- bilinear ----
+    OpCase("bilinear", lambda x, y, w, b: F.bilinear(x, y, w, b), [Arg((4, 5)), Arg((4, 6)), Arg((3, 5, 6)),
+                                                                   Arg((1, 3))], ["pd_op.bilinear"],
+           rtol=1e-5, atol=1e-5, reason="30-term float32 sums in another order"),
+    OpCase("bilinear_no_bias_f64", lambda x, y, w: F.bilinear(x, y, w),
+           [Arg((4, 5), "float64"), Arg((4, 6), "float64"), Arg((3, 5, 6), "float64")], ["pd_op.bilinear"]),
 ]

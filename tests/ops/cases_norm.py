@@ -81,4 +81,12 @@ CASES = [
            ["pd_op.p_norm"]),
     OpCase("normalize", lambda x: F.normalize(x, axis=1), [Arg((3, 4, 5))],
            ["pd_op.p_norm", "pd_op.maximum", "pd_op.divide"]),
+    # ---- spectral norm ----
+    OpCase("spectral_norm", lambda w, u, v: _C.spectral_norm(w, u, v, 0, 1, 1e-12), [Arg((4, 5)), Arg((4,)),
+                                                                                      Arg((5,))],
+           ["pd_op.spectral_norm"], **_TOL),
+    OpCase("spectral_norm_dim1_iters3", lambda w, u, v: _C.spectral_norm(w, u, v, 1, 3, 1e-12),
+           [Arg((3, 4, 2, 2)), Arg((4,)), Arg((12,))], ["pd_op.spectral_norm"], **_TOL),
+    OpCase("spectral_norm_f64", lambda w, u, v: _C.spectral_norm(w, u, v, 0, 2, 1e-12),
+           [Arg((6, 3), "float64"), Arg((6,), "float64"), Arg((3,), "float64")], ["pd_op.spectral_norm"]),
 ]

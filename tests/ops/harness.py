@@ -153,7 +153,17 @@ def _cotangents(outs, seed):
             else None for o in outs]
 
 
+_CAPTURED: dict[str, object] = {}
+
+
 def capture_case(case: OpCase, xs):
+    """Capture once per case: the eager and jit runs of a case share its Graph (to_static is slow)."""
+    if case.id not in _CAPTURED:
+        _CAPTURED[case.id] = _capture(case, xs)
+    return _CAPTURED[case.id]
+
+
+def _capture(case: OpCase, xs):
     specs = [InputSpec(list(x.shape), a.dtype, f"x{i}") for i, (x, a) in enumerate(zip(xs, case.args))]
     return capture.from_layer(_CALLS[len(specs)](case.fn), specs, training=case.training).graph
 

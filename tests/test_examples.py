@@ -1,0 +1,58 @@
+"""Each scenario example runs end to end on its tiny config: it learns, and its losses match native
+Paddle's on the same weights and batches where the example compares them."""
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+import paddle_xla as px
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+
+
+def run(name: str) -> dict:
+    spec = importlib.util.spec_from_file_location(f"example_{name}", os.path.join(EXAMPLES, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main(tiny=True)
+
+
+def learned(losses, k=5) -> bool:
+    return float(np.mean(losses[-k:])) < 0.8 * float(np.mean(losses[:k]))
+
+
+def matches_native(r) -> None:
+    assert len(r["native_losses"]) >= 2
+    np.testing.assert_allclose(r["losses"][:len(r["native_losses"])], r["native_losses"], rtol=1e-4)
+
+
+def test_causal_lm():
+    r = run("causal_lm")
+    matches_native(r)
+    assert learned(r["losses"])
+    assert r["perplexity"] < r["vocab"] / 3
+    assert r["generated"]
+
+
+def test_image_classification():
+    r = run("image_classification")
+    matches_native(r)
+    assert learned(r["losses"])
+    assert r["accuracy"] > 0.3                       # chance is 0.1
+    assert abs(r["accuracy"] - r["native_accuracy"]) <= 1 / 360 + 1e-9   # one image at most
+
+
+def test_ctr():
+    r = run("ctr")
+    matches_native(r)
+    assert learned(r["losses"])
+    assert 0.7 < r["auc"] <= r["oracle_auc"] + 0.02
+
+
+@pytest.mark.skipif("pd_op.rnn" not in px.supported_ops(), reason="pd_op.rnn (paddle.nn.LSTM) has no lowering yet")
+def test_speech_ctc():
+    r = run("speech_ctc")
+    matches_native(r)
+    assert learned(r["losses"])
+    assert r["symbol_error_rate"] < 0.3
