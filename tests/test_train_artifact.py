@@ -312,7 +312,7 @@ def test_synthetic_inference_weights(run, tmp_path):
 def test_precision_override_relowers(run):
     s = pxa.load(run["path"], strategy=px.Strategy(precision="bf16"))
     assert s.mode == "relowered" and "bf16" in s.why
-    np.testing.assert_allclose([s(x, y) for x, y in BATCHES[3:]], run["losses"], rtol=5e-2)
+    np.testing.assert_allclose([s(x, y) for x, y in BATCHES[3:]], run["losses"], rtol=1e-2)   # bf16 vs fp32
 
 
 def test_bf16_step_exports_and_continues(tmp_path):
@@ -323,9 +323,9 @@ def test_bf16_step_exports_and_continues(tmp_path):
     want = [step(x, y) for x, y in BATCHES[1:4]]
     s = pxa.load(path)
     assert s.mode == "exported", s.why
-    # NOTE: the exported step is the single-device one; in process bf16 runs on the SPMD engine.
-    # Both cast the same ops; XLA may fuse them differently, so bf16 rounding can differ a little.
-    np.testing.assert_allclose([s(x, y) for x, y in BATCHES[1:4]], want, rtol=1e-2)
+    # NOTE: the exported step is the single-device one and in process bf16 runs on the SPMD engine;
+    # both apply the same cast policy, and the losses agree to the bit.
+    np.testing.assert_allclose([s(x, y) for x, y in BATCHES[1:4]], want, rtol=1e-6)
     r = pxa.load(path, prefer_graph=True)
     np.testing.assert_allclose([r(x, y) for x, y in BATCHES[1:4]], want, rtol=1e-6)
 
