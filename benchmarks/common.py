@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import os
 import platform
+import select
 import statistics
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -290,3 +292,126 @@ def _children_cpu_seconds() -> float:
     import resource
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
+
+
+# ---- long-lived workers, driven turn by turn ----------------------------------------------------
+# NOTE: on a machine shared with other work, load comes and goes; configurations timed one after
+# another would each meet a different load. Live workers that take turns call by call meet the same.
+
+PREFIX = "@@bench "
+
+
+class WorkerError(RuntimeError):
+    pass
+
+
+class Worker:
+    """A fresh Python process running `script --worker job.json`, answering one JSON line per request.
+
+    Requests: setup (build, compile, first call), warmup, time (one timed call), finish (save the
+    outputs), quit. `env` is applied on top of this process's environment (None removes a variable)."""
+
+    def __init__(self, script: str, job: Mapping[str, Any], *, env: Mapping[str, str | None], workdir: str, tag: str):
+        self.tag = tag
+        self.log_path = os.path.join(workdir, f"{tag}.log")
+        job_path = os.path.join(workdir, f"{tag}.job.json")
+        with open(job_path, "w", encoding="utf-8") as f:
+            json.dump(job, f)
+        full_env = dict(os.environ)
+        for k, v in env.items():
+            if v is None:
+                full_env.pop(k, None)
+            else:
+                full_env[k] = v
+        self._log = open(self.log_path, "w", encoding="utf-8")
+        self.proc = subprocess.Popen([sys.executable, script, "--worker", job_path], env=full_env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log)
+        self._buf = b""
+
+    def request(self, cmd: str | None, timeout: float) -> dict[str, Any]:
+        """Send `cmd` (None: just wait for the next reply) and return the worker's JSON reply."""
+        if cmd is not None:
+            try:
+                self.proc.stdin.write((cmd + "\n").encode())
+                self.proc.stdin.flush()
+            except BrokenPipeError:
+                raise WorkerError(f"{self.tag}: worker has exited ({self.proc.poll()})") from None
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while True:
+            while b"\n" in self._buf:
+                line, self._buf = self._buf.split(b"\n", 1)
+                text = line.decode(errors="replace")
+                if text.startswith(PREFIX):
+                    return json.loads(text[len(PREFIX):])
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise WorkerError(f"{self.tag}: no answer to {cmd!r} within {timeout:.0f} s")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise WorkerError(f"{self.tag}: worker exited ({self.proc.wait()}) during {cmd!r}")
+            self._buf += chunk
+
+    def cpu_seconds(self) -> float:
+        """CPU time of all the worker's threads so far."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat", encoding="utf-8") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return 0.0
+
+    def log_tail(self, lines: int = 30) -> str:
+        self._log.flush()
+        with open(self.log_path, encoding="utf-8", errors="replace") as f:
+            keep = [ln for ln in f.readlines() if "UserWarning" not in ln and "warnings.warn" not in ln]
+        return "".join(keep[-lines:])[-3000:]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.request("quit", 30)
+            except WorkerError:
+                pass
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+def serve(setup: Callable[[], tuple[dict[str, Any], Callable[[], Any] | None, Callable[[], Any] | None]]) -> None:
+    """The worker's side of `Worker`: `setup()` returns (info, call, outputs); then answer requests."""
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)          # NOTE: stray prints from Paddle or JAX go to the log, not into the replies
+
+    def reply(obj):
+        out.write(PREFIX + json.dumps(obj) + "\n")
+        out.flush()
+
+    reply({"ready": True})
+    call = outputs = None
+    for line in sys.stdin:
+        cmd = line.strip()
+        try:
+            if cmd == "setup":
+                info, call, outputs = setup()
+                reply(info)
+            elif cmd == "warmup":
+                call()
+                reply({})
+            elif cmd == "time":
+                start, start_cpu = time.perf_counter(), time.process_time()
+                call()
+                reply({"wall_ms": (time.perf_counter() - start) * 1e3,
+                       "cpu_ms": (time.process_time() - start_cpu) * 1e3})
+            elif cmd == "finish":
+                reply({"outputs": outputs()})
+            elif cmd == "quit":
+                reply({})
+                return
+            else:
+                reply({"status": "error", "message": f"unknown request {cmd!r}"})
+        except Exception as e:   # NOTE: report, and stay up for the parent to decide
+            reply({"status": "error", "message": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]})

@@ -192,8 +192,8 @@ def infer(ctx: dict, precision: str) -> dict[str, Any]:
     mode, why = mode or art.mode, why or art.why
     from paddle_xla.lower import lower
     params, buffers = _split(art)
-    flops = counted_flops(ctx, "infer", lower(art.graph), avals(params), avals(buffers), avals(feeds), jax.random.key(0)) \
-        or meta["flops"]["infer_forward"]
+    flops = counted_flops(ctx, "infer", lower(art.graph), avals(params), avals(buffers), avals(feeds),
+                          jax.random.key(0)) or meta["flops"]["infer_forward"]
     res = {"precision": precision, "mode": mode, "why": why, "batch": batch, "seq": seq,
            "load_seconds": round(load_s, 2), "samples_per_s": round(batch / t["seconds_per_call"], 1),
            "ms_per_batch": round(t["seconds_per_call"] * 1e3, 3), "flops_per_batch": flops, **t,

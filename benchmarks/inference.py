@@ -3,11 +3,14 @@
     .venv/bin/python benchmarks/inference.py                  # BERT-Base and ResNet-50, batch 8
     .venv/bin/python benchmarks/inference.py --quick          # tiny configs, a CI smoke run (< 60 s)
     .venv/bin/python benchmarks/inference.py --models bert --repeats 5
+    .venv/bin/python benchmarks/inference.py --models bert --xla-variant ynn_eltwise=--xla_cpu_experimental_ynn_fusion_type=+eltwise
 
-Each configuration runs in a fresh worker process, so a thread count set for one (Paddle's math library
-reads it once, at first use) cannot leak into another. Every worker builds the same weights from the
-same seed; their outputs are compared with Paddle eager's. The machine's matmul peak is measured in the
-same run, and the JSON lands in benchmarks/results/inference.json.
+Each configuration lives in a fresh worker process of its own, so a thread count set for one (Paddle's
+math library reads it once, at first use) cannot leak into another. The workers are set up one at a
+time (so compile times are not contended by our own work), then take turns, call by call, so that
+load from other processes on a shared machine falls on every configuration alike. Every worker builds
+the same weights from the same seed, and the outputs are compared with Paddle eager's. The machine's
+matmul peak is measured in the same run, and the JSON lands in benchmarks/results/inference.json.
 """
 from __future__ import annotations
 
@@ -36,21 +39,23 @@ CONFIGS: dict[str, tuple[str, bool, str]] = {
     "inference_onednn": ("inference", True, "Paddle Inference from paddle.jit.save: enable_mkldnn, "
                                             "cpu math threads = nproc, switch_ir_optim(True)"),
 }
-PADDLE_CONFIGS = [c for c in CONFIGS if c != "paddle_xla"]
-QUICK_CONFIGS = ["paddle_xla", "eager_threads", "to_static_threads", "inference_onednn"]
+QUICK_CONFIGS = ["paddle_xla", "eager_threads", "inference_onednn"]
 # outputs are compared with the first of these that ran
 REFERENCE = ("eager", "eager_threads", "to_static", "to_static_threads", "inference_onednn")
+
+
+def is_paddle(cfg: str) -> bool:
+    return not cfg.startswith("paddle_xla")
 
 
 # ---- the models ----------------------------------------------------------------------------------
 
 
 def model_settings(name: str, batch: int, quick: bool) -> dict[str, Any]:
-    """What a worker builds, and the model's analytic FLOPs (None where it is counted instead)."""
+    """What a worker builds, and the model's analytic (or standard) FLOPs."""
     if name == "bert":
         cfg = dict(config="tiny", seq=16) if quick else dict(config="base", seq=128)
-        from_cfg = {"tiny": (2, 64, 256), "base": (12, 768, 3072)}[cfg["config"]]
-        layers, hidden, inter = from_cfg
+        layers, hidden, inter = {"tiny": (2, 64, 256), "base": (12, 768, 3072)}[cfg["config"]]
         flops = common.bert_flops(layers=layers, hidden=hidden, intermediate=inter, batch=batch, seq=cfg["seq"])
         return {**cfg, "batch": batch, "analytic_flops": flops,
                 "description": f"BertModel(BertConfig.{cfg['config']}()), {layers} layers, hidden {hidden}, "
@@ -89,10 +94,12 @@ def build(name: str, settings: dict[str, Any]):
     return net, specs, inputs
 
 
-# ---- the runners (inside a worker) ------------------------------------------------------------
+# ---- the set-ups (inside a worker): (info, call, outputs) -------------------------------------
 
 
-def run_xla(name, settings, job):
+def setup_xla(name, settings, job):
+    import gc
+
     import jax
     import paddle_xla as px
     net, specs, inputs = build(name, settings)
@@ -101,18 +108,24 @@ def run_xla(name, settings, job):
         model = px.compile(net, specs)
     except px.UnsupportedOpsError as e:
         return {"status": "unsupported", "unsupported_ops": sorted({p.op for p in e.report.problems}),
-                "message": str(e)[:4000]}, None
+                "message": str(e)[:4000]}, None, None
     capture_s = time.perf_counter() - start
+    del net
+    gc.collect()
     feeds = [jax.device_put(x) for x in inputs]
+
+    def call():
+        return jax.block_until_ready(model.compiled.run(*feeds))
+
     start = time.perf_counter()
-    jax.block_until_ready(model.compiled.run(*feeds))
+    call()
     first_call_s = time.perf_counter() - start
-    latency = common.time_calls(lambda: jax.block_until_ready(model.compiled.run(*feeds)),
-                                job["repeats"], job["warmup"])
-    out = {"status": "ok", "latency": latency, "capture_s": capture_s, "first_call_s": first_call_s,
-           "compile_s": sum(model.compiled.compile_seconds.values()),
-           "counted_flops": _counted_flops(model, feeds)}
-    return out, [jax.device_get(o) for o in model.compiled.run(*feeds)]
+    info = {"status": "ok", "capture_s": capture_s, "first_call_s": first_call_s,
+            "compile_s": sum(model.compiled.compile_seconds.values()),
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            "compile_cache": os.environ.get("PADDLE_XLA_CACHE", "1") not in ("0", "false", "off", "no"),
+            "counted_flops": _counted_flops(model, feeds)}
+    return info, call, lambda: _save(job, [jax.device_get(o) for o in call()])
 
 
 def _counted_flops(model, feeds):
@@ -129,36 +142,45 @@ def _counted_flops(model, feeds):
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-def run_eager(name, settings, job):
+def setup_eager(name, settings, job):
     import paddle
     net, _, inputs = build(name, settings)
     tensors = [paddle.to_tensor(x) for x in inputs]
-    with paddle.no_grad():
-        latency = common.time_calls(lambda: net(*tensors), job["repeats"], job["warmup"])
-        outs = net(*tensors)
-    return {"status": "ok", "latency": latency}, _numpy_outs(outs)
+
+    def call():
+        with paddle.no_grad():
+            return net(*tensors)
+
+    start = time.perf_counter()
+    call()
+    return {"status": "ok", "first_call_s": time.perf_counter() - start}, call, lambda: _save(job, _numpy(call()))
 
 
-def run_to_static(name, settings, job):
+def setup_to_static(name, settings, job):
     import paddle
     net, specs, inputs = build(name, settings)
     static = paddle.jit.to_static(net, input_spec=specs, full_graph=True)
     tensors = [paddle.to_tensor(x) for x in inputs]
-    with paddle.no_grad():
-        start = time.perf_counter()
-        static(*tensors)
-        first_call_s = time.perf_counter() - start
-        latency = common.time_calls(lambda: static(*tensors), job["repeats"], job["warmup"])
-        outs = static(*tensors)
-    return {"status": "ok", "latency": latency, "first_call_s": first_call_s}, _numpy_outs(outs)
+
+    def call():
+        with paddle.no_grad():
+            return static(*tensors)
+
+    start = time.perf_counter()
+    call()
+    return {"status": "ok", "first_call_s": time.perf_counter() - start}, call, lambda: _save(job, _numpy(call()))
 
 
-def run_inference(name, settings, job):
+def setup_inference(name, settings, job):
+    import gc
+
     import paddle
     import paddle.inference as pi
     net, specs, inputs = build(name, settings)
-    prefix = os.path.join(job["workdir"], f"{name}_saved", "model")
+    prefix = os.path.join(job["workdir"], f"{job['tag']}_saved", "model")
     paddle.jit.save(net, prefix, input_spec=specs)
+    del net
+    gc.collect()
     model_file = next(prefix + ext for ext in (".json", ".pdmodel") if os.path.exists(prefix + ext))
     config = pi.Config(model_file, prefix + ".pdiparams")
     config.enable_mkldnn()
@@ -166,8 +188,7 @@ def run_inference(name, settings, job):
     config.switch_ir_optim(True)
     config.disable_glog_info()
     predictor = pi.create_predictor(config)
-    names = [s.name for s in specs]
-    handles = [predictor.get_input_handle(n) for n in names]
+    handles = [predictor.get_input_handle(s.name) for s in specs]
     outputs = [predictor.get_output_handle(n) for n in predictor.get_output_names()]
 
     def call():
@@ -175,75 +196,157 @@ def run_inference(name, settings, job):
             h.copy_from_cpu(x)
         predictor.run()
 
+    def outs():
+        call()
+        return _save(job, [h.copy_to_cpu() for h in outputs])
+
     start = time.perf_counter()
     call()
-    first_call_s = time.perf_counter() - start
-    latency = common.time_calls(call, job["repeats"], job["warmup"])
-    call()
-    return ({"status": "ok", "latency": latency, "first_call_s": first_call_s, "model_file": os.path.basename(model_file)},
-            [h.copy_to_cpu() for h in outputs])
+    return ({"status": "ok", "first_call_s": time.perf_counter() - start, "model_file": os.path.basename(model_file)},
+            call, outs)
 
 
-def _numpy_outs(outs):
+def _numpy(outs):
     return [o.numpy() for o in (outs if isinstance(outs, (list, tuple)) else [outs])]
 
 
-RUNNERS = {"xla": run_xla, "eager": run_eager, "to_static": run_to_static, "inference": run_inference}
+def _save(job, arrays) -> str:
+    import numpy as np
+    path = os.path.join(job["workdir"], f"{job['tag']}.outputs.npz")
+    np.savez(path, *[np.asarray(a) for a in arrays])
+    return path
+
+
+SETUPS = {"xla": setup_xla, "eager": setup_eager, "to_static": setup_to_static, "inference": setup_inference}
 
 
 def worker(job_path: str) -> None:
-    """One process: apply the thread setting before Paddle's first use, then run the job's configs."""
+    """One process: the matmul peak (run once), or one configuration served turn by turn."""
     with open(job_path, encoding="utf-8") as f:
         job = json.load(f)
-    if job["kind"] == "peak":
-        result = {"matmul_peak": common.matmul_peak(job["sizes"], job["repeats"]), "machine": common.machine_info()}
-    elif job["kind"] == "paddle_peak":
-        import paddle
-        paddle.base.core.set_num_threads(job["nproc"])
-        result = common.paddle_matmul_rate(job["sizes"], job["repeats"])
-    else:
-        import numpy as np
-        import paddle
-        if job["threads"]:
+    if job["kind"] in ("peak", "paddle_peak"):
+        if job["kind"] == "peak":
+            result = {"matmul_peak": common.matmul_peak(job["sizes"], job["repeats"]), "machine": common.machine_info()}
+        else:
+            import paddle
             paddle.base.core.set_num_threads(job["nproc"])
-        result = {}
-        for config in job["configs"]:
-            kind = CONFIGS[config][0]
-            start = time.perf_counter()
-            try:
-                res, outs = RUNNERS[kind](job["model"], job["settings"], job)
-            except Exception as e:    # NOTE: one failing configuration must not cost the others
-                import traceback
-                res, outs = {"status": "error", "message": f"{type(e).__name__}: {e}",
-                             "traceback": traceback.format_exc()[-3000:]}, None
-            res["wall_s"] = time.perf_counter() - start
-            if outs is not None:
-                path = os.path.join(job["workdir"], f"{job['model']}.{config}.npz")
-                np.savez(path, *[np.asarray(o) for o in outs])
-                res["outputs"] = path
-            result[config] = res
-    with open(job["out"], "w", encoding="utf-8") as f:
-        json.dump(result, f)
+            result = common.paddle_matmul_rate(job["sizes"], job["repeats"])
+        with open(job["out"], "w", encoding="utf-8") as f:
+            json.dump(result, f)
+        return
+    import paddle
+    if job["threads"]:
+        # NOTE: before Paddle's math library is first used; it reads the count once.
+        paddle.base.core.set_num_threads(job["nproc"])
+
+    def setup():
+        start = time.perf_counter()
+        info, call, outputs = SETUPS[job["runner"]](job["model"], job["settings"], job)
+        info["setup_s"] = time.perf_counter() - start
+        return info, call, outputs
+
+    common.serve(setup)
 
 
 # ---- the parent ---------------------------------------------------------------------------------
 
 
 def thread_env(threads: bool, n: int) -> dict[str, str | None]:
-    keys = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
-    return {k: (str(n) if threads else None) for k in keys}
+    return {k: (str(n) if threads else None) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
 
 
-def plan_jobs(models, configs, quick):
-    """(tag, model, configs, threads) per worker process: one configuration each, or in --quick one per
-    model with every thread count set to nproc (fewer process start-ups)."""
-    jobs = []
-    for m in models:
-        if quick:
-            jobs.append((m, m, list(configs), True))
-        else:
-            jobs += [(f"{m}.{c}", m, [c], CONFIGS[c][1]) for c in configs]
-    return jobs
+def measure_model(model, configs, settings, args, n, script, workdir, progress, task, variants):
+    """Start one worker per configuration, set each up in turn, then time them in interleaved rounds."""
+    timeout = args.timeout
+    workers: dict[str, common.Worker] = {}
+    results: dict[str, dict[str, Any]] = {}
+    for cfg in configs:
+        kind, threads, _ = CONFIGS[cfg] if cfg in CONFIGS else ("xla", False, "")
+        env = thread_env(threads, n)
+        if kind == "xla":
+            env["PADDLE_XLA_CACHE"] = "1" if args.compile_cache else "0"   # NOTE: a cold compile, timed
+            flags = variants.get(cfg, args.xla_flags)
+            if flags is not None:
+                env["XLA_FLAGS"] = flags
+        tag = f"{model}.{cfg}".replace("[", "_").replace("]", "")
+        job = {"kind": "model", "model": model, "config": cfg, "runner": kind, "threads": threads, "nproc": n,
+               "settings": settings, "workdir": workdir, "tag": tag}
+        workers[cfg] = common.Worker(script, job, env=env, workdir=workdir, tag=tag)
+
+    def fail(cfg, err):
+        results[cfg] = {"status": "error", "message": str(err), "log_tail": workers[cfg].log_tail()}
+        workers.pop(cfg).close()
+
+    try:
+        for cfg in list(workers):
+            try:
+                workers[cfg].request(None, timeout)                      # imported and ready
+            except common.WorkerError as e:
+                fail(cfg, e)
+        for cfg in list(workers):                                        # set-ups, one at a time
+            progress.update(task, description=f"{model}: setting up {cfg}")
+            try:
+                info = workers[cfg].request("setup", timeout)
+            except common.WorkerError as e:
+                fail(cfg, e)
+                continue
+            results[cfg] = info
+            if info.get("status") != "ok":
+                workers.pop(cfg).close()
+            msg = info.get("status")
+            if msg == "ok" and "compile_s" in info:
+                msg += f", compile {info['compile_s']:.1f} s"
+            progress.console.print(f"  {model:9s} {cfg:22s} set up: {msg}")
+        active = list(workers)
+        for _ in range(args.warmup):
+            for cfg in list(active):
+                try:
+                    workers[cfg].request("warmup", timeout)
+                except common.WorkerError as e:
+                    fail(cfg, e)
+                    active.remove(cfg)
+        samples: dict[str, list[dict[str, float]]] = {c: [] for c in active}
+        busy0, own0, t0 = common.busy_cpu_seconds(), _own_cpu(workers), time.perf_counter()
+        progress.update(task, description=f"{model}: timing {len(active)} configurations in turn")
+        for r in range(args.repeats):
+            order = active[r % len(active):] + active[:r % len(active)] if active else []
+            for cfg in order:
+                if cfg not in workers:
+                    continue
+                try:
+                    samples[cfg].append(workers[cfg].request("time", timeout))
+                except common.WorkerError as e:
+                    fail(cfg, e)
+                    continue
+                time.sleep(args.gap)
+            progress.advance(task)
+        elapsed = time.perf_counter() - t0
+        busy1, own1 = common.busy_cpu_seconds(), _own_cpu(workers)
+        foreign = None
+        if busy0 is not None and busy1 is not None and elapsed > 0:
+            foreign = max(0.0, ((busy1 - busy0) - (own1 - own0)) / (elapsed * n))
+        for cfg in list(workers):
+            s = samples.get(cfg) or []
+            if not s:
+                continue
+            results[cfg]["latency"] = common.latency_stats([x["wall_ms"] for x in s], [x["cpu_ms"] for x in s])
+            try:
+                results[cfg]["outputs"] = workers[cfg].request("finish", timeout)["outputs"]
+            except (common.WorkerError, KeyError) as e:
+                results[cfg]["parity_error"] = str(e)
+            results[cfg]["foreign_cpu_load"] = foreign
+        for cfg, res in results.items():
+            res.setdefault("description", CONFIGS[cfg][2] if cfg in CONFIGS else f"paddle_xla with XLA_FLAGS={variants[cfg]}")
+            if res.get("status") == "ok" and "latency" in res:
+                progress.console.print(f"  {model:9s} {cfg:22s} {res['latency']['median_ms']:.1f} ms median")
+        return results, {"foreign_cpu_load": foreign, "timed_phase_s": elapsed}
+    finally:
+        for w in workers.values():
+            w.close()
+
+
+def _own_cpu(workers) -> float:
+    return time.process_time() + sum(w.cpu_seconds() for w in workers.values())
 
 
 def output_diff(a_path, b_path) -> tuple[float | None, float | None]:
@@ -257,7 +360,7 @@ def output_diff(a_path, b_path) -> tuple[float | None, float | None]:
     return diff, diff / scale if scale else None
 
 
-def summarise(name, settings, results, peak):
+def summarise(name, settings, results, peak, timing):
     """Per-model block of the JSON: latencies, FLOPs, Paddle's best, paddle_xla's ratio to it."""
     xla = results.get("paddle_xla", {})
     counted = (xla.get("counted_flops") or {}).get("total")
@@ -267,11 +370,11 @@ def summarise(name, settings, results, peak):
         flops, source = counted, "counted: conv and matmul FLOPs in paddle_xla's lowered jaxpr (2 per multiply-add)"
     ref_cfg = next((r for r in REFERENCE if results.get(r, {}).get("outputs")), None)
     ref = results[ref_cfg]["outputs"] if ref_cfg else None
-    for cfg, res in results.items():
-        if res.get("status") != "ok":
+    for res in results.values():
+        if res.get("status") != "ok" or "latency" not in res:
+            res.pop("outputs", None)
             continue
-        med = res["latency"]["median_ms"] / 1e3
-        res["gflops"] = flops / med / 1e9
+        res["gflops"] = flops / (res["latency"]["median_ms"] / 1e3) / 1e9
         res["fraction_of_fp32_peak"] = res["gflops"] / peak["fp32_gflops"]
         cpu_ms = res["latency"].get("median_cpu_ms")
         if cpu_ms:
@@ -282,43 +385,44 @@ def summarise(name, settings, results, peak):
             res["max_abs_diff_vs_paddle"], res["max_rel_diff_vs_paddle"] = output_diff(res["outputs"], ref)
             res["parity_reference"] = ref_cfg
         res.pop("outputs", None)
-        res["description"] = CONFIGS[cfg][2]
-    paddle_ok = {c: r for c, r in results.items() if c != "paddle_xla" and r.get("status") == "ok"}
+    timed = {c: r for c, r in results.items() if r.get("status") == "ok" and "latency" in r}
+    paddle_ok = {c: r for c, r in timed.items() if is_paddle(c)}
     best = min(paddle_ok, key=lambda c: paddle_ok[c]["latency"]["median_ms"]) if paddle_ok else None
-    out = {"description": settings["description"], "settings": {k: v for k, v in settings.items()
-                                                                 if k not in ("analytic_flops", "description", "flops_note")},
+    out = {"description": settings["description"],
+           "settings": {k: v for k, v in settings.items() if k not in ("analytic_flops", "description", "flops_note")},
            "flops": {"used": flops, "source": source, "analytic_or_standard": settings["analytic_flops"],
                      "counted_from_graph": counted},
-           "status": xla.get("status", "not run"), "configs": results}
+           "status": xla.get("status", "not run"), "timing": timing, "configs": results}
     if xla.get("status") == "unsupported":
         out["unsupported_ops"] = xla["unsupported_ops"]
     if best:
         out["paddle_best"] = {"config": best, "median_ms": paddle_ok[best]["latency"]["median_ms"]}
-    if best and xla.get("status") == "ok":
-        x, p = xla["latency"]["median_ms"], paddle_ok[best]["latency"]["median_ms"]
-        out["paddle_xla_vs_paddle_best"] = {"latency_ratio": x / p, "speedup": p / x,
-                                            "speedup_min": paddle_ok[best]["latency"]["min_ms"] / xla["latency"]["min_ms"],
-                                            "note": "latency_ratio = paddle_xla median / Paddle best median; "
-                                                    "speedup > 1 means paddle_xla is faster; speedup_min compares "
-                                                    "the min latencies"}
-        xc, pc = xla["latency"].get("median_cpu_ms"), paddle_ok[best]["latency"].get("median_cpu_ms")
-        if xc and pc:
-            out["paddle_xla_vs_paddle_best"]["cpu_time_ratio"] = xc / pc
+    if best and "paddle_xla" in timed:
+        xl, pl = xla["latency"], paddle_ok[best]["latency"]
+        vs = {"latency_ratio": xl["median_ms"] / pl["median_ms"], "speedup": pl["median_ms"] / xl["median_ms"],
+              "speedup_min": pl["min_ms"] / xl["min_ms"],
+              "note": "latency_ratio = paddle_xla median / Paddle best median; speedup > 1 means paddle_xla is "
+                      "faster; speedup_min compares the min latencies; cpu_time_ratio = paddle_xla's CPU time "
+                      "per call / Paddle best's"}
+        if xl.get("median_cpu_ms") and pl.get("median_cpu_ms"):
+            vs["cpu_time_ratio"] = xl["median_cpu_ms"] / pl["median_cpu_ms"]
+        out["paddle_xla_vs_paddle_best"] = vs
     return out
 
 
 def interference(report) -> dict[str, Any]:
     """How much of the machine other processes took while we measured (this machine may be shared)."""
     loads = [report["matmul_peak"].get("foreign_cpu_load")] + [
-        r.get("foreign_cpu_load") for mod in report["models"].values() for r in mod["configs"].values()]
+        mod["timing"].get("foreign_cpu_load") for mod in report["models"].values()]
     loads = [x for x in loads if x is not None]
     worst = max(loads) if loads else None
     out = {"max_foreign_cpu_load": worst,
-           "note": "fraction of all CPUs busy with other processes during a worker, from /proc/stat less the "
-                   "worker's own CPU time"}
+           "note": "fraction of all CPUs busy with other processes while we timed: /proc/stat's busy time less "
+                   "our own processes' CPU time"}
     if worst is not None and worst > 0.1:
-        out["warning"] = (f"Other processes used up to {100 * worst:.0f}% of the CPUs during this run: latencies "
-                          "are inflated and noisy; prefer min_ms, and rerun on an idle machine.")
+        out["warning"] = (f"Other processes used up to {100 * worst:.0f}% of the CPUs while this run timed: wall-clock "
+                          "latencies are inflated (the configurations took turns, so their ratios are fairer than "
+                          "their absolute values); the CPU-time columns are less affected. Rerun on an idle machine.")
     return out
 
 
@@ -329,48 +433,50 @@ def markdown(report) -> str:
     lines = [f"Machine: {m['cpu_model']}, {m['nproc']} cores. Measured jnp matmul peak: "
              f"{peak['fp32_gflops']:.0f} GFLOP/s fp32 ({peak['fp32_gflops_per_cpu_second']:.0f} per CPU-second), "
              f"{peak['bf16_f32acc_gflops']:.0f} GFLOP/s bf16 x bf16 -> f32"
-             + (f"; Paddle's own f32 matmul {pm['fp32_gflops']:.0f} GFLOP/s." if "fp32_gflops" in pm else "."),
+             + (f"; Paddle's own eager f32 matmul {pm['fp32_gflops']:.0f} GFLOP/s." if "fp32_gflops" in pm else "."),
              "",
-             "| model | configuration | median ms | min ms | CPU ms / call | GFLOP/s | % fp32 peak | % peak, CPU-time basis "
-             "| speed vs Paddle best | others' CPU |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| model | configuration | median ms | min ms | CPU ms / call | GFLOP/s | % fp32 peak "
+             "| % peak, CPU-time basis | speed vs Paddle best |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, mod in report["models"].items():
         best = mod.get("paddle_best", {}).get("median_ms")
         for cfg, res in mod["configs"].items():
             label = cfg + (" (Paddle best)" if cfg == mod.get("paddle_best", {}).get("config") else "")
-            if res.get("status") != "ok":
+            if res.get("status") != "ok" or "latency" not in res:
                 why = res.get("status", "?")
                 if why == "unsupported":
                     why += ": " + ", ".join(res["unsupported_ops"])
-                lines.append(f"| {name} | {label} | {why} | | | | | | | |")
+                lines.append(f"| {name} | {label} | {why} | | | | | | |")
                 continue
             lat = res["latency"]
             rel = f"{best / lat['median_ms']:.2f}x" if best else ""
-            fl = res.get("foreign_cpu_load")
             cpu = lat.get("median_cpu_ms")
-            cpu_frac = res.get("fraction_of_fp32_peak_cpu_time")
+            frac_cpu = res.get("fraction_of_fp32_peak_cpu_time")
             lines.append(f"| {name} | {label} | {lat['median_ms']:.1f} | {lat['min_ms']:.1f} "
                          f"| {'' if cpu is None else f'{cpu:.1f}'} | {res['gflops']:.1f} "
-                         f"| {100 * res['fraction_of_fp32_peak']:.1f}% | {'' if cpu_frac is None else f'{100 * cpu_frac:.1f}%'} "
-                         f"| {rel} | {'' if fl is None else f'{100 * fl:.0f}%'} |")
+                         f"| {100 * res['fraction_of_fp32_peak']:.1f}% "
+                         f"| {'' if frac_cpu is None else f'{100 * frac_cpu:.1f}%'} | {rel} |")
     lines.append("")
     if report.get("interference", {}).get("warning"):
         lines += [f"**Warning:** {report['interference']['warning']}", ""]
     for name, mod in report["models"].items():
         xla = mod["configs"].get("paddle_xla", {})
-        if xla.get("status") == "ok":
+        fl = mod["timing"].get("foreign_cpu_load")
+        busy = f" Other processes' share of the CPUs while timing: {100 * fl:.0f}%." if fl is not None else ""
+        if xla.get("status") == "ok" and "latency" in xla:
             vs = mod.get("paddle_xla_vs_paddle_best", {})
             cpu = f", CPU time per call {vs['cpu_time_ratio']:.2f}x Paddle best's" if "cpu_time_ratio" in vs else ""
+            rel = xla.get("max_rel_diff_vs_paddle")
             lines.append(f"- {name}: {mod['description']}; {mod['flops']['used'] / 1e9:.1f} GFLOP per batch. "
                          f"paddle_xla compile {xla['compile_s']:.1f} s (capture {xla['capture_s']:.1f} s); "
                          f"speedup over Paddle best ({mod.get('paddle_best', {}).get('config')}): "
                          f"{vs.get('speedup', float('nan')):.2f}x median, {vs.get('speedup_min', float('nan')):.2f}x min{cpu}; "
-                         f"max |diff| vs {xla.get('parity_reference')} {xla.get('max_abs_diff_vs_paddle', float('nan')):.1e} "
-                         f"({xla.get('max_rel_diff_vs_paddle') or float('nan'):.1e} of the largest output).")
+                         f"max |diff| vs {xla.get('parity_reference')} {xla.get('max_abs_diff_vs_paddle', float('nan')):.1e}"
+                         f" ({float('nan') if rel is None else rel:.1e} of the largest output).{busy}")
         else:
             lines.append(f"- {name}: paddle_xla {xla.get('status', 'not run')}"
                          + (f" (missing ops: {', '.join(mod.get('unsupported_ops', []))})" if mod.get("unsupported_ops") else "")
-                         + (f" ({xla.get('message', '')[:200]})" if xla.get("status") == "error" else "") + ".")
+                         + (f" ({xla.get('message', '')[:200]})" if xla.get("status") == "error" else "") + "." + busy)
     return "\n".join(lines)
 
 
@@ -380,12 +486,18 @@ def parse_args(argv=None):
     p.add_argument("--configs", default=None, help=f"comma-separated subset of: {', '.join(CONFIGS)}")
     p.add_argument("--batch", type=int, default=None, help="batch size (default 8; 2 with --quick)")
     p.add_argument("--repeats", type=int, default=None, help="timed calls per configuration (default 10; 3 with --quick)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed calls before timing (after the first, compiling call)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed calls per configuration after the first (compiling) one")
+    p.add_argument("--gap", type=float, default=None,
+                   help="seconds of rest between two timed calls, so that no worker's spinning threads (OpenMP "
+                        "spins ~0.2 s after a parallel region) overlap the next one's call (default 0.3; 0.05 with --quick)")
     p.add_argument("--quick", action="store_true", help="tiny configs for a CI smoke run (< 60 s)")
     p.add_argument("--out", default=None, help=f"JSON path (default {DEFAULT_OUT}; --quick: a *_quick.json beside it)")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds allowed per worker process")
-    p.add_argument("--xla-flags", default=None, help="XLA_FLAGS for the paddle_xla worker, e.g. to compare "
-                   "--xla_cpu_use_onednn=true (recorded in the JSON)")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds allowed for any one request to a worker")
+    p.add_argument("--xla-flags", default=None, help="XLA_FLAGS for the paddle_xla worker (recorded in the JSON)")
+    p.add_argument("--xla-variant", action="append", default=[], metavar="NAME=FLAGS",
+                   help="also time paddle_xla under these XLA_FLAGS, as configuration paddle_xla[NAME]; repeatable")
+    p.add_argument("--compile-cache", action="store_true",
+                   help="let paddle_xla use its persistent compile cache (default: off, so compile_s is a cold compile)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -405,21 +517,27 @@ def main(argv=None) -> int:
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
         raise SystemExit(f"Unknown configuration(s) {unknown}; choose from {list(CONFIGS)}.")
-    batch = args.batch or (2 if args.quick else 8)
-    repeats = args.repeats or (3 if args.quick else 10)
+    variants = {}
+    for v in args.xla_variant:
+        name, sep, flags = v.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"--xla-variant wants NAME=FLAGS, got {v!r}.")
+        variants[f"paddle_xla[{name}]"] = flags
+    configs += list(variants)
+    args.batch = args.batch or (2 if args.quick else 8)
+    args.repeats = args.repeats or (3 if args.quick else 10)
+    args.gap = args.gap if args.gap is not None else (0.05 if args.quick else 0.3)
     out_path = args.out or (DEFAULT_OUT.replace(".json", "_quick.json") if args.quick else DEFAULT_OUT)
     n = common.nproc()
-    settings = {m: model_settings(m, batch, args.quick) for m in models}
-    jobs = plan_jobs(models, configs, args.quick)
+    settings = {m: model_settings(m, args.batch, args.quick) for m in models}
     script = os.path.abspath(__file__)
     started = time.perf_counter()
 
     with tempfile.TemporaryDirectory(prefix="px_bench_") as workdir, Progress(
             SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
             TimeElapsedColumn(), console=console) as progress:
-        overall = progress.add_task("inference benchmark", total=len(jobs) + 1)
-        progress.update(overall, description="matmul peak (jnp f32 and bf16)")
-        sizes, peak_reps = ((512, 1024), 2) if args.quick else ((2048, 4096), 5)
+        task = progress.add_task("matmul peak (jnp f32 and bf16)", total=1 + len(models) * args.repeats)
+        sizes, peak_reps = ((512, 1024), 3) if args.quick else ((2048, 4096), 5)
         peak_res = common.run_worker(script, {"kind": "peak", "sizes": list(sizes), "repeats": peak_reps},
                                      env={}, timeout=args.timeout, workdir=workdir, tag="peak")
         if not peak_res.ok:
@@ -427,43 +545,29 @@ def main(argv=None) -> int:
             return 1
         peak, machine = peak_res.data["matmul_peak"], peak_res.data["machine"]
         peak["foreign_cpu_load"] = peak_res.foreign_load
-        pp = None if args.quick else common.run_worker(script, {"kind": "paddle_peak", "sizes": list(sizes), "repeats": peak_reps, "nproc": n},
-                               env=thread_env(True, n), timeout=args.timeout, workdir=workdir, tag="paddle_peak")
-        if pp is not None:
+        if not args.quick:
+            progress.update(task, description="Paddle's own f32 matmul")
+            pp = common.run_worker(script, {"kind": "paddle_peak", "sizes": list(sizes), "repeats": peak_reps,
+                                            "nproc": n}, env=thread_env(True, n), timeout=args.timeout,
+                                   workdir=workdir, tag="paddle_peak")
             peak["paddle_matmul"] = pp.data if pp.ok else {"error": pp.data.get("error")}
-        progress.advance(overall)
-        results: dict[str, dict[str, Any]] = {m: {} for m in models}
-        for tag, model, cfgs, threads in jobs:
-            progress.update(overall, description=f"{model}: {', '.join(cfgs)}")
-            job = {"kind": "model", "model": model, "configs": cfgs, "threads": threads, "nproc": n,
-                   "settings": settings[model], "repeats": repeats, "warmup": args.warmup, "workdir": workdir}
-            env = thread_env(threads, n)
-            if args.xla_flags and "paddle_xla" in cfgs:
-                env["XLA_FLAGS"] = args.xla_flags
-            res = common.run_worker(script, job, env=env, timeout=args.timeout, workdir=workdir, tag=tag)
-            for c in cfgs:
-                results[model][c] = r = res.data.get(c, {"status": "error", "message": res.data.get("error", "no result"),
-                                                         "log_tail": res.data.get("log_tail", "")}) if res.ok else \
-                    {"status": "error", "message": res.data["error"], "log_tail": res.data["log_tail"]}
-                r["foreign_cpu_load"] = res.foreign_load
-                r["load_average_at_start"] = res.load_average
-                if c == "paddle_xla" and args.xla_flags:
-                    r["xla_flags"] = args.xla_flags
-                msg = f"{r['latency']['median_ms']:.1f} ms" if r.get("status") == "ok" else r.get("status")
-                other = f"  (other processes: {100 * res.foreign_load:.0f}% of the CPUs)" if res.foreign_load else ""
-                progress.console.print(f"  {model:9s} {c:18s} {msg}{other}")
-            progress.advance(overall)
+        progress.advance(task)
+        report_models = {}
+        for m in models:
+            results, timing = measure_model(m, configs, settings[m], args, n, script, workdir, progress, task, variants)
+            report_models[m] = summarise(m, settings[m], results, peak, timing)
         report = {
             "benchmark": "inference",
             "command": " ".join(["benchmarks/inference.py", *(argv if argv is not None else sys.argv[1:])]),
             "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "machine": machine, "matmul_peak": peak,
-            "settings": {"batch": batch, "repeats": repeats, "warmup": args.warmup, "quick": args.quick,
-                         "configs": configs, "one_process_per_config": not args.quick,
-                         "timing": "median and min over `repeats` timed calls after `warmup` untimed ones; the "
-                                   "first (compiling) call is timed separately as first_call_s / compile_s"},
-            "models": {m: summarise(m, settings[m], results[m], peak) for m in models},
-            "wall_s": None,
+            "settings": {"batch": args.batch, "repeats": args.repeats, "warmup": args.warmup, "gap_s": args.gap,
+                         "quick": args.quick, "configs": configs, "xla_flags": args.xla_flags,
+                         "xla_variants": variants, "compile_cache": args.compile_cache,
+                         "timing": "one worker process per configuration; after set-up (first call, compile) and "
+                                   "`warmup` untimed calls, the workers take turns, one timed call each per round, "
+                                   "for `repeats` rounds; median and min over the rounds"},
+            "models": report_models,
         }
         report["interference"] = interference(report)
         report["wall_s"] = time.perf_counter() - started

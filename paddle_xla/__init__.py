@@ -23,10 +23,10 @@ _LAZY = {
     "supported_ops": "ops.registry",
     "stage": "stage",
     "Model": "hapi",
-    "export": ("export", "export"), "load_artifact": ("artifact", "load"),
+    "load_artifact": ("artifact", "load"),
 }
 
-__all__ = sorted([*_LAZY, "Graph", "Strategy", "LossScale", "PaddleXlaError", "CaptureError", "CheckpointError",
+__all__ = sorted([*_LAZY, "export", "Graph", "Strategy", "LossScale", "PaddleXlaError", "CaptureError", "CheckpointError",
                   "FeedError", "LoweringError", "ModelLoadError", "StrategyError", "TrainingError",
                   "UnsupportedOpsError"])
 
@@ -43,3 +43,8 @@ def __getattr__(name):
 
 def __dir__():
     return __all__
+
+
+# NOTE: imported eagerly (it is Paddle-free): a lazy `export` would be shadowed by the submodule
+# paddle_xla.export as soon as anything imported it, and px.export would become a module.
+from .export import export  # noqa: E402,F401

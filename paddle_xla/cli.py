@@ -92,6 +92,10 @@ def run_artifact(artifact: str = typer.Argument(..., help="a .pxa file written b
             args.append(value)
     try:
         model = pxa.load(artifact)
+        if model.manifest.get("kind") == "train":
+            typer.echo("error: this is a train artifact; continue it from Python: "
+                       "s = paddle_xla.artifact.load(path); loss = s(x, y)", err=True)
+            raise typer.Exit(1)
         outs = model(*args, **kwargs)
     except PaddleXlaError as e:  # NOTE: a clear message, not a traceback, is the CLI's whole answer
         typer.echo(f"error: {e}", err=True)
@@ -100,6 +104,18 @@ def run_artifact(artifact: str = typer.Argument(..., help="a .pxa file written b
     for path in pxa.save_outputs(output, outs, model.output_names):
         typer.echo(f"wrote {path}")
     typer.echo(f"mode: {model.mode} ({model.why})")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def launch(ctx: typer.Context,
+           script: str = typer.Argument(..., help="the training script; the arguments after it go to it"),
+           nproc: int = typer.Option(2, "--nproc", help="processes to start on this host"),
+           cpu_devices: Optional[int] = typer.Option(None, "--cpu-devices",
+                                                     help="virtual CPU devices per process (CPU only)"),
+           port: Optional[int] = typer.Option(None, "--port", help="coordinator port (default: a free one)")):
+    """Run SCRIPT in NPROC processes joined with jax.distributed, as one multi-host program."""
+    from .parallel.launch import launch as run_processes
+    raise typer.Exit(run_processes(script, list(ctx.args), nproc, cpu_devices, port))
 
 
 if __name__ == "__main__":

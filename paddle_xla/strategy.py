@@ -138,7 +138,7 @@ class Strategy:
                 f"replicas x stages = {self.replicas} x {self.stages} = {need} devices, but only {have} are "
                 f"visible ({jax.devices()[0].platform}). Lower replicas or stages, or on CPU set "
                 f"XLA_FLAGS=--xla_force_host_platform_device_count={need} before importing jax.")
-        if jax.process_count() > 1 and need != have:
+        if jax.process_count() > 1 and 1 < need != have:
             raise StrategyError(
                 f"replicas x stages = {self.replicas} x {self.stages} = {need}, but this multi-process run has "
                 f"{have} devices over {jax.process_count()} processes, and every process must take part; "
@@ -156,7 +156,8 @@ class Strategy:
     @property
     def is_default(self) -> bool:
         """True when nothing is spread out: one device, one micro-batch, fp32, no recompute."""
-        return self == Strategy()
+        return (self.devices, self.micro_batches, self.steps_per_call, self.precision, self.recompute,
+                self.loss_reduction) == (1, 1, 1, "fp32", None, "auto")
 
     def check_batch(self, batch: int) -> None:
         """The global batch must split evenly into replicas x micro-batches."""

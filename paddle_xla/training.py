@@ -51,6 +51,11 @@ class TrainStep:
         self.loss_scale, self.skipped_steps = self._step.loss_scale, 0
         self.last_outputs: list[jax.Array] = []
 
+    @property
+    def lr_offset(self) -> int:
+        """The LR scheduler's position (Paddle's last_epoch) when this step started at step 0."""
+        return self._lr_offset
+
     # ---- running ------------------------------------------------------------------------
     def lr(self) -> float:
         # NOTE: a Paddle LRScheduler advances once per step here, as hapi's LRScheduler callback does

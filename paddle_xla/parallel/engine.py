@@ -23,7 +23,7 @@ from ..train.precision import ScalerConfig, interpreter_for, scaler_init, scaler
 from . import profile, stages as stages_lib, update
 from .context import Context, group_keys
 from .data import accumulate
-from .mesh import make_mesh, sharding
+from .mesh import make_mesh, put as mesh_put, sharding, to_host
 from .pack import Layout, stack, widths
 from .pipeline import bubble_fraction, gpipe
 from .placement import Placement
@@ -77,7 +77,7 @@ class Engine:
         ls = strategy.loss_scale
         self.scaler_cfg = ScalerConfig(ls.init, ls.growth_factor, ls.backoff_factor, ls.growth_interval,
                                        ls.dynamic) if ls is not None else None
-        self.scaler = jax.device_put(scaler_init(self.scaler_cfg), sharding(self.mesh))
+        self.scaler = {k: mesh_put(v, sharding(self.mesh)) for k, v in scaler_init(self.scaler_cfg).items()}
         self._layouts(R)
         self._compiled: dict[tuple, Any] = {}
         self.stage_info: dict[tuple, stages_lib.Stages] = {}
@@ -101,7 +101,7 @@ class Engine:
         """Device arrays (P, Sh, B, O, Osh) from a state: as they are when this engine packed them."""
         if all(isinstance(t, PackedView) and t.owner is self for t in (params, buffers, opt_state)):
             return params.arrays, params.extra, buffers.arrays, opt_state.arrays, opt_state.extra
-        put = lambda x, key: jax.device_put(x, jax.sharding.NamedSharding(self.mesh, self.specs[key]))  # noqa: E731
+        put = lambda x, key: mesh_put(x, jax.sharding.NamedSharding(self.mesh, self.specs[key]))  # noqa: E731
         pick = lambda tree, names: {n: np.asarray(tree[n]) if not isinstance(tree[n], Mapping)  # noqa: E731
                                     else {k: np.asarray(v) for k, v in tree[n].items()} for n in names}
         own = self.own
@@ -170,6 +170,7 @@ class Engine:
             return (*new, scaler, stopped), (loss, go, fetches)
 
         def body(P_, Sh, B, O, Osh, scaler, feeds, keys, lrs):
+            keys = jax.random.wrap_key_data(keys)
             row = lambda t: {dt: x[0] for dt, x in t.items()}  # noqa: E731
             init = (row(P_), Sh, row(B), row(O), Osh, scaler, jnp.bool_(False))
             carry, (losses, oks, fetches) = jax.lax.scan(one, init, (feeds, keys, lrs))
@@ -205,21 +206,22 @@ class Engine:
             self.strategy.check_batch(x.shape[1])
         fn = self.compiled(feeds)
         state = self.place(params, buffers, opt_state)
-        feeds = {n: jax.device_put(x, sharding(self.mesh, None, "replica")) for n, x in feeds.items()}
-        P_, Sh, B, O, Osh, self.scaler, losses, oks, fetches = fn(
-            *state, self.scaler, feeds, keys, jnp.asarray(lrs, jnp.float32))
+        feeds = {n: mesh_put(x, sharding(self.mesh, None, "replica")) for n, x in feeds.items()}
+        keys = mesh_put(jax.random.key_data(keys), sharding(self.mesh))
+        lrs = mesh_put(np.asarray(lrs, np.float32), sharding(self.mesh))
+        P_, Sh, B, O, Osh, self.scaler, losses, oks, fetches = fn(*state, self.scaler, feeds, keys, lrs)
         views = self.views(P_, Sh, B, O, Osh)
         micro = next(iter(feeds.values())).shape[1] // self.strategy.groups
-        return CallResult(*views, np.asarray(losses), np.asarray(oks), [_unstack(f, micro) for f in fetches])
+        return CallResult(*views, to_host(losses), to_host(oks), [_unstack(to_host(f), micro) for f in fetches])
 
     # ---- reporting ------------------------------------------------------------------------------
     @property
     def loss_scale(self) -> float | None:
-        return float(self.scaler["scale"]) if self.scaler_cfg is not None else None
+        return float(to_host(self.scaler["scale"])) if self.scaler_cfg is not None else None
 
     @property
     def skipped_steps(self) -> int:
-        return int(self.scaler["skipped"])
+        return int(to_host(self.scaler["skipped"]))
 
     def bubble_fraction(self) -> float:
         return bubble_fraction(self.strategy.stages, self.strategy.micro_batches)
@@ -255,8 +257,8 @@ def memory_analysis(engine: Engine, params, buffers, opt_state, feeds: Mapping[s
     fn = engine.compiled(feeds)
     state = engine.place(params, buffers, opt_state)
     k = next(iter(feeds.values())).shape[0]
-    keys = jax.random.split(jax.random.key(0), k)
-    feeds = {n: jax.device_put(x, sharding(engine.mesh, None, "replica")) for n, x in feeds.items()}
+    keys = jax.random.key_data(jax.random.split(jax.random.key(0), k))
+    feeds = {n: mesh_put(x, sharding(engine.mesh, None, "replica")) for n, x in feeds.items()}
     compiled = fn.lower(*state, engine.scaler, feeds, keys, np.zeros(k, np.float32)).compile()
     m = compiled.memory_analysis()
     return {"argument_bytes": int(m.argument_size_in_bytes), "output_bytes": int(m.output_size_in_bytes),

@@ -24,3 +24,20 @@ def sharding(mesh: Mesh, *spec) -> NamedSharding:
 
 def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P())
+
+
+def put(x, where: NamedSharding):
+    """A host value as a global array with this sharding. Every process passes the same value; each
+    places only its own devices' pieces (so it works across processes, too)."""
+    if isinstance(x, dict):
+        return {k: put(v, where) for k, v in x.items()}
+    x = np.asarray(x)
+    return jax.make_array_from_callback(x.shape, where, lambda index: x[index])
+
+
+def to_host(x) -> np.ndarray:
+    """A global array as one NumPy value in every process (gathered across processes when needed)."""
+    if getattr(x, "is_fully_addressable", True) or x.is_fully_replicated:
+        return np.asarray(x)
+    from jax.experimental import multihost_utils
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any, Iterator, Mapping, Sequence
 
 import jax
-import numpy as np
 
+from .mesh import to_host
 from .pack import Layout
 
 
@@ -27,11 +27,11 @@ class PackedView(Mapping):
 
     def natural(self) -> dict[str, Any]:
         if self._natural is None:
-            host = {dt: np.asarray(a) for dt, a in self.arrays.items()}
+            host = {dt: to_host(a) for dt, a in self.arrays.items()}
             out: dict[str, Any] = {}
             for s, lay in enumerate(self.layouts):
                 out.update(lay.unpack({dt: h[s] for dt, h in host.items()}))
-            out.update(jax.tree.map(np.asarray, self.extra))
+            out.update(jax.tree.map(to_host, self.extra))
             self._natural = out
         return self._natural
 

@@ -82,11 +82,15 @@ CASES = [
     OpCase("normalize", lambda x: F.normalize(x, axis=1), [Arg((3, 4, 5))],
            ["pd_op.p_norm", "pd_op.maximum", "pd_op.divide"]),
     # ---- spectral norm ----
+    # NOTE: forward only. Paddle 3.3's spectral_norm backward is dout * (1 - u v^T sum(W / sigma)) / sigma,
+    # which is neither the gradient with u, v held fixed (what the lowering gives, as PyTorch does)
+    # nor the full one (checked in float64 against finite differences).
     OpCase("spectral_norm", lambda w, u, v: _C.spectral_norm(w, u, v, 0, 1, 1e-12), [Arg((4, 5)), Arg((4,)),
                                                                                       Arg((5,))],
-           ["pd_op.spectral_norm"], **_TOL),
+           ["pd_op.spectral_norm"], grad=False, **_TOL),
     OpCase("spectral_norm_dim1_iters3", lambda w, u, v: _C.spectral_norm(w, u, v, 1, 3, 1e-12),
-           [Arg((3, 4, 2, 2)), Arg((4,)), Arg((12,))], ["pd_op.spectral_norm"], **_TOL),
+           [Arg((3, 4, 2, 2)), Arg((4,)), Arg((12,))], ["pd_op.spectral_norm"], grad=False, **_TOL),
     OpCase("spectral_norm_f64", lambda w, u, v: _C.spectral_norm(w, u, v, 0, 2, 1e-12),
-           [Arg((6, 3), "float64"), Arg((6,), "float64"), Arg((3,), "float64")], ["pd_op.spectral_norm"]),
+           [Arg((6, 3), "float64"), Arg((6,), "float64"), Arg((3,), "float64")], ["pd_op.spectral_norm"],
+           grad=False),
 ]

@@ -1,0 +1,18 @@
+"""Run by test_launch in each of 2 processes (8 virtual CPU devices each): an unchanged training
+script; process 0 writes the loss curve to argv[1]."""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # noqa: E402
+
+import paddle_xla as px  # noqa: E402
+from parallel.helpers import train  # noqa: E402
+
+assert jax.process_count() == 2 and jax.device_count() == 16, (jax.process_count(), jax.device_count())
+losses, weights, _ = train("mlp", px.Strategy(replicas=4, stages=4, micro_batches=4), steps=4)
+if jax.process_index() == 0:
+    with open(sys.argv[1], "w") as f:
+        json.dump({"losses": losses, "weights": {k: v.tolist() for k, v in weights.items()}}, f)
