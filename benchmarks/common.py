@@ -308,8 +308,8 @@ class WorkerError(RuntimeError):
 class Worker:
     """A fresh Python process running `script --worker job.json`, answering one JSON line per request.
 
-    Requests: setup (build, compile, first call), warmup, time (one timed call), finish (save the
-    outputs), quit. `env` is applied on top of this process's environment (None removes a variable)."""
+    Requests: "setup KEY" (build, compile, first call), "warmup KEY", "time KEY" (one timed call),
+    "finish KEY" (save the outputs), "quit"; a worker may serve several configurations (keys). `env` is applied on top of this process's environment (None removes a variable)."""
 
     def __init__(self, script: str, job: Mapping[str, Any], *, env: Mapping[str, str | None], workdir: str, tag: str):
         self.tag = tag
@@ -381,8 +381,9 @@ class Worker:
         self._log.close()
 
 
-def serve(setup: Callable[[], tuple[dict[str, Any], Callable[[], Any] | None, Callable[[], Any] | None]]) -> None:
-    """The worker's side of `Worker`: `setup()` returns (info, call, outputs); then answer requests."""
+def serve(setups: Mapping[str, Callable[[], tuple[dict[str, Any], Callable[[], Any] | None, Callable[[], Any] | None]]]) -> None:
+    """The worker's side of `Worker`. `setups[key]()` returns (info, call, outputs) for one configuration;
+    requests are "setup KEY", "warmup KEY", "time KEY", "finish KEY" and "quit"."""
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)          # NOTE: stray prints from Paddle or JAX go to the log, not into the replies
 
@@ -391,23 +392,25 @@ def serve(setup: Callable[[], tuple[dict[str, Any], Callable[[], Any] | None, Ca
         out.flush()
 
     reply({"ready": True})
-    call = outputs = None
+    calls: dict[str, Callable[[], Any]] = {}
+    outputs: dict[str, Callable[[], Any]] = {}
     for line in sys.stdin:
-        cmd = line.strip()
+        cmd, _, key = line.strip().partition(" ")
         try:
             if cmd == "setup":
-                info, call, outputs = setup()
+                info, calls[key], outputs[key] = setups[key]()
                 reply(info)
             elif cmd == "warmup":
-                call()
+                calls[key]()
                 reply({})
             elif cmd == "time":
+                call = calls[key]
                 start, start_cpu = time.perf_counter(), time.process_time()
                 call()
                 reply({"wall_ms": (time.perf_counter() - start) * 1e3,
                        "cpu_ms": (time.process_time() - start_cpu) * 1e3})
             elif cmd == "finish":
-                reply({"outputs": outputs()})
+                reply({"outputs": outputs[key]()})
             elif cmd == "quit":
                 reply({})
                 return

@@ -239,13 +239,15 @@ def worker(job_path: str) -> None:
         # NOTE: before Paddle's math library is first used; it reads the count once.
         paddle.base.core.set_num_threads(job["nproc"])
 
-    def setup():
-        start = time.perf_counter()
-        info, call, outputs = SETUPS[job["runner"]](job["model"], job["settings"], job)
-        info["setup_s"] = time.perf_counter() - start
-        return info, call, outputs
+    def setup_for(entry):
+        def setup():
+            start = time.perf_counter()
+            info, call, outputs = SETUPS[entry["runner"]](entry["model"], entry["settings"], {**job, **entry})
+            info["setup_s"] = time.perf_counter() - start
+            return info, call, outputs
+        return setup
 
-    common.serve(setup)
+    common.serve({key: setup_for(entry) for key, entry in job["entries"].items()})
 
 
 # ---- the parent ---------------------------------------------------------------------------------
@@ -255,98 +257,137 @@ def thread_env(threads: bool, n: int) -> dict[str, str | None]:
     return {k: (str(n) if threads else None) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
 
 
-def measure_model(model, configs, settings, args, n, script, workdir, progress, task, variants):
-    """Start one worker per configuration, set each up in turn, then time them in interleaved rounds."""
+def config_env(cfg: str, args, n: int, variants) -> dict[str, str | None]:
+    kind, threads, _ = CONFIGS.get(cfg, ("xla", False, ""))
+    env = thread_env(threads, n)
+    if kind == "xla":
+        env["PADDLE_XLA_CACHE"] = "1" if args.compile_cache else "0"   # NOTE: a cold compile, timed
+        flags = variants.get(cfg, args.xla_flags)
+        if flags is not None:
+            env["XLA_FLAGS"] = flags
+    return env
+
+
+def entry(model: str, cfg: str, settings) -> tuple[str, dict[str, Any]]:
+    tag = f"{model}.{cfg}".replace("[", "_").replace("]", "")
+    return tag, {"model": model, "config": cfg, "runner": CONFIGS.get(cfg, ("xla",))[0], "settings": settings,
+                 "tag": tag}
+
+
+def start_workers(models, configs, settings, args, n, script, workdir, variants):
+    """{(model, cfg): (worker, key)}: a worker per configuration, or with --quick one for all of them
+    (every thread count at nproc; one Paddle import instead of many)."""
+    slots = {}
+    if args.quick:
+        entries = dict(entry(m, c, settings[m]) for m in models for c in configs)
+        env = thread_env(True, n)
+        env.update({k: v for k, v in config_env("paddle_xla", args, n, variants).items() if k not in env})
+        w = common.Worker(script, {"kind": "serve", "threads": True, "nproc": n, "workdir": workdir, "entries": entries},
+                          env=env, workdir=workdir, tag="quick")
+        slots = {(m, c): (w, entry(m, c, settings[m])[0]) for m in models for c in configs}
+    else:
+        for m in models:
+            for c in configs:
+                key, e = entry(m, c, settings[m])
+                job = {"kind": "serve", "threads": CONFIGS.get(c, ("xla", False))[1], "nproc": n, "workdir": workdir,
+                       "entries": {key: e}}
+                slots[(m, c)] = (common.Worker(script, job, env=config_env(c, args, n, variants), workdir=workdir,
+                                               tag=key), key)
+    # NOTE: every import finishes before the first set-up, so no compile time is contended by our own imports.
+    for w in {id(w): w for w, _ in slots.values()}.values():
+        try:
+            w.request(None, args.timeout)
+        except common.WorkerError as e:
+            w.dead = str(e)
+    return slots
+
+
+def measure_model(model, configs, slots, args, n, progress, task, variants):
+    """Set each configuration up in turn, then time them in interleaved rounds."""
     timeout = args.timeout
-    workers: dict[str, common.Worker] = {}
+    live = {c: slots[(model, c)] for c in configs}
     results: dict[str, dict[str, Any]] = {}
-    for cfg in configs:
-        kind, threads, _ = CONFIGS[cfg] if cfg in CONFIGS else ("xla", False, "")
-        env = thread_env(threads, n)
-        if kind == "xla":
-            env["PADDLE_XLA_CACHE"] = "1" if args.compile_cache else "0"   # NOTE: a cold compile, timed
-            flags = variants.get(cfg, args.xla_flags)
-            if flags is not None:
-                env["XLA_FLAGS"] = flags
-        tag = f"{model}.{cfg}".replace("[", "_").replace("]", "")
-        job = {"kind": "model", "model": model, "config": cfg, "runner": kind, "threads": threads, "nproc": n,
-               "settings": settings, "workdir": workdir, "tag": tag}
-        workers[cfg] = common.Worker(script, job, env=env, workdir=workdir, tag=tag)
+    own_workers = {id(w): w for w, _ in live.values()}
+
+    def ask(cfg, cmd):
+        w, key = live[cfg]
+        return w.request(f"{cmd} {key}", timeout)
 
     def fail(cfg, err):
-        results[cfg] = {"status": "error", "message": str(err), "log_tail": workers[cfg].log_tail()}
-        workers.pop(cfg).close()
+        w, _ = live.pop(cfg)
+        results[cfg] = {"status": "error", "message": str(err), "log_tail": w.log_tail()}
 
-    try:
-        for cfg in list(workers):
+    for cfg in list(live):                                               # set-ups, one at a time
+        progress.update(task, description=f"{model}: setting up {cfg}")
+        w, _ = live[cfg]
+        try:
+            if getattr(w, "dead", None):
+                raise common.WorkerError(w.dead)
+            info = ask(cfg, "setup")
+        except common.WorkerError as e:
+            fail(cfg, e)
+            continue
+        results[cfg] = info
+        msg = info.get("status")
+        if msg != "ok":
+            live.pop(cfg)
+        elif "compile_s" in info:
+            msg += f", compile {info['compile_s']:.1f} s"
+        progress.console.print(f"  {model:9s} {cfg:24s} set up: {msg}", markup=False)
+    for _ in range(args.warmup):
+        for cfg in list(live):
             try:
-                workers[cfg].request(None, timeout)                      # imported and ready
+                ask(cfg, "warmup")
             except common.WorkerError as e:
                 fail(cfg, e)
-        for cfg in list(workers):                                        # set-ups, one at a time
-            progress.update(task, description=f"{model}: setting up {cfg}")
+    active = list(live)
+    samples: dict[str, list[dict[str, float]]] = {c: [] for c in active}
+    busy0, own0, t0 = common.busy_cpu_seconds(), _own_cpu(own_workers), time.perf_counter()
+    progress.update(task, description=f"{model}: timing {len(active)} configurations in turn")
+    for r in range(args.repeats):
+        for cfg in active[r % len(active):] + active[:r % len(active)] if active else []:
+            if cfg not in live:
+                continue
             try:
-                info = workers[cfg].request("setup", timeout)
+                samples[cfg].append(ask(cfg, "time"))
             except common.WorkerError as e:
                 fail(cfg, e)
                 continue
-            results[cfg] = info
-            if info.get("status") != "ok":
-                workers.pop(cfg).close()
-            msg = info.get("status")
-            if msg == "ok" and "compile_s" in info:
-                msg += f", compile {info['compile_s']:.1f} s"
-            progress.console.print(f"  {model:9s} {cfg:22s} set up: {msg}")
-        active = list(workers)
-        for _ in range(args.warmup):
-            for cfg in list(active):
-                try:
-                    workers[cfg].request("warmup", timeout)
-                except common.WorkerError as e:
-                    fail(cfg, e)
-                    active.remove(cfg)
-        samples: dict[str, list[dict[str, float]]] = {c: [] for c in active}
-        busy0, own0, t0 = common.busy_cpu_seconds(), _own_cpu(workers), time.perf_counter()
-        progress.update(task, description=f"{model}: timing {len(active)} configurations in turn")
-        for r in range(args.repeats):
-            order = active[r % len(active):] + active[:r % len(active)] if active else []
-            for cfg in order:
-                if cfg not in workers:
-                    continue
-                try:
-                    samples[cfg].append(workers[cfg].request("time", timeout))
-                except common.WorkerError as e:
-                    fail(cfg, e)
-                    continue
-                time.sleep(args.gap)
-            progress.advance(task)
-        elapsed = time.perf_counter() - t0
-        busy1, own1 = common.busy_cpu_seconds(), _own_cpu(workers)
-        foreign = None
-        if busy0 is not None and busy1 is not None and elapsed > 0:
-            foreign = max(0.0, ((busy1 - busy0) - (own1 - own0)) / (elapsed * n))
-        for cfg in list(workers):
-            s = samples.get(cfg) or []
-            if not s:
-                continue
-            results[cfg]["latency"] = common.latency_stats([x["wall_ms"] for x in s], [x["cpu_ms"] for x in s])
-            try:
-                results[cfg]["outputs"] = workers[cfg].request("finish", timeout)["outputs"]
-            except (common.WorkerError, KeyError) as e:
-                results[cfg]["parity_error"] = str(e)
-            results[cfg]["foreign_cpu_load"] = foreign
-        for cfg, res in results.items():
-            res.setdefault("description", CONFIGS[cfg][2] if cfg in CONFIGS else f"paddle_xla with XLA_FLAGS={variants[cfg]}")
-            if res.get("status") == "ok" and "latency" in res:
-                progress.console.print(f"  {model:9s} {cfg:22s} {res['latency']['median_ms']:.1f} ms median")
-        return results, {"foreign_cpu_load": foreign, "timed_phase_s": elapsed}
-    finally:
-        for w in workers.values():
-            w.close()
+            time.sleep(args.gap)
+        progress.advance(task)
+    elapsed = time.perf_counter() - t0
+    busy1, own1 = common.busy_cpu_seconds(), _own_cpu(own_workers)
+    foreign = None
+    if busy0 is not None and busy1 is not None and elapsed > 0:
+        foreign = max(0.0, ((busy1 - busy0) - (own1 - own0)) / (elapsed * n))
+    for cfg in list(live):
+        s = samples.get(cfg) or []
+        if not s:
+            continue
+        results[cfg]["latency"] = common.latency_stats([x["wall_ms"] for x in s], [x["cpu_ms"] for x in s])
+        try:
+            results[cfg]["outputs"] = ask(cfg, "finish")["outputs"]
+        except (common.WorkerError, KeyError) as e:
+            results[cfg]["parity_error"] = str(e)
+    for cfg, res in results.items():
+        res.setdefault("description", CONFIGS[cfg][2] if cfg in CONFIGS else f"paddle_xla with XLA_FLAGS={variants[cfg]}")
+        if "latency" in res:
+            progress.console.print(f"  {model:9s} {cfg:24s} {res['latency']['median_ms']:.1f} ms median", markup=False)
+    return results, {"foreign_cpu_load": foreign, "timed_phase_s": elapsed}
 
 
 def _own_cpu(workers) -> float:
     return time.process_time() + sum(w.cpu_seconds() for w in workers.values())
+
+
+def close_workers(slots, model=None) -> None:
+    """Close the workers of `model` (all when None) that serve no other model."""
+    keep = {id(w) for (m, _), (w, _) in slots.items() if model is not None and m != model}
+    done = set()
+    for (m, _), (w, _) in slots.items():
+        if (model is None or m == model) and id(w) not in keep and id(w) not in done:
+            w.close()
+            done.add(id(w))
 
 
 def output_diff(a_path, b_path) -> tuple[float | None, float | None]:
@@ -553,9 +594,16 @@ def main(argv=None) -> int:
             peak["paddle_matmul"] = pp.data if pp.ok else {"error": pp.data.get("error")}
         progress.advance(task)
         report_models = {}
-        for m in models:
-            results, timing = measure_model(m, configs, settings[m], args, n, script, workdir, progress, task, variants)
-            report_models[m] = summarise(m, settings[m], results, peak, timing)
+        # NOTE: all workers start now: their imports overlap the peak measurement of nothing else, and a
+        # model's workers are set up only when its turn comes.
+        slots = start_workers(models, configs, settings, args, n, script, workdir, variants)
+        try:
+            for m in models:
+                results, timing = measure_model(m, configs, slots, args, n, progress, task, variants)
+                report_models[m] = summarise(m, settings[m], results, peak, timing)
+                close_workers(slots, m)
+        finally:
+            close_workers(slots)
         report = {
             "benchmark": "inference",
             "command": " ".join(["benchmarks/inference.py", *(argv if argv is not None else sys.argv[1:])]),

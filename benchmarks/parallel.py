@@ -114,7 +114,6 @@ def run_layout(cfg, layout, n, seq, repeats):
 def mpmd_step_time(cfg, stages, micro, n, seq, repeats):
     """GPipe driven from the host: per micro-batch and stage a jitted forward (returning its vjp) on
     that stage's device, then the backward in reverse, then each stage's update. Same stages as SPMD."""
-    from paddle_xla.parallel import stages as stages_lib
     from paddle_xla.parallel.program import run
     from paddle_xla.train import optim
     step = make_step(cfg, (1, stages, micro, None, False))

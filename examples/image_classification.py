@@ -1,11 +1,11 @@
 """Image classification: paddle.vision's ResNet-50 on handwritten digits, with px.Model.fit.
 
-    python examples/image_classification.py          # ResNet-50, 5 epochs
-    python examples/image_classification.py --tiny   # ResNet-18, 1 epoch (CI)
+    python examples/image_classification.py          # ResNet-50, 32x32 images, 5 epochs
+    python examples/image_classification.py --tiny   # ResNet-18, 24x24 images, 1 epoch (CI)
 
 px.Model is paddle.Model: the same prepare / fit / evaluate calls, callbacks and metrics, with each
-batch run by an XLA executable. The data is scikit-learn's bundled digits (8x8 pixels, upscaled to
-32x32, 3 channels), so nothing is downloaded.
+batch run by an XLA executable. The data is scikit-learn's bundled digits (8x8 pixels, upscaled,
+3 channels), so nothing is downloaded.
 
 1. Fit with px.Model (Momentum, cross-entropy, paddle.metric.Accuracy).
 2. Fit a copy with native paddle.Model for a few batches from the same weights; compare the losses.
@@ -22,7 +22,7 @@ import paddle_xla as px
 from paddle_xla.models.vision import Digits, input_spec, label_spec, resnet
 
 CONFIGS = {
-    "tiny": dict(arch="resnet18", size=16, epochs=1, batch=32, lr=0.02, compare=2),
+    "tiny": dict(arch="resnet18", size=24, epochs=1, batch=32, lr=0.02, compare=2),
     "full": dict(arch="resnet50", size=32, epochs=5, batch=64, lr=0.05, compare=2),
 }
 

@@ -19,7 +19,10 @@ without ops, a batch that does not split) is checked when `train_step` builds th
 compile; every message names the fix.
 
 Devices: the mesh takes the first replicas x stages devices. In a multi-process run (`paddle-xla
-launch`) it must take all of them, since every process has to join each step.
+launch`) a layout over several devices must take all of them, since every process joins each step.
+
+The default Strategy() runs the plain one-device step; anything else runs paddle_xla.parallel's
+SPMD engine, which gives the same numbers (tests/parallel prove it for every layout).
 """
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import paddle
 

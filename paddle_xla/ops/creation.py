@@ -40,7 +40,7 @@ def full_int_array(*, value, dtype):
     return np.asarray(value, dtype=_np_dtype(dtype))
 
 
-@lowering("pd_op.assign_value_", "pd_op.assign_value")
+@lowering("pd_op.assign_value_")
 def assign_value(*maybe_out, shape, dtype, values):
     return np.asarray(values, dtype=_np_dtype(dtype)).reshape(tuple(shape))
 

@@ -17,7 +17,7 @@ from .util import is_static, static_scalar
 @lowering("pd_op.embedding")
 def embedding(ids, weight, *, padding_idx=-1, sparse=False):
     # NOTE: `sparse` only picks Paddle's SelectedRows gradient; the values are the same.
-    out = jnp.take(weight, ids.astype(jnp.int32) if ids.dtype != jnp.int64 else ids, axis=0)
+    out = jnp.take(weight, ids, axis=0)
     if padding_idx is not None and padding_idx >= 0:
         # NOTE: Paddle writes zeros for padding rows, so that row gets no gradient either.
         out = jnp.where((ids == padding_idx)[..., None], jnp.zeros((), weight.dtype), out)
@@ -70,11 +70,12 @@ def gumbel_softmax(key, x, *, temperature=1.0, hard=False, axis=-1):
     gumbel = (-jnp.log(-jnp.log(u))).astype(x.dtype)
     soft = jax.nn.softmax((x + gumbel) / jnp.asarray(temperature, x.dtype), axis=axis)
     if not hard:
+        # NOTE: Paddle 3.3's backward here omits the 1 / temperature factor (it is exact only at
+        # temperature 1); autodiff keeps the true gradient.
         return soft
-    # NOTE: the hard sample is one-hot forward, with the soft sample's gradient (straight through).
+    # NOTE: the hard sample is a one-hot with zero gradient, as in Paddle (no straight-through).
     index = jnp.argmax(soft, axis=axis, keepdims=True)
-    one_hot = (lax.broadcasted_iota(jnp.int32, soft.shape, axis % x.ndim) == index).astype(x.dtype)
-    return one_hot + soft - lax.stop_gradient(soft)
+    return lax.stop_gradient((lax.broadcasted_iota(jnp.int32, soft.shape, axis % x.ndim) == index).astype(x.dtype))
 
 
 # ---- shuffles -------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ part inside the input. All window bounds are static, so divisors and indices are
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -165,24 +166,29 @@ def max_pool_with_index(x, ksize, strides, paddings, global_pooling, adaptive, c
         out_size(n, k, lo, hi, s, ceil_mode) for n, k, (lo, hi), s in zip(sizes, ksize, pads, strides)]
     per_dim = [window_indices(n, k, s, lo, c, adaptive)
                for n, k, s, (lo, _), c in zip(sizes, ksize, strides, pads, counts)]
-    idx, valid, flat = _window_grid(per_dim, sizes)
+    return windowed_argmax(x, per_dim)
+
+
+def windowed_argmax(x, per_dim):
+    """Max over each window of an NC* input, and its flat index in the input plane; per_dim holds
+    each spatial dim's (indices, valid) arrays of shape (outputs, window width)."""
+    counts = tuple(ix.shape[0] for ix, _ in per_dim)
+    idx, valid, flat = _window_grid(per_dim, x.shape[2:])
     patches = x[(slice(None), slice(None)) + idx]             # N, C, o1..on, w1..wn
-    lead = x.shape[:2] + tuple(counts)
-    patches = patches.reshape(lead + (-1,))
-    patches = jnp.where(valid.reshape(tuple(counts) + (-1,)), patches, -jnp.inf)
+    patches = patches.reshape(x.shape[:2] + counts + (-1,))
+    patches = jnp.where(valid.reshape(counts + (-1,)), patches, -jnp.inf)
     # NOTE: argmax takes the first maximum in scan order, as Paddle's kernel does; gathering the
     # output through it sends the whole gradient to that one element, as Paddle's backward does.
     arg = jnp.argmax(patches, axis=-1)[..., None]
     out = jnp.take_along_axis(patches, arg, axis=-1)[..., 0]
-    mask = jnp.take_along_axis(jnp.broadcast_to(flat.reshape(tuple(counts) + (-1,)), patches.shape), arg, -1)
+    mask = jnp.take_along_axis(jnp.broadcast_to(flat.reshape(counts + (-1,)), patches.shape), arg, -1)
     return out, mask[..., 0].astype(jnp.int32)
 
 
 def _window_grid(per_dim, sizes):
-    """Broadcast per-dim window indices to shape (o1, ..., on, w1, ..., wn)."""
+    """Broadcast per-dim window indices to shape (o1, ..., on, w1, ..., wn) (NumPy or jnp)."""
     nd = len(per_dim)
-    idx, valid = [], np.ones((), bool)
-    flat = np.zeros((), np.int64)
+    idx, valid, flat = [], True, 0
     for d, (ix, ok) in enumerate(per_dim):
         shape = [1] * (2 * nd)
         shape[d], shape[nd + d] = ix.shape
@@ -196,6 +202,42 @@ def _window_grid(per_dim, sizes):
 @lowering("pd_op.max_pool2d_with_index", "pd_op.max_pool3d_with_index", ignore=_IGNORED)
 def max_pool2d_with_index(x, *, kernel_size, strides, paddings, global_pooling, adaptive, ceil_mode=False):
     return max_pool_with_index(x, kernel_size, strides, paddings, global_pooling, adaptive, ceil_mode)
+
+
+# ---- fractional max pooling ---------------------------------------------------------------------
+def fractional_windows(n, o, pool, u, xp):
+    """Paddle's FractionalStart/EndIndex in float32: (indices, valid) of shape (o, width). `u` may be
+    a traced scalar (then xp is jnp); the width bound stays static."""
+    f32 = np.float32
+    alpha = f32(n - pool) / f32(o - (1 if pool > 0 else 0))
+    if pool == 0:
+        base = n // o
+        u_max = min(f32(base + 2) / alpha - f32(1), f32(n + 1 - base) / alpha - f32(o - 1))
+        u = u * f32(u_max)
+    i = xp.arange(o).astype(f32)
+    offset = xp.trunc(u * alpha)
+    start = xp.trunc((i + u) * alpha) - offset
+    end = start + pool if pool > 0 else xp.trunc((i + f32(1) + u) * alpha) - offset
+    start, end = xp.maximum(start, 0).astype(np.int32), xp.minimum(end, n).astype(np.int32)
+    width = pool if pool > 0 else int(np.floor(alpha)) + 1
+    raw = start[:, None] + xp.arange(width)[None, :]
+    return xp.clip(raw, 0, n - 1), raw < end[:, None]
+
+
+def fractional_max_pool(key, x, output_size, kernel_size, random_u):
+    if random_u:
+        u, xp = np.float32(random_u), np
+    else:
+        # NOTE: Paddle draws u from its own generator; here it comes from the step key.
+        u, xp = jax.random.uniform(key, (), jnp.float32), jnp
+    pools = list(kernel_size) if kernel_size else [0] * len(output_size)
+    per_dim = [fractional_windows(n, o, k, u, xp) for n, o, k in zip(x.shape[2:], output_size, pools)]
+    return windowed_argmax(x, per_dim)
+
+
+@lowering("pd_op.fractional_max_pool2d", "pd_op.fractional_max_pool3d", kind="random")
+def fractional_max_pool2d(key, x, *, output_size, kernel_size=(), random_u=0.0, return_mask=False):
+    return fractional_max_pool(key, x, output_size, kernel_size, random_u)
 
 
 # ---- unpool: scatter values back to where a max pool found them --------------------------------

@@ -15,7 +15,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .context import Context, loss_of, stage_forward, zeros_like_tree
+from .context import Context, loss_of, scan, stage_forward, zeros_like_tree
 
 
 def accumulate(ctx: Context, P, Sh, B, feeds, keys, scale):
@@ -40,7 +40,7 @@ def accumulate(ctx: Context, P, Sh, B, feeds, keys, scale):
         return (add(gP, dP), add(gSh, dSh), total + loss, add_buffers(bsum, newB)), fetch
 
     init = (zeros_like_tree(P), zeros_like_tree(Sh), jnp.float32(0.0), zeros_like_tree(B))
-    (gP, gSh, loss, bsum), fetches = jax.lax.scan(micro, init, (feeds, keys))
+    (gP, gSh, loss, bsum), fetches = scan(micro, init, (feeds, keys))
     return loss, (gP, gSh), fetches, mean_buffers(bsum, ctx.micro_batches)
 
 

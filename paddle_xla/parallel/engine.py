@@ -9,7 +9,7 @@ shows them to the host). Paddle-free."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -21,10 +21,10 @@ from ..strategy import Strategy
 from ..train import optim
 from ..train.precision import ScalerConfig, interpreter_for, scaler_init, scaler_update
 from . import profile, stages as stages_lib, update
-from .context import Context, group_keys
+from .context import Context, axis_index, group_keys, pmean, pmin, psum, scan
 from .data import accumulate
 from .mesh import make_mesh, put as mesh_put, sharding, to_host
-from .pack import Layout, stack, widths
+from .pack import Layout, Natural, stack, widths
 from .pipeline import bubble_fraction, gpipe
 from .placement import Placement
 from .program import whole
@@ -87,30 +87,43 @@ class Engine:
         shapes = {p.name: jax.ShapeDtypeStruct(tuple(p.shape), p.dtype) for p in self.graph.params}
         opt_tpl = jax.eval_shape(lambda ps: optim.init_state(self.config, ps),
                                  {n: shapes[n] for n in self.config.trainable()})
-        self.param_layouts = tuple(Layout.of({n: shapes[n] for n in names}) for names in self.own.trainable)
-        self.buffer_layouts = tuple(Layout.of({n: shapes[n] for n in names}) for names in self.own.buffers)
-        self.opt_layouts = tuple(Layout.of({n: opt_tpl[n] for n in names if n in opt_tpl})
-                                 for names in self.own.trainable)
+        one = self.strategy.stages == 1
+        opt_names = [tuple(n for n in names if n in opt_tpl) for names in self.own.trainable]
+        # NOTE: one stage keeps plain dicts; ZeRO-1 still packs the optimizer state, to split it evenly.
+        self.packed = {"P": not one, "B": not one, "O": not one or self.zero}
+        self.param_layouts = tuple(Natural(names) if one else Layout.of({n: shapes[n] for n in names})
+                                   for names in self.own.trainable)
+        self.buffer_layouts = tuple(Natural(names) if one else Layout.of({n: shapes[n] for n in names})
+                                    for names in self.own.buffers)
+        self.opt_layouts = tuple(Layout.of({n: opt_tpl[n] for n in names}) if self.packed["O"] else Natural(names)
+                                 for names in opt_names)
         self.opt_shared = tuple(n for n in self.own.shared if n in opt_tpl)
+        self._opt_bytes = sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(opt_tpl))
         self.widths = {"params": widths(self.param_layouts), "buffers": widths(self.buffer_layouts),
                        "opt": widths(self.opt_layouts, R if self.zero else 1)}
         o_spec = ("stage", "replica") if self.zero else ("stage",)
-        self.specs = {"P": P("stage"), "Sh": P(), "B": P("stage"), "O": P(*o_spec), "Osh": P()}
+        self.specs = {"P": P("stage") if not one else P(), "Sh": P(), "B": P("stage") if not one else P(),
+                      "O": P(*o_spec) if self.packed["O"] else P(), "Osh": P()}
 
     def place(self, params: Mapping, buffers: Mapping, opt_state: Mapping):
         """Device arrays (P, Sh, B, O, Osh) from a state: as they are when this engine packed them."""
         if all(isinstance(t, PackedView) and t.owner is self for t in (params, buffers, opt_state)):
             return params.arrays, params.extra, buffers.arrays, opt_state.arrays, opt_state.extra
         put = lambda x, key: mesh_put(x, jax.sharding.NamedSharding(self.mesh, self.specs[key]))  # noqa: E731
-        pick = lambda tree, names: {n: np.asarray(tree[n]) if not isinstance(tree[n], Mapping)  # noqa: E731
-                                    else {k: np.asarray(v) for k, v in tree[n].items()} for n in names}
         own = self.own
-        Pk = stack(self.param_layouts, [pick(params, n) for n in own.trainable], self.widths["params"])
-        Bk = stack(self.buffer_layouts, [pick(buffers, n) for n in own.buffers], self.widths["buffers"])
-        Ok = stack(self.opt_layouts, [pick(opt_state, [n for n in names if n in opt_state])
-                                      for names in own.trainable], self.widths["opt"])
-        return (put(Pk, "P"), put(pick(params, own.shared), "Sh"), put(Bk, "B"), put(Ok, "O"),
-                put(pick(opt_state, self.opt_shared), "Osh"))
+        opt_names = [lay.names() for lay in self.opt_layouts]
+
+        def arrange(kind, layouts, tree, names):
+            values = [_pick(tree, n) for n in names]
+            if not self.packed[kind]:
+                return put(values[0], kind)
+            width = self.widths[{"P": "params", "B": "buffers", "O": "opt"}[kind]]
+            return put(stack(layouts, values, width), kind)
+
+        return (arrange("P", self.param_layouts, params, own.trainable), put(_pick(params, own.shared), "Sh"),
+                arrange("B", self.buffer_layouts, buffers, own.buffers),
+                arrange("O", self.opt_layouts, opt_state, opt_names),
+                put(_pick(opt_state, self.opt_shared), "Osh"))
 
     def views(self, P_, Sh, B, O, Osh):
         return (PackedView(P_, self.param_layouts, Sh, self), PackedView(B, self.buffer_layouts, {}, self),
@@ -146,21 +159,21 @@ class Engine:
             P_, Sh, B, O, Osh, scaler, stopped = carry
             feeds, key, lr = xs
             feeds = {n: x.reshape((M, x.shape[0] // M) + x.shape[1:]) for n, x in feeds.items()}
-            keys = group_keys(key, jax.lax.axis_index("replica"), M, st.groups)
+            keys = group_keys(key, axis_index(ctx, "replica"), M, st.groups)
             scale = scaler["scale"]
             if S == 1:
                 loss, (gP, gSh), fetches, newB = accumulate(ctx, P_, Sh, B, feeds, keys, scale)
             else:
                 loss, (gP, gSh), fetches, newB = gpipe(ctx, P_, Sh, B, feeds, keys, scale, templates)
-            gP = jax.lax.psum(gP, "replica")
-            gSh = jax.lax.psum(gSh, ("replica", "stage"))
-            loss = jax.lax.psum(loss, ("replica", "stage"))
-            newB = {dt: jax.lax.pmean(x, "replica") if jnp.issubdtype(x.dtype, jnp.floating) else x
+            gP = psum(ctx, gP, "replica")
+            gSh = psum(ctx, gSh, ("replica", "stage"))
+            loss = psum(ctx, loss, ("replica", "stage"))
+            newB = {dt: pmean(ctx, x, "replica") if jnp.issubdtype(x.dtype, jnp.floating) else x
                     for dt, x in newB.items()}
             inv = 1.0 / scale
             gP, gSh = jax.tree.map(lambda g: g * inv.astype(g.dtype), (gP, gSh))
             ok = jnp.isfinite(loss) & update.finite(gP, gSh)
-            ok = jax.lax.pmin(ok.astype(jnp.int32), ("replica", "stage")) > 0
+            ok = pmin(ctx, ok.astype(jnp.int32), ("replica", "stage")) > 0
             nP, nSh, nO, nOsh = update.apply(ctx, self.config, self.configs, self.own.shared,
                                              P_, Sh, O, Osh, gP, gSh, lr, zero)
             go = ok & ~stopped
@@ -169,22 +182,25 @@ class Engine:
             stopped = stopped | (~ok & stop_on_nan)
             return (*new, scaler, stopped), (loss, go, fetches)
 
+        packed = self.packed
+        row = lambda t, k: {dt: x[0] for dt, x in t.items()} if packed[k] else t  # noqa: E731
+        lift = lambda t, k: {dt: x[None] for dt, x in t.items()} if packed[k] else t  # noqa: E731
+
         def body(P_, Sh, B, O, Osh, scaler, feeds, keys, lrs):
             keys = jax.random.wrap_key_data(keys)
-            row = lambda t: {dt: x[0] for dt, x in t.items()}  # noqa: E731
-            init = (row(P_), Sh, row(B), row(O), Osh, scaler, jnp.bool_(False))
-            carry, (losses, oks, fetches) = jax.lax.scan(one, init, (feeds, keys, lrs))
+            init = (row(P_, "P"), Sh, row(B, "B"), row(O, "O"), Osh, scaler, jnp.bool_(False))
+            carry, (losses, oks, fetches) = scan(one, init, (feeds, keys, lrs))
             P2, Sh2, B2, O2, Osh2, scaler, _ = carry
-            lift = lambda t: {dt: x[None] for dt, x in t.items()}  # noqa: E731
             last = jax.tree.map(lambda x: x[-1], fetches)
-            return lift(P2), Sh2, lift(B2), lift(O2), Osh2, scaler, losses, oks, last
+            return lift(P2, "P"), Sh2, lift(B2, "B"), lift(O2, "O"), Osh2, scaler, losses, oks, last
 
         sp = self.specs
         in_specs = (sp["P"], sp["Sh"], sp["B"], sp["O"], sp["Osh"], P(), P(None, "replica"), P(), P())
         out_specs = (sp["P"], sp["Sh"], sp["B"], sp["O"], sp["Osh"], P(), P(), P(), P("replica"))
         # NOTE: check_vma=False: gradients are taken inside the per-device function and summed with
         # explicit psums, as with pmap, so no implicit cross-device sums must be added.
-        mapped = jax.shard_map(body, mesh=self.mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+        mapped = body if st.devices == 1 else jax.shard_map(body, mesh=self.mesh, in_specs=in_specs,
+                                                             out_specs=out_specs, check_vma=False)
         # NOTE: XLA's CPU pipeline drops jax.checkpoint's optimization barriers early
         # (cse_barrier_expander) and CSE then merges the recomputation back into the forward pass, so
         # recomputation would save no memory there; keeping the pass off keeps the barriers.
@@ -229,11 +245,22 @@ class Engine:
     def param_bytes_per_device(self) -> dict[str, int]:
         """Bytes each device holds for weights, buffers and optimizer state (packed widths)."""
         nbytes = lambda w: sum(n * np.dtype(dt).itemsize for dt, n in w.items())  # noqa: E731
-        shared = sum(int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize
-                     for p in self.graph.params if p.name in self.own.shared)
-        opt = nbytes(self.widths["opt"]) // (self.strategy.replicas if self.zero else 1)
-        return {"params": nbytes(self.widths["params"]) + shared, "buffers": nbytes(self.widths["buffers"]),
-                "optimizer": opt}
+        size = {p.name: int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize for p in self.graph.params}
+        shared = sum(size[n] for n in self.own.shared)
+        if self.strategy.stages == 1:
+            params, buffers = sum(size[n] for n in self.own.trainable[0]), sum(size[n] for n in self.own.buffers[0])
+        else:
+            params, buffers = nbytes(self.widths["params"]) + shared, nbytes(self.widths["buffers"])
+        if self.packed["O"]:
+            opt = nbytes(self.widths["opt"]) // (self.strategy.replicas if self.zero else 1)
+        else:
+            opt = self._opt_bytes
+        return {"params": params, "buffers": buffers, "optimizer": opt}
+
+
+def _pick(tree: Mapping, names) -> dict:
+    """{name: value} for these names, as NumPy (a value may be a dict of accumulators)."""
+    return {n: jax.tree.map(np.asarray, tree[n]) for n in names}
 
 
 def _signature(feeds: Mapping[str, np.ndarray]) -> tuple:

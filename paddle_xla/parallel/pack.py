@@ -53,12 +53,33 @@ class Layout:
                   for shape, dt, off in zip(self.shapes, self.dtypes, self.offsets)]
         return jax.tree.unflatten(self.tree, leaves)
 
+    def names(self) -> list[str]:
+        """The top-level keys of the packed dict."""
+        return list(jax.tree.unflatten(self.tree, [0] * len(self.shapes)))
+
+
+@dataclass(frozen=True)
+class Natural:
+    """No packing: the dict stays as it is. One stage has nothing unlike to pack, and packing costs
+    copies (on CPU a packed one-device step ran ~45% slower than the plain one)."""
+    keys: tuple[str, ...]
+    sizes: Mapping[str, int] = None
+
+    def pack(self, value, widths=None, xp=jnp):
+        return {k: value[k] for k in self.keys}
+
+    def unpack(self, flats):
+        return {k: flats[k] for k in self.keys}
+
+    def names(self) -> list[str]:
+        return list(self.keys)
+
 
 def widths(layouts: Sequence[Layout], multiple: int = 1) -> dict[str, int]:
     """Per dtype, the longest of the layouts, rounded up to `multiple` (for sharding over replicas)."""
     out: dict[str, int] = {}
     for lay in layouts:
-        for dt, n in lay.sizes.items():
+        for dt, n in (lay.sizes or {}).items():
             out[dt] = max(out.get(dt, 0), n)
     return {dt: -(-n // multiple) * multiple if n else multiple for dt, n in sorted(out.items())}
 

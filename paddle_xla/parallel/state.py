@@ -18,19 +18,23 @@ from .pack import Layout
 class PackedView(Mapping):
     def __init__(self, arrays: Mapping[str, jax.Array], layouts: Sequence[Layout], extra: Mapping[str, Any],
                  owner: object):
-        self.arrays = dict(arrays)      # dtype -> global [stages, width] array
+        self.arrays = dict(arrays)      # dtype -> global [stages, width] array (or name -> array: Natural)
         self.layouts = tuple(layouts)
+        self.packed = all(isinstance(lay, Layout) for lay in self.layouts)
         self.extra = dict(extra)        # replicated entries (shared weights and their state)
         self.owner = owner              # the engine that packed it
         self._natural: dict | None = None
-        self._keys = sorted({*(k for lay in self.layouts for k in _names(lay)), *self.extra})
+        self._keys = sorted({*(k for lay in self.layouts for k in lay.names()), *self.extra})
 
     def natural(self) -> dict[str, Any]:
         if self._natural is None:
-            host = {dt: to_host(a) for dt, a in self.arrays.items()}
             out: dict[str, Any] = {}
-            for s, lay in enumerate(self.layouts):
-                out.update(lay.unpack({dt: h[s] for dt, h in host.items()}))
+            if self.packed:
+                host = {dt: to_host(a) for dt, a in self.arrays.items()}
+                for s, lay in enumerate(self.layouts):
+                    out.update(lay.unpack({dt: h[s] for dt, h in host.items()}))
+            else:
+                out.update(jax.tree.map(to_host, self.arrays))
             out.update(jax.tree.map(to_host, self.extra))
             self._natural = out
         return self._natural
@@ -46,10 +50,6 @@ class PackedView(Mapping):
 
     def __repr__(self) -> str:
         return f"PackedView({len(self)} entries over {len(self.layouts)} stage(s))"
-
-
-def _names(layout: Layout) -> list[str]:
-    return list(jax.tree.unflatten(layout.tree, [0] * len(layout.shapes)))
 
 
 def _flatten(view: PackedView):

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from ..train import clip as clip_lib
 from ..train import optim
-from .context import Context, by_stage
+from .context import Context, axis_index, by_stage, psum
 
 
 def stage_configs(config: optim.OptimizerConfig, owned: tuple[tuple[str, ...], ...], shared: tuple[str, ...]):
@@ -53,7 +53,7 @@ def global_clip(ctx: Context, config, shared, grads_of) -> dict[str, jax.Array]:
     groups = _global_groups(config)
     if not groups:
         return {}
-    s = jax.lax.axis_index("stage")
+    s = axis_index(ctx, "stage")
 
     def squares(k):
         def f():
@@ -69,7 +69,7 @@ def global_clip(ctx: Context, config, shared, grads_of) -> dict[str, jax.Array]:
             return jnp.stack(sums)
         return f
 
-    total = jax.lax.psum(by_stage(ctx, [squares(k) for k in range(ctx.stages)], s), "stage")
+    total = psum(ctx, by_stage(ctx, [squares(k) for k in range(ctx.stages)], s), "stage")
     scales = {}
     for j, (group, clip) in enumerate(groups):
         scale = _scale_for(clip, jnp.sqrt(total[j]))
@@ -82,7 +82,7 @@ def global_clip(ctx: Context, config, shared, grads_of) -> dict[str, jax.Array]:
 
 def apply(ctx: Context, config, configs, shared, P, Sh, O, Osh, gP, gSh, lr, zero: bool):
     """New (P, Sh, O, Osh) after one optimizer step of this device's stage."""
-    s = jax.lax.axis_index("stage")
+    s = axis_index(ctx, "stage")
     if zero:
         O = {dt: jax.lax.all_gather(x, "replica", axis=0, tiled=True) for dt, x in O.items()}
 
@@ -99,22 +99,18 @@ def apply(ctx: Context, config, configs, shared, P, Sh, O, Osh, gP, gSh, lr, zer
             state = {**ctx.opt[k].unpack(O), **Osh}
             cfg = configs[k] if ctx.stages > 1 else config
             new_p, new_s = optim.apply(cfg, params, grads, state, lr)
-            own_p = {n: new_p[n] for n in _names(ctx.params[k])}
-            own_s = {n: new_s[n] for n in _names(ctx.opt[k])}
+            own_p = {n: new_p[n] for n in ctx.params[k].names()}
+            own_s = {n: new_s[n] for n in ctx.opt[k].names()}
             return (ctx.params[k].pack(own_p, ctx.widths["params"]), {n: new_p[n] for n in Sh},
                     ctx.opt[k].pack(own_s, ctx.widths["opt"]), {n: new_s[n] for n in Osh})
         return f
 
     P, Sh, O, Osh = by_stage(ctx, [step(k) for k in range(ctx.stages)], s, P, Sh, O, Osh, gP, gSh)
     if zero:
-        r = jax.lax.axis_index("replica")
+        r = axis_index(ctx, "replica")
         O = {dt: jax.lax.dynamic_slice_in_dim(x, r * (x.shape[0] // ctx.replicas), x.shape[0] // ctx.replicas)
              for dt, x in O.items()}
     return P, Sh, O, Osh
-
-
-def _names(layout) -> list[str]:
-    return list(layout.tree.unflatten([0] * len(layout.shapes)))
 
 
 def finite(*trees) -> jax.Array:

@@ -1,4 +1,3 @@
-import paddle
 import paddle.nn.functional as F
 from paddle.vision.ops import deform_conv2d
 

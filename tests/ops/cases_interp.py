@@ -46,6 +46,11 @@ CASES = [
     OpCase("bilinear_f16", _interp(size=[8, 11], mode="bilinear"), [Arg((2, 3, 5, 7), "float16")], BIL, **_F16),
     OpCase("bilinear_size_from_shape", lambda x, y: F.interpolate(x, size=paddle.shape(y)[2:], mode="bilinear"),
            [X, Arg((1, 1, 9, 12), grad=False)], BIL),
+    OpCase("bilinear_size_tensor_list", lambda x, y: F.interpolate(x, size=[paddle.shape(y)[2], 9],
+                                                                   mode="bilinear"),
+           [X, Arg((1, 1, 9, 12), grad=False)], BIL),
+    OpCase("bilinear_scale_tensor", lambda x: F.interpolate(x, scale_factor=paddle.to_tensor([1.5, 2.0]),
+                                                            mode="bilinear"), [X], BIL),
     # ---- bicubic ----
     OpCase("bicubic_size", _interp(size=[8, 11], mode="bicubic"), [X], BIC),
     OpCase("bicubic_align_corners_nhwc", _interp(size=[9, 4], mode="bicubic", align_corners=True,

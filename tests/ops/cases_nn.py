@@ -85,4 +85,12 @@ CASES = [
            rtol=1e-5, atol=1e-5, reason="30-term float32 sums in another order"),
     OpCase("bilinear_no_bias_f64", lambda x, y, w: F.bilinear(x, y, w),
            [Arg((4, 5), "float64"), Arg((4, 6), "float64"), Arg((3, 5, 6), "float64")], ["pd_op.bilinear"]),
+    # ---- attention: Paddle's CPU build decomposes it (transpose, matmul, softmax, ...), no fused op ----
+    OpCase("sdpa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v), [Arg((2, 5, 3, 8))] * 3,
+           ["pd_op.softmax", "pd_op.matmul"], rtol=1e-5, atol=1e-5, reason="float32 attention sums"),
+    OpCase("sdpa_mask", lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m),
+           [Arg((2, 5, 3, 8))] * 3 + [Arg((2, 3, 5, 5))], ["pd_op.softmax"], rtol=1e-5, atol=1e-5,
+           reason="float32 attention sums"),
+    OpCase("sdpa_causal", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+           [Arg((2, 5, 3, 8))] * 3, ["pd_op.softmax"], rtol=1e-5, atol=1e-5, reason="float32 attention sums"),
 ]

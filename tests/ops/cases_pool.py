@@ -30,6 +30,7 @@ CASES = [
     OpCase("avg_pool2d_f16", lambda x: F.avg_pool2d(x, 3, 2, 1), [Arg((2, 3, 6, 6), "float16")], P2, **_FP16),
     OpCase("adaptive_avg_pool2d_uneven", lambda x: F.adaptive_avg_pool2d(x, [4, 5]), [Arg((2, 3, 7, 11))], P2),
     OpCase("adaptive_avg_pool2d_global_nhwc", lambda x: F.adaptive_avg_pool2d(x, 1, data_format="NHWC"), [XH], P2),
+    OpCase("adaptive_avg_pool2d_nhwc", lambda x: F.adaptive_avg_pool2d(x, [4, 3], data_format="NHWC"), [XH], P2),
     OpCase("adaptive_avg_pool2d_upsample", lambda x: F.adaptive_avg_pool2d(x, [5, 6]), [Arg((1, 2, 3, 4))], P2),
     OpCase("global_pool2d_attr", lambda x: paddle._C_ops.pool2d(x, [3, 3], [1, 1], [0, 0], False, True, "NCHW",
                                                                 "max", True, False, "EXPLICIT"), [X], P2),
@@ -65,4 +66,15 @@ CASES = [
         [Arg((2, 3, 4, 4)), Arg((2, 3, 9, 9), grad=False)], ["pd_op.unpool"]),
     OpCase("max_unpool3d", lambda x, y: F.max_unpool3d(x, F.max_pool3d(y, 2, return_mask=True)[1], 2),
            [Arg((2, 3, 2, 3, 2)), Arg((2, 3, 4, 6, 4), grad=False)], ["pd_op.unpool3d"]),
+    # ---- fractional max pool (random_u fixed, so the windows are Paddle's) ----
+    OpCase("fractional_max_pool2d", lambda x: F.fractional_max_pool2d(x, [4, 5], random_u=0.3, return_mask=True),
+           [Arg((2, 3, 9, 11))], ["pd_op.fractional_max_pool2d"]),
+    OpCase("fractional_max_pool2d_kernel", lambda x: F.fractional_max_pool2d(x, 4, kernel_size=3, random_u=0.7),
+           [Arg((2, 3, 9, 9))], ["pd_op.fractional_max_pool2d"]),
+    OpCase("fractional_max_pool2d_f64", lambda x: F.fractional_max_pool2d(x, [3, 2], random_u=0.55),
+           [Arg((1, 2, 7, 8), "float64")], ["pd_op.fractional_max_pool2d"]),
+    OpCase("fractional_max_pool3d", lambda x: F.fractional_max_pool3d(x, [3, 4, 2], random_u=0.42, return_mask=True),
+           [Arg((2, 2, 7, 9, 5))], ["pd_op.fractional_max_pool3d"]),
+    OpCase("fractional_max_pool2d_random_u_runs", lambda x: F.fractional_max_pool2d(x, [4, 4]) * 0,
+           [Arg((2, 3, 9, 9))], ["pd_op.fractional_max_pool2d"]),
 ]

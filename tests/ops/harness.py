@@ -153,14 +153,16 @@ def _cotangents(outs, seed):
             else None for o in outs]
 
 
-_CAPTURED: dict[str, object] = {}
+_CAPTURED: dict[tuple, object] = {}
 
 
 def capture_case(case: OpCase, xs):
     """Capture once per case: the eager and jit runs of a case share its Graph (to_static is slow)."""
-    if case.id not in _CAPTURED:
-        _CAPTURED[case.id] = _capture(case, xs)
-    return _CAPTURED[case.id]
+    # NOTE: keyed by the function object too (kept alive by the key): ad-hoc cases reuse ids.
+    key = (case.id, case.fn, case.training, tuple((x.shape, str(x.dtype)) for x in xs))
+    if key not in _CAPTURED:
+        _CAPTURED[key] = _capture(case, xs)
+    return _CAPTURED[key]
 
 
 def _capture(case: OpCase, xs):

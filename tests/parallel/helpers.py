@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import paddle
 import paddle.nn as nn
-import paddle.nn.functional as F
 from paddle.static import InputSpec
 
 import paddle_xla as px

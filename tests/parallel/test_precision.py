@@ -1,7 +1,6 @@
 """Mixed precision: bf16 follows the fp32 loss curve; fp16 loss scaling skips overflowing steps."""
 import numpy as np
 import paddle
-import pytest
 
 import paddle_xla as px
 from parallel.helpers import batches, by_key, loss_fn, setup, LABEL

@@ -1,0 +1,22 @@
+"""Spreading one training step over devices, as a Strategy asks. Paddle-free.
+
+  mesh.py       the ("replica", "stage") device mesh; placing host values on it, reading them back
+  graphs.py     the Graph as data flow: what each op reads, weight-free ops, repeated layers
+  rules.py      stage rules on layer paths ("encoder.layers.0-3": 1)
+  placement.py  op -> stage, by px.stage markers, rules, or balance ("auto")
+  profile.py    abstract values of a Graph for one input shape; a FLOP count per op
+  report.py     stand-in costs for balancing, and the printed plan
+  stages.py     a placement made runnable for one micro-batch shape: per-stage programs and sends
+  program.py    running a piece of a Graph, optionally rematerialising each layer
+  pack.py       unlike trees packed into like arrays (one flat vector per dtype)
+  context.py    what the per-device functions share; collectives that vanish over size-one axes
+  data.py       one stage: data parallelism and gradient accumulation
+  pipeline.py   several stages: the GPipe schedule (and why SPMD, not host-driven MPMD)
+  update.py     the optimizer on each stage; global-norm clipping across stages; ZeRO-1
+  engine.py     the jitted SPMD step over the mesh, steps_per_call steps per call
+  state.py      the engine's packed, sharded state seen as plain mappings
+  launch.py     many processes joined with jax.distributed (`paddle-xla launch`)
+
+Numbers: every layout reproduces one device. BatchNorm statistics are per group (replica x
+micro-batch) of the batch; see data.py.
+"""
