@@ -45,9 +45,15 @@ def assign_value(*maybe_out, shape, dtype, values):
     return np.asarray(values, dtype=_np_dtype(dtype)).reshape(tuple(shape))
 
 
-@lowering("pd_op.shape64", "pd_op.shape")
-def shape(x):
+@lowering("pd_op.shape64")
+def shape64(x):
     return np.asarray(np.shape(x), dtype=np.int64)
+
+
+@lowering("pd_op.shape")
+def shape(x):
+    # NOTE: the older op gives int32, as Paddle's kernel does; shape64 is what Paddle 3 emits.
+    return np.asarray(np.shape(x), dtype=np.int32)
 
 
 @lowering("pd_op.full_like")

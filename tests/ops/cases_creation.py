@@ -20,6 +20,7 @@ CASES = [
     OpCase("full_with_tensor", lambda x, v: paddle.full([2, 3], v) + x, [Arg((2, 3)), Arg((1,), grad=False)],
            ["pd_op.full_with_tensor"]),
     OpCase("shape64", lambda x: paddle.shape(x).astype("float32").sum() * x, [Arg((2, 3))], ["pd_op.shape64"]),
+    OpCase("shape_int32", lambda x: paddle._C_ops.shape(x), [Arg((2, 3))], ["pd_op.shape"], grad=False),
     OpCase("assign", lambda x: paddle.assign(x) * 2.0, [Arg((2, 3))], ["pd_op.assign"]),
     OpCase("assign_out", lambda x, y: paddle.assign(x, output=y) + y, [Arg((2, 3)), Arg((2, 3), grad=False)],
            ["pd_op.assign_out_"], grad=False),
