@@ -75,7 +75,7 @@ def batch(cfg, n, seq, seed=0):
 def communication(engine, layout, feeds) -> dict:
     r, s, m, _, zero = layout
     nb = lambda w: sum(n * np.dtype(dt).itemsize for dt, n in w.items())  # noqa: E731
-    grads = nb(engine.widths["params"])
+    grads = engine.param_bytes_per_device()["params"]
     out = {"grad_allreduce_bytes": int(2 * (r - 1) / r * grads) if r > 1 else 0}
     info = engine.stage_info.get(next(iter(engine.stage_info)), None) if engine.stage_info else None
     if info is not None:

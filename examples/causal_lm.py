@@ -90,7 +90,8 @@ def main(tiny=False, steps=None, seed=0):
     net.eval()
     model = px.compile(net, GPT.input_spec(c["batch"], c["seq"]))
     ppl = perplexity(model, data, c)
-    print(f"validation perplexity {ppl:.1f} (a uniform guess: {tokenizer.get_vocab_size()})")
+    n = tokenizer.get_vocab_size()
+    print(f"validation perplexity {ppl:.1f} (a uniform guess among the tokenizer's {n} tokens scores {n})")
 
     gen = px.compile(net, GPT.input_spec(1, c["seq"]))
     prompt = tokenizer.encode("The for statement").ids

@@ -1,6 +1,6 @@
 """Click-through-rate prediction (recommendation, ads, finance scoring): DeepFM with px.Model.fit.
 
-    python examples/ctr.py           # Criteo-shaped: 26 categorical fields (86k ids), 13 dense features
+    python examples/ctr.py           # Criteo-shaped: 26 categorical fields (14k ids), 13 dense features
     python examples/ctr.py --tiny    # 8 fields, 4 dense features (CI)
 
 The data is synthetic and tabular: categorical ids of power-law popularity plus dense features, with
@@ -23,7 +23,7 @@ from paddle_xla.models.ctr import CTRConfig, DeepFM, Impressions, SyntheticCTR
 
 CONFIGS = {
     "tiny": dict(model="tiny", train=8192, test=4096, batch=256, epochs=2, lr=3e-3, compare=4),
-    "full": dict(model="criteo-like", train=400_000, test=50_000, batch=1024, epochs=3, lr=1e-3, compare=4),
+    "full": dict(model="criteo-like", train=400_000, test=50_000, batch=1024, epochs=5, lr=1e-3, compare=4),
 }
 
 

@@ -26,7 +26,7 @@ from paddle_xla.models.speech import LSTMCTC, SpeechConfig, ctc_loss, edit_dista
 
 CONFIGS = {
     "tiny": dict(model="tiny", train=512, test=128, batch=16, epochs=8, lr=5e-3, compare=4),
-    "full": dict(model="small", train=4096, test=512, batch=64, epochs=20, lr=3e-3, compare=4),
+    "full": dict(model="small", train=4096, test=512, batch=64, epochs=5, lr=3e-3, compare=4),
 }
 
 

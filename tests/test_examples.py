@@ -4,9 +4,6 @@ import importlib.util
 import os
 
 import numpy as np
-import pytest
-
-import paddle_xla as px
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
@@ -50,7 +47,6 @@ def test_ctr():
     assert 0.7 < r["auc"] <= r["oracle_auc"] + 0.02
 
 
-@pytest.mark.skipif("pd_op.rnn" not in px.supported_ops(), reason="pd_op.rnn (paddle.nn.LSTM) has no lowering yet")
 def test_speech_ctc():
     r = run("speech_ctc")
     matches_native(r)

@@ -15,7 +15,7 @@ from paddle.static import InputSpec
 @dataclass(frozen=True)
 class CTRConfig:
     name: str = "criteo-like"
-    field_sizes: tuple[int, ...] = (1000,) * 20 + (10000,) * 6   # 26 categorical fields, as in Criteo
+    field_sizes: tuple[int, ...] = (100,) * 20 + (2000,) * 6   # 26 categorical fields, as in Criteo
     n_dense: int = 13
     embed_dim: int = 16
     hidden: tuple[int, ...] = (400, 400, 400)

@@ -30,12 +30,15 @@ def stand_in_values(graph: Graph, precision: str = "fp32") -> dict[int, ValueInf
 
 
 def costs(graph: Graph, values: Mapping[int, ValueInfo] | None) -> tuple[list[float], list[float] | None]:
-    """Per top-level op: (forward FLOPs + optimizer work, bytes live across a cut right after it)."""
+    """Per top-level op: (its share of the FLOPs plus its share of the weights, bytes live across a cut
+    right after it)."""
     flow = DataFlow(graph)
     sizes = {p.name: int(np.prod(p.shape)) for p in graph.params}
-    # NOTE: backward ~ 2x forward; the update touches each weight ~10 times (Adam-like rules).
-    cost = [3.0 * (op_flops(op, values) if values else 1.0) + 10.0 * sum(sizes[n] for n in flow.params_read(i))
-            for i, op in enumerate(flow.ops)]
+    flops = np.array([op_flops(op, values) if values else 1.0 for op in flow.ops])
+    weights = np.array([sum(sizes[n] for n in flow.params_read(i)) for i in range(len(flow.ops))], float)
+    # NOTE: time follows FLOPs, but every device of the mesh holds as many weight bytes as the largest
+    # stage (stages are packed to one width), so both shares count equally.
+    cost = list(flops / max(flops.sum(), 1.0) + weights / max(weights.sum(), 1.0))
     if values is None:
         return cost, None
     live = np.zeros(len(flow.ops) + 1)
