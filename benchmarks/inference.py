@@ -278,16 +278,18 @@ def start_workers(models, configs, settings, args, n, script, workdir, variants)
     """{(model, cfg): (worker, key)}: a worker per configuration, or with --quick one for all of them
     (every thread count at nproc; one Paddle import instead of many)."""
     slots = {}
-    if args.quick:
-        entries = dict(entry(m, c, settings[m]) for m in models for c in configs)
+    own = [c for c in configs if c in variants or not args.quick]      # NOTE: a variant's XLA_FLAGS are its own
+    shared = [c for c in configs if c not in own]
+    if shared:
+        entries = dict(entry(m, c, settings[m]) for m in models for c in shared)
         env = thread_env(True, n)
         env.update({k: v for k, v in config_env("paddle_xla", args, n, variants).items() if k not in env})
         w = common.Worker(script, {"kind": "serve", "threads": True, "nproc": n, "workdir": workdir, "entries": entries},
                           env=env, workdir=workdir, tag="quick")
-        slots = {(m, c): (w, entry(m, c, settings[m])[0]) for m in models for c in configs}
-    else:
+        slots = {(m, c): (w, entry(m, c, settings[m])[0]) for m in models for c in shared}
+    if own:
         for m in models:
-            for c in configs:
+            for c in own:
                 key, e = entry(m, c, settings[m])
                 job = {"kind": "serve", "threads": CONFIGS.get(c, ("xla", False))[1], "nproc": n, "workdir": workdir,
                        "entries": {key: e}}

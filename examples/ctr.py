@@ -7,7 +7,7 @@ The data is synthetic and tabular: categorical ids of power-law popularity plus 
 clicks drawn from a hidden model, so the best possible AUC (the "oracle", which knows the true click
 probability) is known and the model's AUC can be read against it.
 
-1. Fit DeepFM with px.Model (Adam, binary cross-entropy, paddle.metric.Auc).
+1. Fit DeepFM with px.Model (Adam, binary cross-entropy on logits, paddle.metric.Auc).
 2. Fit a copy with native paddle.Model for a few batches from the same weights; compare the losses.
 3. Evaluate the AUC on held-out impressions, next to the oracle's.
 """
@@ -28,9 +28,10 @@ CONFIGS = {
 
 
 class ClickAuc(paddle.metric.Auc):
-    """paddle.metric.Auc reads column 1 of [P(no click), P(click)]; DeepFM gives P(click) alone."""
+    """paddle.metric.Auc reads column 1 of [P(no click), P(click)]; DeepFM gives the click logit."""
 
-    def compute(self, prob, click):
+    def compute(self, logit, click):
+        prob = paddle.nn.functional.sigmoid(logit)
         return paddle.concat([1 - prob, prob], axis=1), click
 
 
@@ -45,7 +46,8 @@ class LossHistory(paddle.callbacks.Callback):
 
 def prepared(model_cls, net, cfg, c):
     model = model_cls(net, DeepFM.input_spec(cfg), DeepFM.label_spec())
-    model.prepare(paddle.optimizer.Adam(c["lr"], parameters=net.parameters()), paddle.nn.BCELoss(), ClickAuc())
+    model.prepare(paddle.optimizer.Adam(c["lr"], parameters=net.parameters()), paddle.nn.BCEWithLogitsLoss(),
+                  ClickAuc())
     return model
 
 
@@ -59,7 +61,7 @@ def main(tiny=False, seed=0):
     c = CONFIGS["tiny" if tiny else "full"]
     cfg = CTRConfig.named(c["model"])
     task = SyntheticCTR(cfg, seed)
-    *train, _ = task.sample(c["train"], seed + 1)
+    *train, _ = task.sample(c["train"], seed + 1)            # [ids, dense, click]; true P(click) unused
     *test, test_prob = task.sample(c["test"], seed + 2)
     print(f"DeepFM '{cfg.name}': {len(cfg.field_sizes)} fields ({cfg.n_ids:,} ids), {cfg.n_dense} dense; "
           f"{c['train']:,} training impressions, click rate {train[2].mean():.3f}")

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import numpy as np
 import paddle
 import paddle.nn as nn
-import paddle.nn.functional as F
 from paddle.static import InputSpec
 
 
@@ -31,7 +30,8 @@ class CTRConfig:
 
 
 class DeepFM(nn.Layer):
-    """forward(ids [B, fields] int64, global ids; dense [B, n_dense] float32) -> P(click) [B, 1]."""
+    """forward(ids [B, fields] int64, global ids; dense [B, n_dense] float32) -> click logit [B, 1];
+    sigmoid(logit) is P(click)."""
 
     def __init__(self, cfg: CTRConfig):
         super().__init__()
@@ -50,7 +50,9 @@ class DeepFM(nn.Layer):
         # NOTE: the FM identity: sum over pairs i<j of <e_i, e_j> = ((sum e)^2 - sum e^2) / 2, in O(F k).
         fm = 0.5 * (e.sum(axis=1).square() - e.square().sum(axis=1)).sum(axis=1, keepdim=True)
         deep = self.deep(paddle.concat([e.flatten(1), dense], axis=1))
-        return F.sigmoid(linear + fm + deep)
+        # NOTE: a logit, not a probability: BCEWithLogitsLoss stays exact where the probability
+        # rounds to 0 or 1, which a confident CTR model reaches.
+        return linear + fm + deep
 
     @staticmethod
     def input_spec(cfg: CTRConfig, batch: int | None = None):

