@@ -1,0 +1,29 @@
+"""BERT-tiny pretraining parity (dropout off): paddle_xla's per-step loss follows native Paddle's."""
+import json
+import os
+
+import pytest
+from rich.console import Console
+
+from paddle_xla.models.bert_data import DataError, PretrainingData, check_vocab, corpus_sentences, train_tokenizer
+from paddle_xla.validate import run
+
+
+def test_bert_tiny_pretraining_matches_paddle(tmp_path):
+    report = run("tiny", steps=20, batch=4, seq=32, out_dir=str(tmp_path), console=Console(file=open(os.devnull, "w")))
+    assert len(report.xla_loss) == len(report.paddle_loss) == 20
+    assert report.max_rel_loss_diff < 1e-4, report.max_rel_loss_diff
+    assert report.max_rel_weight_diff < 1e-3, report.max_rel_weight_diff
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["xla_loss"] == report.xla_loss and (tmp_path / "report.png").stat().st_size > 1000
+
+
+def test_data_errors_are_clear():
+    sentences = corpus_sentences()[:200]
+    tok = train_tokenizer(sentences, 300)
+    with pytest.raises(DataError, match="vocab_size=100"):
+        check_vocab(tok, 100)
+    with pytest.raises(DataError, match="longer than the model's max_position_embeddings=128"):
+        PretrainingData(tok, sentences, 256, 128)
+    with pytest.raises(DataError, match="empty"):
+        PretrainingData(tok, [], 32, 128)
