@@ -1,0 +1,77 @@
+"""Write the README's benchmark section from benchmarks/results/*.json (figures come from a run).
+
+    .venv/bin/python tools/gen_readme_bench.py"""
+import json
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+
+def inference_table(d) -> list[str]:
+    peak = d["matmul_peak"]["fp32_gflops"]
+    out = [f"Inference (`{d['command']}`, {d['timestamp'][:16]} UTC, {d['machine']['cpu_model']}, "
+           f"{d['machine']['nproc']} cores; fp32 matmul peak {peak:.0f} GFLOP/s, bf16 "
+           f"{d['matmul_peak']['bf16_f32acc_gflops']:.0f} GFLOP/s, measured in the same run):", "",
+           "| model | configuration | median latency (ms) | GFLOP/s | of fp32 peak |", "|---|---|---|---|---|"]
+    for name, m in d["models"].items():
+        for cfg, r in m.get("configs", {}).items():
+            lat = r.get("latency", {})
+            if "median_ms" not in lat:
+                continue
+            out.append(f"| {m['description'].split(',')[0]} | {cfg} | {lat['median_ms']:.0f} | "
+                       f"{r.get('gflops', 0):.0f} | {r.get('fraction_of_fp32_peak', 0):.0%} |")
+        ratio = m.get("paddle_xla_vs_paddle_best", {})
+        if ratio:
+            out.append(f"| | **paddle_xla vs Paddle's best ({m['paddle_best']['config']})** | "
+                       f"**{ratio['speedup']:.2f}x** | | |")
+    load = max(m.get("timing", {}).get("foreign_cpu_load", 0) for m in d["models"].values())
+    out += ["", f"Other processes used up to {load:.0%} of a core while this ran (the timings are noisy)."]
+    return out
+
+
+def train_table(d) -> list[str]:
+    out = [f"Training (`{d['command']}`, {d['model']}, batch {d['batch']}, seq {d['seq']}; "
+           f"fp32 matmul peak {d['matmul_peak']['fp32_gflops']:.0f} GFLOP/s in the same run; FLOPs = 3 x "
+           "encoder forward, MLM head not counted):", "",
+           "| configuration | step (s) | samples/s | vs Paddle eager | GFLOP/s | of fp32 peak |", "|---|---|---|---|---|---|"]
+    for name, r in d["results"].items():
+        if "median_s" in r:
+            out.append(f"| {name} | {r['median_s']:.2f} | {r['samples_per_s']:.2f} | "
+                       f"{r.get('speedup_vs_paddle_eager', 0):.2f}x | {r['gflops']:.0f} | "
+                       f"{r['fraction_of_fp32_matmul_peak']:.0%} |")
+        else:
+            out.append(f"| {name} | failed: {r.get('error', '')[:60]} | | | | |")
+    out += ["", "This ran while other jobs loaded the 2 cores (the matmul peak measured alongside was "
+            f"{d['matmul_peak']['fp32_gflops']:.0f} GFLOP/s against ~200 on a quiet machine), so the ratios, not the "
+            "absolute times, are the figures to read."]
+    return out
+
+
+def section() -> str:
+    lines = [BEGIN, "## Benchmarks", ""]
+    for fname, fn in (("inference.json", inference_table), ("train.json", train_table)):
+        path = RESULTS / fname
+        if path.exists():
+            lines += fn(json.loads(path.read_text())) + [""]
+    lines += ["Graphcore's published Paddle-on-IPU-POD16 BERT-Base figures (phase 1, seq 128) are the reference",
+              "the GPU path is measured against: 11,700 samples/s; MLM 0.6689, NSP 0.9897; SQuAD v1.1 F1 87.64.",
+              "One BERT-Base training sample at seq 128 is about 6 x 110M params x 128 tokens (84 GFLOP) plus",
+              "attention (12 layers x 3 x 2 x 2 x 128^2 x 768 = 1.8 GFLOP), ~86 GFLOP, so 11,700 samples/s is",
+              "~1.0 PFLOP/s of model work over 16 IPUs, ~63 TFLOP/s per IPU; an H200 (989 TFLOP/s dense bf16)",
+              "matches the POD16 at ~100 % MFU, so the GPU target is set by the MFU it reaches.",
+              "`benchmarks/gpu.py` measures the same on a GPU from exported artifacts alone; no GPU figure is",
+              "recorded yet (the device was not lent when this README was written).", END]
+    return "\n".join(lines)
+
+
+def main():
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    readme.write_text(re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: section(), text, flags=re.S))
+
+
+if __name__ == "__main__":
+    main()
