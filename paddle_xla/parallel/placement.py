@@ -85,7 +85,7 @@ def _strip_wrapper(key: str) -> str:
 
 def auto(flow: DataFlow, stages: int, cost: Sequence[float], cut_bytes: Sequence[float] | None = None) -> Placement:
     """Contiguous runs of weighted ops with the largest stage cost as small as it can be; each cut
-    then moves to the nearby position (within 5% of that cost) that sends the fewest bytes."""
+    then moves to the nearby position (within 10% of that cost) that sends the fewest bytes."""
     idx = [i for i in range(len(flow.ops)) if flow.weighted[i]]
     if len(idx) < stages:
         raise StrategyError(f"The program has {len(idx)} ops that use weights, fewer than stages={stages}; "
@@ -130,7 +130,7 @@ def _balanced_cuts(c: np.ndarray, stages: int) -> list[int]:
 def _cheaper_cuts(c: np.ndarray, cuts: list[int], send: np.ndarray) -> list[int]:
     pre = np.concatenate([[0.0], np.cumsum(c)])
     bounds = [0, *cuts, len(c)]
-    limit = max(pre[bounds[k + 1]] - pre[bounds[k]] for k in range(len(bounds) - 1)) * 1.05
+    limit = max(pre[bounds[k + 1]] - pre[bounds[k]] for k in range(len(bounds) - 1)) * 1.10
     for k in range(1, len(bounds) - 1):
         lo, hi = bounds[k - 1] + 1, bounds[k + 1] - 1
         ok = [p for p in range(lo, hi + 1)

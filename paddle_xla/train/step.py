@@ -106,6 +106,15 @@ class StepRunner:
     def skipped_steps(self) -> int:
         return self.engine.skipped_steps if self.engine is not None else 0
 
+    def report(self) -> dict:
+        """The layout in numbers: mesh shape, pipeline plan, bubble fraction, bytes per device."""
+        if self.engine is None:
+            return {"replicas": 1, "stages": 1, "bubble_fraction": 0.0}
+        e = self.engine
+        return {"replicas": self.strategy.replicas, "stages": self.strategy.stages,
+                "micro_batches": self.strategy.micro_batches, "bubble_fraction": e.bubble_fraction(),
+                "bytes_per_device": e.param_bytes_per_device(), "plan": getattr(e.placement, "plan", "")}
+
     def split(self, args, kwargs) -> list[tuple[list, dict]]:
         """One (args, kwargs) per optimizer step: inputs come stacked [steps_per_call, batch, ...] or as
         lists of steps_per_call batches."""
