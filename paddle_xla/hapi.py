@@ -86,7 +86,7 @@ class XlaAdapter:
     def train_step(self) -> TrainStep:
         if self._step is None:
             m = self.model
-            self._step = TrainStep(m.network, m._loss, m._optimizer, m._inputs, m._labels)
+            self._step = TrainStep(m.network, m._loss, m._optimizer, m._inputs, m._labels, strategy=m.strategy)
         return self._step
 
     def eval_program(self) -> CompiledModel:
