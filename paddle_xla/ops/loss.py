@@ -75,7 +75,11 @@ def bce_loss(x, label):
     # NOTE: Paddle clamps each log at -100, so a saturated probability gives a finite loss.
     log_x = jnp.maximum(jnp.log(x), -100)
     log_1mx = jnp.maximum(jnp.log(1 - x), -100)
-    return -(label * log_x + (1 - label) * log_1mx)
+    loss = -(label * log_x + (1 - label) * log_1mx)
+    # NOTE: Paddle's backward, (x - label) / max(x(1-x), 1e-12), stays finite at x = 0 or 1 where
+    # autodiff of the clamped logs gives NaN; keep its gradient through a stop_gradient trick.
+    grad = (x - label) / jnp.maximum(x * (1 - x), 1e-12)
+    return sg(loss) + (x - sg(x)) * sg(grad)
 
 
 @lowering("pd_op.sigmoid_cross_entropy_with_logits")
