@@ -51,8 +51,13 @@ class MixedInterpreter(Interpreter):
     """The Graph interpreter with Paddle's O1 cast policy applied to each op's inputs."""
 
     half = jnp.bfloat16
+    inference = False
 
     def apply(self, op, args, env):
+        if self.inference and op.name == "pd_op.matmul" and all(_is_float(a) for a in args):
+            # NOTE: no backward to care for, so every matmul (attention's batched ones too, and weights
+            # that are already half, see half_weight_names) is one half x half -> float32 dot.
+            return (_half_dot(*args, half=self.half, **op.attrs),) + (None,) * (len(op.outputs) - 1)
         # NOTE: weight matmuls (a 2-D right operand) as half x half -> float32 GEMMs; batched ones (attention)
         # by the plain cast: measured on BERT-Base here, half_matmul's batched backward is slower than f32.
         if op.name == "pd_op.matmul" and all(_is_float32(a) for a in args) and args[1].ndim == 2:
@@ -66,6 +71,33 @@ class MixedInterpreter(Interpreter):
 
 def _is_float32(x) -> bool:
     return isinstance(x, jax.Array) and x.dtype == jnp.float32
+
+
+def _is_float(x) -> bool:
+    return isinstance(x, jax.Array) and x.dtype in (jnp.float32, jnp.bfloat16, jnp.float16)
+
+
+def _half_dot(x, y, *, half, transpose_x=False, transpose_y=False):
+    """Paddle's matmul as half x half -> float32, forward only."""
+    if transpose_x and x.ndim > 1:
+        x = jnp.swapaxes(x, -1, -2)
+    if transpose_y and y.ndim > 1:
+        y = jnp.swapaxes(y, -1, -2)
+    return jnp.matmul(x.astype(half), y.astype(half), preferred_element_type=jnp.float32)
+
+
+def half_weight_names(graph: Graph) -> set[str]:
+    """Float32 parameters that only white-list ops read, so that an inference program can hold them in
+    half once instead of casting them on every call (the values the ops see are the same)."""
+    readers: dict[int, set[str]] = {}
+    for op in graph.block.walk():
+        for v in op.inputs:
+            if v is not None:
+                readers.setdefault(v, set()).add(op.name)
+    kept = {f.value for f in graph.fetches} | {v for _, v in graph.buffer_updates}
+    return {p.name for p in graph.params
+            if p.dtype == "float32" and p.value not in kept and readers.get(p.value)
+            and readers[p.value] <= WHITE}
 
 
 # ---- matmul: half inputs, float32 accumulation and result -----------------------------------------
@@ -121,20 +153,21 @@ def _sum_to(x, shape):
 _mm.defvjp(_mm_fwd, _mm_bwd)
 
 
-def interpreter_for(precision: str) -> type[Interpreter]:
-    """The interpreter class that computes a Graph in `precision`."""
+def interpreter_for(precision: str, inference: bool = False) -> type[Interpreter]:
+    """The interpreter class that computes a Graph in `precision` (`inference`: never differentiated)."""
     if precision == "fp32":
         return Interpreter
-    return type(f"MixedInterpreter_{precision}", (MixedInterpreter,), {"half": HALF[precision]})
+    return type(f"MixedInterpreter_{precision}", (MixedInterpreter,),
+                {"half": HALF[precision], "inference": inference})
 
 
-def lower_mixed(graph: Graph, precision: str) -> Callable:
+def lower_mixed(graph: Graph, precision: str, inference: bool = False) -> Callable:
     """Like lower.lower, in `precision`; float outputs are returned in the Graph's own dtypes,
     buffers (BatchNorm statistics) keep theirs."""
     report = check_graph(graph)
     if not report.ok:
         raise UnsupportedOpsError(report)
-    interp = interpreter_for(precision)
+    interp = interpreter_for(precision, inference)
     dtypes = {p.name: p.dtype for p in graph.params}
 
     def fn(params: Mapping, buffers: Mapping, feeds: Mapping, key=None):

@@ -55,3 +55,21 @@ def test_bf16_inference():
     for g, w in zip(got, want):
         assert g.dtype == np.float32
         np.testing.assert_allclose(g, w, rtol=2e-2, atol=2e-2)
+
+
+def test_bf16_inference_holds_only_matmul_weights_in_half():
+    paddle.seed(0)
+    net = BertLikeEncoder(vocab=200, hidden=32, layers=2, heads=2, ffn=64, dropout=0.0)
+    net.eval()
+    x = BertLikeEncoder.inputs(batch=4, seq=12, vocab=200)
+    model = px.compile(net, BertLikeEncoder.specs(), strategy=px.Strategy(precision="bf16"))
+    dtypes = {k: str(v.dtype) for k, v in model.compiled.params.items()}
+    shapes = {k: v.shape for k, v in model.compiled.params.items()}
+    half = {k for k, d in dtypes.items() if d == "bfloat16"}
+    # every 2-D linear weight is read by matmul only; embeddings, norms and biases are read by other ops
+    assert half and all(len(shapes[k]) == 2 for k in half)
+    assert all(dtypes[k] == "float32" for k in dtypes if len(shapes[k]) == 1)
+    assert any(dtypes[k] == "float32" for k in dtypes if "embedding" in k)
+    want = [o.numpy() for o in net(*[paddle.to_tensor(v) for v in x])]
+    for g, w in zip(model(*x), want):
+        np.testing.assert_allclose(g, w, rtol=2e-2, atol=2e-2 * np.abs(w).max())
