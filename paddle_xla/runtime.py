@@ -23,7 +23,7 @@ class CompiledModel:
         self.graph = graph
         # NOTE: inference honours Strategy.precision only: half compute, float32 weights and outputs.
         precision = strategy.precision if strategy is not None else "fp32"
-        self._fn = lower(graph) if precision == "fp32" else lower_mixed(graph, precision, inference=True)
+        self._fn = lower(graph) if precision == "fp32" else lower_mixed(graph, precision)
         params = {p.name: weights[p.name] for p in graph.params}
         if precision != "fp32":
             # NOTE: matmul/conv weights are cast to half once here, not on every call (BERT-Base bf16: -20 %).

@@ -15,10 +15,12 @@ multiplied by `backoff_factor`; after `growth_interval` clean steps in a row it 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Mapping
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from ..graph import Graph
 from ..lower import Interpreter, check_graph
@@ -51,16 +53,10 @@ class MixedInterpreter(Interpreter):
     """The Graph interpreter with Paddle's O1 cast policy applied to each op's inputs."""
 
     half = jnp.bfloat16
-    inference = False
 
     def apply(self, op, args, env):
-        if self.inference and op.name == "pd_op.matmul" and all(_is_float(a) for a in args):
-            # NOTE: no backward to care for, so every matmul (attention's batched ones too, and weights
-            # that are already half, see half_weight_names) is one half x half -> float32 dot.
-            return (_half_dot(*args, half=self.half, **op.attrs),) + (None,) * (len(op.outputs) - 1)
-        # NOTE: weight matmuls (a 2-D right operand) as half x half -> float32 GEMMs; batched ones (attention)
-        # by the plain cast: measured on BERT-Base here, half_matmul's batched backward is slower than f32.
-        if op.name == "pd_op.matmul" and all(_is_float32(a) for a in args) and args[1].ndim == 2:
+        if op.name == "pd_op.matmul" and all(_is_float(a) for a in args):
+            # NOTE: every float matmul as a half x half -> float32 dot, gradients included (half_matmul).
             return (half_matmul(*args, half=self.half, **op.attrs),) + (None,) * (len(op.outputs) - 1)
         if op.name in WHITE:
             args = [_cast_floats(a, self.half) for a in args]
@@ -69,21 +65,8 @@ class MixedInterpreter(Interpreter):
         return super().apply(op, args, env)
 
 
-def _is_float32(x) -> bool:
-    return isinstance(x, jax.Array) and x.dtype == jnp.float32
-
-
 def _is_float(x) -> bool:
     return isinstance(x, jax.Array) and x.dtype in (jnp.float32, jnp.bfloat16, jnp.float16)
-
-
-def _half_dot(x, y, *, half, transpose_x=False, transpose_y=False):
-    """Paddle's matmul as half x half -> float32, forward only."""
-    if transpose_x and x.ndim > 1:
-        x = jnp.swapaxes(x, -1, -2)
-    if transpose_y and y.ndim > 1:
-        y = jnp.swapaxes(y, -1, -2)
-    return jnp.matmul(x.astype(half), y.astype(half), preferred_element_type=jnp.float32)
 
 
 def half_weight_names(graph: Graph) -> set[str]:
@@ -112,10 +95,10 @@ def half_matmul(x, y, *, half=jnp.bfloat16, transpose_x=False, transpose_y=False
         x2 = jnp.swapaxes(x2, -1, -2)
     if transpose_y and y.ndim > 1:
         y2 = jnp.swapaxes(y2, -1, -2)
-    if y2.ndim == 2 and x2.ndim > 2:
-        # NOTE: a weight matmul as one 2-D GEMM: [..., K] @ [K, N] folded to [rows, K] @ [K, N], so the
-        # weight gradient is one GEMM too, not one per leading index summed afterwards.
-        out = _mm(x2.reshape(-1, x2.shape[-1]).astype(half), y2.astype(half)).reshape(x2.shape[:-1] + y2.shape[-1:])
+    if y.ndim == 2 and x.ndim >= 2 and not transpose_x:
+        out = _weight_mm(x.astype(half), y.astype(half), transpose_y)
+    elif x.ndim > 2 and x.shape[:-2] == y.shape[:-2]:
+        out = _batched_mm(x.astype(half), y.astype(half), transpose_x, transpose_y)
     else:
         out = _mm(x2.astype(half), y2.astype(half))
     if x.ndim == 1:
@@ -142,6 +125,62 @@ def _mm_bwd(res, ct):
     return _sum_to(da, a.shape).astype(a.dtype), _sum_to(db, b.shape).astype(b.dtype)
 
 
+# NOTE: a weight matmul [..., K] x [K, N] (or [N, K] with transpose_w) and both its gradients as
+# dot_generals on the unflattened operands, with no transposes: XLA:CPU's bf16 GEMM measured here at
+# ~400 GFLOP/s in these forms, but ~100-190 for `ct @ w.T` or a 2-D `x.T @ ct` (the transposed
+# operand takes a slow path), which made the backward pass barely faster than float32's.
+@partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _weight_mm(x, w, transpose_w):
+    return lax.dot_general(x, w, (((x.ndim - 1,), (1 if transpose_w else 0,)), ((), ())),
+                           preferred_element_type=jnp.float32)
+
+
+def _weight_mm_fwd(x, w, transpose_w):
+    return _weight_mm(x, w, transpose_w), (x, w)
+
+
+def _weight_mm_bwd(transpose_w, res, ct):
+    x, w = res
+    ct = ct.astype(x.dtype)
+    lead = tuple(range(x.ndim - 1))
+    f32 = jnp.float32
+    dx = lax.dot_general(ct, w, (((ct.ndim - 1,), (0 if transpose_w else 1,)), ((), ())), preferred_element_type=f32)
+    pair = (ct, x) if transpose_w else (x, ct)                       # dw is [N, K] or [K, N]
+    dw = lax.dot_general(*pair, ((lead, lead), ((), ())), preferred_element_type=f32)
+    return dx.astype(x.dtype), dw.astype(w.dtype)
+
+
+_weight_mm.defvjp(_weight_mm_fwd, _weight_mm_bwd)
+
+
+# NOTE: a batched matmul of equal leading shapes (attention's QK^T and PV) and its gradients as einsums
+# over the operands as stored, for the same reason as _weight_mm.
+@partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _batched_mm(x, y, transpose_x, transpose_y):
+    xs, ys = _batched_specs(transpose_x, transpose_y)
+    return jnp.einsum(f"{xs},{ys}->...mn", x, y, preferred_element_type=jnp.float32)
+
+
+def _batched_specs(transpose_x, transpose_y):
+    return ("...km" if transpose_x else "...mk"), ("...nk" if transpose_y else "...kn")
+
+
+def _batched_mm_fwd(x, y, transpose_x, transpose_y):
+    return _batched_mm(x, y, transpose_x, transpose_y), (x, y)
+
+
+def _batched_mm_bwd(transpose_x, transpose_y, res, ct):
+    x, y = res
+    ct = ct.astype(x.dtype)
+    xs, ys = _batched_specs(transpose_x, transpose_y)
+    dx = jnp.einsum(f"...mn,{ys}->{xs}", ct, y, preferred_element_type=jnp.float32)
+    dy = jnp.einsum(f"{xs},...mn->{ys}", x, ct, preferred_element_type=jnp.float32)
+    return dx.astype(x.dtype), dy.astype(y.dtype)
+
+
+_batched_mm.defvjp(_batched_mm_fwd, _batched_mm_bwd)
+
+
 def _sum_to(x, shape):
     """Undo matmul's broadcasting of batch dimensions."""
     lead = x.ndim - len(shape)
@@ -153,21 +192,20 @@ def _sum_to(x, shape):
 _mm.defvjp(_mm_fwd, _mm_bwd)
 
 
-def interpreter_for(precision: str, inference: bool = False) -> type[Interpreter]:
-    """The interpreter class that computes a Graph in `precision` (`inference`: never differentiated)."""
+def interpreter_for(precision: str) -> type[Interpreter]:
+    """The interpreter class that computes a Graph in `precision`."""
     if precision == "fp32":
         return Interpreter
-    return type(f"MixedInterpreter_{precision}", (MixedInterpreter,),
-                {"half": HALF[precision], "inference": inference})
+    return type(f"MixedInterpreter_{precision}", (MixedInterpreter,), {"half": HALF[precision]})
 
 
-def lower_mixed(graph: Graph, precision: str, inference: bool = False) -> Callable:
+def lower_mixed(graph: Graph, precision: str) -> Callable:
     """Like lower.lower, in `precision`; float outputs are returned in the Graph's own dtypes,
     buffers (BatchNorm statistics) keep theirs."""
     report = check_graph(graph)
     if not report.ok:
         raise UnsupportedOpsError(report)
-    interp = interpreter_for(precision, inference)
+    interp = interpreter_for(precision)
     dtypes = {p.name: p.dtype for p in graph.params}
 
     def fn(params: Mapping, buffers: Mapping, feeds: Mapping, key=None):
