@@ -16,6 +16,10 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# NOTE: the peak and BERT FLOPs live in the package, so `paddle-xla bench` and these scripts agree.
+from paddle_xla.perf import best_rate, bert_flops, matmul_peak, matmul_rate  # noqa: E402,F401
+
 # ---- timing ------------------------------------------------------------------------------------
 
 
@@ -105,52 +109,13 @@ def machine_info() -> dict[str, Any]:
 # ---- the matmul peak ---------------------------------------------------------------------------
 
 
-def matmul_rate(n: int, dtype: str, out_dtype: str | None, repeats: int) -> tuple[float, float]:
-    """(GFLOP/s by the wall clock, GFLOP per CPU-second) of one jitted n x n x n jnp matmul (2 n^3 FLOPs),
-    each the best of `repeats` calls after a compiling one."""
-    import jax
-    import jax.numpy as jnp
-    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32).astype(dtype)
-    b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32).astype(dtype)
-    f = jax.jit(lambda a, b: jnp.matmul(a, b, preferred_element_type=out_dtype))
-    return _best_rate(lambda: f(a, b).block_until_ready(), 2 * n**3, repeats)
-
-
-def _best_rate(call: Callable[[], Any], flops: float, repeats: int) -> tuple[float, float]:
-    call()
-    wall = cpu = float("inf")
-    for _ in range(repeats):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        call()
-        wall = min(wall, time.perf_counter() - start)
-        cpu = min(cpu, time.process_time() - start_cpu)
-    return flops / wall / 1e9, flops / max(cpu, 1e-9) / 1e9
-
-
-def matmul_peak(sizes: Sequence[int] = (2048, 4096), repeats: int = 5) -> dict[str, Any]:
-    """The machine's measured matmul peak: best over sizes of f32 x f32 -> f32 and bf16 x bf16 -> f32.
-
-    Beside the wall-clock rate, the rate per CPU-second (all threads' CPU time): on a machine shared
-    with other work the wall clock is stretched, while the work per CPU-second barely moves."""
-    f32 = {n: matmul_rate(n, "float32", None, repeats) for n in sizes}
-    bf16 = {n: matmul_rate(n, "bfloat16", "float32", repeats) for n in sizes}
-    return {"fp32_gflops": round(max(w for w, _ in f32.values()), 2),
-            "bf16_f32acc_gflops": round(max(w for w, _ in bf16.values()), 2),
-            "fp32_gflops_per_cpu_second": round(max(c for _, c in f32.values()), 2),
-            "bf16_gflops_per_cpu_second": round(max(c for _, c in bf16.values()), 2),
-            "fp32_by_size": {str(n): round(w, 2) for n, (w, _) in f32.items()},
-            "bf16_by_size": {str(n): round(w, 2) for n, (w, _) in bf16.items()},
-            "sizes": list(sizes), "repeats": repeats,
-            "how": "jax.jit(jnp.matmul), block_until_ready, best of `repeats` after a warm-up call"}
-
-
 def paddle_matmul_rate(sizes: Sequence[int] = (2048, 4096), repeats: int = 5) -> dict[str, Any]:
     """Native Paddle's own f32 matmul (eager paddle.matmul, its CPU BLAS), for comparison with XLA's."""
     import paddle
     rates = {}
     for n in sizes:
         a, b = paddle.randn([n, n]), paddle.randn([n, n])
-        rates[n] = _best_rate(lambda: paddle.matmul(a, b), 2 * n**3, repeats)
+        rates[n] = best_rate(lambda: paddle.matmul(a, b), 2 * n**3, repeats)
     return {"fp32_gflops": round(max(w for w, _ in rates.values()), 2),
             "fp32_gflops_per_cpu_second": round(max(c for _, c in rates.values()), 2),
             "fp32_by_size": {str(n): round(w, 2) for n, (w, _) in rates.items()},
@@ -163,14 +128,6 @@ def paddle_matmul_rate(sizes: Sequence[int] = (2048, 4096), repeats: int = 5) ->
 # lists 4.09) counts multiply-adds. A multiply-add is 2 FLOPs, and the matmul peak counts 2 n^3, so the
 # comparable figure is 2 x 4.09e9 per 224x224 image.
 RESNET50_MACS_PER_224_IMAGE = 4.09e9
-
-
-def bert_flops(*, layers: int, hidden: int, intermediate: int, batch: int, seq: int, pooler: bool = True) -> float:
-    """Forward FLOPs of a BERT encoder, counted analytically: 2 x (weights in matmuls) x tokens, plus
-    QK^T and PV (2 x 2 x B x S x S x H per layer). Elementwise work (softmax, gelu, layer_norm) is left out."""
-    tokens = batch * seq
-    per_layer = 2 * (4 * hidden * hidden + 2 * hidden * intermediate) * tokens + 2 * 2 * batch * seq * seq * hidden
-    return float(layers * per_layer + (2 * hidden * hidden * batch if pooler else 0))
 
 
 def resnet50_flops(batch: int, size: int = 224) -> float:

@@ -26,6 +26,8 @@ class Report:
     paddle_samples_per_s: float = 0.0
     xla_samples_per_s: float = 0.0
     xla_compile_s: float = 0.0
+    dropout: bool = False
+    convergence: dict = field(default_factory=dict)
 
     @property
     def speedup(self) -> float:
@@ -33,7 +35,9 @@ class Report:
 
 
 def run(config: str = "tiny", steps: int = 30, batch: int = 8, seq: int = 64, lr: float = 1e-3,
-        out_dir: str = "validate_out", seed: int = 0, console=None) -> Report:
+        out_dir: str = "validate_out", seed: int = 0, console=None, dropout: bool = False) -> Report:
+    """dropout=False: the parity run (identical curves expected). dropout=True: the convergence run;
+    each framework draws its own dropout masks, so the curves agree only statistically (see converge)."""
     import paddle
     from rich.console import Console
     from rich.progress import Progress
@@ -43,13 +47,14 @@ def run(config: str = "tiny", steps: int = 30, batch: int = 8, seq: int = 64, lr
     from .training import train_step
 
     console = console or Console()
-    cfg = BertConfig.named(config).without_dropout()
+    cfg = BertConfig.named(config)
+    cfg = cfg if dropout else cfg.without_dropout()
     sentences = corpus_sentences()
     tokenizer = train_tokenizer(sentences, min(cfg.vocab_size, 8000))
     check_vocab(tokenizer, cfg.vocab_size)
     data = PretrainingData(tokenizer, sentences, seq, cfg.max_position_embeddings, seed)
     batches = [data.batch(batch) for _ in range(steps)]
-    eval_batches = [data.batch(batch) for _ in range(4)]
+    eval_batches = [data.batch(batch) for _ in range(16 if dropout else 4)]
 
     paddle.seed(seed)
     net = BertForPretraining(cfg)
@@ -57,7 +62,7 @@ def run(config: str = "tiny", steps: int = 30, batch: int = 8, seq: int = 64, lr
     opt_x = _optimizer(paddle, net, lr, steps)
     opt_n = _optimizer(paddle, native, lr, steps)
     step = train_step(net, None, opt_x, BertForPretraining.input_spec(seq))
-    report = Report(config, steps, batch, seq)
+    report = Report(config, steps, batch, seq, dropout=dropout)
     xla_times, pd_times = [], []
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"BERT-{config}: paddle_xla and Paddle, {steps} steps", total=steps)
@@ -75,9 +80,33 @@ def run(config: str = "tiny", steps: int = 30, batch: int = 8, seq: int = 64, lr
     report.max_rel_weight_diff = _weight_diff(net, native)
     report.paddle_accuracy = _accuracy(paddle, native, eval_batches)
     report.xla_accuracy = _accuracy(paddle, net, eval_batches)
+    if dropout:
+        report.convergence = converge(report)
     write(report, out_dir)
     console.print(table(report))
     return report
+
+
+def converge(r: Report, window: float = 0.2) -> dict:
+    """Do two dropout-on runs converge alike? Compares the mean loss over the last `window` of the steps
+    and the held-out MLM/NSP accuracy. The loss difference is judged against its own noise: the
+    standard error of the per-step difference over the window (the runs see the same batches, so
+    batch-to-batch variation cancels and dropout's noise remains)."""
+    n = max(2, int(len(r.paddle_loss) * window))
+    p, x = np.array(r.paddle_loss[-n:]), np.array(r.xla_loss[-n:])
+    diff = x - p
+    se = float(np.std(diff, ddof=1) / np.sqrt(n))
+    first = float(np.mean(r.paddle_loss[:5]))
+    out = {"window_steps": n, "paddle_mean_loss": float(p.mean()), "xla_mean_loss": float(x.mean()),
+           "first_steps_mean_loss": first, "mean_loss_diff": float(diff.mean()), "standard_error": se,
+           "mlm_accuracy_diff": r.xla_accuracy.get("mlm", 0) - r.paddle_accuracy.get("mlm", 0),
+           "nsp_accuracy_diff": r.xla_accuracy.get("nsp", 0) - r.paddle_accuracy.get("nsp", 0)}
+    # NOTE: alike = the loss gap within 3 standard errors (or 2 % of the loss), both runs learned
+    # (the final window at least 3 % below the first 5 steps), and held-out MLM accuracy within 3 points.
+    out["ok"] = bool(abs(out["mean_loss_diff"]) <= max(3 * se, 0.02 * out["paddle_mean_loss"])
+                     and max(out["paddle_mean_loss"], out["xla_mean_loss"]) < 0.97 * first
+                     and abs(out["mlm_accuracy_diff"]) <= 0.03)
+    return out
 
 
 def _optimizer(paddle, net, lr, steps):
@@ -125,12 +154,19 @@ def _accuracy(paddle, net, batches) -> dict:
 
 def table(r: Report):
     from rich.table import Table
-    t = Table(title=f"BERT-{r.config} validation: {r.steps} steps, batch {r.batch}, seq {r.seq}, dropout off")
+    t = Table(title=f"BERT-{r.config} validation: {r.steps} steps, batch {r.batch}, seq {r.seq}, "
+                    f"dropout {'on' if r.dropout else 'off'}")
     for col in ("", "Paddle (eager)", "paddle_xla"):
         t.add_column(col)
-    t.add_row("final loss", f"{r.paddle_loss[-1]:.5f}", f"{r.xla_loss[-1]:.5f}")
-    t.add_row("max rel. loss diff", "", f"{r.max_rel_loss_diff:.2e}")
-    t.add_row("max rel. weight diff", "", f"{r.max_rel_weight_diff:.2e}")
+    if r.dropout:
+        c = r.convergence
+        t.add_row(f"mean loss, last {c['window_steps']} steps", f"{c['paddle_mean_loss']:.4f}",
+                  f"{c['xla_mean_loss']:.4f} (diff {c['mean_loss_diff']:+.4f} +- {c['standard_error']:.4f})")
+        t.add_row("converge alike", "", "yes" if c["ok"] else "NO")
+    else:
+        t.add_row("final loss", f"{r.paddle_loss[-1]:.5f}", f"{r.xla_loss[-1]:.5f}")
+        t.add_row("max rel. loss diff", "", f"{r.max_rel_loss_diff:.2e}")
+        t.add_row("max rel. weight diff", "", f"{r.max_rel_weight_diff:.2e}")
     t.add_row("MLM / NSP accuracy", _acc(r.paddle_accuracy), _acc(r.xla_accuracy))
     t.add_row("samples/s", f"{r.paddle_samples_per_s:.1f}", f"{r.xla_samples_per_s:.1f} ({r.speedup:.2f}x)")
     t.add_row("first step (compile)", "", f"{r.xla_compile_s:.1f} s")
