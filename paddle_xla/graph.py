@@ -76,6 +76,18 @@ class Graph:
     def buffers(self) -> list[Param]:
         return [p for p in self.params if not p.trainable]
 
+    def unused_by(self, fetch_index: int) -> list[str]:
+        """Trainable parameters that fetch `fetch_index` (a loss) does not depend on: Paddle's backward
+        gives them no gradient, so its optimizers leave them (and their moments) untouched."""
+        needed = upstream_values(self.block, {self.fetches[fetch_index].value})
+        return [p.name for p in self.params if p.trainable and p.value not in needed]
+
+    def with_frozen(self, names) -> "Graph":
+        """This Graph with the named parameters marked not trainable."""
+        names = set(names)
+        params = tuple(dataclasses.replace(p, trainable=False) if p.name in names else p for p in self.params)
+        return dataclasses.replace(self, params=params)
+
     def summary(self) -> str:
         n_ops = sum(1 for _ in self.ops())
         n_w = sum(int(np.prod(p.shape)) for p in self.params)
@@ -151,3 +163,18 @@ def load(path: str) -> tuple[Graph, dict[str, np.ndarray]]:
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise ModelLoadError(f"The Graph at {gpath!r} is corrupt ({e}); capture and save it again.") from None
     return graph, load_weights(os.path.join(path, "weights.safetensors"))
+
+
+def upstream_values(block: Block, targets: set[int]) -> set[int]:
+    """Every value id the `targets` depend on through the ops of `block` (ops are in program order).
+
+    NOTE: a control-flow op's sub-blocks may read outer values directly, not as operands, so every
+    value a needed op's sub-blocks read counts as needed (conservative)."""
+    needed = set(targets)
+    for op in reversed(block.ops):
+        if not needed.intersection(op.outputs):
+            continue
+        needed.update(v for v in op.inputs if v is not None)
+        for sub in op.blocks:
+            needed.update(v for inner in sub.walk() for v in inner.inputs if v is not None)
+    return needed

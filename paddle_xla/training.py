@@ -32,11 +32,16 @@ class TrainStep:
         specs = list(input_spec) + list(label_spec)
         wrapper = net_with_loss(net, loss_fn, [s.name for s in input_spec], [s.name for s in label_spec])
         self.captured = capture.from_layer(wrapper, specs, training=True)
-        self.graph = self.captured.graph
-        report = check_graph(self.graph)
+        report = check_graph(self.captured.graph)
         if not report.ok:
             raise UnsupportedOpsError(report)
-        self.config = optim_interop.optimizer_config(optimizer)
+        # NOTE: parameters the loss does not read get no gradient in Paddle, and its optimizers skip
+        # them (no decay, no moments); jax.grad would give zeros that AdamW still decays. So they are
+        # frozen here, for the step, the optimizer state, .pdopt export and the pipeline alike.
+        self.unused_params = self.captured.graph.unused_by(0)
+        self.captured.graph = self.captured.graph.with_frozen(self.unused_params)
+        self.graph = self.captured.graph
+        self.config = optim_interop.optimizer_config(optimizer).with_frozen(self.unused_params)
         self.schedule = optim_interop.schedule_config(optimizer._learning_rate)
         # NOTE: a scheduler the user already stepped continues from where it is (Paddle's last_epoch).
         first = optim_interop.schedule_state(optimizer._learning_rate) \

@@ -164,3 +164,33 @@ def test_checkpoint_errors(tmp_path):
     with pytest.raises(px.CheckpointError, match="different model") as err:
         other.load_checkpoint(path)
     assert "l1.weight" in str(err.value) or "conv1.weight" in str(err.value)
+
+
+class WithUnusedHead(nn.Layer):
+    """A second head the loss never reads (a common leftover: an auxiliary or pre-training head)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body, self.head, self.unused = nn.Linear(16, 32), nn.Linear(32, 4), nn.Linear(32, 7)
+
+    def forward(self, x):
+        return self.head(F.relu(self.body(x)))
+
+
+def test_parameters_the_loss_does_not_read_are_left_alone_as_in_paddle():
+    paddle.seed(3)
+    net = WithUnusedHead()
+    opt = paddle.optimizer.AdamW(1e-2, parameters=net.parameters(), weight_decay=0.1)
+    step = px.train_step(net, nn.CrossEntropyLoss(), opt, [InputSpec([None, 16], "float32", "x")],
+                         [InputSpec([None], "int64", "label")])
+    assert sorted(step.unused_params) == sorted(p.name for p in net.unused.parameters())
+    before = {k: v.numpy().copy() for k, v in net.state_dict().items()}
+    for inputs, labels in _batches("mlp", 6):
+        ours = step(*inputs, *labels)
+        theirs = _native_step(net, opt, None, inputs, labels)
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5)
+    trained = step.weights()
+    for key, t in net.state_dict().items():
+        np.testing.assert_allclose(trained[t.name], t.numpy(), rtol=1e-5, atol=1e-6, err_msg=key)
+    # AdamW's decoupled decay would have shrunk the unused weights had they been updated with zero grads
+    np.testing.assert_array_equal(net.unused.weight.numpy(), before["unused.weight"])

@@ -46,6 +46,7 @@ Known differences from native Paddle:
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
@@ -336,6 +337,13 @@ class OptimizerConfig:
 
     def trainable(self) -> list[str]:
         return [n for n, s in self.params if s.trainable]
+
+    def with_frozen(self, names) -> "OptimizerConfig":
+        """This config with the named parameters left alone (no update, no state), as Paddle's optimizers
+        leave a parameter whose gradient is None."""
+        names = set(names)
+        return dataclasses.replace(self, params=tuple(
+            (n, dataclasses.replace(s, trainable=False) if n in names else s) for n, s in self.params))
 
     def clip_of_group(self, group: int) -> clip_lib.Clip | None:
         return self.group_clips[group] if self.group_clips else self.grad_clip
