@@ -68,7 +68,10 @@ def convergence_lines(d) -> list[str]:
             f"(difference {c['mean_loss_diff']:+.4f}, standard error {c['standard_error']:.4f}; first steps "
             f"{c['first_steps_mean_loss']:.4f}); held-out MLM accuracy Paddle {d['paddle_accuracy']['mlm']:.4f}, "
             f"paddle_xla {d['xla_accuracy']['mlm']:.4f}; NSP {d['paddle_accuracy']['nsp']:.4f} / "
-            f"{d['xla_accuracy']['nsp']:.4f}. Converge alike: {'yes' if c['ok'] else 'NO'}."]
+            f"{d['xla_accuracy']['nsp']:.4f}. Converge alike: {'yes' if c['ok'] else 'NO'}."
+            + (" Both runs are still on BERT's early plateau (MLM predicts the unigram distribution, NSP is at "
+               "chance): this shows equal statistics, not yet equal learning of context; a longer or larger "
+               "run is needed for that." if d["paddle_accuracy"]["mlm"] < 0.1 else "")]
 
 
 def section() -> str:
