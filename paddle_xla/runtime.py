@@ -12,6 +12,7 @@ from .cache import compile_progress
 from .graph import Graph
 from .lower import lower
 from .train.precision import HALF, half_weight_names, lower_mixed
+from .xla_options import inference_options
 
 
 class CompiledModel:
@@ -61,7 +62,8 @@ class CompiledModel:
             start = time.perf_counter()
             shapes = {k: list(s) for k, s, _ in sig}
             with compile_progress(f"{self.graph.meta.get('source', 'model')} for {shapes}"):
-                exe = self._jitted.lower(self.params, self.buffers, feeds, self._key).compile()
+                exe = self._jitted.lower(self.params, self.buffers, feeds, self._key).compile(
+                    compiler_options=inference_options(self.graph))
             self.compile_seconds[sig] = time.perf_counter() - start
             self._compiled[sig] = exe
         return exe
