@@ -59,13 +59,12 @@ class XlaAdapter:
 
     # ---- the three batch entry points ------------------------------------------------------
     def train_batch(self, inputs, labels=None, update=True):
-        if not update:
-            raise NotImplementedError("update=False (gradient accumulation) is Strategy(micro_batches=...) "
-                                      "in paddle_xla; pass a Strategy instead.")
         self.mode = "train"
         step = self.train_step()
         xs, ys = [_numpy(x) for x in _to_list(inputs)], [_numpy(y) for y in _to_list(labels)]
-        loss = step(*xs, *ys)
+        # NOTE: update=False is Paddle's backward without optimizer.step(): gradients add up until the
+        # next update=True call (fit(accumulate_grad_batches=N) drives it this way).
+        loss = step(*xs, *ys) if update else step.accumulate(*xs, *ys)
         outs = [paddle.to_tensor(np.asarray(o)) for o in step.last_outputs]
         return self._with_metrics([np.asarray(loss, np.float32)], outs, ys)
 

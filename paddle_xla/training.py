@@ -54,6 +54,7 @@ class TrainStep:
         self._step = StepRunner(self.graph, self.config, strategy, placement_for(self.captured, strategy))
         self.loss_scale, self.skipped_steps = self._step.loss_scale, 0
         self.last_outputs: list[jax.Array] = []
+        self._accumulated, self._micro = None, 0      # gradients of accumulate() calls since the last step
 
     @property
     def lr_offset(self) -> int:
@@ -72,12 +73,30 @@ class TrainStep:
         bound = bind(self.graph.feeds, args, kwargs)
         return {f.name: check(f, bound[f.name]) for f in self.graph.feeds}
 
+    def accumulate(self, *args, **kwargs) -> float:
+        """Forward and backward without an update: the gradients add up, and the next step(...) applies
+        their sum with its own (Paddle's loss.backward() without optimizer.step(); hapi's
+        train_batch(update=False)). Buffers such as BatchNorm statistics update on every call."""
+        s = self.state
+        loss, fetches, buffers, grads = self._step.backward(s, self.feeds(args, kwargs), self._accumulated,
+                                                            self._micro)
+        loss = float(loss)
+        if not np.isfinite(loss):
+            raise TrainingError(f"The loss is not finite at step {s.step} (accumulation pass {self._micro + 1}; "
+                                f"loss = {loss}); nothing was added. Check the inputs for NaN/Inf or lower the "
+                                "learning rate.")
+        self._accumulated, self._micro = grads, self._micro + 1
+        self.state = TrainState(s.params, buffers, s.opt_state, s.step, s.key)
+        self.last_outputs = list(fetches[1:])
+        return loss
+
     def __call__(self, *args, **kwargs) -> float | list[float]:
         """One optimizer step; with Strategy(steps_per_call=k), k steps on stacked inputs -> k losses."""
         s = self.state
         feeds = [self.feeds(a, k) for a, k in self._step.split(args, kwargs)]
         lrs = [float(self.schedule.lr_at(self._lr_offset + s.step + i)) for i in range(len(feeds))]
-        result = self._step(s, feeds, lrs)
+        result = self._step(s, feeds, lrs, self._accumulated)
+        self._accumulated, self._micro = None, 0
         self.state, self.last_outputs = result.state, result.outputs
         self.loss_scale, self.skipped_steps = self._step.loss_scale, self._step.skipped_steps
         if result.error:

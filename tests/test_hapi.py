@@ -37,13 +37,14 @@ def _net():
     return nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 3))
 
 
-def _fit(model_cls):
+def _fit(model_cls, accumulate=1):
     net = _net()
     model = model_cls(net, [InputSpec([None, 10], "float32", "x")], [InputSpec([None], "int64", "label")])
     model.prepare(paddle.optimizer.Adam(1e-2, parameters=net.parameters()), nn.CrossEntropyLoss(),
                   paddle.metric.Accuracy())
     rec = Recorder()
-    model.fit(Blobs(), Blobs(32, seed=1), epochs=3, batch_size=16, shuffle=False, verbose=0, callbacks=[rec])
+    model.fit(Blobs(), Blobs(32, seed=1), epochs=3, batch_size=16, shuffle=False, verbose=0, callbacks=[rec],
+              accumulate_grad_batches=accumulate)
     return model, rec
 
 
@@ -71,3 +72,15 @@ def test_fit_matches_paddle_model_fit(tmp_path):
     fresh.load(str(tmp_path / "m"))
     np.testing.assert_allclose(fresh.predict(Blobs(32, seed=2), batch_size=16, verbose=0, stack_outputs=True)[0],
                                pred_x[0], rtol=1e-6)
+
+
+def test_fit_with_gradient_accumulation_matches_paddle():
+    # NOTE: fit(accumulate_grad_batches=3) calls train_batch(update=False) twice, then update=True.
+    ours, rec_x = _fit(px.Model, accumulate=3)
+    theirs, rec_p = _fit(paddle.Model, accumulate=3)
+    for a, b in zip(rec_x.train + rec_x.eval, rec_p.train + rec_p.eval):
+        np.testing.assert_allclose(_num(a["loss"]), _num(b["loss"]), rtol=1e-4)
+        np.testing.assert_allclose(a["acc"], b["acc"], rtol=1e-6)
+    ours._adapter.train_step().sync_to(ours.network)
+    for (k, a), b in zip(ours.network.state_dict().items(), theirs.network.state_dict().values()):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6, err_msg=k)

@@ -194,3 +194,25 @@ def test_parameters_the_loss_does_not_read_are_left_alone_as_in_paddle():
         np.testing.assert_allclose(trained[t.name], t.numpy(), rtol=1e-5, atol=1e-6, err_msg=key)
     # AdamW's decoupled decay would have shrunk the unused weights had they been updated with zero grads
     np.testing.assert_array_equal(net.unused.weight.numpy(), before["unused.weight"])
+
+
+def test_accumulated_gradients_match_paddle_backward_without_step():
+    net, opt, sched, specs = _setup("mlp")
+    step = px.train_step(net, nn.CrossEntropyLoss(), opt, specs, [InputSpec([None], "int64", "label")])
+    data = list(_batches("mlp", 12))
+    for i in range(0, 12, 3):
+        ours = [step.accumulate(*data[i][0], *data[i][1]), step.accumulate(*data[i + 1][0], *data[i + 1][1]),
+                step(*data[i + 2][0], *data[i + 2][1])]
+        theirs = []
+        for inputs, labels in data[i:i + 3]:           # Paddle: backward adds into .grad; one step at the end
+            loss = F.cross_entropy(net(paddle.to_tensor(inputs[0])), paddle.to_tensor(labels[0]))
+            loss.backward()
+            theirs.append(float(loss))
+        opt.step()
+        opt.clear_grad()
+        sched.step()
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5)
+    assert step.state.step == 4
+    trained = step.weights()
+    for key, t in net.state_dict().items():
+        np.testing.assert_allclose(trained[t.name], t.numpy(), rtol=1e-4, atol=1e-6, err_msg=key)

@@ -38,25 +38,39 @@ def loss_value(fetch) -> jax.Array:
     return jnp.sum(fetch.astype(jnp.float32)) if fetch.ndim else fetch.astype(jnp.float32)
 
 
-def make_step(graph: Graph, update: UpdateFn, loss_index: int = 0):
-    """step(params, buffers, opt_state, feeds, key, lr) -> (params, buffers, opt_state, loss, fetches, finite).
-
-    A step whose loss or gradients are not finite leaves params and optimizer state as they were,
-    so a NaN never reaches the weights; the host reports it."""
+def make_grads(graph: Graph, loss_index: int = 0):
+    """grads(params, buffers, feeds, key, *accumulated) -> (loss, fetches, buffers, grads): the backward
+    pass alone, its gradients added to `accumulated` when given (Paddle's loss.backward() adds into .grad)."""
     forward = lower(graph)
 
     def loss_fn(params, buffers, feeds, key):
         fetches, new_buffers = forward(params, buffers, feeds, key)
         return loss_value(fetches[loss_index]), (fetches, new_buffers)
 
-    def step(params, buffers, opt_state, feeds, key, lr):
+    def grads_fn(params, buffers, feeds, key, *accumulated):
         (loss, (fetches, new_buffers)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             params, buffers, feeds, key)
+        if accumulated:
+            grads = jax.tree.map(jnp.add, grads, accumulated[0])
+        return loss, fetches, {**buffers, **new_buffers}, grads
+
+    return grads_fn
+
+
+def make_step(graph: Graph, update: UpdateFn, loss_index: int = 0):
+    """step(params, buffers, opt_state, feeds, key, lr, *accumulated) -> (params, buffers, opt_state, loss,
+    fetches, finite); `accumulated`: gradients of earlier backward passes, added to this one's.
+
+    A step whose loss or gradients are not finite leaves params and optimizer state as they were,
+    so a NaN never reaches the weights; the host reports it."""
+    grads_fn = make_grads(graph, loss_index)
+
+    def step(params, buffers, opt_state, feeds, key, lr, *accumulated):
+        loss, fetches, new_buffers, grads = grads_fn(params, buffers, feeds, key, *accumulated)
         finite = jnp.isfinite(loss) & all_finite(grads)
         new_params, new_opt_state = update(params, grads, opt_state, lr)
         keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)  # noqa: E731
-        buffers = {**buffers, **new_buffers}
-        return keep(new_params, params), buffers, keep(new_opt_state, opt_state), loss, fetches, finite
+        return keep(new_params, params), new_buffers, keep(new_opt_state, opt_state), loss, fetches, finite
 
     return step
 
@@ -87,6 +101,7 @@ class StepRunner:
         self.graph = graph
         self.strategy = strategy if strategy is not None else Strategy()
         self.engine = None
+        self._grads_jit = None
         if self.strategy.is_default:
             update = lambda p, g, s, lr: optim.apply(config, p, g, s, lr)  # noqa: E731
             self._jit = jax.jit(make_step(graph, update), donate_argnums=(0, 2))
@@ -129,9 +144,9 @@ class StepRunner:
                                 f"[{k}, batch, ...] or pass a list of {k}; input {name!r} has {n}.")
         return [([a[i] for a in args], {n: v[i] for n, v in kwargs.items()}) for i in range(k)]
 
-    def __call__(self, state: TrainState, feeds: list[dict], lrs: list[float]) -> StepResult:
+    def __call__(self, state: TrainState, feeds: list[dict], lrs: list[float], accumulated=None) -> StepResult:
         if self.engine is None:
-            return self._plain(state, feeds[0], lrs[0])
+            return self._plain(state, feeds[0], lrs[0], accumulated)
         k = len(feeds)
         keys = jax.vmap(lambda i: jax.random.fold_in(state.key, i))(state.step + jnp.arange(k))
         stacked = {n: np.stack([np.asarray(f[n]) for f in feeds]) for n in feeds[0]}
@@ -142,10 +157,23 @@ class StepRunner:
         error = None if done == k else _not_finite(state.step + done, losses[done])
         return StepResult(new, losses, list(res.fetches), error)
 
-    def _plain(self, s: TrainState, feeds, lr) -> StepResult:
+    def backward(self, s: TrainState, feeds, accumulated, micro: int):
+        """One forward and backward pass without an update -> (loss, fetches, buffers, summed grads)."""
+        if self.engine is not None:
+            from ..errors import TrainingError
+            raise TrainingError("Accumulating gradients over calls (update=False) works with the default "
+                                "Strategy only; with a layout, use Strategy(micro_batches=...) instead.")
+        if self._grads_jit is None:
+            self._grads_jit = jax.jit(make_grads(self.graph))
+        # NOTE: each accumulated pass draws its own random numbers (dropout), as Paddle's would.
+        key = jax.random.fold_in(jax.random.fold_in(s.key, s.step), micro + 1)
+        return self._grads_jit(s.params, s.buffers, feeds, key, *([accumulated] if accumulated else []))
+
+    def _plain(self, s: TrainState, feeds, lr, accumulated=None) -> StepResult:
         key = jax.random.fold_in(s.key, s.step)
         params, buffers, opt_state, loss, fetches, finite = self._jit(
-            s.params, s.buffers, s.opt_state, feeds, key, jnp.asarray(lr, jnp.float32))
+            s.params, s.buffers, s.opt_state, feeds, key, jnp.asarray(lr, jnp.float32),
+            *([accumulated] if accumulated is not None else []))
         loss = float(loss)
         if not bool(finite):
             return StepResult(TrainState(params, s.buffers, opt_state, s.step, s.key), [loss], [],
