@@ -239,6 +239,15 @@ class Engine:
     def skipped_steps(self) -> int:
         return int(to_host(self.scaler["skipped"]))
 
+    def scaler_state(self) -> dict[str, float | int]:
+        """The loss scaler as plain numbers (for checkpoints): scale, clean steps in a row, skipped steps."""
+        return {k: to_host(v).item() for k, v in self.scaler.items()}
+
+    def set_scaler_state(self, state: Mapping[str, float | int]) -> None:
+        """Restore what scaler_state returned; every field keeps its dtype and placement."""
+        self.scaler = {k: mesh_put(np.asarray(state[k], dtype=np.asarray(to_host(v)).dtype), sharding(self.mesh))
+                       for k, v in self.scaler.items()}
+
     def bubble_fraction(self) -> float:
         return bubble_fraction(self.strategy.stages, self.strategy.micro_batches)
 

@@ -73,3 +73,25 @@ def test_bf16_inference_holds_only_matmul_weights_in_half():
     want = [o.numpy() for o in net(*[paddle.to_tensor(v) for v in x])]
     for g, w in zip(model(*x), want):
         np.testing.assert_allclose(g, w, rtol=2e-2, atol=2e-2 * np.abs(w).max())
+
+
+def _fp16_step():
+    net, opt, specs = setup("mlp")
+    scale = px.LossScale(init=2.0 ** 30, growth_interval=3)
+    return px.train_step(net, loss_fn(), opt, specs, LABEL, strategy=px.Strategy(precision="fp16", loss_scale=scale))
+
+
+def test_fp16_checkpoint_keeps_the_loss_scaler(tmp_path):
+    data = batches("mlp", 12)
+    straight = _fp16_step()
+    want = [straight(*x, *y) for x, y in data]
+    first = _fp16_step()
+    got = [first(*x, *y) for x, y in data[:6]]
+    first.save_checkpoint(str(tmp_path / "ckpt"))
+    assert first.skipped_steps >= 1
+    resumed = _fp16_step()
+    resumed.load_checkpoint(str(tmp_path / "ckpt"))
+    assert (resumed.loss_scale, resumed.skipped_steps) == (first.loss_scale, first.skipped_steps)
+    got += [resumed(*x, *y) for x, y in data[6:]]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert (resumed.loss_scale, resumed.skipped_steps) == (straight.loss_scale, straight.skipped_steps)
