@@ -77,3 +77,15 @@ def test_graph_round_trips_through_disk(tmp_path):
     g2, w2 = graph_mod.load(str(tmp_path / "g"))
     assert g2 == cap.graph
     np.testing.assert_array_equal(CompiledModel(g2, w2)(*inputs), CompiledModel(cap.graph, cap.weights)(*inputs))
+
+
+def test_paddle_audio_log_mel_matches_paddle():
+    from paddle.audio.features import LogMelSpectrogram
+    from paddle.static import InputSpec
+    paddle.seed(0)
+    net = LogMelSpectrogram(sr=16000, n_fft=512, hop_length=160, n_mels=40, f_min=50.0, top_db=80.0)
+    net.eval()
+    model = px.compile(net, [InputSpec([None, 8000], "float32", "audio")])
+    x = np.random.default_rng(0).standard_normal((2, 8000)).astype("float32")
+    want = net(paddle.to_tensor(x)).numpy()
+    np.testing.assert_allclose(model(x), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
