@@ -5,6 +5,8 @@ Paddle program, and XLA sees one function to fuse and schedule.
 """
 from __future__ import annotations
 
+import copy
+
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -132,6 +134,12 @@ class Interpreter:
     def op_key(self, op: Op):
         # NOTE: keyed by the op's fixed position, so a run is reproducible from its seed.
         return jax.random.fold_in(self.key, op.index)
+
+    def with_key(self, key) -> "Interpreter":
+        """This interpreter drawing from `key`: a loop body's random ops get a fresh key per iteration."""
+        child = copy.copy(self)
+        child.key = key
+        return child
 
 
 def lower(graph: Graph) -> Callable:

@@ -35,3 +35,22 @@ def test_if_and_while_match_paddle():
             want = net(paddle.to_tensor(x), paddle.to_tensor(np.array([n]))).numpy()
             got = model(x, np.array([n], "int64"))
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+class DropoutLoop(paddle.nn.Layer):
+    def forward(self, x, n):
+        out = paddle.zeros_like(x)
+        i = paddle.zeros([1], "int64")
+        while i < n:
+            out = out + paddle.nn.functional.dropout(x, 0.5, training=True)
+            i = i + 1
+        return out
+
+
+def test_random_ops_in_a_loop_draw_anew_each_iteration():
+    model = px.compile(DropoutLoop(), [InputSpec([4096], "float32", "x"), InputSpec([1], "int64", "n")])
+    got = model(np.ones(4096, "float32"), np.array([4], "int64"))
+    # NOTE: dropout(p=0.5) keeps and doubles; 4 independent masks give sums 0, 2, ..., 8 binomially
+    # (one mask reused would give only 0 or 8).
+    counts = {v: int((got == v).sum()) for v in (0.0, 2.0, 4.0, 6.0, 8.0)}
+    assert sum(counts.values()) == 4096 and counts[4.0] > 4096 * 0.3, counts

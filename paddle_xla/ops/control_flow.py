@@ -45,26 +45,31 @@ def if_(interp, op, env, cond):
 @lowering("pd_op.while", kind="control")
 def while_(interp, op, env, cond, *inputs):
     (body,) = op.blocks
+    # NOTE: random ops in the body (dropout) draw from a key folded with the iteration number, so
+    # each iteration gets its own mask, as Paddle's generator advancing per call gives.
+    loop_key = interp.op_key(op)
     if is_static(cond, *inputs):
-        return _unrolled(interp, body, env, cond, inputs)
-    carry = (jnp.reshape(jnp.asarray(cond), ()), tuple(jnp.asarray(v) for v in inputs))
+        return _unrolled(interp, loop_key, body, env, cond, inputs)
+    carry = (jnp.reshape(jnp.asarray(cond), ()), jnp.int32(0), tuple(jnp.asarray(v) for v in inputs))
 
     def step(c):
-        new_cond, *values = _run_to_yield(interp, body, env, c[1])
-        values = tuple(jnp.asarray(v).astype(old.dtype) for v, old in zip(values, c[1]))
-        return jnp.reshape(jnp.asarray(new_cond), ()), values
+        it = interp.with_key(jax.random.fold_in(loop_key, c[1]))
+        new_cond, *values = _run_to_yield(it, body, env, c[2])
+        values = tuple(jnp.asarray(v).astype(old.dtype) for v, old in zip(values, c[2]))
+        return jnp.reshape(jnp.asarray(new_cond), ()), c[1] + 1, values
 
     # NOTE: lax.while_loop has no reverse-mode derivative; training through a data-dependent loop
     # is reported by the train step, which suggests a static trip count.
-    _, out = jax.lax.while_loop(lambda c: c[0], step, carry)
+    _, _, out = jax.lax.while_loop(lambda c: c[0], step, carry)
     return out
 
 
-def _unrolled(interp, body, env, cond, values):
+def _unrolled(interp, loop_key, body, env, cond, values):
     """A loop whose condition is known while tracing (shape arithmetic): run it on the host."""
-    values = list(values)
+    values, i = list(values), 0
     while bool(np.asarray(cond).reshape(())):
-        cond, *values = _run_to_yield(interp, body, env, values)
+        cond, *values = _run_to_yield(interp.with_key(jax.random.fold_in(loop_key, i)), body, env, values)
+        i += 1
         if not is_static(cond):
             raise ValueError("a while loop's condition became data-dependent after starting static")
     return tuple(values)
