@@ -38,8 +38,10 @@ def export(model, path: str, platforms: Sequence[str] = ("cpu",), example_inputs
     platforms = _check_platforms(platforms)
     graph = compiled.graph
     key_data = np.asarray(jax.random.key_data(compiled.key))
-    weights = {k: np.asarray(v) for k, v in {**compiled.params, **compiled.buffers}.items()}
-    args = (_avals(compiled.params), _avals(compiled.buffers))
+    # NOTE: the weights as Paddle laid them out: the compiled model may hold some in another layout or
+    # precision for its own executable (runtime.CompiledModel), while the artifact lowers the Graph as is.
+    weights = {k: np.asarray(compiled.source_weights[k]) for k in {**compiled.params, **compiled.buffers}}
+    args = (_avals({k: weights[k] for k in compiled.params}), _avals({k: weights[k] for k in compiled.buffers}))
     exported, shapes = export_all(jax.jit(inference_fn(graph)), graph, args, (key_data,), platforms, example_inputs)
     weights, synthetic = synthetic_lib.leave_out(weights, synthetic_weights)
     members = {fmt.GRAPH: graph.to_json().encode(), fmt.WEIGHTS: fmt.weights_bytes(weights),

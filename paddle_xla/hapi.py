@@ -106,10 +106,11 @@ class XlaAdapter:
         return {**captured, **(self._step.weights() if self._step is not None else {})}
 
     def _run(self, program: CompiledModel, xs) -> list[np.ndarray]:
-        if self._step is not None:   # NOTE: evaluate with the weights training has reached so far
-            w = self._step.state
-            program.params = {k: w.params.get(k, v) for k, v in program.params.items()}
-            program.buffers = {k: w.buffers.get(k, w.params.get(k, v)) for k, v in program.buffers.items()}
+        state = self._step.state if self._step is not None else None
+        if state is not None and getattr(program, "_synced_step", None) != state.step:
+            # NOTE: evaluate with the weights training has reached so far (once per training step)
+            program.set_weights({**state.params, **state.buffers})
+            program._synced_step = state.step
         return [np.asarray(o) for o in program.run(*xs)]
 
     def _with_metrics(self, losses, outputs, labels):

@@ -142,8 +142,9 @@ class Interpreter:
         return child
 
 
-def lower(graph: Graph) -> Callable:
-    """The Graph as a pure function f(params, buffers, feeds, key) -> (fetches, new_buffers).
+def lower(graph: Graph, interpreter: type[Interpreter] | None = None) -> Callable:
+    """The Graph as a pure function f(params, buffers, feeds, key) -> (fetches, new_buffers),
+    run by `interpreter` (default: Interpreter).
 
     params/buffers/feeds are dicts name -> array; fetches is a tuple in graph.fetches order;
     new_buffers holds the buffers the program writes (BatchNorm running statistics in train mode)."""
@@ -161,7 +162,7 @@ def lower(graph: Graph) -> Callable:
             # NOTE: feeds are data, never trace-time constants, even when given as NumPy arrays:
             # lowerings keep NumPy inputs static (shape arithmetic) and would fold them otherwise.
             env[f.value] = jnp.asarray(feeds[f.name])
-        Interpreter(key).run_block(graph.block, env)
+        (interpreter or Interpreter)(key).run_block(graph.block, env)
         fetches = tuple(env[f.value] for f in graph.fetches)
         new_buffers = {name: env[vid] for name, vid in graph.buffer_updates}
         return fetches, new_buffers

@@ -199,13 +199,13 @@ def interpreter_for(precision: str) -> type[Interpreter]:
     return type(f"MixedInterpreter_{precision}", (MixedInterpreter,), {"half": HALF[precision]})
 
 
-def lower_mixed(graph: Graph, precision: str) -> Callable:
-    """Like lower.lower, in `precision`; float outputs are returned in the Graph's own dtypes,
-    buffers (BatchNorm statistics) keep theirs."""
+def lower_mixed(graph: Graph, precision: str, interpreter: type[Interpreter] | None = None) -> Callable:
+    """Like lower.lower, in `precision` (`interpreter`: a subclass of interpreter_for(precision));
+    float outputs are returned in the Graph's own dtypes, buffers (BatchNorm statistics) keep theirs."""
     report = check_graph(graph)
     if not report.ok:
         raise UnsupportedOpsError(report)
-    interp = interpreter_for(precision)
+    interp = interpreter or interpreter_for(precision)
     dtypes = {p.name: p.dtype for p in graph.params}
 
     def fn(params: Mapping, buffers: Mapping, feeds: Mapping, key=None):

@@ -1,0 +1,73 @@
+"""Conv filters held as HWIO by an inference program on CPU: outputs, new weights, export and
+px.Model evaluation all still see Paddle's OIHW weights."""
+import numpy as np
+import paddle
+import paddle.nn as nn
+from paddle.static import InputSpec
+
+import paddle_xla as px
+from paddle_xla import artifact
+
+
+class Net(nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2D(3, 8, 3, stride=2, padding=1)
+        self.dw = nn.Conv2D(8, 8, 3, padding="SAME", groups=8)
+        self.bn = nn.BatchNorm2D(8)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = nn.functional.relu(self.bn(self.dw(self.conv(x))))
+        return self.fc(h.mean([2, 3]))
+
+
+SPEC = [InputSpec([None, 3, 10, 10], "float32", "x")]
+X = np.random.default_rng(0).standard_normal((2, 3, 10, 10)).astype("float32")
+
+
+def _model():
+    paddle.seed(0)
+    net = Net()
+    net.eval()
+    return net, px.compile(net, SPEC)
+
+
+def test_filters_are_held_as_hwio_and_outputs_match():
+    net, model = _model()
+    held = {k: tuple(v.shape) for k, v in model.compiled.params.items()}
+    assert held[net.conv.weight.name] == (3, 3, 3, 8) and held[net.dw.weight.name] == (3, 3, 1, 8)
+    assert held[net.fc.weight.name] == (8, 4)                       # not a filter: untouched
+    np.testing.assert_allclose(model(X), net(paddle.to_tensor(X)).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_set_weights_takes_paddle_layout():
+    net, model = _model()
+    with paddle.no_grad():
+        net.conv.weight.set_value(net.conv.weight * 2.0)
+    model.compiled.set_weights({net.conv.weight.name: net.conv.weight.numpy()})
+    np.testing.assert_allclose(model(X), net(paddle.to_tensor(X)).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_export_writes_paddle_layout(tmp_path):
+    net, model = _model()
+    px.export(model, str(tmp_path / "cnn.pxa"))
+    loaded = artifact.load(str(tmp_path / "cnn.pxa"))
+    np.testing.assert_allclose(loaded(X), net(paddle.to_tensor(X)).numpy(), rtol=1e-5, atol=1e-6)
+    again = artifact.load(str(tmp_path / "cnn.pxa"), prefer_graph=True)
+    np.testing.assert_allclose(again(X), net(paddle.to_tensor(X)).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_px_model_evaluates_a_cnn_with_trained_weights():
+    def run(cls):
+        paddle.seed(0)
+        net = Net()
+        model = cls(net, SPEC, [InputSpec([None], "int64", "y")])
+        model.prepare(paddle.optimizer.Momentum(0.05, parameters=net.parameters()), nn.CrossEntropyLoss())
+        y = np.array([1, 3], "int64")
+        for _ in range(3):
+            model.train_batch([X], [y])
+        return model.eval_batch([X], [y])[0], model.predict_batch([X])[0]
+    (loss_x, pred_x), (loss_p, pred_p) = run(px.Model), run(paddle.Model)
+    np.testing.assert_allclose(np.asarray(loss_x).ravel(), np.asarray(loss_p).ravel(), rtol=1e-4)
+    np.testing.assert_allclose(pred_x, pred_p, rtol=1e-4, atol=1e-5)
