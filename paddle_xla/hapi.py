@@ -106,11 +106,11 @@ class XlaAdapter:
         return {**captured, **(self._step.weights() if self._step is not None else {})}
 
     def _run(self, program: CompiledModel, xs) -> list[np.ndarray]:
-        state = self._step.state if self._step is not None else None
-        if state is not None and getattr(program, "_synced_step", None) != state.step:
-            # NOTE: evaluate with the weights training has reached so far (once per training step)
-            program.set_weights({**state.params, **state.buffers})
-            program._synced_step = state.step
+        step = self._step
+        if step is not None and getattr(program, "_synced_version", None) != step.version:
+            # NOTE: evaluate with the weights and buffers training has reached so far (once per change)
+            program.set_weights({**step.state.params, **step.state.buffers})
+            program._synced_version = step.version
         return [np.asarray(o) for o in program.run(*xs)]
 
     def _with_metrics(self, losses, outputs, labels):

@@ -48,6 +48,7 @@ class TrainStep:
             if isinstance(optimizer._learning_rate, paddle.optimizer.lr.LRScheduler) else 0
         self._lr_offset = first if isinstance(first, int) else 0
         params, buffers = split_weights(self.graph, self.captured.weights)
+        self.version = 0              # bumped by every new state: readers can tell stale copies
         self.state = TrainState(params, buffers, self._initial_opt_state(params), 0, jax.random.key(seed))
         # NOTE: the Strategy's layout (replicas, stages, precision, ...) lives in the step runner;
         # the plan of a pipeline is printed here, before anything compiles.
@@ -55,6 +56,15 @@ class TrainStep:
         self.loss_scale, self.skipped_steps = self._step.loss_scale, 0
         self.last_outputs: list[jax.Array] = []
         self._accumulated, self._micro = None, 0      # gradients of accumulate() calls since the last step
+
+    @property
+    def state(self) -> TrainState:
+        return self._state
+
+    @state.setter
+    def state(self, value: TrainState) -> None:
+        self._state = value
+        self.version += 1
 
     @property
     def lr_offset(self) -> int:

@@ -71,3 +71,20 @@ def test_px_model_evaluates_a_cnn_with_trained_weights():
     (loss_x, pred_x), (loss_p, pred_p) = run(px.Model), run(paddle.Model)
     np.testing.assert_allclose(np.asarray(loss_x).ravel(), np.asarray(loss_p).ravel(), rtol=1e-4)
     np.testing.assert_allclose(pred_x, pred_p, rtol=1e-4, atol=1e-5)
+
+
+def test_px_model_evaluates_with_statistics_from_accumulation_passes():
+    def run(cls):
+        paddle.seed(0)
+        net = Net()
+        model = cls(net, SPEC, [InputSpec([None], "int64", "y")])
+        model.prepare(paddle.optimizer.Momentum(0.05, parameters=net.parameters()), nn.CrossEntropyLoss())
+        y = np.array([1, 3], "int64")
+        model.train_batch([X], [y])
+        first = model.eval_batch([X], [y])[0]
+        model.train_batch([X * 2.0], [y], update=False)    # moves BatchNorm's running statistics only
+        return first, model.eval_batch([X], [y])[0]
+    (a_x, b_x), (a_p, b_p) = run(px.Model), run(paddle.Model)
+    np.testing.assert_allclose(np.asarray(a_x).ravel(), np.asarray(a_p).ravel(), rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(b_x).ravel(), np.asarray(b_p).ravel(), rtol=1e-4)
+    assert not np.allclose(np.asarray(a_p).ravel(), np.asarray(b_p).ravel())
