@@ -20,12 +20,13 @@ from common import machine_info  # noqa: E402
 
 
 def configurations(b, s):
+    """(part, configuration, measure) for bench.run: Paddle's three and paddle_xla's two."""
     xla = lambda precision: lambda: b.xla_train(dataclasses.replace(s, strategy={"precision": precision}))  # noqa: E731
-    return {"paddle_eager": lambda: b.paddle_train(s, static=False),
-            "paddle_to_static": lambda: b.paddle_train(s, static=True),
-            "paddle_eager_amp_bf16": lambda: b.paddle_train(s, static=False, amp="bfloat16"),
-            "paddle_xla_fp32": xla("fp32"),
-            "paddle_xla_bf16": xla("bf16")}
+    return [("train", "paddle_eager", lambda: b.paddle_train(s, static=False)),
+            ("train", "paddle_to_static", lambda: b.paddle_train(s, static=True)),
+            ("train", "paddle_eager_amp_bf16", lambda: b.paddle_train(s, static=False, amp="bfloat16")),
+            ("train", "paddle_xla_fp32", xla("fp32")),
+            ("train", "paddle_xla_bf16", xla("bf16"))]
 
 
 def main() -> None:
@@ -36,21 +37,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "train.json"))
     args = ap.parse_args()
-    import paddle
     from paddle_xla import bench as b
-    from paddle_xla.models.bert import BertConfig
-    from paddle_xla.perf import matmul_peak
-    paddle.base.core.set_num_threads(os.cpu_count() or 1)
     s = b.BenchSettings(config=args.config, batch=args.batch, seq=args.seq, repeats=args.repeats, parts=("train",))
-    peak = matmul_peak(repeats=3)
-    results = {}
-    for name, measure in configurations(b, s).items():
-        print(f"timing {name} ...", flush=True)
-        try:
-            results[name] = measure()
-        except Exception as e:  # NOTE: one failing configuration must not lose the others' figures
-            results[name] = {"error": f"{type(e).__name__}: {e}"[:800]}
-    report = b.summarise(s, BertConfig.named(args.config), peak, {"train": results})
+    report = b.run(s, lambda part, cfg: print(f"timing {cfg} ...", flush=True), configurations(b, s))
     report.update(benchmark="train", command="benchmarks/train.py " + " ".join(sys.argv[1:]),
                   machine=machine_info(), batch=args.batch, seq=args.seq,
                   model=f"BertForPretraining({args.config})")

@@ -210,8 +210,10 @@ def plan(s: BenchSettings) -> list[tuple[str, str, Callable[[], dict[str, Any]]]
     return jobs
 
 
-def run(s: BenchSettings, on_start: Callable[[str, str], None] = lambda part, cfg: None) -> dict[str, Any]:
-    """Every configuration of `plan`, the matmul peak, and the ratios; one failure does not lose the rest."""
+def run(s: BenchSettings, on_start: Callable[[str, str], None] = lambda part, cfg: None,
+        jobs: list[tuple[str, str, Callable[[], dict[str, Any]]]] | None = None) -> dict[str, Any]:
+    """Every configuration of `jobs` (default: plan(s)), the matmul peak, and the ratios; one failure does
+    not lose the rest."""
     import paddle
     from .models.bert import BertConfig
     # NOTE: before Paddle's math library is first used (it reads the count once): all cores, as Paddle's best.
@@ -219,7 +221,7 @@ def run(s: BenchSettings, on_start: Callable[[str, str], None] = lambda part, cf
     on_start("peak", "matmul")
     peak = matmul_peak(repeats=3)
     results: dict[str, dict[str, Any]] = {p: {} for p in s.parts}
-    for part, cfg, measure in plan(s):
+    for part, cfg, measure in plan(s) if jobs is None else jobs:
         on_start(part, cfg)
         try:
             results[part][cfg] = measure()
