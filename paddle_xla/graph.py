@@ -76,6 +76,24 @@ class Graph:
     def buffers(self) -> list[Param]:
         return [p for p in self.params if not p.trainable]
 
+    def readers(self) -> dict[int, list[tuple[str, int]]]:
+        """value id -> (op name, operand position) of every op, in any block, that reads it."""
+        out: dict[int, list[tuple[str, int]]] = {}
+        for op in self.ops():
+            for i, v in enumerate(op.inputs):
+                if v is not None:
+                    out.setdefault(v, []).append((op.name, i))
+        return out
+
+    def params_read_only_by(self, accepts) -> set[str]:
+        """Names of parameters whose every reader passes `accepts(op_name, operand_position)`, and that
+        the program neither fetches nor writes back: a runtime may hold such a weight in another
+        layout or precision, since no one else sees it."""
+        readers = self.readers()
+        exposed = {f.value for f in self.fetches} | {v for _, v in self.buffer_updates}
+        return {p.name for p in self.params if p.value not in exposed and readers.get(p.value)
+                and all(accepts(name, i) for name, i in readers[p.value])}
+
     def unused_by(self, fetch_index: int) -> list[str]:
         """Trainable parameters that fetch `fetch_index` (a loss) does not depend on: Paddle's backward
         gives them no gradient, so its optimizers leave them (and their moments) untouched."""

@@ -18,16 +18,9 @@ OIHW_TO_HWIO = (2, 3, 1, 0)
 
 def hwio_filter_names(graph: Graph) -> set[str]:
     """Float 4-D parameters read only as the filter (operand 1) of a 2-D convolution."""
-    uses: dict[int, list[tuple[str, int]]] = {}
-    for op in graph.ops():
-        for i, v in enumerate(op.inputs):
-            if v is not None:
-                uses.setdefault(v, []).append((op.name, i))
-    kept = {f.value for f in graph.fetches} | {v for _, v in graph.buffer_updates}
-    return {p.name for p in graph.params
-            if len(p.shape) == 4 and p.dtype in ("float32", "float16", "bfloat16", "float64")
-            and p.value not in kept and uses.get(p.value)
-            and all(name in FILTER_OPS and i == 1 for name, i in uses[p.value])}
+    floats = {p.name for p in graph.params
+              if len(p.shape) == 4 and p.dtype in ("float32", "float16", "bfloat16", "float64")}
+    return floats & graph.params_read_only_by(lambda op, i: op in FILTER_OPS and i == 1)
 
 
 def with_hwio_filters(base: type[Interpreter], filter_values: frozenset[int]) -> type[Interpreter]:

@@ -72,15 +72,8 @@ def _is_float(x) -> bool:
 def half_weight_names(graph: Graph) -> set[str]:
     """Float32 parameters that only white-list ops read, so that an inference program can hold them in
     half once instead of casting them on every call (the values the ops see are the same)."""
-    readers: dict[int, set[str]] = {}
-    for op in graph.block.walk():
-        for v in op.inputs:
-            if v is not None:
-                readers.setdefault(v, set()).add(op.name)
-    kept = {f.value for f in graph.fetches} | {v for _, v in graph.buffer_updates}
-    return {p.name for p in graph.params
-            if p.dtype == "float32" and p.value not in kept and readers.get(p.value)
-            and readers[p.value] <= WHITE}
+    dtypes = {p.name: p.dtype for p in graph.params}
+    return {n for n in graph.params_read_only_by(lambda op, _: op in WHITE) if dtypes[n] == "float32"}
 
 
 # ---- matmul: half inputs, float32 accumulation and result -----------------------------------------
