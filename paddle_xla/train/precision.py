@@ -82,18 +82,18 @@ def half_weight_names(graph: Graph) -> set[str]:
 # matmul and both its gradients are written as half x half -> float32 dots.
 def half_matmul(x, y, *, half=jnp.bfloat16, transpose_x=False, transpose_y=False):
     """Paddle's matmul of float32 operands, computed as half x half -> float32."""
+    if y.ndim == 2 and x.ndim >= 2 and not transpose_x:
+        return _weight_mm(x.astype(half), y.astype(half), transpose_y)
+    if x.ndim > 2 and x.shape[:-2] == y.shape[:-2]:
+        return _batched_mm(x.astype(half), y.astype(half), transpose_x, transpose_y)
+    # NOTE: the rest (vectors, broadcast batch dimensions, transpose_x on a weight) through jnp's rules.
     x2 = x[None, :] if x.ndim == 1 else x
     y2 = y[:, None] if y.ndim == 1 else y
     if transpose_x and x.ndim > 1:
         x2 = jnp.swapaxes(x2, -1, -2)
     if transpose_y and y.ndim > 1:
         y2 = jnp.swapaxes(y2, -1, -2)
-    if y.ndim == 2 and x.ndim >= 2 and not transpose_x:
-        out = _weight_mm(x.astype(half), y.astype(half), transpose_y)
-    elif x.ndim > 2 and x.shape[:-2] == y.shape[:-2]:
-        out = _batched_mm(x.astype(half), y.astype(half), transpose_x, transpose_y)
-    else:
-        out = _mm(x2.astype(half), y2.astype(half))
+    out = _mm(x2.astype(half), y2.astype(half))
     if x.ndim == 1:
         out = out[..., 0, :]
     if y.ndim == 1:
@@ -116,6 +116,9 @@ def _mm_bwd(res, ct):
     da = jnp.matmul(ct, jnp.swapaxes(b, -1, -2), preferred_element_type=jnp.float32)
     db = jnp.matmul(jnp.swapaxes(a, -1, -2), ct, preferred_element_type=jnp.float32)
     return _sum_to(da, a.shape).astype(a.dtype), _sum_to(db, b.shape).astype(b.dtype)
+
+
+_mm.defvjp(_mm_fwd, _mm_bwd)
 
 
 # NOTE: a weight matmul [..., K] x [K, N] (or [N, K] with transpose_w) and both its gradients as
@@ -180,9 +183,6 @@ def _sum_to(x, shape):
     x = x.sum(axis=tuple(range(lead))) if lead else x
     axes = tuple(i for i, (n, m) in enumerate(zip(x.shape, shape)) if m == 1 and n != 1)
     return x.sum(axis=axes, keepdims=True) if axes else x
-
-
-_mm.defvjp(_mm_fwd, _mm_bwd)
 
 
 def interpreter_for(precision: str) -> type[Interpreter]:
