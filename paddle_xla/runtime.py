@@ -31,7 +31,8 @@ class CompiledModel:
         # NOTE: weights the executable reads in another precision or layout than Paddle's, prepared once
         # here, not on every call: matmul weights in half (BERT-Base bf16: -20 %), conv filters as HWIO
         # on CPU (ResNet-50 b8: 512 -> 451 ms). set_weights applies the same to new values.
-        self._half = {k: HALF[precision] for k in half_weight_names(graph)} if precision != "fp32" else {}
+        self._half_dtype = HALF.get(precision)
+        self._half = half_weight_names(graph) if self._half_dtype is not None else set()
         self._hwio = hwio_filter_names(graph) if jax.default_backend() == "cpu" else set()
         if self._hwio:
             interp = with_hwio_filters(interp, frozenset(p.value for p in graph.params if p.name in self._hwio))
@@ -47,7 +48,7 @@ class CompiledModel:
     def _prepared(self, name: str, value):
         xp = jnp if isinstance(value, jax.Array) else np       # NOTE: device values stay on the device
         if name in self._half:
-            value = xp.asarray(value).astype(self._half[name])
+            value = xp.asarray(value).astype(self._half_dtype)
         if name in self._hwio:
             value = xp.transpose(value, OIHW_TO_HWIO)
         return value

@@ -153,9 +153,9 @@ class TrainStep:
 
     def save_checkpoint(self, path: str) -> None:
         extra = {"lr_offset": self._lr_offset, "schedule": self.schedule.to_dict()}
-        engine = self._step.engine
-        if engine is not None and engine.scaler_cfg is not None:
-            extra["loss_scaler"] = engine.scaler_state()      # fp16: scale, clean steps, skipped steps
+        scaler = self._step.scaler_state()                     # fp16: scale, clean steps, skipped steps
+        if scaler is not None:
+            extra["loss_scaler"] = scaler
         checkpoint.save(path, self.state, self.fingerprint(), extra, names=self.stable_names())
 
     def load_checkpoint(self, path: str) -> None:
@@ -163,10 +163,8 @@ class TrainStep:
         scaler, all or nothing."""
         self.state, extra = checkpoint.load(path, self.state, self.fingerprint(), names=self.stable_names())
         self._lr_offset = int(extra.get("lr_offset", 0))
-        engine = self._step.engine
-        if engine is not None and engine.scaler_cfg is not None and "loss_scaler" in extra:
-            engine.set_scaler_state(extra["loss_scaler"])
-            self.loss_scale, self.skipped_steps = self._step.loss_scale, self._step.skipped_steps
+        self._step.set_scaler_state(extra.get("loss_scaler"))
+        self.loss_scale, self.skipped_steps = self._step.loss_scale, self._step.skipped_steps
 
 
 def train_step(net, loss_fn, optimizer, input_spec, label_spec=(), **kw) -> TrainStep:

@@ -121,6 +121,14 @@ class StepRunner:
     def skipped_steps(self) -> int:
         return self.engine.skipped_steps if self.engine is not None else 0
 
+    def scaler_state(self) -> dict | None:
+        """The fp16 loss scaler's state for a checkpoint, or None when there is no scaler."""
+        return self.engine.scaler_state() if self.engine is not None and self.engine.scaler_cfg else None
+
+    def set_scaler_state(self, state) -> None:
+        if state is not None and self.engine is not None and self.engine.scaler_cfg:
+            self.engine.set_scaler_state(state)
+
     def report(self) -> dict:
         """The layout in numbers: mesh shape, pipeline plan, bubble fraction, bytes per device."""
         if self.engine is None:
@@ -167,7 +175,7 @@ class StepRunner:
             self._grads_jit = jax.jit(make_grads(self.graph))
         # NOTE: each accumulated pass draws its own random numbers (dropout), as Paddle's would.
         key = jax.random.fold_in(jax.random.fold_in(s.key, s.step), micro + 1)
-        return self._grads_jit(s.params, s.buffers, feeds, key, *([accumulated] if accumulated else []))
+        return self._grads_jit(s.params, s.buffers, feeds, key, *([accumulated] if accumulated is not None else []))
 
     def _plain(self, s: TrainState, feeds, lr, accumulated=None) -> StepResult:
         key = jax.random.fold_in(s.key, s.step)
