@@ -58,13 +58,21 @@ def test_export_writes_paddle_layout(tmp_path):
     np.testing.assert_allclose(again(X), net(paddle.to_tensor(X)).numpy(), rtol=1e-5, atol=1e-6)
 
 
+Y = np.array([1, 3], "int64")
+
+
+def _prepared(cls):
+    """A px.Model or paddle.Model of Net with Momentum and cross entropy, from seed 0."""
+    paddle.seed(0)
+    net = Net()
+    model = cls(net, SPEC, [InputSpec([None], "int64", "y")])
+    model.prepare(paddle.optimizer.Momentum(0.05, parameters=net.parameters()), nn.CrossEntropyLoss())
+    return model
+
+
 def test_px_model_evaluates_a_cnn_with_trained_weights():
     def run(cls):
-        paddle.seed(0)
-        net = Net()
-        model = cls(net, SPEC, [InputSpec([None], "int64", "y")])
-        model.prepare(paddle.optimizer.Momentum(0.05, parameters=net.parameters()), nn.CrossEntropyLoss())
-        y = np.array([1, 3], "int64")
+        model, y = _prepared(cls), Y
         for _ in range(3):
             model.train_batch([X], [y])
         return model.eval_batch([X], [y])[0], model.predict_batch([X])[0]
@@ -75,11 +83,7 @@ def test_px_model_evaluates_a_cnn_with_trained_weights():
 
 def test_px_model_evaluates_with_statistics_from_accumulation_passes():
     def run(cls):
-        paddle.seed(0)
-        net = Net()
-        model = cls(net, SPEC, [InputSpec([None], "int64", "y")])
-        model.prepare(paddle.optimizer.Momentum(0.05, parameters=net.parameters()), nn.CrossEntropyLoss())
-        y = np.array([1, 3], "int64")
+        model, y = _prepared(cls), Y
         model.train_batch([X], [y])
         first = model.eval_batch([X], [y])[0]
         model.train_batch([X * 2.0], [y], update=False)    # moves BatchNorm's running statistics only
