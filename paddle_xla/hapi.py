@@ -56,6 +56,7 @@ class XlaAdapter:
 
     def prepare(self):
         self._step = self._eval = self._predict = None
+        self._synced: dict[int, int] = {}      # id(program) -> the train step's version it last took
 
     # ---- the three batch entry points ------------------------------------------------------
     def train_batch(self, inputs, labels=None, update=True):
@@ -107,10 +108,10 @@ class XlaAdapter:
 
     def _run(self, program: CompiledModel, xs) -> list[np.ndarray]:
         step = self._step
-        if step is not None and getattr(program, "_synced_version", None) != step.version:
+        if step is not None and self._synced.get(id(program)) != step.version:
             # NOTE: evaluate with the weights and buffers training has reached so far (once per change)
             program.set_weights({**step.state.params, **step.state.buffers})
-            program._synced_version = step.version
+            self._synced[id(program)] = step.version
         return [np.asarray(o) for o in program.run(*xs)]
 
     def _with_metrics(self, losses, outputs, labels):
