@@ -54,11 +54,14 @@ def validate(model: str = typer.Argument("bert", help="bert | bert-base | bert-s
              steps: int = typer.Option(30), batch: int = typer.Option(8), seq: int = typer.Option(64),
              lr: float = typer.Option(1e-3), out: str = typer.Option("validate_out", help="folder for report.json/png"),
              dropout: bool = typer.Option(False, "--dropout",
-                                          help="the convergence run: dropout on, curves compared statistically")):
+                                          help="the convergence run: dropout on, curves compared statistically"),
+             max_predictions: int = typer.Option(0, help="MLM head on this many masked positions per sequence "
+                                                          "(BERT's max_predictions_per_seq); 0: every token")):
     """Train natively and with paddle_xla from the same weights and batches; report parity and speed."""
     from .validate import run
     name = config or (model.split("-", 1)[1] if "-" in model else "tiny")
-    report = run(name, steps=steps, batch=batch, seq=seq, lr=lr, out_dir=out, dropout=dropout)
+    report = run(name, steps=steps, batch=batch, seq=seq, lr=lr, out_dir=out, dropout=dropout,
+                 max_predictions=max_predictions)
     ok = report.convergence["ok"] if dropout else report.max_rel_loss_diff < 1e-3
     what = "convergence" if dropout else "loss parity"
     typer.echo(f"wrote {out}/report.json and {out}/report.png; {what} {'ok' if ok else 'FAILED'}")
@@ -74,6 +77,8 @@ def bench(model: str = typer.Argument("bert-base", help="bert-base | bert-small 
                                                     help="split this CPU into N XLA devices (for replicas/stages)"),
           only: Optional[str] = typer.Option(None, help="train | infer (default: both)"),
           no_paddle: bool = typer.Option(False, "--no-paddle", help="skip the native Paddle baseline"),
+          max_predictions: int = typer.Option(20, help="MLM head on this many masked positions per sequence "
+                                                       "(BERT's max_predictions_per_seq); 0: every token"),
           out: str = typer.Option("bench_out/report.json", help="where the JSON report goes")):
     """Training throughput and inference latency of BERT, paddle_xla vs native Paddle's best, with MFU."""
     if cpu_devices:
@@ -90,7 +95,7 @@ def bench(model: str = typer.Argument("bert-base", help="bert-base | bert-small 
     try:
         settings = b.BenchSettings(config=name, batch=batch, seq=seq, repeats=repeats,
                                    strategy=b.parse_strategy(strategy), parts=(only,) if only else b.PARTS,
-                                   paddle=not no_paddle)
+                                   paddle=not no_paddle, max_predictions=max_predictions)
         import paddle_xla as px
         px.Strategy(**settings.strategy)                         # NOTE: an invalid Strategy fails before any timing
     except (PaddleXlaError, TypeError) as e:

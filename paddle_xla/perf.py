@@ -55,10 +55,11 @@ def bert_flops(*, layers: int, hidden: int, intermediate: int, batch: int, seq: 
 
 
 def bert_pretraining_flops(*, layers: int, hidden: int, intermediate: int, vocab: int, batch: int,
-                           seq: int) -> float:
+                           seq: int, head_tokens: int | None = None) -> float:
     """FLOPs of one BERT pretraining step: 3 x forward (backward = 2 x forward), the forward being the
-    encoder (bert_flops) plus the MLM head over every token (transform H x H, tied decoder H x vocab).
+    encoder (bert_flops) plus the MLM head (transform H x H, tied decoder H x vocab) over `head_tokens`
+    (default every token; batch x max_predictions when the head scores only the masked positions).
     This is the "6 x params x tokens + attention" count, params being the weights that multiply
     (embedding lookups and the per-sample pooler/NSP work are not matmuls per token)."""
-    head = 2 * batch * seq * (hidden * hidden + hidden * vocab)
+    head = 2 * (batch * seq if head_tokens is None else head_tokens) * (hidden * hidden + hidden * vocab)
     return 3 * (bert_flops(layers=layers, hidden=hidden, intermediate=intermediate, batch=batch, seq=seq) + head)

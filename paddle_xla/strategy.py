@@ -10,7 +10,7 @@
 | precision             | fp32 | bf16 | fp16 (dynamic loss scaling); fp32 master weights | enable_fp16, loss_scaling |
 | recompute             | None | "full" | "stage" | "layer"  (jax.checkpoint)         | auto_recomputation        |
 | shard_optimizer_state | ZeRO-1 over replicas                                         | replicated tensor sharding|
-| schedule              | pipeline schedule over micro-batches: "gpipe"                 | (IPU: pipelined by default)|
+| schedule              | pipeline schedule: "gpipe" | "1f1b" (memory flat in micro_batches) | (IPU: pipelined by default)|
 | loss_reduction        | "auto" | "mean" | "sum": how micro-batch losses combine        |                           |
 
 Everything is checked here, on construction, that can be checked without the model: field values,
@@ -34,7 +34,7 @@ from .errors import StrategyError
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 RECOMPUTE = (None, "full", "stage", "layer")
-SCHEDULES = ("gpipe",)
+SCHEDULES = ("gpipe", "1f1b")
 REDUCTIONS = ("auto", "mean", "sum")
 _AUTO = "auto"
 
@@ -85,6 +85,9 @@ class Strategy:
             raise StrategyError(f"Strategy.recompute must be one of {RECOMPUTE}, got {self.recompute!r}.")
         if self.schedule not in SCHEDULES:
             raise StrategyError(f"Strategy.schedule must be one of {SCHEDULES}, got {self.schedule!r}.")
+        if self.schedule != "gpipe" and self.stages == 1:
+            raise StrategyError(f"schedule={self.schedule!r} orders the micro-batches of pipeline stages, but "
+                                "stages=1; set stages > 1 or drop schedule.")
         if self.loss_reduction not in REDUCTIONS:
             raise StrategyError(f"Strategy.loss_reduction must be one of {REDUCTIONS}, got {self.loss_reduction!r}.")
         self._check_loss_scale()

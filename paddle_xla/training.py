@@ -129,6 +129,11 @@ class TrainStep:
                                                   schedule_state=self._lr_offset + self.state.step)
 
     # ---- weights back to Paddle, checkpoints -------------------------------------------------
+    def layout(self) -> dict:
+        """How the Strategy spread the step: mesh shape, micro-batches, pipeline schedule and its bubble
+        fraction, parameter bytes per device, and the stage plan."""
+        return self._step.report()
+
     def weights(self) -> dict[str, np.ndarray]:
         return {k: np.asarray(v) for k, v in {**self.state.params, **self.state.buffers}.items()}
 

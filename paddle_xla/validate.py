@@ -27,6 +27,7 @@ class Report:
     xla_samples_per_s: float = 0.0
     xla_compile_s: float = 0.0
     dropout: bool = False
+    max_predictions: int = 0              # 0: the MLM head scores every token
     convergence: dict = field(default_factory=dict)
 
     @property
@@ -35,9 +36,11 @@ class Report:
 
 
 def run(config: str = "tiny", steps: int = 30, batch: int = 8, seq: int = 64, lr: float = 1e-3,
-        out_dir: str = "validate_out", seed: int = 0, console=None, dropout: bool = False) -> Report:
+        out_dir: str = "validate_out", seed: int = 0, console=None, dropout: bool = False,
+        max_predictions: int = 0) -> Report:
     """dropout=False: the parity run (identical curves expected). dropout=True: the convergence run;
-    each framework draws its own dropout masks, so the curves agree only statistically (see converge)."""
+    each framework draws its own dropout masks, so the curves agree only statistically (see converge).
+    max_predictions > 0: the MLM head scores only that many masked positions per sequence."""
     import paddle
     from rich.console import Console
     from rich.progress import Progress
@@ -61,14 +64,15 @@ def run(config: str = "tiny", steps: int = 30, batch: int = 8, seq: int = 64, lr
     native = copy.deepcopy(net)
     opt_x = _optimizer(paddle, net, lr, steps)
     opt_n = _optimizer(paddle, native, lr, steps)
-    step = train_step(net, None, opt_x, BertForPretraining.input_spec(seq))
-    report = Report(config, steps, batch, seq, dropout=dropout)
+    step = train_step(net, None, opt_x, BertForPretraining.input_spec(seq, max_predictions))
+    inputs = (lambda b: b.with_masked_positions(max_predictions)) if max_predictions else (lambda b: b.as_list())
+    report = Report(config, steps, batch, seq, dropout=dropout, max_predictions=max_predictions)
     xla_times, pd_times = [], []
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"BERT-{config}: paddle_xla and Paddle, {steps} steps", total=steps)
         for i, b in enumerate(batches):
-            t0 = time.perf_counter(); report.xla_loss.append(step(*b.as_list())); t1 = time.perf_counter()
-            report.paddle_loss.append(_native_step(paddle, native, opt_n, b)); t2 = time.perf_counter()
+            t0 = time.perf_counter(); report.xla_loss.append(step(*inputs(b))); t1 = time.perf_counter()
+            report.paddle_loss.append(_native_step(paddle, native, opt_n, inputs(b))); t2 = time.perf_counter()
             (xla_times if i else [report.__setattr__("xla_compile_s", t1 - t0)]).append(t1 - t0)
             pd_times.append(t2 - t1)
             progress.advance(task)
@@ -116,8 +120,8 @@ def _optimizer(paddle, net, lr, steps):
                                   grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0))
 
 
-def _native_step(paddle, net, opt, b) -> float:
-    loss = net(*[paddle.to_tensor(x) for x in b.as_list()])
+def _native_step(paddle, net, opt, inputs) -> float:
+    loss = net(*[paddle.to_tensor(x) for x in inputs])
     loss.backward()
     opt.step()
     opt.clear_grad()

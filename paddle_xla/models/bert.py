@@ -102,8 +102,14 @@ class BertModel(nn.Layer):
 
 
 class BertForPretraining(nn.Layer):
-    """MLM + NSP heads; forward returns the summed pretraining loss when labels are given,
-    else (mlm_logits, nsp_logits). MLM labels use -100 for positions that are not masked."""
+    """MLM + NSP heads; forward returns the summed pretraining loss. MLM labels use -100 for
+    positions that are not masked.
+
+    Without `masked_positions` the MLM head scores every token (mlm_labels [B, S]). With them
+    ([B, P] int64, each row the positions of that sequence's masked tokens, padded with any position
+    whose label is -100) it scores only those P tokens (mlm_labels [B, P]), as PaddleNLP's
+    BertPretrainingHeads and Graphcore's and NVIDIA's BERT do (max_predictions_per_seq: 20 at seq 128).
+    The decoder over the vocabulary is most of the head's cost, so this is the usual pretraining setup."""
 
     def __init__(self, cfg: BertConfig):
         super().__init__()
@@ -115,23 +121,32 @@ class BertForPretraining(nn.Layer):
         _init_weights(self.transform, cfg.initializer_range)
         _init_weights(self.nsp, cfg.initializer_range)
 
-    def logits(self, input_ids, token_type_ids):
+    def logits(self, input_ids, token_type_ids, masked_positions=None):
         seq, pooled = self.bert(input_ids, token_type_ids)
+        if masked_positions is not None:
+            # broadcast=True spreads the [B, P, 1] positions over the hidden axis.
+            seq = paddle.take_along_axis(seq, masked_positions.unsqueeze(-1), axis=1, broadcast=True)
         h = self.transform_norm(F.gelu(self.transform(seq)))
         w = self.bert.embeddings.word_embeddings.weight     # tied decoder, as in BERT
         mlm = paddle.matmul(h, w, transpose_y=True) + self.decoder_bias
         return mlm, self.nsp(pooled)
 
-    def forward(self, input_ids, token_type_ids, mlm_labels, nsp_labels):
-        mlm, nsp = self.logits(input_ids, token_type_ids)
+    def forward(self, input_ids, token_type_ids, mlm_labels, nsp_labels, masked_positions=None):
+        mlm, nsp = self.logits(input_ids, token_type_ids, masked_positions)
         mlm_loss = F.cross_entropy(mlm.reshape([-1, mlm.shape[-1]]), mlm_labels.reshape([-1]), ignore_index=-100)
         nsp_loss = F.cross_entropy(nsp, nsp_labels)
         return mlm_loss + nsp_loss
 
     @staticmethod
-    def input_spec(seq: int | None = None):
-        return BertModel.input_spec(seq) + [InputSpec([None, seq], "int64", "mlm_labels"),
-                                            InputSpec([None], "int64", "nsp_labels")]
+    def input_spec(seq: int | None = None, max_predictions: int | None = None):
+        """Specs for forward's arguments; `max_predictions` adds masked_positions (and shapes
+        mlm_labels [B, max_predictions])."""
+        labelled = max_predictions if max_predictions else seq
+        specs = BertModel.input_spec(seq) + [InputSpec([None, labelled], "int64", "mlm_labels"),
+                                             InputSpec([None], "int64", "nsp_labels")]
+        if max_predictions:
+            specs.append(InputSpec([None, max_predictions], "int64", "masked_positions"))
+        return specs
 
 
 class BertForSequenceClassification(nn.Layer):

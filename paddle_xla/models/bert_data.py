@@ -53,6 +53,25 @@ class PretrainingBatch:
     def as_list(self) -> list[np.ndarray]:
         return [self.input_ids, self.token_type_ids, self.mlm_labels, self.nsp_labels]
 
+    def with_masked_positions(self, max_predictions: int) -> list[np.ndarray]:
+        """Inputs for BertForPretraining with masked_positions: the first `max_predictions` masked
+        positions of each row and their labels, padded with position 0 and label IGNORE. As in
+        BERT's data pipeline, masks beyond max_predictions_per_seq are not predicted."""
+        positions, labels = masked_positions(self.mlm_labels, max_predictions)
+        return [self.input_ids, self.token_type_ids, labels, self.nsp_labels, positions]
+
+
+def masked_positions(mlm_labels: np.ndarray, max_predictions: int) -> tuple[np.ndarray, np.ndarray]:
+    """([B, P] positions, [B, P] labels) of the masked tokens in [B, S] labels (IGNORE = not masked)."""
+    b = mlm_labels.shape[0]
+    positions = np.zeros((b, max_predictions), "int64")
+    labels = np.full((b, max_predictions), IGNORE, "int64")
+    for row in range(b):
+        where = np.flatnonzero(mlm_labels[row] != IGNORE)[:max_predictions]
+        positions[row, :len(where)] = where
+        labels[row, :len(where)] = mlm_labels[row, where]
+    return positions, labels
+
 
 class PretrainingData:
     """Deterministic NSP pairs + MLM masks from tokenized sentences."""

@@ -25,7 +25,7 @@ from .context import Context, axis_index, group_keys, pmean, pmin, psum, scan
 from .data import accumulate
 from .mesh import make_mesh, put as mesh_put, sharding, to_host
 from .pack import Layout, Natural, stack, widths
-from .pipeline import bubble_fraction, gpipe
+from . import pipeline, pipeline_1f1b
 from .placement import Placement
 from .program import whole
 from .state import PackedView
@@ -154,6 +154,7 @@ class Engine:
         st, cfg = self.strategy, self.scaler_cfg
         S, M, zero = st.stages, st.micro_batches, self.zero
         stop_on_nan = cfg is None
+        schedule = pipeline_1f1b.one_f_one_b if st.schedule == "1f1b" else pipeline.gpipe
 
         def one(carry, xs):
             P_, Sh, B, O, Osh, scaler, stopped = carry
@@ -164,7 +165,7 @@ class Engine:
             if S == 1:
                 loss, (gP, gSh), fetches, newB = accumulate(ctx, P_, Sh, B, feeds, keys, scale)
             else:
-                loss, (gP, gSh), fetches, newB = gpipe(ctx, P_, Sh, B, feeds, keys, scale, templates)
+                loss, (gP, gSh), fetches, newB = schedule(ctx, P_, Sh, B, feeds, keys, scale, templates)
             gP = psum(ctx, gP, "replica")
             gSh = psum(ctx, gSh, ("replica", "stage"))
             loss = psum(ctx, loss, ("replica", "stage"))
@@ -249,7 +250,8 @@ class Engine:
                        for k, v in self.scaler.items()}
 
     def bubble_fraction(self) -> float:
-        return bubble_fraction(self.strategy.stages, self.strategy.micro_batches)
+        module = pipeline_1f1b if self.strategy.schedule == "1f1b" else pipeline
+        return module.bubble_fraction(self.strategy.stages, self.strategy.micro_batches)
 
     def param_bytes_per_device(self) -> dict[str, int]:
         """Bytes each device holds for weights, buffers and optimizer state (packed widths)."""

@@ -135,7 +135,8 @@ class StepRunner:
             return {"replicas": 1, "stages": 1, "bubble_fraction": 0.0}
         e = self.engine
         return {"replicas": self.strategy.replicas, "stages": self.strategy.stages,
-                "micro_batches": self.strategy.micro_batches, "bubble_fraction": e.bubble_fraction(),
+                "micro_batches": self.strategy.micro_batches, "schedule": self.strategy.schedule,
+                "bubble_fraction": e.bubble_fraction(),
                 "bytes_per_device": e.param_bytes_per_device(), "plan": getattr(e.placement, "plan", "")}
 
     def split(self, args, kwargs) -> list[tuple[list, dict]]:

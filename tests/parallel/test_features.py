@@ -68,3 +68,35 @@ def test_recompute_changes_no_number(kind, recompute, stages):
     ref_losses, ref_weights, _ = train(kind, steps=2)
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
     assert_weights_close(weights, ref_weights)
+
+
+def _temp_bytes(schedule: str, micro_batches: int) -> int:
+    """XLA's temporaries per device for BERT on 2 stages, micro-batches of 2 samples each."""
+    from paddle_xla.parallel.engine import memory_analysis
+    net, opt, specs = setup("bert")
+    st = px.Strategy(stages=2, micro_batches=micro_batches, schedule=schedule)
+    step = px.train_step(net, loss_fn(), opt, specs, LABEL, strategy=st)
+    x, y = batches("bert", 1, batch=2 * micro_batches)[0]
+    feeds = step.feeds([*x, *y], {})
+    s = step.state
+    return memory_analysis(step._step.engine, s.params, s.buffers, s.opt_state,
+                           {k: v[None] for k, v in feeds.items()})["temp_bytes"]
+
+
+def test_1f1b_memory_stays_flat_as_micro_batches_grow():
+    """GPipe keeps every tick's activations, so its memory grows with micro_batches; 1F1B keeps at most
+    2S - 1 stage inputs, so raising micro_batches (to shrink the bubble) costs it no memory."""
+    gpipe = {m: _temp_bytes("gpipe", m) for m in (4, 16)}
+    one_f = {m: _temp_bytes("1f1b", m) for m in (4, 16)}
+    assert gpipe[16] > 2 * gpipe[4], gpipe
+    assert one_f[16] < 1.25 * one_f[4], one_f
+    assert one_f[16] < gpipe[16] / 3, (one_f, gpipe)
+
+
+def test_1f1b_reports_its_bubble():
+    st = px.Strategy(stages=4, micro_batches=8, schedule="1f1b")
+    step = _stepper(st)
+    layout = step.layout()
+    assert layout["schedule"] == "1f1b" and layout["bubble_fraction"] == pytest.approx(6 / 14)
+    with pytest.raises(px.StrategyError, match="stages=1"):
+        px.Strategy(schedule="1f1b", micro_batches=4)

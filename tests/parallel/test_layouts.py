@@ -8,9 +8,12 @@ from parallel.helpers import assert_weights_close, native, train
 LAYOUTS = [(16, 1), (1, 4), (4, 4), (2, 8)]
 
 
-def _strategy(replicas, stages):
+PIPELINES = [(1, 4), (4, 4), (2, 8)]
+
+
+def _strategy(replicas, stages, schedule="gpipe"):
     # NOTE: a pipeline needs micro_batches >= stages; a batch of 16 splits into replicas x micro_batches.
-    return px.Strategy(replicas=replicas, stages=stages, micro_batches=max(stages, 1))
+    return px.Strategy(replicas=replicas, stages=stages, micro_batches=max(stages, 1), schedule=schedule)
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +36,17 @@ def cnn_reference():
     return {groups: train("cnn", px.Strategy(micro_batches=groups))[:2] for groups in (4, 16)}
 
 
-@pytest.mark.parametrize("replicas,stages", LAYOUTS)
-def test_cnn_layout_matches_one_device(cnn_reference, replicas, stages):
-    st = _strategy(replicas, stages)
+@pytest.mark.parametrize("replicas,stages", PIPELINES)
+def test_bert_1f1b_matches_one_device(bert_reference, replicas, stages):
+    losses, weights, _ = train("bert", _strategy(replicas, stages, "1f1b"))
+    np.testing.assert_allclose(losses, bert_reference[0], rtol=1e-5)
+    assert_weights_close(weights, bert_reference[1])
+
+
+@pytest.mark.parametrize("replicas,stages,schedule", [(r, s, "gpipe") for r, s in LAYOUTS]
+                         + [(r, s, "1f1b") for r, s in PIPELINES])
+def test_cnn_layout_matches_one_device(cnn_reference, replicas, stages, schedule):
+    st = _strategy(replicas, stages, schedule)
     losses, weights, _ = train("cnn", st)
     ref_losses, ref_weights = cnn_reference[st.groups]
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
