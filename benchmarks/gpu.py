@@ -119,7 +119,8 @@ def peak(quick: bool) -> dict[str, Any]:
 
 
 # ---- feeds and FLOPs ---------------------------------------------------------------------------
-def bert_feeds(names, batch: int, seq: int, vocab: int, seed: int = 0) -> dict[str, jax.Array]:
+def bert_feeds(names, batch: int, seq: int, vocab: int, seed: int = 0, max_predictions: int = 20) -> dict[str, jax.Array]:
+    """Synthetic inputs; with a masked_positions input, the MLM labels are those positions' ids."""
     rng = np.random.default_rng(seed)
     ids = rng.integers(5, vocab, (batch, seq)).astype("int64")
     types = np.zeros_like(ids)
@@ -127,6 +128,10 @@ def bert_feeds(names, batch: int, seq: int, vocab: int, seed: int = 0) -> dict[s
     all_feeds = {"input_ids": ids, "token_type_ids": types,
                  "mlm_labels": np.where(rng.random((batch, seq)) < 0.15, ids, IGNORE).astype("int64"),
                  "nsp_labels": rng.integers(0, 2, (batch,)).astype("int64")}
+    if "masked_positions" in names:
+        positions = np.sort(np.stack([rng.choice(seq, max_predictions, replace=False) for _ in range(batch)]), 1)
+        all_feeds["masked_positions"] = positions.astype("int64")
+        all_feeds["mlm_labels"] = np.take_along_axis(ids, positions, 1)
     # NOTE: on the device once, so the timed loop measures the model, not host-to-device copies.
     return {n: jax.device_put(all_feeds[n]) for n in names}
 

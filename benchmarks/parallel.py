@@ -37,11 +37,18 @@ from benchmarks.common import machine_info  # noqa: E402
 from paddle_xla.models.bert import BertConfig, BertForSequenceClassification, BertModel  # noqa: E402
 from paddle_xla.parallel.engine import memory_analysis  # noqa: E402
 
-LAYOUTS = [  # (replicas, stages, micro_batches, recompute, shard_optimizer_state)
+LAYOUTS = [  # (replicas, stages, micro_batches, recompute, shard_optimizer_state[, schedule])
     (1, 1, 1, None, False), (1, 1, 1, "layer", False), (16, 1, 1, None, False), (16, 1, 1, None, True),
     (1, 4, 8, None, False), (1, 4, 8, "stage", False), (4, 4, 4, None, False), (4, 4, 4, "stage", True),
     (2, 8, 8, "stage", False),
+    # NOTE: GPipe against 1F1B at the same micro_batches (batch 32: micro-batches of 4 or 2 samples).
+    (1, 4, 16, "stage", False, "gpipe"), (1, 4, 8, None, False, "1f1b"), (1, 4, 16, None, False, "1f1b"),
 ]
+
+
+def _fields(layout):
+    r, s, m, rc, zero, *rest = layout
+    return r, s, m, rc, zero, (rest[0] if rest else "gpipe")
 
 
 def model(cfg: BertConfig):
@@ -50,11 +57,11 @@ def model(cfg: BertConfig):
 
 
 def make_step(cfg, layout, verbose=False):
-    r, s, m, rc, zero = layout
+    r, s, m, rc, zero, schedule = _fields(layout)
     net = model(cfg)
     opt = paddle.optimizer.AdamW(1e-4, parameters=net.parameters(), grad_clip=nn.ClipGradByGlobalNorm(1.0))
     st = px.Strategy(replicas=r, stages=s, micro_batches=m, recompute=rc, shard_optimizer_state=zero,
-                     loss_reduction="mean")
+                     loss_reduction="mean", schedule=schedule if s > 1 else "gpipe")
     if verbose:
         return px.train_step(net, nn.CrossEntropyLoss(), opt, BertModel.input_spec(), [_label()], strategy=st)
     import contextlib
@@ -73,7 +80,7 @@ def batch(cfg, n, seq, seed=0):
 
 
 def communication(engine, layout, feeds) -> dict:
-    r, s, m, _, zero = layout
+    r, s, m, _, zero, schedule = _fields(layout)
     nb = lambda w: sum(n * np.dtype(dt).itemsize for dt, n in w.items())  # noqa: E731
     grads = engine.param_bytes_per_device()["params"]
     out = {"grad_allreduce_bytes": int(2 * (r - 1) / r * grads) if r > 1 else 0}
@@ -81,7 +88,9 @@ def communication(engine, layout, feeds) -> dict:
     if info is not None:
         # NOTE: forward activations + their gradients backward, for every micro-batch of the replica.
         out["stage_send_useful_bytes"] = int(2 * m * max(info.send_bytes))
-        out["stage_send_padded_bytes"] = int(2 * (m + s - 1) * nb(info.box))
+        # GPipe: M+S-1 ticks forward and as many backward; 1F1B: M+2S-2 ticks, each sending both ways.
+        ticks = 2 * (m + s - 1) if schedule == "gpipe" else 2 * (m + 2 * s - 2)
+        out["stage_send_padded_bytes"] = int(ticks * nb(info.box))
     if zero:
         out["zero_allgather_bytes"] = int((r - 1) / r * nb(engine.widths["opt"]))
     return out
@@ -103,7 +112,8 @@ def run_layout(cfg, layout, n, seq, repeats):
     mem = memory_analysis(engine, step.state.params, step.state.buffers, step.state.opt_state,
                           {k: v[None] for k, v in feeds.items()})
     placement = engine.placement
-    return {"layout": dict(zip(("replicas", "stages", "micro_batches", "recompute", "shard_optimizer_state"), layout)),
+    keys = ("replicas", "stages", "micro_batches", "recompute", "shard_optimizer_state", "schedule")
+    return {"layout": dict(zip(keys, _fields(layout))),
             "first_loss": loss, "first_call_s": round(compile_s, 2), "step_s": statistics.median(times),
             "bytes_per_device": engine.param_bytes_per_device(), "memory_analysis": mem,
             "bubble_fraction": engine.bubble_fraction(), "communication_per_step": communication(engine, layout, feeds),

@@ -22,11 +22,8 @@ from common import machine_info, resnet50_flops  # noqa: E402
 
 
 def configurations(b, s):
-    """(part, configuration, measure) for bench.run: Paddle's two and paddle_xla's two.
-
-    NOTE: no Paddle bf16 AMP baseline: on CPU, Paddle 3.3's auto_cast warns "amp_guard can only be
-    enabled on CUDAPlace, XPUPlace, and CustomPlace" and runs fp32 (measured: 12.40 s against eager's
-    11.33 s, i.e. the same step)."""
+    """(part, configuration, measure) for bench.run: Paddle's two and paddle_xla's two (no Paddle AMP
+    baseline: it is fp32 on CPU, see bench.paddle_train)."""
     xla = lambda precision: lambda: b.xla_train(dataclasses.replace(s, strategy={"precision": precision}))  # noqa: E731
     return [("train", "paddle_eager", lambda: b.paddle_train(s, static=False)),
             ("train", "paddle_to_static", lambda: b.paddle_train(s, static=True)),

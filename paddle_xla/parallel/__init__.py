@@ -12,6 +12,7 @@
   context.py    what the per-device functions share; collectives that vanish over size-one axes
   data.py       one stage: data parallelism and gradient accumulation
   pipeline.py   several stages: the GPipe schedule (and why SPMD, not host-driven MPMD)
+  pipeline_1f1b.py  the 1F1B schedule: forward and backward interleaved, memory flat in micro-batches
   update.py     the optimizer on each stage; global-norm clipping across stages; ZeRO-1
   engine.py     the jitted SPMD step over the mesh, steps_per_call steps per call
   state.py      the engine's packed, sharded state seen as plain mappings

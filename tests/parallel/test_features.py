@@ -100,3 +100,27 @@ def test_1f1b_reports_its_bubble():
     assert layout["schedule"] == "1f1b" and layout["bubble_fraction"] == pytest.approx(6 / 14)
     with pytest.raises(px.StrategyError, match="stages=1"):
         px.Strategy(schedule="1f1b", micro_batches=4)
+
+
+def _run(kind: str, st, steps: int):
+    """(losses, weights) of `steps` optimizer steps, fed steps_per_call batches at a time."""
+    net, opt, specs = setup(kind)
+    step = px.train_step(net, loss_fn(), opt, specs, LABEL, strategy=st)
+    k, data, losses = st.steps_per_call, batches(kind, steps), []
+    for i in range(0, steps, k):
+        group = [x + y for x, y in data[i:i + k]]
+        out = step(*([np.stack(parts) for parts in zip(*group)] if k > 1 else group[0]))
+        losses += out if k > 1 else [out]
+    return losses, by_key(step)
+
+
+@pytest.mark.parametrize("extra", [dict(precision="bf16", replicas=2, shard_optimizer_state=True),
+                                   dict(precision="fp16", steps_per_call=2)])
+def test_1f1b_composes_like_gpipe(extra):
+    """1F1B under half precision (fp16: the loss scale is the last stage's cotangent), ZeRO-1 and device
+    loops computes what GPipe computes."""
+    base = dict(stages=2, micro_batches=4, **extra)
+    want_losses, want = _run("bert", px.Strategy(**base), 4)
+    got_losses, got = _run("bert", px.Strategy(**base, schedule="1f1b"), 4)
+    np.testing.assert_allclose(got_losses, want_losses, rtol=1e-4)
+    assert_weights_close(got, want, rtol=1e-3, atol=1e-5)
