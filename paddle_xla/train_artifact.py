@@ -18,6 +18,7 @@ continues from the exporter's last step with the losses the exporter's TrainStep
 its checkpoints are TrainStep's. Nothing here imports paddle."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any, Mapping, Sequence
@@ -46,7 +47,7 @@ EXPORTABLE_PRECISIONS = ("fp32", "bf16")
 # ---- the step function an artifact serializes ---------------------------------------------------
 def step_fn(graph: Graph, config: optim.OptimizerConfig, precision: str = "fp32"):
     """f(params, buffers, opt_state, feeds, key_data, lr) -> (params, buffers, opt_state, loss, fetches, finite)."""
-    update = lambda p, g, s, lr: optim.apply(config, p, g, s, lr)  # noqa: E731
+    update = functools.partial(optim.apply, config)
     step = make_step(graph, update) if precision == "fp32" else _mixed_step(graph, update, precision)
 
     def f(params, buffers, opt_state, feeds, key_data, lr):
@@ -69,7 +70,7 @@ def _mixed_step(graph: Graph, update, precision: str):
     def step(params, buffers, opt_state, feeds, key, lr):
         (loss, (fetches, new_buffers)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, buffers, feeds, key)
         finite = jnp.isfinite(loss) & all_finite(grads)
-        new_params, new_opt_state = update(params, grads, opt_state, lr)
+        new_params, new_opt_state = update(params, grads, opt_state, lr, finite)
         keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)  # noqa: E731
         return keep(new_params, params), {**buffers, **new_buffers}, keep(new_opt_state, opt_state), loss, \
             fetches, finite

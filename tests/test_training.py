@@ -1,4 +1,5 @@
 """Training parity: paddle_xla's train step against native Paddle, same weights, same batches."""
+import jax
 import numpy as np
 import paddle
 import paddle.nn as nn
@@ -143,11 +144,14 @@ def test_bad_label_shape_and_nonfinite_loss():
     with pytest.raises(px.FeedError, match="'label' has rank 2"):
         step(x, np.zeros((8, 1), "int64"))
     before = step.weights()
+    moments = jax.tree.map(lambda a: np.array(a, copy=True), step.state.opt_state)
     with pytest.raises(px.TrainingError, match="not finite at step 0"):
         step(np.full((8, 16), np.nan, "float32"), np.zeros((8,), "int64"))
     after = step.weights()
     for k in before:
         np.testing.assert_array_equal(before[k], after[k])
+    # AdamW's moments too: they are selected before the update reads them (optim._select_early).
+    jax.tree.map(np.testing.assert_array_equal, moments, jax.tree.map(np.asarray, step.state.opt_state))
 
 
 def test_checkpoint_errors(tmp_path):

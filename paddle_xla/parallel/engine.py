@@ -25,6 +25,7 @@ from .context import Context, axis_index, group_keys, pmean, pmin, psum, scan
 from .data import accumulate
 from .mesh import make_mesh, put as mesh_put, sharding, to_host
 from .pack import Layout, Natural, stack, widths
+from ..train.step import STEP_COMPILER_OPTIONS
 from . import pipeline, pipeline_1f1b
 from .placement import Placement
 from .program import whole
@@ -175,9 +176,9 @@ class Engine:
             gP, gSh = jax.tree.map(lambda g: g * inv.astype(g.dtype), (gP, gSh))
             ok = jnp.isfinite(loss) & update.finite(gP, gSh)
             ok = pmin(ctx, ok.astype(jnp.int32), ("replica", "stage")) > 0
-            nP, nSh, nO, nOsh = update.apply(ctx, self.config, self.configs, self.own.shared,
-                                             P_, Sh, O, Osh, gP, gSh, lr, zero)
             go = ok & ~stopped
+            nP, nSh, nO, nOsh = update.apply(ctx, self.config, self.configs, self.own.shared,
+                                             P_, Sh, O, Osh, gP, gSh, lr, zero, go)
             new = update.select(go, (nP, nSh, newB, nO, nOsh), (P_, Sh, B, O, Osh))
             scaler = update.select(stopped, scaler, scaler_update(cfg, scaler, ok))
             stopped = stopped | (~ok & stop_on_nan)
@@ -202,11 +203,10 @@ class Engine:
         # explicit psums, as with pmap, so no implicit cross-device sums must be added.
         mapped = body if st.devices == 1 else jax.shard_map(body, mesh=self.mesh, in_specs=in_specs,
                                                              out_specs=out_specs, check_vma=False)
-        # NOTE: XLA's CPU pipeline drops jax.checkpoint's optimization barriers early
-        # (cse_barrier_expander) and CSE then merges the recomputation back into the forward pass, so
-        # recomputation would save no memory there; keeping the pass off keeps the barriers.
-        options = {"xla_disable_hlo_passes": "cse_barrier_expander"} if st.recompute else None
-        return jax.jit(mapped, donate_argnums=(0, 1, 2, 3, 4), compiler_options=options)
+        # NOTE: XLA's CPU pipeline drops optimization barriers early (cse_barrier_expander): CSE would
+        # merge jax.checkpoint's recomputation back into the forward pass (no memory saved), and the
+        # optimizer's in-place moments (optim._select_early) would cost copies. The pass stays off.
+        return jax.jit(mapped, donate_argnums=(0, 1, 2, 3, 4), compiler_options=STEP_COMPILER_OPTIONS)
 
     def compiled(self, feeds: Mapping[str, np.ndarray]):
         sig = _signature(feeds)

@@ -80,8 +80,9 @@ def global_clip(ctx: Context, config, shared, grads_of) -> dict[str, jax.Array]:
     return scales
 
 
-def apply(ctx: Context, config, configs, shared, P, Sh, O, Osh, gP, gSh, lr, zero: bool):
-    """New (P, Sh, O, Osh) after one optimizer step of this device's stage."""
+def apply(ctx: Context, config, configs, shared, P, Sh, O, Osh, gP, gSh, lr, zero: bool, accept=None):
+    """New (P, Sh, O, Osh) after one optimizer step of this device's stage; `accept`: whether the
+    caller will keep it (optim.apply)."""
     s = axis_index(ctx, "stage")
     if zero:
         O = {dt: jax.lax.all_gather(x, "replica", axis=0, tiled=True) for dt, x in O.items()}
@@ -98,7 +99,7 @@ def apply(ctx: Context, config, configs, shared, P, Sh, O, Osh, gP, gSh, lr, zer
             grads = {n: g * scales[n].astype(g.dtype) if n in scales else g for n, g in grads.items()}
             state = {**ctx.opt[k].unpack(O), **Osh}
             cfg = configs[k] if ctx.stages > 1 else config
-            new_p, new_s = optim.apply(cfg, params, grads, state, lr)
+            new_p, new_s = optim.apply(cfg, params, grads, state, lr, accept)
             own_p = {n: new_p[n] for n in ctx.params[k].names()}
             own_s = {n: new_s[n] for n in ctx.opt[k].names()}
             return (ctx.params[k].pack(own_p, ctx.widths["params"]), {n: new_p[n] for n in Sh},

@@ -93,6 +93,10 @@ class Rule:
 
     kind: ClassVar[str]
     accumulators: ClassVar[tuple[str, ...]] = ()
+    # True: update() takes `accept`, the step's keep-or-drop flag, and selects its new accumulators
+    # with it before the parameter reads them (see adam_step). The caller keeps or drops the whole
+    # result anyway; this only changes how XLA can schedule it.
+    selects_early: ClassVar[bool] = False
 
     def init(self, p: Array, s: "ParamSettings") -> dict[str, Array]:
         return {}
@@ -149,6 +153,7 @@ class Adam(Rule):
     epsilon: float = 1e-8
     amsgrad: bool = False
     kind: ClassVar[str] = "adam"
+    selects_early: ClassVar[bool] = True
 
     @property
     def accumulators(self):
@@ -161,11 +166,11 @@ class Adam(Rule):
             acc["moment2_max"] = jnp.zeros_like(p, f32)
         return {**acc, "beta1_pow_acc": _pow_acc(self.beta1), "beta2_pow_acc": _pow_acc(self.beta2)}
 
-    def update(self, p, g, acc, lr, s):
-        return adam_step(self, p, g, acc, lr)
+    def update(self, p, g, acc, lr, s, accept=None):
+        return adam_step(self, p, g, acc, lr, accept)
 
 
-def adam_step(rule, p, g, acc, lr):
+def adam_step(rule, p, g, acc, lr, accept=None):
     """Paddle's Adam kernel (CPU and GPU agree): the eps is scaled by sqrt(1 - beta2^t)."""
     b1, b2, eps = f32(rule.beta1), f32(rule.beta2), f32(rule.epsilon)
     b1p, b2p = acc["beta1_pow_acc"][0], acc["beta2_pow_acc"][0]
@@ -175,11 +180,26 @@ def adam_step(rule, p, g, acc, lr):
     v = b2 * acc["moment2"] + (1 - b2) * g * g
     new = {"moment1": m, "moment2": v}
     if rule.amsgrad:
-        v = new["moment2_max"] = jnp.maximum(v, acc["moment2_max"])
+        new["moment2_max"] = jnp.maximum(v, acc["moment2_max"])
+    if accept is not None:
+        new = _select_early(accept, new, acc)
+    m, v = new["moment1"], new["moment2_max" if rule.amsgrad else "moment2"]
     p = p - lr_t * (m / (jnp.sqrt(v) + eps_t))
     new["beta1_pow_acc"] = acc["beta1_pow_acc"] * b1
     new["beta2_pow_acc"] = acc["beta2_pow_acc"] * b2
     return p, new
+
+
+def _select_early(accept, new: dict, old: Mapping[str, Array]) -> dict:
+    """The moments the step will keep, materialised before the parameter update reads them.
+
+    NOTE: without the barrier, XLA fuses the moment arithmetic into the parameter's update as well
+    and, since the moments are donated and updated in place, first copies both old moments of every
+    parameter to keep them readable: ~16 bytes more memory traffic per parameter per step. The
+    barrier survives only with XLA's cse_barrier_expander pass off (train.step.STEP_COMPILER_OPTIONS).
+    Measured on three BERT-Base weights (768x768, 768x3072, 3072x768), one AdamW step: 35.9 -> 23.4 ms."""
+    kept = {k: jnp.where(accept, x, old[k]) for k, x in new.items()}
+    return jax.lax.optimization_barrier(kept)
 
 
 @dataclass(frozen=True)
@@ -191,13 +211,13 @@ class AdamW(Adam):
     weight_decay: float = 0.01
     kind: ClassVar[str] = "adamw"
 
-    def update(self, p, g, acc, lr, s):
+    def update(self, p, g, acc, lr, s, accept=None):
         if s.lr_ratio != 1.0:
             lr = lr * f32(s.lr_ratio)
         if s.apply_decay and self.weight_decay != 0.0:
             # NOTE: decoupled decay first, from the old parameter (Paddle's CPU functor order).
             p = p - (lr * f32(self.weight_decay)) * p
-        return adam_step(self, p, g, acc, lr)
+        return adam_step(self, p, g, acc, lr, accept)
 
 
 @dataclass(frozen=True)
@@ -364,10 +384,12 @@ def init_state(config: OptimizerConfig, params: Mapping[str, Array]) -> dict[str
 
 
 def apply(config: OptimizerConfig, params: Mapping[str, Array], grads: Mapping[str, Array],
-          state: Mapping[str, Mapping[str, Array]], lr) -> tuple[dict, dict]:
+          state: Mapping[str, Mapping[str, Array]], lr, accept=None) -> tuple[dict, dict]:
     """One Paddle `optimizer.step()`: clip, regularize, update. Returns (new_params, new_state).
 
-    Parameters not in the config, or not trainable, pass through unchanged."""
+    Parameters not in the config, or not trainable, pass through unchanged. `accept`: the traced
+    flag with which the caller will keep this step or drop it (a non-finite step); rules that
+    `selects_early` use it to update their accumulators in place (see _select_early)."""
     _check_present(config, grads)
     lr = jnp.asarray(lr, f32)
     clipped = clip_all(config, grads)
@@ -378,7 +400,8 @@ def apply(config: OptimizerConfig, params: Mapping[str, Array], grads: Mapping[s
         g = regularize(rule, s, p, clipped[name].astype(p.dtype))
         # NOTE: Paddle multiplies the float32 lr tensor by the float scale only when it is not 1.
         p_lr = lr if s.lr_scale == 1.0 else lr * f32(s.lr_scale)
-        new_params[name], new_state[name] = rule.update(p, g, state[name], p_lr, s)
+        early = {"accept": accept} if accept is not None and rule.selects_early else {}
+        new_params[name], new_state[name] = rule.update(p, g, state[name], p_lr, s, **early)
     return new_params, new_state
 
 

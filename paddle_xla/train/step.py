@@ -4,6 +4,7 @@ Paddle-free. The optimizer arrives as two pure callables (init, update) built by
 Paddle-free optimizer config, so this module knows nothing of the update rule."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -14,7 +15,12 @@ import numpy as np
 from ..graph import Graph
 from ..lower import lower
 
-UpdateFn = Callable[[dict, dict, Any, jax.Array], tuple[dict, Any]]   # (params, grads, state, lr)
+# (params, grads, state, lr, accept): accept is the traced keep-or-drop flag of the step (optim.apply)
+UpdateFn = Callable[[dict, dict, Any, jax.Array, jax.Array], tuple[dict, Any]]
+
+# NOTE: XLA's CPU pipeline turns optimization barriers into no-ops early (cse_barrier_expander);
+# the update's barrier (optim._select_early) and jax.checkpoint's only hold with the pass off.
+STEP_COMPILER_OPTIONS = {"xla_disable_hlo_passes": "cse_barrier_expander"}
 
 
 @dataclass
@@ -68,7 +74,7 @@ def make_step(graph: Graph, update: UpdateFn, loss_index: int = 0):
     def step(params, buffers, opt_state, feeds, key, lr, *accumulated):
         loss, fetches, new_buffers, grads = grads_fn(params, buffers, feeds, key, *accumulated)
         finite = jnp.isfinite(loss) & all_finite(grads)
-        new_params, new_opt_state = update(params, grads, opt_state, lr)
+        new_params, new_opt_state = update(params, grads, opt_state, lr, finite)
         keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)  # noqa: E731
         return keep(new_params, params), new_buffers, keep(new_opt_state, opt_state), loss, fetches, finite
 
@@ -103,8 +109,8 @@ class StepRunner:
         self.engine = None
         self._grads_jit = None
         if self.strategy.is_default:
-            update = lambda p, g, s, lr: optim.apply(config, p, g, s, lr)  # noqa: E731
-            self._jit = jax.jit(make_step(graph, update), donate_argnums=(0, 2))
+            update = functools.partial(optim.apply, config)
+            self._jit = jax.jit(make_step(graph, update), donate_argnums=(0, 2), compiler_options=STEP_COMPILER_OPTIONS)
         else:
             from ..parallel.engine import Engine
             self.engine = Engine(graph, config, self.strategy, placement)
