@@ -41,9 +41,10 @@ LAYOUTS = [  # (replicas, stages, micro_batches, recompute, shard_optimizer_stat
     (1, 1, 1, None, False), (1, 1, 1, "layer", False), (16, 1, 1, None, False), (16, 1, 1, None, True),
     (1, 4, 8, None, False), (1, 4, 8, "stage", False), (4, 4, 4, None, False), (4, 4, 4, "stage", True),
     (2, 8, 8, "stage", False),
-    # NOTE: GPipe against 1F1B at the same micro_batches (batch 32: micro-batches of 4 or 2 samples).
-    (1, 4, 16, "stage", False, "gpipe"), (1, 4, 8, None, False, "1f1b"), (1, 4, 16, None, False, "1f1b"),
 ]
+# NOTE: GPipe against 1F1B at the same micro_batches (batch 32: micro-batches of 4 or 2 samples).
+SCHEDULES = [(1, 4, 8, None, False, "gpipe"), (1, 4, 8, "stage", False, "gpipe"), (1, 4, 16, "stage", False, "gpipe"),
+             (1, 4, 8, None, False, "1f1b"), (1, 4, 16, None, False, "1f1b")]
 
 
 def _fields(layout):
@@ -200,12 +201,16 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--bert-base", action="store_true", help="also size a POD16 layout of BERT-Base")
+    ap.add_argument("--schedules", action="store_true",
+                    help="only GPipe against 1F1B (4 stages, M = 8 and 16), into results/parallel_schedules.json")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "parallel.json"))
     args = ap.parse_args()
     cfg = BertConfig(name="bench", vocab_size=1000, hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
                      intermediate_size=512, max_position_embeddings=128)
     n, seq, repeats = (32, 32, 2) if args.quick else (32, 64, 4)
-    layouts = LAYOUTS[:5] if args.quick else LAYOUTS
+    layouts = SCHEDULES if args.schedules else LAYOUTS[:5] if args.quick else LAYOUTS
+    if args.schedules and args.out == ap.get_default("out"):
+        args.out = os.path.join(os.path.dirname(__file__), "results", "parallel_schedules.json")
     results = {"machine": machine_info(), "model": cfg.__dict__, "batch": n, "seq": seq, "layouts": []}
     for layout in layouts:
         r = run_layout(cfg, layout, n, seq, repeats)
@@ -213,17 +218,24 @@ def main():
         print(json.dumps({k: r[k] for k in ("layout", "step_s", "bubble_fraction", "bytes_per_device")}), flush=True)
     base = results["layouts"][0]["step_s"]
     for r in results["layouts"]:
-        r["step_time_vs_1_device"] = round(r["step_s"] / base, 3)
+        r["step_time_vs_gpipe_m8" if args.schedules else "step_time_vs_1_device"] = round(r["step_s"] / base, 3)
+    if args.schedules:
+        _write(results, args.out)
+        return
     spmd = next(r["step_s"] for r in results["layouts"] if r["layout"]["stages"] == 4 and r["layout"]["replicas"] == 1)
     results["mpmd_vs_spmd"] = {"stages": 4, "micro_batches": 8, "spmd_step_s": spmd,
                                "mpmd_step_s": mpmd_step_time(cfg, 4, 8, n, seq, repeats)}
     print(json.dumps(results["mpmd_vs_spmd"]), flush=True)
     if args.bert_base:
         results["bert_base_pod16"] = bert_base_pod16()
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
+    _write(results, args.out)
+
+
+def _write(results: dict, path: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
         json.dump(results, f, indent=1)
-    print("wrote", args.out)
+    print("wrote", path)
 
 
 if __name__ == "__main__":

@@ -258,8 +258,8 @@ def summarise(s: BenchSettings, bert, peak, results) -> dict[str, Any]:
             "model": f"BERT-{s.config}", "flops_per_step": flops, "matmul_peak": peak,
             "flops_note": "train: 3 x (encoder + MLM head over the scored tokens) forward, i.e. 6 x matmul "
                           "params x tokens + attention, the head's params counted on batch x max_predictions "
-                          "tokens (every token when max_predictions is 0); infer: the encoder forward; mfu_fp32 = achieved / measured jnp "
-                          "fp32 matmul peak", "results": results}
+                          "tokens (every token when max_predictions is 0); infer: the encoder forward; "
+                          "mfu_fp32 = achieved / measured jnp fp32 matmul peak", "results": results}
 
 
 def _ratios(configs: dict[str, dict[str, Any]]) -> None:

@@ -138,6 +138,6 @@ def one_f_one_b(ctx: Context, P, Sh, B, feeds, keys, scale, fetch_templates):
     (_, _, _, gP, gSh, loss, bsum), fetches = jax.lax.scan(tick, init, jnp.arange(M + 2 * S - 2))
     # NOTE: the last stage ran the backward (and so the fetches) of micro-batch m at tick m + S - 1.
     last = s == S - 1
-    fetches = jax.tree.map(lambda x: jax.lax.psum(jnp.where(last, x[S - 1:S - 1 + M], jnp.zeros_like(x[S - 1:S - 1 + M])),
-                                                  "stage"), fetches)
+    ran = lambda x: x[S - 1:S - 1 + M]  # noqa: E731
+    fetches = jax.tree.map(lambda x: jax.lax.psum(jnp.where(last, ran(x), jnp.zeros_like(ran(x))), "stage"), fetches)
     return loss, (gP, gSh), fetches, mean_buffers(bsum, M)
