@@ -229,17 +229,21 @@ class Lamb(Rule):
     always_adapt: bool = False
     kind: ClassVar[str] = "lamb"
     accumulators: ClassVar[tuple[str, ...]] = ("moment1", "moment2", "beta1_pow_acc", "beta2_pow_acc")
+    selects_early: ClassVar[bool] = True
 
     def init(self, p, s):
         return {"moment1": jnp.zeros_like(p, f32), "moment2": jnp.zeros_like(p, f32),
                 "beta1_pow_acc": _pow_acc(self.beta1), "beta2_pow_acc": _pow_acc(self.beta2)}
 
-    def update(self, p, g, acc, lr, s):
+    def update(self, p, g, acc, lr, s, accept=None):
         b1, b2, eps = f32(self.beta1), f32(self.beta2), f32(self.epsilon)
         wd = self.lamb_weight_decay if s.apply_decay else 0.0
         b1p, b2p = acc["beta1_pow_acc"][0], acc["beta2_pow_acc"][0]
         m = b1 * acc["moment1"] + (1 - b1) * g
         v = b2 * acc["moment2"] + (1 - b2) * g * g
+        if accept is not None:
+            kept = _select_early(accept, {"moment1": m, "moment2": v}, acc)
+            m, v = kept["moment1"], kept["moment2"]
         r = (m / (1 - b1p)) / (jnp.sqrt(v / (1 - b2p)) + eps) + f32(wd) * p
         ratio = f32(1.0)
         if wd > 0 or self.always_adapt:
