@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from ..graph import Graph
@@ -82,10 +83,11 @@ def half_weight_names(graph: Graph) -> set[str]:
 # matmul and both its gradients are written as half x half -> float32 dots.
 def half_matmul(x, y, *, half=jnp.bfloat16, transpose_x=False, transpose_y=False):
     """Paddle's matmul of float32 operands, computed as half x half -> float32."""
+    dtypes = (np.dtype(half), np.dtype(x.dtype), np.dtype(y.dtype))
     if y.ndim == 2 and x.ndim >= 2 and not transpose_x:
-        return _weight_mm(x.astype(half), y.astype(half), transpose_y)
+        return _weight_mm(x, y, (transpose_y, *dtypes))
     if x.ndim > 2 and x.shape[:-2] == y.shape[:-2]:
-        return _batched_mm(x.astype(half), y.astype(half), transpose_x, transpose_y)
+        return _batched_mm(x, y, (transpose_x, transpose_y, *dtypes))
     # NOTE: the rest (vectors, broadcast batch dimensions, transpose_x on a weight) through jnp's rules.
     x2 = x[None, :] if x.ndim == 1 else x
     y2 = y[:, None] if y.ndim == 1 else y
@@ -125,17 +127,23 @@ _mm.defvjp(_mm_fwd, _mm_bwd)
 # dot_generals on the unflattened operands, with no transposes: XLA:CPU's bf16 GEMM measured here at
 # ~400 GFLOP/s in these forms, but ~100-190 for `ct @ w.T` or a 2-D `x.T @ ct` (the transposed
 # operand takes a slow path), which made the backward pass barely faster than float32's.
+# The operands arrive in their own dtypes and are cast to half inside, so the gradients leave as the
+# dots' float32 results: casting outside would round every weight and input gradient to half and back
+# (two more passes over each, and bf16 gradients; measured: 2 converts per weight per step).
 @partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _weight_mm(x, w, transpose_w):
-    return lax.dot_general(x, w, (((x.ndim - 1,), (1 if transpose_w else 0,)), ((), ())),
+def _weight_mm(x, w, spec):
+    transpose_w, half = spec[0], spec[1]
+    return lax.dot_general(x.astype(half), w.astype(half), (((x.ndim - 1,), (1 if transpose_w else 0,)), ((), ())),
                            preferred_element_type=jnp.float32)
 
 
-def _weight_mm_fwd(x, w, transpose_w):
-    return _weight_mm(x, w, transpose_w), (x, w)
+def _weight_mm_fwd(x, w, spec):
+    half = spec[1]
+    return _weight_mm(x, w, spec), (x.astype(half), w.astype(half))
 
 
-def _weight_mm_bwd(transpose_w, res, ct):
+def _weight_mm_bwd(spec, res, ct):
+    transpose_w, _, x_dtype, w_dtype = spec
     x, w = res
     ct = ct.astype(x.dtype)
     lead = tuple(range(x.ndim - 1))
@@ -143,35 +151,38 @@ def _weight_mm_bwd(transpose_w, res, ct):
     dx = lax.dot_general(ct, w, (((ct.ndim - 1,), (0 if transpose_w else 1,)), ((), ())), preferred_element_type=f32)
     pair = (ct, x) if transpose_w else (x, ct)                       # dw is [N, K] or [K, N]
     dw = lax.dot_general(*pair, ((lead, lead), ((), ())), preferred_element_type=f32)
-    return dx.astype(x.dtype), dw.astype(w.dtype)
+    return dx.astype(x_dtype), dw.astype(w_dtype)
 
 
 _weight_mm.defvjp(_weight_mm_fwd, _weight_mm_bwd)
 
 
 # NOTE: a batched matmul of equal leading shapes (attention's QK^T and PV) and its gradients as einsums
-# over the operands as stored, for the same reason as _weight_mm.
-@partial(jax.custom_vjp, nondiff_argnums=(2, 3))
-def _batched_mm(x, y, transpose_x, transpose_y):
+# over the operands as stored, for the same reasons as _weight_mm.
+@partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _batched_mm(x, y, spec):
+    transpose_x, transpose_y, half = spec[:3]
     xs, ys = _batched_specs(transpose_x, transpose_y)
-    return jnp.einsum(f"{xs},{ys}->...mn", x, y, preferred_element_type=jnp.float32)
+    return jnp.einsum(f"{xs},{ys}->...mn", x.astype(half), y.astype(half), preferred_element_type=jnp.float32)
 
 
 def _batched_specs(transpose_x, transpose_y):
     return ("...km" if transpose_x else "...mk"), ("...nk" if transpose_y else "...kn")
 
 
-def _batched_mm_fwd(x, y, transpose_x, transpose_y):
-    return _batched_mm(x, y, transpose_x, transpose_y), (x, y)
+def _batched_mm_fwd(x, y, spec):
+    half = spec[2]
+    return _batched_mm(x, y, spec), (x.astype(half), y.astype(half))
 
 
-def _batched_mm_bwd(transpose_x, transpose_y, res, ct):
+def _batched_mm_bwd(spec, res, ct):
+    transpose_x, transpose_y, _, x_dtype, y_dtype = spec
     x, y = res
     ct = ct.astype(x.dtype)
     xs, ys = _batched_specs(transpose_x, transpose_y)
     dx = jnp.einsum(f"...mn,{ys}->{xs}", ct, y, preferred_element_type=jnp.float32)
     dy = jnp.einsum(f"{xs},...mn->{ys}", x, ct, preferred_element_type=jnp.float32)
-    return dx.astype(x.dtype), dy.astype(y.dtype)
+    return dx.astype(x_dtype), dy.astype(y_dtype)
 
 
 _batched_mm.defvjp(_batched_mm_fwd, _batched_mm_bwd)
