@@ -2,13 +2,17 @@
 native Paddle (eager and to_static; the fastest is the baseline)
 in the same run, with MFU against the matmul peak measured in the same run.
 
-    .venv/bin/python benchmarks/train.py [--config base|small|tiny] [--batch 8] [--repeats 3]
+    .venv/bin/python benchmarks/train.py [--config base|small|tiny] [--batch 8] [--repeats 5]
+
+BERT's four configurations are built first, then timed one step each per round, --repeats rounds
+(bench.time_interleaved): this shared machine's speed drifts over minutes, and interleaving gives every
+configuration the same drift.
 
 The MLM head scores the masked positions only, 20 per sequence (BERT's max_predictions_per_seq at
 seq 128, as in PaddleNLP, Google's, NVIDIA's and Graphcore's pretraining); --max-predictions 0 scores
 every token. Model FLOPs per step = 3 x forward, the forward being the encoder plus the MLM head over
-the scored tokens: 6 x matmul params x tokens + attention (paddle_xla.perf.bert_pretraining_flops). The measurements are
-paddle_xla.bench's (the `paddle-xla bench` command), run here with a fixed set of configurations."""
+the scored tokens: 6 x matmul params x tokens + attention (paddle_xla.perf.bert_pretraining_flops). The
+steps are paddle_xla.bench's (the `paddle-xla bench` command), run here with a fixed set of configurations."""
 from __future__ import annotations
 
 import argparse
@@ -21,14 +25,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import machine_info, resnet50_flops  # noqa: E402
 
 
-def configurations(b, s):
-    """(part, configuration, measure) for bench.run: Paddle's two and paddle_xla's two (no Paddle AMP
-    baseline: it is fp32 on CPU, see bench.paddle_train)."""
-    xla = lambda precision: lambda: b.xla_train(dataclasses.replace(s, strategy={"precision": precision}))  # noqa: E731
-    return [("train", "paddle_eager", lambda: b.paddle_train(s, static=False)),
-            ("train", "paddle_to_static", lambda: b.paddle_train(s, static=True)),
-            ("train", "paddle_xla_fp32", xla("fp32")),
-            ("train", "paddle_xla_bf16", xla("bf16"))]
+def builders(b, s):
+    """Configuration -> builder of its step: Paddle's two and paddle_xla's two (no Paddle AMP baseline:
+    it is fp32 on CPU, see bench.paddle_train_step)."""
+    xla = lambda precision: lambda: b.xla_train_step(dataclasses.replace(s, strategy={"precision": precision}))[0]  # noqa: E731
+    return {"paddle_eager": lambda: b.paddle_train_step(s, static=False),
+            "paddle_to_static": lambda: b.paddle_train_step(s, static=True),
+            "paddle_xla_fp32": xla("fp32"),
+            "paddle_xla_bf16": xla("bf16")}
 
 
 # ---- ResNet-50 (batch 8, 224 x 224): Momentum + L2, cross entropy --------------------------------
@@ -105,7 +109,7 @@ def main() -> None:
     ap.add_argument("--config", default="base")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5, help="BERT: interleaved rounds; ResNet-50: timed calls")
     ap.add_argument("--max-predictions", type=int, default=20)
     ap.add_argument("--models", default="bert,resnet50", help="comma-separated: bert, resnet50")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "train.json"))
@@ -114,8 +118,8 @@ def main() -> None:
     s = b.BenchSettings(config=args.config, batch=args.batch, seq=args.seq, repeats=args.repeats, parts=("train",),
                         max_predictions=args.max_predictions)
     models = args.models.split(",")
-    report = b.run(s, lambda part, cfg: print(f"timing {cfg} ...", flush=True),
-                   configurations(b, s) if "bert" in models else [])
+    print("building BERT configurations, then timing them in interleaved rounds ...", flush=True)
+    report = b.run_interleaved(s, builders(b, s) if "bert" in models else {}, args.repeats)
     if "resnet50" in models:
         report["results"]["train_resnet50"] = resnet_results(b, args.batch, args.repeats,
                                                              report["matmul_peak"]["fp32_gflops"])

@@ -102,7 +102,12 @@ def _adamw(net):
 
 
 def paddle_train(s: BenchSettings, static: bool) -> dict[str, Any]:
-    """Native Paddle's training step: eager, or the to_static program (its backward is Paddle's).
+    """Native Paddle's training step, timed: eager, or the to_static program (its backward is Paddle's)."""
+    return time_calls(paddle_train_step(s, static), s.repeats)
+
+
+def paddle_train_step(s: BenchSettings, static: bool) -> Callable[[], float]:
+    """One native Paddle training step per call.
 
     NOTE: no bf16 AMP variant: on CPU, Paddle 3.3's auto_cast warns that amp_guard needs a CUDA, XPU or
     custom place and runs fp32 (timed in an earlier run: 12.40 s against eager's 11.33 s)."""
@@ -119,11 +124,17 @@ def paddle_train(s: BenchSettings, static: bool) -> dict[str, Any]:
         opt.step()
         opt.clear_grad()
         return float(loss)
-    return time_calls(step, s.repeats)
+    return step
 
 
 def xla_train(s: BenchSettings) -> dict[str, Any]:
-    """paddle_xla's compiled step (forward, grads, AdamW) under the Strategy."""
+    """paddle_xla's compiled step (forward, grads, AdamW) under the Strategy, timed."""
+    step, info = xla_train_step(s)
+    return {**time_calls(step, s.repeats), **info}
+
+
+def xla_train_step(s: BenchSettings) -> tuple[Callable[[], Any], dict[str, Any]]:
+    """(one paddle_xla step per call, {steps_per_call, capture_and_compile_s}); compiled on return."""
     import paddle_xla as px
     cfg, net = _bert(s, head=True)
     strategy = px.Strategy(**s.strategy)
@@ -134,9 +145,31 @@ def xla_train(s: BenchSettings) -> dict[str, Any]:
         batch = [np.stack([x] * strategy.steps_per_call) for x in batch]
     step(*batch)
     first = time.perf_counter() - start
-    out = time_calls(lambda: np.asarray(step(*batch)), s.repeats)
-    out["steps_per_call"] = strategy.steps_per_call
-    out["capture_and_compile_s"] = first
+    return (lambda: np.asarray(step(*batch))), {"steps_per_call": strategy.steps_per_call,
+                                                "capture_and_compile_s": first}
+
+
+def time_interleaved(builders: Mapping[str, Callable[[], Callable[[], Any]]], rounds: int) -> dict[str, dict]:
+    """Build every configuration, then time one call of each per round, `rounds` times.
+
+    NOTE: on a shared machine the speed drifts over minutes; timing configurations back to back
+    would give each its own drift, interleaving gives them all the same."""
+    steps, out = {}, {}
+    for name, build in builders.items():
+        try:
+            steps[name] = build()
+            steps[name]()                                   # NOTE: the untimed warm-up call
+        except Exception as e:  # NOTE: one failing configuration must not lose the others' figures
+            out[name] = {"error": f"{type(e).__name__}: {e}"[:800]}
+    samples: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step()
+            samples[name].append(time.perf_counter() - start)
+    for name, xs in samples.items():
+        out[name] = {"median_s": statistics.median(xs), "min_s": min(xs), "repeats": rounds,
+                     "samples_s": [round(x, 4) for x in xs], "interleaved": True}
     return out
 
 
@@ -235,6 +268,16 @@ def run(s: BenchSettings, on_start: Callable[[str, str], None] = lambda part, cf
             results[part][cfg] = {"error": f"{type(e).__name__}: {e}"[:800]}
     bert = BertConfig.named(s.config)
     return summarise(s, bert, peak, results)
+
+
+def run_interleaved(s: BenchSettings, builders: Mapping[str, Callable[[], Callable[[], Any]]],
+                    rounds: int) -> dict[str, Any]:
+    """Training configurations timed in interleaved rounds (time_interleaved), with the matmul peak."""
+    import paddle
+    from .models.bert import BertConfig
+    paddle.base.core.set_num_threads(os.cpu_count() or 1)   # NOTE: before Paddle's math library first runs
+    peak = matmul_peak(repeats=3)
+    return summarise(s, BertConfig.named(s.config), peak, {"train": time_interleaved(builders, rounds)})
 
 
 def summarise(s: BenchSettings, bert, peak, results) -> dict[str, Any]:
