@@ -97,8 +97,7 @@ def resnet_results(b, batch: int, repeats: int, peak_gflops: float) -> dict:
         except Exception as e:  # NOTE: one failing configuration must not lose the others' figures
             out[name] = {"error": f"{type(e).__name__}: {e}"[:800]}
             continue
-        r.update(step_s=r["median_s"], samples_per_s=batch / r["median_s"],
-                 gflops=flops / r["median_s"] / 1e9, mfu_fp32=flops / r["median_s"] / 1e9 / peak_gflops)
+        b.add_rates(r, batch, flops, peak_gflops)
         out[name] = r
     b._ratios(out)
     return out

@@ -249,18 +249,23 @@ def plan(s: BenchSettings) -> list[tuple[str, str, Callable[[], dict[str, Any]]]
     return jobs
 
 
-def run(s: BenchSettings, on_start: Callable[[str, str], None] = lambda part, cfg: None,
-        jobs: list[tuple[str, str, Callable[[], dict[str, Any]]]] | None = None) -> dict[str, Any]:
-    """Every configuration of `jobs` (default: plan(s)), the matmul peak, and the ratios; one failure does
-    not lose the rest."""
+def threads_and_peak() -> dict[str, Any]:
+    """Give Paddle every core, then measure the matmul peak (perf.matmul_peak).
+
+    NOTE: the thread count must be set before Paddle's math library is first used (it reads the count
+    once): all cores, as Paddle's best."""
     import paddle
-    from .models.bert import BertConfig
-    # NOTE: before Paddle's math library is first used (it reads the count once): all cores, as Paddle's best.
     paddle.base.core.set_num_threads(os.cpu_count() or 1)
+    return matmul_peak(repeats=3)
+
+
+def run(s: BenchSettings, on_start: Callable[[str, str], None] = lambda part, cfg: None) -> dict[str, Any]:
+    """Every configuration of `plan`, the matmul peak, and the ratios; one failure does not lose the rest."""
+    from .models.bert import BertConfig
     on_start("peak", "matmul")
-    peak = matmul_peak(repeats=3)
+    peak = threads_and_peak()
     results: dict[str, dict[str, Any]] = {p: {} for p in s.parts}
-    for part, cfg, measure in plan(s) if jobs is None else jobs:
+    for part, cfg, measure in plan(s):
         on_start(part, cfg)
         try:
             results[part][cfg] = measure()
@@ -273,10 +278,8 @@ def run(s: BenchSettings, on_start: Callable[[str, str], None] = lambda part, cf
 def run_interleaved(s: BenchSettings, builders: Mapping[str, Callable[[], Callable[[], Any]]],
                     rounds: int) -> dict[str, Any]:
     """Training configurations timed in interleaved rounds (time_interleaved), with the matmul peak."""
-    import paddle
     from .models.bert import BertConfig
-    paddle.base.core.set_num_threads(os.cpu_count() or 1)   # NOTE: before Paddle's math library first runs
-    peak = matmul_peak(repeats=3)
+    peak = threads_and_peak()
     return summarise(s, BertConfig.named(s.config), peak, {"train": time_interleaved(builders, rounds)})
 
 
@@ -290,11 +293,7 @@ def summarise(s: BenchSettings, bert, peak, results) -> dict[str, Any]:
         for r in configs.values():
             if "median_s" not in r:
                 continue
-            per_step = r["median_s"] / r.get("steps_per_call", 1)
-            r["step_s"] = per_step
-            r["samples_per_s"] = s.batch / per_step
-            r["gflops"] = flops[part] / per_step / 1e9
-            r["mfu_fp32"] = r["gflops"] / peak["fp32_gflops"]
+            add_rates(r, s.batch, flops[part], peak["fp32_gflops"])
         _ratios(configs)
     _parity(results.get("infer", {}))
     return {"benchmark": "paddle-xla bench bert", "settings": {**s.__dict__, "parts": list(s.parts)},
@@ -303,6 +302,13 @@ def summarise(s: BenchSettings, bert, peak, results) -> dict[str, Any]:
                           "params x tokens + attention, the head's params counted on batch x max_predictions "
                           "tokens (every token when max_predictions is 0); infer: the encoder forward; "
                           "mfu_fp32 = achieved / measured jnp fp32 matmul peak", "results": results}
+
+
+def add_rates(r: dict[str, Any], batch: int, flops: float, peak_gflops: float) -> None:
+    """Step time, samples/s, GFLOP/s and MFU (against the fp32 matmul peak) from a timing's median."""
+    per_step = r["median_s"] / r.get("steps_per_call", 1)
+    r.update(step_s=per_step, samples_per_s=batch / per_step, gflops=flops / per_step / 1e9)
+    r["mfu_fp32"] = r["gflops"] / peak_gflops
 
 
 def _ratios(configs: dict[str, dict[str, Any]]) -> None:

@@ -38,7 +38,8 @@ from .ops.util import dtype as jax_dtype
 from .strategy import Strategy
 from .train import checkpoint, optim
 from .train import lr as lr_lib
-from .train.step import TrainState, all_finite, loss_value, make_step
+from .train.precision import lower_mixed
+from .train.step import TrainState, make_step
 
 OPTIMIZER, TRAIN_STATE = "optimizer.json", "train_state.safetensors"
 EXPORTABLE_PRECISIONS = ("fp32", "bf16")
@@ -48,33 +49,13 @@ EXPORTABLE_PRECISIONS = ("fp32", "bf16")
 def step_fn(graph: Graph, config: optim.OptimizerConfig, precision: str = "fp32"):
     """f(params, buffers, opt_state, feeds, key_data, lr) -> (params, buffers, opt_state, loss, fetches, finite)."""
     update = functools.partial(optim.apply, config)
-    step = make_step(graph, update) if precision == "fp32" else _mixed_step(graph, update, precision)
+    # NOTE: bf16 is Paddle AMP O1 (train.precision): half compute, float32 master weights.
+    step = make_step(graph, update, forward=None if precision == "fp32" else lower_mixed(graph, precision))
 
     def f(params, buffers, opt_state, feeds, key_data, lr):
         # NOTE: raw key data, not a key: a typed key array does not cross the serialization boundary.
         return step(params, buffers, opt_state, feeds, jax.random.wrap_key_data(key_data), lr)
     return f
-
-
-def _mixed_step(graph: Graph, update, precision: str):
-    """train.step.make_step with the forward in `precision` (Paddle AMP O1, float32 master weights)."""
-    # NOTE: make_step always lowers in fp32; this is its body with another forward. A `forward=`
-    # argument on make_step would make it a one-liner.
-    from .train.precision import lower_mixed
-    forward = lower_mixed(graph, precision)
-
-    def loss_fn(params, buffers, feeds, key):
-        fetches, new_buffers = forward(params, buffers, feeds, key)
-        return loss_value(fetches[0]), (fetches, new_buffers)
-
-    def step(params, buffers, opt_state, feeds, key, lr):
-        (loss, (fetches, new_buffers)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, buffers, feeds, key)
-        finite = jnp.isfinite(loss) & all_finite(grads)
-        new_params, new_opt_state = update(params, grads, opt_state, lr, finite)
-        keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)  # noqa: E731
-        return keep(new_params, params), {**buffers, **new_buffers}, keep(new_opt_state, opt_state), loss, \
-            fetches, finite
-    return step
 
 
 def exportable(strategy: Strategy) -> str | None:

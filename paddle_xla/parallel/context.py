@@ -86,6 +86,11 @@ def zeros_like_tree(tree):
     return jax.tree.map(jnp.zeros_like, tree)
 
 
+def zeros_of(templates):
+    """Zeros shaped like a tree of arrays or ShapeDtypeStructs (an idle branch's outputs)."""
+    return jax.tree.map(lambda t: jnp.zeros(t.shape, t.dtype), templates)
+
+
 def loss_of(fetch) -> jax.Array:
     from ..train.step import loss_value
     return loss_value(fetch)

@@ -50,6 +50,17 @@ def loss_reduction(graph: Graph) -> str:
     return "mean"
 
 
+
+@dataclass(frozen=True)
+class Schedule:
+    run: Any                                   # (ctx, P, Sh, B, feeds, keys, scale, templates) -> gpipe's tuple
+    bubble_fraction: Any                       # (stages, micro_batches) -> float
+
+
+# NOTE: Strategy.schedule -> its pipeline; strategy.SCHEDULES lists the same names.
+SCHEDULES = {"gpipe": Schedule(pipeline.gpipe, pipeline.bubble_fraction),
+             "1f1b": Schedule(pipeline_1f1b.one_f_one_b, pipeline_1f1b.bubble_fraction)}
+
 @dataclass
 class CallResult:
     params: PackedView
@@ -155,7 +166,7 @@ class Engine:
         st, cfg = self.strategy, self.scaler_cfg
         S, M, zero = st.stages, st.micro_batches, self.zero
         stop_on_nan = cfg is None
-        schedule = pipeline_1f1b.one_f_one_b if st.schedule == "1f1b" else pipeline.gpipe
+        schedule = SCHEDULES[st.schedule].run
 
         def one(carry, xs):
             P_, Sh, B, O, Osh, scaler, stopped = carry
@@ -250,8 +261,7 @@ class Engine:
                        for k, v in self.scaler.items()}
 
     def bubble_fraction(self) -> float:
-        module = pipeline_1f1b if self.strategy.schedule == "1f1b" else pipeline
-        return module.bubble_fraction(self.strategy.stages, self.strategy.micro_batches)
+        return SCHEDULES[self.strategy.schedule].bubble_fraction(self.strategy.stages, self.strategy.micro_batches)
 
     def param_bytes_per_device(self) -> dict[str, int]:
         """Bytes each device holds for weights, buffers and optimizer state (packed widths)."""

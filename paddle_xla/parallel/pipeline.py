@@ -32,16 +32,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .context import Context, loss_of, stage_forward, zeros_like_tree
+from .context import Context, loss_of, stage_forward, zeros_like_tree, zeros_of
 from .data import add_buffers, mean_buffers
 
 
 def bubble_fraction(stages: int, micro_batches: int) -> float:
     return (stages - 1) / (micro_batches + stages - 1) if stages > 1 else 0.0
-
-
-def _zeros(templates):
-    return tuple(jax.tree.map(lambda t: jnp.zeros(t.shape, t.dtype), t) for t in templates)
 
 
 def _branches(ctx: Context, fetch_templates):
@@ -54,7 +50,7 @@ def _branches(ctx: Context, fetch_templates):
             received = ctx.sends[k - 1].unpack(inbox) if k else ()
             outs, newB = stage_forward(ctx, k, P, Sh, B, feeds, key, received)
             if k < S - 1:
-                return ctx.sends[k].pack(outs, box), jnp.float32(0.0), _zeros(fetch_templates), newB
+                return ctx.sends[k].pack(outs, box), jnp.float32(0.0), zeros_of(fetch_templates), newB
             loss = loss_of(outs[0]) * jnp.float32(ctx.loss_weight)
             fetches = tuple(jax.tree.map(lambda v, t: jnp.asarray(v).astype(t.dtype), o, t)
                             for o, t in zip(outs[1:], fetch_templates))
@@ -62,7 +58,7 @@ def _branches(ctx: Context, fetch_templates):
         return run
 
     def idle(inbox, feeds, key, P, Sh, B):
-        return zero_box(), jnp.float32(0.0), _zeros(fetch_templates), zero_B()
+        return zero_box(), jnp.float32(0.0), zeros_of(fetch_templates), zero_B()
 
     fns = [stage(k) for k in range(S)] + [idle]
     if ctx.recompute in ("full", "stage"):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .context import Context, loss_of, stage_forward, zeros_like_tree
+from .context import Context, loss_of, stage_forward, zeros_like_tree, zeros_of
 from .data import add_buffers, mean_buffers
 
 
@@ -41,10 +41,6 @@ def _floating(box):
     return {dt: x for dt, x in box.items() if jnp.issubdtype(x.dtype, jnp.inexact)}
 
 
-def _zeros(tree):
-    return jax.tree.map(lambda t: jnp.zeros(t.shape, t.dtype), tree)
-
-
 def _forward_branches(ctx: Context, box_zero, buffers_zero):
     """Stages 0 .. S-2: run micro-batch f and pack what goes to the next stage; then the idle branch."""
     S, box = ctx.stages, ctx.widths["box"]
@@ -57,7 +53,7 @@ def _forward_branches(ctx: Context, box_zero, buffers_zero):
         return run
 
     def idle(inbox, feeds, key, P, Sh, B):
-        return _zeros(box_zero), _zeros(buffers_zero)
+        return zeros_of(box_zero), zeros_of(buffers_zero)
 
     return [stage(k) for k in range(S - 1)] + [idle]
 
@@ -78,20 +74,20 @@ def _backward_branches(ctx: Context, fetch_templates, box_zero, buffers_zero):
                 received = ctx.sends[k - 1].unpack({**fixed, **floats}) if k else ()
                 outs, newB = stage_forward(ctx, k, P, Sh, B, feeds, key, received)
                 if not last:
-                    return _floating(ctx.sends[k].pack(outs, box)), (_zeros(fetch_templates), newB)
+                    return _floating(ctx.sends[k].pack(outs, box)), (zeros_of(fetch_templates), newB)
                 fetches = tuple(jax.tree.map(lambda v, t: jnp.asarray(v).astype(t.dtype), o, t)
                                 for o, t in zip(outs[1:], fetch_templates))
                 return loss_of(outs[0]) * jnp.float32(ctx.loss_weight), (fetches, newB)
 
             out, pull, (fetches, newB) = jax.vjp(forward, P, Sh, _floating(inbox), has_aux=True)
             dP, dSh, dIn = pull(scale.astype(out.dtype) if last else _floating(gbox))
-            dIn = dIn if k else _zeros(_floating(box_zero))
+            dIn = dIn if k else zeros_of(_floating(box_zero))
             return dIn, dP, dSh, out if last else jnp.float32(0.0), fetches, newB
         return run
 
     def idle(inbox, gbox, feeds, key, P, Sh, B, scale):
-        return (_zeros(_floating(box_zero)), zeros_like_tree(P), zeros_like_tree(Sh), jnp.float32(0.0),
-                _zeros(fetch_templates), _zeros(buffers_zero))
+        return (zeros_of(_floating(box_zero)), zeros_like_tree(P), zeros_like_tree(Sh), jnp.float32(0.0),
+                zeros_of(fetch_templates), zeros_of(buffers_zero))
 
     fns = [stage(k) for k in range(S)] + [idle]
     if ctx.recompute == "full":

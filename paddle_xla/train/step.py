@@ -44,10 +44,11 @@ def loss_value(fetch) -> jax.Array:
     return jnp.sum(fetch.astype(jnp.float32)) if fetch.ndim else fetch.astype(jnp.float32)
 
 
-def make_grads(graph: Graph, loss_index: int = 0):
+def make_grads(graph: Graph, loss_index: int = 0, forward: Callable | None = None):
     """grads(params, buffers, feeds, key, *accumulated) -> (loss, fetches, buffers, grads): the backward
-    pass alone, its gradients added to `accumulated` when given (Paddle's loss.backward() adds into .grad)."""
-    forward = lower(graph)
+    pass alone, its gradients added to `accumulated` when given (Paddle's loss.backward() adds into .grad).
+    `forward`: the lowered program (default lower(graph); e.g. train.precision.lower_mixed)."""
+    forward = forward or lower(graph)
 
     def loss_fn(params, buffers, feeds, key):
         fetches, new_buffers = forward(params, buffers, feeds, key)
@@ -63,13 +64,14 @@ def make_grads(graph: Graph, loss_index: int = 0):
     return grads_fn
 
 
-def make_step(graph: Graph, update: UpdateFn, loss_index: int = 0):
+def make_step(graph: Graph, update: UpdateFn, loss_index: int = 0, forward: Callable | None = None):
     """step(params, buffers, opt_state, feeds, key, lr, *accumulated) -> (params, buffers, opt_state, loss,
-    fetches, finite); `accumulated`: gradients of earlier backward passes, added to this one's.
+    fetches, finite); `accumulated`: gradients of earlier backward passes, added to this one's;
+    `forward` as in make_grads.
 
     A step whose loss or gradients are not finite leaves params and optimizer state as they were,
     so a NaN never reaches the weights; the host reports it."""
-    grads_fn = make_grads(graph, loss_index)
+    grads_fn = make_grads(graph, loss_index, forward)
 
     def step(params, buffers, opt_state, feeds, key, lr, *accumulated):
         loss, fetches, new_buffers, grads = grads_fn(params, buffers, feeds, key, *accumulated)
