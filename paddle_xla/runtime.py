@@ -98,6 +98,11 @@ class CompiledModel:
         fetches, _ = self.executable(feeds)(self.params, self.buffers, feeds, self._key)
         return list(fetches)
 
+    def jaxpr(self, *args, **kwargs):
+        """The program XLA compiles for these inputs, as a closed jaxpr (with the weights as prepared:
+        half, HWIO), e.g. to count its FLOPs."""
+        return jax.make_jaxpr(self._fn)(self.params, self.buffers, self.feeds(args, kwargs), self._key)
+
     def __call__(self, *args, **kwargs) -> list[np.ndarray] | np.ndarray:
         outs = [np.asarray(o) for o in self.run(*args, **kwargs)]
         return outs[0] if len(outs) == 1 else outs
