@@ -112,6 +112,10 @@ class Interpreter:
                 env[vid] = val
         return env
 
+    def cast_operands(self, op: Op, args) -> list:
+        """The operands as this interpreter's precision policy hands them to `op` (as given here)."""
+        return args
+
     def apply(self, op: Op, args, env):
         entry = resolve(op.name)
         kwargs = entry.kwargs(op.attrs)

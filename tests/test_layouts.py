@@ -92,3 +92,55 @@ def test_px_model_evaluates_with_statistics_from_accumulation_passes():
     np.testing.assert_allclose(np.asarray(a_x).ravel(), np.asarray(a_p).ravel(), rtol=1e-4)
     np.testing.assert_allclose(np.asarray(b_x).ravel(), np.asarray(b_p).ravel(), rtol=1e-4)
     assert not np.allclose(np.asarray(a_p).ravel(), np.asarray(b_p).ravel())
+
+
+# ---- bf16 convolutions as GEMMs over their patches ------------------------------------------------
+class ConvZoo(nn.Layer):
+    """Every shape of convolution _bf16_conv_as_gemm takes, and one (groups=2) it leaves to lax.conv."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2D(3, 8, 7, stride=2, padding=3)
+        self.dilated = nn.Conv2D(8, 8, 3, padding=2, dilation=2)
+        self.same = nn.Conv2D(8, 8, 3, padding="SAME")
+        self.grouped = nn.Conv2D(8, 8, 3, padding=1, groups=2)
+        self.down = nn.Conv2D(8, 16, 1, stride=2)
+        self.nhwc = nn.Conv2D(16, 4, 3, stride=2, padding=[1, 0], data_format="NHWC")
+
+    def forward(self, x):
+        h = self.down(self.grouped(self.same(self.dilated(self.stem(x)))))
+        return self.nhwc(h.transpose([0, 2, 3, 1]))
+
+
+def test_bf16_convolutions_run_as_bf16_gemms():
+    paddle.seed(0)
+    net = ConvZoo()
+    net.eval()
+    spec = [InputSpec([None, 3, 19, 19], "float32", "x")]
+    x = np.random.default_rng(1).standard_normal((2, 3, 19, 19)).astype("float32")
+    bf16 = px.compile(net, spec, strategy=px.Strategy(precision="bf16"))
+    want = net(paddle.to_tensor(x)).numpy()
+    got = bf16(x)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=2e-2 * np.abs(want).max())
+    eqns = bf16.compiled.jaxpr(x).jaxpr.eqns
+    convs = [e for e in eqns if e.primitive.name == "conv_general_dilated"]
+    dots = [e for e in eqns if e.primitive.name == "dot_general"]
+    assert len(convs) == 1 and convs[0].params["feature_group_count"] == 2
+    assert len(dots) == 5 and all(v.aval.dtype == "bfloat16" for e in dots for v in e.invars)
+
+
+def test_bf16_conv_as_gemm_equals_the_convolution_of_the_same_bf16_values():
+    import jax.numpy as jnp
+    from jax import lax
+    from paddle_xla.layouts import _bf16_conv_as_gemm
+    rng = np.random.default_rng(0)
+    for k, stride, pads, dil in [(7, 2, [(3, 3), (3, 3)], 1), (3, 1, [(2, 1), (0, 2)], 2), (1, 2, [(0, 0)] * 2, 1)]:
+        x = jnp.asarray(rng.standard_normal((2, 5, 13, 11)), jnp.bfloat16)
+        w = jnp.asarray(rng.standard_normal((k, k, 5, 6)), jnp.bfloat16)
+        want = lax.conv_general_dilated(x.astype("float32"), w.astype("float32"), (stride, stride), pads,
+                                        rhs_dilation=(dil, dil), dimension_numbers=("NCHW", "HWIO", "NCHW"),
+                                        precision="highest")
+        got = _bf16_conv_as_gemm(x, w, (stride, stride), pads, (dil, dil), "NCHW")
+        assert got.dtype == jnp.bfloat16 and got.shape == want.shape
+        np.testing.assert_allclose(np.asarray(got, "float32"), np.asarray(want), rtol=8e-3, atol=1e-4)
