@@ -12,7 +12,7 @@ from . import feeds as feeds_mod
 from .cache import compile_progress
 from .graph import Graph
 from .lower import lower
-from .layouts import OIHW_TO_HWIO, hwio_filter_names, with_hwio_filters
+from .layouts import OIHW_TO_HWIO, can_hold_channels_last, hwio_filter_names, with_hwio_filters
 from .train.precision import HALF, half_weight_names, interpreter_for, lower_mixed
 from .xla_options import inference_options
 
@@ -35,7 +35,8 @@ class CompiledModel:
         self._half = half_weight_names(graph) if self._half_dtype is not None else set()
         self._hwio = hwio_filter_names(graph) if jax.default_backend() == "cpu" else set()
         if self._hwio:
-            interp = with_hwio_filters(interp, frozenset(p.value for p in graph.params if p.name in self._hwio))
+            interp = with_hwio_filters(interp, frozenset(p.value for p in graph.params if p.name in self._hwio),
+                                       channels_last=can_hold_channels_last(graph))
         self._fn = lower(graph, interp) if precision == "fp32" else lower_mixed(graph, precision, interp)
         params = {p.name: self._prepared(p.name, weights[p.name]) for p in graph.params}
         self.params = jax.device_put({k: v for k, v in params.items() if _is_trainable(graph, k)})

@@ -1,6 +1,7 @@
 """Conv filters held as HWIO by an inference program on CPU: outputs, new weights, export and
 px.Model evaluation all still see Paddle's OIHW weights."""
 import numpy as np
+import pytest
 import paddle
 import paddle.nn as nn
 from paddle.static import InputSpec
@@ -144,3 +145,65 @@ def test_bf16_conv_as_gemm_equals_the_convolution_of_the_same_bf16_values():
         got = _bf16_conv_as_gemm(x, w, (stride, stride), pads, (dil, dil), "NCHW")
         assert got.dtype == jnp.bfloat16 and got.shape == want.shape
         np.testing.assert_allclose(np.asarray(got, "float32"), np.asarray(want), rtol=8e-3, atol=1e-4)
+
+
+# ---- channels-last activations -----------------------------------------------------------------------
+class Mixed(nn.Layer):
+    """Convs with bias, a broadcast scale (SE-style), a residual, pools, a grouped conv, and ops that
+    must see NCHW (flatten, a transpose, a reduction over channels) in between."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2D(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2D(8)
+        self.c2 = nn.Conv2D(8, 8, 3, padding=1, groups=4)
+        self.pool = nn.MaxPool2D(2, 2)
+        self.se = nn.Linear(8, 8)
+        self.c3 = nn.Conv2D(8, 8, 1)
+        self.gap = nn.AdaptiveAvgPool2D(1)
+        self.fc = nn.Linear(8 + 5 * 5, 4)
+
+    def forward(self, x):
+        h = nn.functional.relu(self.bn(self.c1(x)))
+        h = self.pool(h + self.c2(h))
+        scale = nn.functional.sigmoid(self.se(h.mean([2, 3])))
+        h = self.c3(h * scale.unsqueeze([2, 3]) + 0.5)
+        by_pixel = h.transpose([0, 2, 3, 1]).sum(-1).flatten(1)          # reads the channels as NCHW
+        return self.fc(paddle.concat([self.gap(h).flatten(1), by_pixel], axis=1)), h
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_channels_last_activations_match_paddle(precision):
+    paddle.seed(0)
+    net = Mixed()
+    net.eval()
+    spec = [InputSpec([None, 3, 10, 10], "float32", "x")]
+    x = np.random.default_rng(2).standard_normal((2, 3, 10, 10)).astype("float32")
+    strategy = px.Strategy(precision=precision) if precision != "fp32" else None
+    got = px.compile(net, spec, strategy=strategy)(x)
+    want = [t.numpy() for t in net(paddle.to_tensor(x))]
+    for g, w in zip(got, want):
+        assert g.shape == w.shape                                        # the NCHW activation comes back NCHW
+        tol = dict(rtol=1e-5, atol=1e-5) if precision == "fp32" else dict(atol=2e-2 * np.abs(w).max())
+        np.testing.assert_allclose(g, w, **tol)
+
+
+def test_channels_last_removes_the_transposes_around_convolutions():
+    paddle.seed(0)
+    net = paddle.vision.models.resnet18()
+    net.eval()
+    model = px.compile(net, [InputSpec([None, 3, 32, 32], "float32", "x")])
+    live = _live_eqns(model.compiled.jaxpr(np.zeros((1, 3, 32, 32), "float32")).jaxpr)
+    # NOTE: the input's, and the last feature map's before the classifier's flatten.
+    assert sum(e.primitive.name == "transpose" for e in live) == 2
+
+
+def _live_eqns(jaxpr):
+    """The equations whose results reach an output (XLA drops the rest)."""
+    from jax.extend.core import Var
+    needed, live = {v for v in jaxpr.outvars if isinstance(v, Var)}, []
+    for e in reversed(jaxpr.eqns):
+        if any(v in needed for v in e.outvars):
+            live.append(e)
+            needed |= {v for v in e.invars if isinstance(v, Var)}
+    return live
