@@ -11,9 +11,9 @@ reads them: XLA:CPU's convolutions and GEMMs want channels last, and a NCHW prog
 transposes around every convolution. Paddle-free."""
 from __future__ import annotations
 
-import jax.numpy as jnp
 from dataclasses import replace
 
+import jax.numpy as jnp
 from jax import lax
 
 from .graph import Block, Graph
