@@ -12,7 +12,8 @@ from . import feeds as feeds_mod
 from .cache import compile_progress
 from .graph import Graph
 from .lower import lower
-from .layouts import OIHW_TO_HWIO, can_hold_channels_last, hwio_filter_names, with_hwio_filters
+from .channels_last import can_hold_channels_last
+from .layouts import OIHW_TO_HWIO, hwio_filter_names, with_hwio_filters
 from .train.precision import HALF, half_weight_names, interpreter_for, lower_mixed
 from .xla_options import inference_options
 

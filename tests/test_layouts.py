@@ -207,3 +207,40 @@ def _live_eqns(jaxpr):
             live.append(e)
             needed |= {v for v in e.invars if isinstance(v, Var)}
     return live
+
+
+class MixedLogits(nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.body = Mixed()
+
+    def forward(self, x):
+        return self.body(x)[0]
+
+
+def test_channels_last_training_matches_paddle():
+    """The live train step on CPU holds activations channels-last, BatchNorm in train mode included."""
+    from paddle_xla import channels_last
+    from paddle_xla.lower import Interpreter
+
+    def losses(use_px):
+        paddle.seed(0)
+        net = MixedLogits()
+        opt = paddle.optimizer.Momentum(0.05, parameters=net.parameters())
+        x = np.random.default_rng(3).standard_normal((4, 3, 10, 10)).astype("float32")
+        y = np.array([0, 1, 2, 3], "int64")
+        if use_px:
+            step = px.train_step(net, nn.CrossEntropyLoss(), opt, [InputSpec([None, 3, 10, 10], "float32", "x")],
+                                 [InputSpec([None], "int64", "y")])
+            assert channels_last.for_cpu(Interpreter, step.graph) is not Interpreter
+            return [float(np.asarray(step(x, y))) for _ in range(4)]
+        out = []
+        for _ in range(4):
+            loss = nn.CrossEntropyLoss()(net(paddle.to_tensor(x)), paddle.to_tensor(y))
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+            out.append(float(loss))
+        return out
+
+    np.testing.assert_allclose(losses(True), losses(False), rtol=1e-4)

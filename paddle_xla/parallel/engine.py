@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from .. import channels_last
 from ..graph import Graph
 from ..strategy import Strategy
 from ..train import optim
@@ -149,6 +150,7 @@ class Engine:
         weight = 1.0 / st.groups if self.reduction == "mean" else 1.0
         if S == 1:
             subs, sends, box, templates = (whole(self.graph),), (), {}, ()
+            interp = channels_last.for_cpu(interp, self.graph)     # NOTE: not across stage boundaries
         else:
             micro = {n: jax.ShapeDtypeStruct((x.shape[1] // st.groups,) + x.shape[2:], x.dtype)
                      for n, x in feeds.items()}

@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..graph import Graph
-from ..lower import lower
+from .. import channels_last
+from ..lower import Interpreter, lower
 
 # (params, grads, state, lr, accept): accept is the traced keep-or-drop flag of the step (optim.apply)
 UpdateFn = Callable[[dict, dict, Any, jax.Array, jax.Array], tuple[dict, Any]]
@@ -97,6 +98,12 @@ class StepResult:
     error: str | None = None      # set when a step was not finite and no loss scaling skipped it
 
 
+def _live_forward(graph: Graph) -> Callable:
+    """The forward a step compiled for this process's backend runs: channels-last CNNs on CPU. (An
+    exported step stays in the program's own layout, for whatever device loads it.)"""
+    return lower(graph, channels_last.for_cpu(Interpreter, graph))
+
+
 class StepRunner:
     """What TrainStep calls: `steps_per_call` optimizer steps per host call, laid out by a Strategy.
 
@@ -112,7 +119,8 @@ class StepRunner:
         self._grads_jit = None
         if self.strategy.is_default:
             update = functools.partial(optim.apply, config)
-            self._jit = jax.jit(make_step(graph, update), donate_argnums=(0, 2), compiler_options=STEP_COMPILER_OPTIONS)
+            self._jit = jax.jit(make_step(graph, update, forward=_live_forward(graph)), donate_argnums=(0, 2),
+                                compiler_options=STEP_COMPILER_OPTIONS)
         else:
             from ..parallel.engine import Engine
             self.engine = Engine(graph, config, self.strategy, placement)
@@ -181,7 +189,7 @@ class StepRunner:
             raise TrainingError("Accumulating gradients over calls (update=False) works with the default "
                                 "Strategy only; with a layout, use Strategy(micro_batches=...) instead.")
         if self._grads_jit is None:
-            self._grads_jit = jax.jit(make_grads(self.graph))
+            self._grads_jit = jax.jit(make_grads(self.graph, forward=_live_forward(self.graph)))
         # NOTE: each accumulated pass draws its own random numbers (dropout), as Paddle's would.
         key = jax.random.fold_in(jax.random.fold_in(s.key, s.step), micro + 1)
         return self._grads_jit(s.params, s.buffers, feeds, key, *([accumulated] if accumulated is not None else []))
