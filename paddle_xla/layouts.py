@@ -16,7 +16,6 @@ from .graph import Graph
 from .lower import Interpreter
 from .ops import conv as conv_ops
 
-
 OIHW_TO_HWIO = (2, 3, 1, 0)
 
 
@@ -64,7 +63,7 @@ def _conv_hwio(x, w, *, strides, paddings, padding_algorithm="EXPLICIT", dilatio
 def _bf16_conv_as_gemm(x, w, strides, pads, dil, data_format):
     """A bf16 convolution (HWIO filter, one group) as [N*Ho*Wo, kh*kw*C] x [kh*kw*C, O]."""
     kh, kw, c, o = w.shape
-    nhwc = x if data_format == "NHWC" else jnp.transpose(x, (0, 2, 3, 1))
+    nhwc = conv_ops.to_nhwc(x, data_format)
     # NOTE: the patches are gathered as uint16 bit patterns: XLA:CPU widens a bf16 pad, slice or
     # concatenate to float32 and back (twice the bytes; 401 -> 373 ms). bf16's zero is all zero bits.
     bits = lax.bitcast_convert_type(nhwc, jnp.uint16)
@@ -79,5 +78,4 @@ def _bf16_conv_as_gemm(x, w, strides, pads, dil, data_format):
     # NOTE: the HWIO filter flattens to rows (i, j, c), the order in which the patches were stacked.
     out = lax.dot_general(patches.reshape(n * ho * wo, kh * kw * c), w.reshape(kh * kw * c, o),
                           (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
-    out = out.reshape(n, ho, wo, o).astype(x.dtype)
-    return out if data_format == "NHWC" else jnp.transpose(out, (0, 3, 1, 2))
+    return conv_ops.from_nhwc(out.reshape(n, ho, wo, o).astype(x.dtype), data_format)

@@ -51,7 +51,6 @@ def loss_reduction(graph: Graph) -> str:
     return "mean"
 
 
-
 @dataclass(frozen=True)
 class Schedule:
     run: Any                                   # (ctx, P, Sh, B, feeds, keys, scale, templates) -> gpipe's tuple
@@ -61,6 +60,7 @@ class Schedule:
 # NOTE: Strategy.schedule -> its pipeline; strategy.SCHEDULES lists the same names.
 SCHEDULES = {"gpipe": Schedule(pipeline.gpipe, pipeline.bubble_fraction),
              "1f1b": Schedule(pipeline_1f1b.one_f_one_b, pipeline_1f1b.bubble_fraction)}
+
 
 @dataclass
 class CallResult:

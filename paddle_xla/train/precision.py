@@ -27,7 +27,7 @@ from ..graph import Graph
 from ..lower import Interpreter, check_graph
 from ..errors import UnsupportedOpsError
 from ..ops.activation import gelu_by_erf
-from ..ops.conv import is_pointwise_conv, to_pixels
+from ..ops.conv import from_nhwc, is_pointwise_conv, to_pixels
 
 HALF = {"bf16": jnp.bfloat16, "fp16": jnp.float16}
 
@@ -209,7 +209,7 @@ def half_pointwise_conv(x, w, *, half, data_format, strides):
     """A 1x1 convolution (OIHW filter [O, C, 1, 1]) as pixels [N, H, W, C] x [O, C]^T in half."""
     dtypes = (np.dtype(half), np.dtype(x.dtype), np.dtype(w.dtype))
     out = _weight_mm(to_pixels(x, strides, data_format), w[:, :, 0, 0], (True, *dtypes)).astype(half)
-    return out if data_format == "NHWC" else jnp.transpose(out, (0, 3, 1, 2))
+    return from_nhwc(out, data_format)
 
 
 def _sum_to(x, shape):
