@@ -1,5 +1,7 @@
 """half_matmul (bf16 compute, float32 accumulation): value and both gradients equal a float32 matmul of
 the same bf16-rounded operands and cotangent, for every layout Paddle's matmul takes."""
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -49,3 +51,38 @@ def test_half_matmul_value_and_grads(xs, ys, tx, ty):
     for g, w in zip(got_vjp(ct), want_vjp(ct)):
         assert g.dtype == jnp.float32
         np.testing.assert_allclose(g, _round(w), rtol=1e-2, atol=1e-2)
+
+
+def _dot_operand_dtypes(hlo: str) -> list[tuple[str, str]]:
+    """The element types of every dot's two operands in compiled HLO text."""
+    types, pairs = {}, []
+    for line in hlo.splitlines():
+        m = re.match(r"\s*(?:ROOT )?%(\S+) = (\w+)\[", line)
+        if m:
+            types[m.group(1)] = m.group(2)
+        d = re.search(r" dot\(%([^,]+), %([^)]+)\)", line)
+        if d:
+            pairs.append((types[d.group(1)], types[d.group(2)]))
+    return pairs
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's layout rule")
+def test_attention_dots_stay_half_after_head_transposes():
+    """Attention's operands come from [B, S, H, D] -> [B, H, S, D] transposes. On XLA:CPU such a dot
+    used to be upcast and run in float32; the forward's two dots must run in bf16, and the gradient
+    program (whose dots contract over a middle axis, which XLA:CPU's bf16 path must not get: it
+    fails at run time) must still compile and run."""
+    b, s, h, d = 2, 16, 4, 8
+
+    def heads(x):
+        return jnp.transpose(x.reshape(b, s, h, d), (0, 2, 1, 3))
+
+    def attention(q, k, v):
+        p = jax.nn.softmax(half_matmul(heads(q), heads(k), transpose_y=True), axis=-1)
+        return half_matmul(p, heads(v)).sum()
+
+    args = [jax.random.normal(jax.random.key(i), (b, s, h * d), jnp.float32) for i in range(3)]
+    pairs = _dot_operand_dtypes(jax.jit(attention).lower(*args).compile().as_text())
+    assert pairs == [("bf16", "bf16")] * 2, pairs
+    grads = jax.jit(jax.grad(attention, argnums=(0, 1, 2)))(*args)
+    assert all(bool(jnp.isfinite(g).all()) for g in grads)
