@@ -12,6 +12,7 @@ from . import feeds as feeds_mod
 from .cache import compile_progress
 from .graph import Graph
 from .lower import lower
+from .ops.util import on_xla_cpu
 from .channels_last import can_hold_channels_last
 from .layouts import OIHW_TO_HWIO, hwio_filter_names, with_hwio_filters
 from .train.precision import HALF, half_weight_names, interpreter_for, lower_mixed
@@ -34,7 +35,7 @@ class CompiledModel:
         # on CPU (ResNet-50 b8: 512 -> 451 ms). set_weights applies the same to new values.
         self._half_dtype = HALF.get(precision)
         self._half = half_weight_names(graph) if self._half_dtype is not None else set()
-        self._hwio = hwio_filter_names(graph) if jax.default_backend() == "cpu" else set()
+        self._hwio = hwio_filter_names(graph) if on_xla_cpu() else set()
         if self._hwio:
             interp = with_hwio_filters(interp, frozenset(p.value for p in graph.params if p.name in self._hwio),
                                        channels_last=can_hold_channels_last(graph))

@@ -5,12 +5,11 @@ transposed ones, whatever the data_format; only the input/output layout follows 
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 
 from .registry import lowering
-from .util import static_ints
+from .util import on_xla_cpu, static_ints
 
 _IGNORED = ("use_cudnn", "use_mkldnn", "fuse_relu", "force_fp32_output", "exhaustive_search",
             "workspace_size_MB", "is_test", "use_addto", "mkldnn_data_type", "fuse_activation",
@@ -70,7 +69,7 @@ def conv_nd(x, w, strides, paddings, padding_algorithm, dilations, groups, data_
 @lowering("pd_op.conv2d", "pd_op.conv3d", "pd_op.depthwise_conv2d", ignore=_IGNORED)
 def conv(x, w, *, strides, paddings, padding_algorithm="EXPLICIT", dilations=(), groups=1,
          data_format="NCHW"):
-    if x.ndim == 4 and x.dtype == jnp.float32 and jax.default_backend() == "cpu" \
+    if x.ndim == 4 and x.dtype == jnp.float32 and on_xla_cpu() \
             and is_pointwise_conv(w, paddings=paddings, padding_algorithm=padding_algorithm, groups=groups,
                                   data_format=data_format):
         return pointwise_conv(x, w, strides, data_format)

@@ -1,6 +1,7 @@
 """Small helpers shared by the lowerings."""
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -57,3 +58,10 @@ def axis_list(axis, ndim) -> tuple[int, ...]:
     if len(axes) == 0:
         return tuple(range(ndim))
     return tuple(a % ndim if ndim else 0 for a in axes)
+
+
+def on_xla_cpu() -> bool:
+    """True when programs compile for XLA:CPU. Several lowering and layout choices are measured there
+    and made only there (GEMM convolutions, channels-last, HWIO filters, attention's dot layout); each
+    caller says why in its own comment."""
+    return jax.default_backend() == "cpu"

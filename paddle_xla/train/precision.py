@@ -28,6 +28,7 @@ from ..lower import Interpreter, check_graph
 from ..errors import UnsupportedOpsError
 from ..ops.activation import gelu_by_erf
 from ..ops.conv import from_nhwc, is_pointwise_conv, to_pixels
+from ..ops.util import on_xla_cpu
 
 HALF = {"bf16": jnp.bfloat16, "fp16": jnp.float16}
 
@@ -61,7 +62,7 @@ class MixedInterpreter(Interpreter):
         if op.name == "pd_op.matmul" and all(_is_float(a) for a in args):
             # NOTE: every float matmul as a half x half -> float32 dot, gradients included (half_matmul).
             return (half_matmul(*args, half=self.half, **op.attrs),) + (None,) * (len(op.outputs) - 1)
-        if op.name == "pd_op.conv2d" and _is_float(args[0]) and jax.default_backend() == "cpu" \
+        if op.name == "pd_op.conv2d" and _is_float(args[0]) and on_xla_cpu() \
                 and is_pointwise_conv(args[1], **op.attrs):
             # NOTE: ResNet-50 bf16 training step on CPU, in-process A/B: 2.95 -> 1.78 s. Elsewhere the
             # backend's own convolutions (cuDNN, TPU) are the better kernels.
@@ -210,7 +211,7 @@ def _batched_mm_bwd(spec, res, ct):
 # element type for DotThunk"); they stay as they were (upcast to float32; the training step is unchanged).
 def _batched_dot(spec: str, a, b):
     """jnp.einsum(spec, a, b) in float32, `spec` written over '...' batch dimensions."""
-    if a.ndim != 4 or b.ndim != 4 or jax.default_backend() != "cpu":
+    if a.ndim != 4 or b.ndim != 4 or not on_xla_cpu():
         return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
     (sa, sb), out = spec.split("->")[0].split(","), spec.split("->")[1]
     swapped = [f"b{s[3]}h{s[4]}" for s in (sa, sb)]           # '...mk' over [B, M, H, K]
