@@ -546,7 +546,7 @@ def parse_args(argv=None):
                         "the timed call is a warm one, as in a server's stream of requests (0: time the first "
                         "call after the previous worker's turn)")
     p.add_argument("--gap", type=float, default=None,
-                   help="seconds of rest between two timed calls, so that no worker's spinning threads (OpenMP "
+                   help="seconds of rest between two turns, so that no worker's spinning threads (OpenMP "
                         "spins ~0.2 s after a parallel region) overlap the next one's call (default 0.3; 0.05 with --quick)")
     p.add_argument("--quick", action="store_true", help="tiny configs for a CI smoke run (< 60 s)")
     p.add_argument("--out", default=None, help=f"JSON path (default {DEFAULT_OUT}; --quick: a *_quick.json beside it)")
@@ -626,8 +626,8 @@ def main(argv=None) -> int:
             "command": " ".join(["benchmarks/inference.py", *(argv if argv is not None else sys.argv[1:])]),
             "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "machine": machine, "matmul_peak": peak,
-            "settings": {"batch": args.batch, "repeats": args.repeats, "warmup": args.warmup, "turn_warmup": args.turn_warmup, "gap_s": args.gap,
-                         "quick": args.quick, "configs": configs, "xla_flags": args.xla_flags,
+            "settings": {"batch": args.batch, "repeats": args.repeats, "warmup": args.warmup,
+                         "turn_warmup": args.turn_warmup, "gap_s": args.gap, "quick": args.quick, "configs": configs, "xla_flags": args.xla_flags,
                          "xla_variants": variants, "compile_cache": args.compile_cache,
                          "timing": "one worker process per configuration; after set-up (first call, compile) and "
                                    "`warmup` untimed calls, the workers take turns, `turn_warmup` untimed calls and "
