@@ -627,8 +627,8 @@ def main(argv=None) -> int:
             "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "machine": machine, "matmul_peak": peak,
             "settings": {"batch": args.batch, "repeats": args.repeats, "warmup": args.warmup,
-                         "turn_warmup": args.turn_warmup, "gap_s": args.gap, "quick": args.quick, "configs": configs, "xla_flags": args.xla_flags,
-                         "xla_variants": variants, "compile_cache": args.compile_cache,
+                         "turn_warmup": args.turn_warmup, "gap_s": args.gap, "quick": args.quick,
+                         "configs": configs, "xla_flags": args.xla_flags, "xla_variants": variants, "compile_cache": args.compile_cache,
                          "timing": "one worker process per configuration; after set-up (first call, compile) and "
                                    "`warmup` untimed calls, the workers take turns, `turn_warmup` untimed calls and "
                                    "one timed call each per round, for `repeats` rounds; median and min over the rounds"},
