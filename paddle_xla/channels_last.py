@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from .graph import Block, Graph
 from .lower import Interpreter
+from .ops.conv import from_nhwc, to_nhwc
 from .ops.util import on_xla_cpu
 
 CONV_OPS = frozenset({"pd_op.conv2d", "pd_op.depthwise_conv2d"})
@@ -23,7 +24,6 @@ ELEMENTWISE_UNARY = frozenset(f"pd_op.{n}" for n in (
 ELEMENTWISE_BINARY = frozenset(f"pd_op.{n}" for n in ("add", "add_", "subtract", "multiply", "maximum", "minimum"))
 # NOTE: ops with a data_format attribute that take NHWC as Paddle defines it (output 0 is the activation).
 CHANNELS_ATTR = frozenset({"pd_op.batch_norm", "pd_op.batch_norm_", "pd_op.pool2d"})
-TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
 
 
 def can_hold_channels_last(graph: Graph) -> bool:
@@ -55,7 +55,7 @@ def with_channels_last(base: type[Interpreter], filter_values: frozenset[int]) -
         # NOTE: every held value back to NCHW for whoever reads env next; XLA drops the transposes
         # nobody reads.
         for v in held:
-            env[v] = jnp.transpose(env[v], TO_NCHW)
+            env[v] = from_nhwc(env[v], "NCHW")
         held.clear()
         return env
 
@@ -67,7 +67,7 @@ def with_channels_last(base: type[Interpreter], filter_values: frozenset[int]) -
             held.add(op.outputs[0])
             return outs
         # NOTE: any other reader sees NCHW, as the program declares it.
-        args = [jnp.transpose(a, TO_NCHW) if h else a for a, h in zip(args, ins)]
+        args = [from_nhwc(a, "NCHW") if h else a for a, h in zip(args, ins)]
         return base.apply(self, op, args, env)
 
     return type(f"{base.__name__}_NHWC", (base,), {"run_block": run_block, "apply": apply})
@@ -96,9 +96,9 @@ def _nhwc_operands(op, args, ins):
     """The operands an op that _takes_nhwc reads: its activation NHWC; a binary op's other operand,
     broadcast as NumPy does (leading ones to 4-D: a conv bias [1, C, 1, 1], a scalar), NHWC as well."""
     if op.name in ELEMENTWISE_BINARY:
-        return [a if h else jnp.transpose(jnp.reshape(a, (1,) * (4 - a.ndim) + a.shape), TO_NHWC)
+        return [a if h else to_nhwc(jnp.reshape(a, (1,) * (4 - a.ndim) + a.shape), "NCHW")
                 for a, h in zip(args, ins)]
-    first = args[0] if ins[0] else jnp.transpose(args[0], TO_NHWC)
+    first = args[0] if ins[0] else to_nhwc(args[0], "NCHW")
     return [first, *args[1:]]
 
 

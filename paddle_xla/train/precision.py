@@ -213,9 +213,9 @@ def _batched_dot(spec: str, a, b):
     """jnp.einsum(spec, a, b) in float32, `spec` written over '...' batch dimensions."""
     if a.ndim != 4 or b.ndim != 4 or not on_xla_cpu():
         return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
-    (sa, sb), out = spec.split("->")[0].split(","), spec.split("->")[1]
-    swapped = [f"b{s[3]}h{s[4]}" for s in (sa, sb)]           # '...mk' over [B, M, H, K]
-    return jnp.einsum(f"{swapped[0]},{swapped[1]}->bh{out[3:]}", jnp.swapaxes(a, 1, 2), jnp.swapaxes(b, 1, 2),
+    ins, out = spec.split("->")
+    sa, sb = (f"b{s[3]}h{s[4]}" for s in ins.split(","))        # '...mk' over [B, M, H, K]
+    return jnp.einsum(f"{sa},{sb}->bh{out[3:]}", jnp.swapaxes(a, 1, 2), jnp.swapaxes(b, 1, 2),
                       preferred_element_type=jnp.float32)
 
 
