@@ -1,4 +1,4 @@
-"""Paddle -> Graph. The only module that reads Paddle's IR (PIR).
+"""Paddle -> Graph. With pir_reader.py, the only code that reads Paddle's IR (PIR).
 
 Three sources: an nn.Layer plus InputSpecs (through paddle.jit.to_static), a static Program built
 under paddle.static.program_guard, and a saved inference model (paddle.jit.save output).
@@ -6,36 +6,15 @@ under paddle.static.program_guard, and a saved inference model (paddle.jit.save 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import paddle
 
 from .errors import CaptureError, ModelLoadError
-from .graph import Block, Graph, Op, Param, Tensor
-
-# Attributes every op carries that say nothing about what it computes. Dropped in this one place,
-# so a lowering never sees them and every other attribute it does not expect is an error.
-BOOKKEEPING_ATTRS = frozenset({
-    "op_callstack", "struct_name", "stop_gradient", "persistable", "place", "is_persistable",
-    "op_role", "op_namescope", "with_quant_attr", "op_device", "chunk_id", "execution_stream",
-    "scheduling_priority", "force_record_event", "event_to_record", "events_to_wait",
-})
-
-# In-place ops (PIR names ending in "_"): which output holds the new value of which operand.
-# Later reads of that operand see the output, and a persistable operand (BatchNorm's running
-# statistics) becomes a buffer update. Ops not listed write operand 0 into output 0.
-INPLACE_WRITES = {
-    "pd_op.batch_norm_": {1: 1, 2: 2},
-    "pd_op.sync_batch_norm_": {1: 1, 2: 2},
-    "pd_op.assign_out_": {0: 1},
-}
-
-_PADDLE_DIR = os.path.dirname(os.path.abspath(paddle.__file__))
-_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
-_FRAME = re.compile(r'\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.*)')
+from .graph import Graph, Tensor
+from .pir_reader import dtype_name, program_to_graph, shape_of
 
 
 @dataclass
@@ -46,155 +25,9 @@ class Captured:
     state_keys: dict[str, str] = field(default_factory=dict)   # param name -> state_dict key
 
 
-def dtype_name(dt) -> str | None:
-    """Paddle DataType / VarType / numpy dtype -> 'float32', 'int64', ... (None for UNDEFINED)."""
-    if isinstance(dt, str):
-        return dt
-    name = str(dt).split(".")[-1].lower()
-    aliases = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64",
-               "undefined": None}
-    return aliases.get(name, name)
-
-
-# ---- source lines and attributes ----------------------------------------------------------
-def user_source(callstack: Sequence[str]) -> str:
-    """The deepest frame of the call stack that is the user's code, not Paddle's or ours."""
-    best = ""
-    for i, line in enumerate(callstack or ()):
-        m = _FRAME.match(line)
-        if not m:
-            continue
-        path = os.path.abspath(m["file"])
-        if path.startswith(_PADDLE_DIR) or path.startswith(_OWN_DIR) or "<frozen" in path:
-            continue
-        code = callstack[i + 1].strip() if i + 1 < len(callstack) else ""
-        best = f"{m['file']}:{m['line']} in {m['func']}" + (f": {code}" if code else "")
-    return best
-
-
-def _plain(v: Any) -> Any:
-    """An attribute value as plain JSON-able Python."""
-    if isinstance(v, (bool, int, float, str)) or v is None:
-        return v
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if type(v).__name__ in ("DataType", "VarType"):
-        return dtype_name(v)
-    if isinstance(v, np.ndarray):
-        return v.tolist()
-    if isinstance(v, np.generic):
-        return v.item()
-    return str(v)
-
-
-def _attrs(op) -> dict[str, Any]:
-    return {k: _plain(v) for k, v in op.attrs().items() if k not in BOOKKEEPING_ATTRS}
-
-
-def _shape(value) -> tuple[int, ...]:
-    return tuple(int(d) for d in value.shape)
-
-
-# ---- PIR program -> Graph ------------------------------------------------------------------
-class _Reader:
-    """Walks a PIR program once, numbering values and collecting feeds, params and fetches."""
-
-    def __init__(self):
-        self.ids: dict[str, int] = {}
-        self.feeds: list[Tensor] = []
-        self.params: list[Param] = []
-        self.param_by_value: dict[int, str] = {}
-        self.fetch_by_name: list[tuple[str, int]] = []
-        self.buffer_updates: list[tuple[str, int]] = []
-        self.counter = 0
-
-    def vid(self, value) -> int | None:
-        if value is None or not value.initialized():
-            return None
-        return self.ids.setdefault(value.id, len(self.ids))
-
-    def block(self, block, args=()) -> Block:
-        ops = []
-        for op in block.ops:
-            converted = self.op(op)
-            if converted is not None:
-                ops.append(converted)
-        return Block(args=tuple(self.vid(a) for a in args), ops=tuple(ops))
-
-    def op(self, op) -> Op | None:
-        name = op.name()
-        attrs = op.attrs()
-        outs = tuple(self.vid(r) for r in op.results())
-        if name == "builtin.parameter":
-            r = op.results()[0]
-            p = Param(name=attrs["parameter_name"], value=outs[0], shape=_shape(r),
-                      dtype=dtype_name(r.dtype), trainable=bool(_first(attrs.get("trainable", True))))
-            self.params.append(p)
-            self.param_by_value[outs[0]] = p.name
-            return None
-        if name in ("pd_op.data", "pd_op.feed"):
-            r = op.results()[0]
-            self.feeds.append(Tensor(name=attrs["name"], value=outs[0], shape=_shape(r),
-                                     dtype=dtype_name(r.dtype)))
-            return None
-        if name == "pd_op.fetch":
-            self.fetch_by_name.append((attrs["name"], self.vid(op.operands_source()[0])))
-            return None
-        operands = op.operands_source()
-        inputs = tuple(self.vid(v) for v in operands)
-        blocks = self.sub_blocks(op, name)
-        self.write_in_place(name, operands, inputs, outs)
-        self.counter += 1
-        return Op(name=name, inputs=inputs, outputs=outs, attrs=_attrs(op),
-                  scope=str(attrs.get("struct_name", "")), source=user_source(attrs.get("op_callstack")),
-                  blocks=blocks, index=self.counter)
-
-    def write_in_place(self, name, operands, inputs, outs) -> None:
-        if not name.endswith("_") or name.startswith("builtin."):
-            return
-        for out_i, in_i in INPLACE_WRITES.get(name, {0: 0}).items():
-            if in_i >= len(inputs) or out_i >= len(outs) or inputs[in_i] is None or outs[out_i] is None:
-                continue
-            pname = self.param_by_value.get(inputs[in_i])
-            if pname is not None:
-                self.buffer_updates.append((pname, outs[out_i]))
-                self.param_by_value[outs[out_i]] = pname
-            # NOTE: PIR keeps the operand's Value; Paddle's semantics are that later readers see the write.
-            self.ids[operands[in_i].id] = outs[out_i]
-
-    def sub_blocks(self, op, name) -> tuple[Block, ...]:
-        if name == "pd_op.if":
-            if_op = op.as_if_op()
-            return (self.block(if_op.true_block()), self.block(if_op.false_block()))
-        if name == "pd_op.while":
-            body = op.as_while_op().body()
-            return (self.block(body, body.args()),)
-        return tuple(self.block(b) for b in op.blocks())
-
-
-def _first(v):
-    return v[0] if isinstance(v, (list, tuple)) and v else v
-
-
-def program_to_graph(program, fetch_values=(), fetch_names=None, meta=None) -> Graph:
-    """Read a PIR Program. Fetches come from `fetch_values` or the program's own pd_op.fetch ops."""
-    reader = _Reader()
-    block = reader.block(program.global_block())
-    if fetch_values:
-        names = fetch_names or [f"fetch_{i}" for i in range(len(fetch_values))]
-        pairs = [(n, reader.vid(v)) for n, v in zip(names, fetch_values)]
-    else:
-        pairs = reader.fetch_by_name
-    if not pairs:
-        raise CaptureError("The program has no outputs: give fetch_list, or return tensors from forward().")
-    fetches = tuple(Tensor(name=n, value=v, shape=(), dtype="") for n, v in pairs)
-    return Graph(block=block, feeds=tuple(reader.feeds), params=tuple(reader.params),
-                 fetches=fetches, buffer_updates=tuple(reader.buffer_updates), meta=dict(meta or {}))
-
-
 def _with_fetch_info(graph: Graph, values) -> Graph:
     """Fill the fetch shapes/dtypes from the PIR values (known only on the Paddle side)."""
-    fetches = tuple(Tensor(name=f.name, value=f.value, shape=_shape(v), dtype=dtype_name(v.dtype))
+    fetches = tuple(Tensor(name=f.name, value=f.value, shape=shape_of(v), dtype=dtype_name(v.dtype))
                     for f, v in zip(graph.fetches, values))
     return Graph(block=graph.block, feeds=graph.feeds, params=graph.params, fetches=fetches,
                  buffer_updates=graph.buffer_updates, meta=graph.meta)
@@ -237,6 +70,10 @@ def from_layer(layer, input_spec, training: bool | None = None) -> Captured:
 
 
 def _concrete_program(layer, specs):
+    # NOTE: to_static replaces the Layer's forward with a static function for good; the user's
+    # Layer must stay the eager model it was (to compare against, to keep training natively).
+    had_own = "forward" in layer.__dict__
+    own = layer.__dict__.get("forward")
     try:
         static = paddle.jit.to_static(layer, input_spec=specs, full_graph=True)
         return static.forward.concrete_program
@@ -248,6 +85,11 @@ def _concrete_program(layer, specs):
         detail = str(e).strip()
         raise CaptureError(f"paddle.jit.to_static could not capture {type(layer).__name__}.forward "
                            f"({type(e).__name__}):\n{detail[-3000:]}") from e
+    finally:
+        if had_own:
+            layer.__dict__["forward"] = own
+        else:
+            layer.__dict__.pop("forward", None)
 
 
 def _check_weights(graph: Graph, weights) -> None:
