@@ -176,6 +176,7 @@ def mfu(flops: float | None, seconds: float, precision: str, sheet, measured: di
 # ---- the sections ------------------------------------------------------------------------------
 def infer(ctx: dict, precision: str) -> dict[str, Any]:
     from paddle_xla import artifact as pxa
+    from paddle_xla.lower import lower
     path = ctx["paths"]["infer"]
     meta = ctx["meta"]
     start = time.perf_counter()
@@ -187,15 +188,14 @@ def infer(ctx: dict, precision: str) -> dict[str, Any]:
         call, mode, why = (lambda: art.run(**feeds)), None, None
     else:
         # NOTE: the artifact's executable is float32; bf16 re-lowers its Graph with Paddle's AMP O1 cast
-        # policy (train/precision.py), on the weights it loaded.
-        from paddle_xla.train.precision import lower_mixed
-        fn = jax.jit(lower_mixed(art.graph, precision))
+        # policy (half.py), on the weights it loaded.
+        from paddle_xla.policy import LoweringPolicy
+        fn = jax.jit(lower(art.graph, LoweringPolicy.live(precision)))
         params, buffers = jax.device_put(_split(art))
         key = jax.random.wrap_key_data(art.key_data)
         call, mode, why = (lambda: fn(params, buffers, feeds, key)[0]), "relowered", f"Graph lowered in {precision}"
     t = throughput(call, block, ctx["min_seconds"], 500)
     mode, why = mode or art.mode, why or art.why
-    from paddle_xla.lower import lower
     params, buffers = _split(art)
     flops = counted_flops(ctx, "infer", lower(art.graph), avals(params), avals(buffers), avals(feeds),
                           jax.random.key(0)) or meta["flops"]["infer_forward"]
@@ -351,4 +351,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from paddle_xla import x64
+    with x64.scope():     # NOTE: Paddle's int64 feeds for the raw JAX calls timed here, as the library's own
+        sys.exit(main())

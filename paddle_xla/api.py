@@ -8,13 +8,14 @@ from typing import Any, Sequence
 import numpy as np
 import paddle
 
-from . import capture
+from . import capture, x64
 from .errors import UnsupportedOpsError
 from .graph import Graph
 from .lower import CoverageReport, check_graph
 from .runtime import CompiledModel
 
 
+@x64.methods
 class XlaModel:
     """A Paddle model compiled with XLA. Call it like the Layer: NumPy in, NumPy out;
     paddle.Tensor in, paddle.Tensor out."""

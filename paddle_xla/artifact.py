@@ -4,8 +4,11 @@ A .pxa is one zip file:
   manifest.json            format version, versions, kind, feeds/fetches, sha256 of every other member
   graph.json               the Graph (Graph.to_json), to re-lower on platforms not exported for
   weights.safetensors      every persistable, by parameter name
-  strategy.json            the Strategy it was exported with ({} for now)
+  strategy.json            the Strategy it was exported with (an inference model's: its precision)
   exported/<platform>.bin  jax.export serialized StableHLO of f(params, buffers, feeds, key_data)
+The manifest's `lowering` entry records how each executable was lowered: LOWERING_VERSION and the
+LoweringPolicy per platform (precision, the target it is tuned for, layouts). A model exported in
+bf16 runs in bf16 wherever it is loaded, re-lowered or not.
 A train step's artifact (kind "train") adds its optimizer and state: see train_artifact.py. One
 exported with synthetic_weights stores only its small weights: see synthetic_weights.py.
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import io as _io
+import itertools
 import json
 import os
 import zipfile
@@ -25,28 +29,43 @@ import jax
 import numpy as np
 
 from . import feeds as feeds_mod
-from . import synthetic_weights
+from . import synthetic_weights, x64
 from .cache import compile_progress
 from .errors import FeedError, ModelLoadError, PaddleXlaError
 from .graph import Graph, Tensor
-
-# NOTE: as lower.py does: without x64, JAX turns int64 feeds (token ids) into int32, which no longer
-# match an executable exported with int64 inputs. The exported path never imports lower.py itself.
-jax.config.update("jax_enable_x64", True)
+from .interpreter import draws_random
+from .policy import LOWERING_VERSION, PLATFORMS, LoweringPolicy, live_platform  # noqa: F401  (PLATFORMS: export's)
+from .strategy import Strategy
 
 FORMAT_VERSION = 1
 MANIFEST, GRAPH, WEIGHTS, STRATEGY = "manifest.json", "graph.json", "weights.safetensors", "strategy.json"
-PLATFORMS = ("cpu", "cuda", "rocm", "tpu")   # jax.export's platform names
+current_platform = live_platform
 
 
 def exported_member(platform: str) -> str:
     return f"exported/{platform}.bin"
 
 
-def current_platform() -> str:
-    """This process's platform in jax.export's names ('cpu', 'cuda', 'rocm', 'tpu')."""
-    # NOTE: jax.default_backend() says 'gpu' for both CUDA and ROCm; an export is for one of them.
-    return jax.export.default_export_platform()
+def lowering_record(policies: Mapping[str, LoweringPolicy], precision: str) -> dict:
+    """The manifest's account of how the program was lowered: for each exported platform, and the
+    precision a re-lowering must keep."""
+    return {"version": LOWERING_VERSION, "precision": precision,
+            "policies": {p: pol.to_dict() for p, pol in policies.items()}}
+
+
+def recorded_precision(manifest: Mapping) -> str:
+    """The precision an artifact computes in (fp32 for one written before precision was recorded)."""
+    return (manifest.get("lowering") or {}).get("precision", "fp32")
+
+
+def lowering_moved(manifest: Mapping) -> str:
+    """'' when this paddle_xla lowers as the exporter did, else a sentence saying the numbers may move."""
+    version = (manifest.get("lowering") or {}).get("version", 1)
+    if version == LOWERING_VERSION:
+        return ""
+    return (f"; it was lowered with lowering version {version} (paddle_xla {manifest.get('paddle_xla_version', '?')}), "
+            f"this paddle_xla lowers with version {LOWERING_VERSION}, so its numbers may differ slightly "
+            "from the exporter's")
 
 
 def paddle_xla_version() -> str:
@@ -160,28 +179,38 @@ def _tensors(specs) -> tuple[Tensor, ...]:
 
 
 # ---- running ----------------------------------------------------------------------------------
-def load(path: str, prefer_graph: bool = False, **train_options) -> "Artifact":
+@x64.enabled
+def load(path: str, prefer_graph: bool = False, seed: int | None = None, key=None, **train_options) -> "Artifact":
     """Open a .pxa. It runs its serialized executable when one was exported for this platform
     (`mode == "exported"`), else re-lowers its Graph (`mode == "relowered"`); `why` says why.
+    Random ops draw anew on every call, starting from the exporter's key, or from `seed` / `key`.
     A train step's artifact opens as a train_artifact.TrainArtifact (`train_options` go to it)."""
     manifest, members = read(path)
     if manifest.get("kind") == "train":
         from .train_artifact import TrainArtifact
         return TrainArtifact(path, manifest, members, prefer_graph, **train_options)
-    return Artifact(path, manifest, members, prefer_graph)
+    return Artifact(path, manifest, members, prefer_graph, seed=seed, key=key)
 
 
+@x64.methods
 class Artifact:
-    """An exported model: `artifact(*inputs) -> outputs` (NumPy in, NumPy out), as CompiledModel."""
+    """An exported model: `artifact(*inputs) -> outputs` (NumPy in, NumPy out), as CompiledModel.
 
-    def __init__(self, path: str, manifest: dict, members: Mapping[str, bytes], prefer_graph: bool = False):
+    Call i of a program that draws random numbers draws from fold_in(key, i), as the exporter's
+    CompiledModel did; `seed` or `key` replaces the exporter's key."""
+
+    def __init__(self, path: str, manifest: dict, members: Mapping[str, bytes], prefer_graph: bool = False,
+                 seed: int | None = None, key=None):
         self.path, self.manifest = path, manifest
         self.feeds_spec = _tensors(manifest["feeds"])
         self.fetches_spec = _tensors(manifest["fetches"])
         self.weights = synthetic_weights.fill(manifest, _weights(path, members[WEIGHTS]))
         self.graph = _graph(path, members)
         self.platform = current_platform()
-        self.key_data = np.asarray(manifest.get("key_data", [0, 0]), dtype=np.uint32)
+        self.key_data = _key_data(manifest, seed, key)
+        # NOTE: with no Graph to ask, every call gets its own key (a ~0.1 ms host fold_in).
+        self._random = draws_random(self.graph) if self.graph is not None else True
+        self._calls = itertools.count()
         self._relowered = None
         self.exported, self.mode, self.why = self._pick(members, prefer_graph)
         self._exported_why = self.why
@@ -205,7 +234,8 @@ class Artifact:
     def _pick(self, members, prefer_graph: bool):
         member = exported_member(self.platform)
         if prefer_graph and self.graph is not None:
-            return None, "relowered", "re-lowering from the Graph, as asked (prefer_graph=True)"
+            why = "re-lowering from the Graph, as asked (prefer_graph=True)"
+            return None, "relowered", why + lowering_moved(self.manifest)
         if member not in members:
             return None, *self._relower_or_fail(f"it was exported for {self.exported_platforms or 'no platform'}, "
                                                 f"not for this machine's {self.platform!r}")
@@ -226,7 +256,7 @@ class Artifact:
             raise ModelLoadError(
                 f"Cannot run {self.path!r} here: {reason}, and it holds no Graph to re-lower from. Export it "
                 f"again with platforms=(..., {self.platform!r}) and keep the Graph in it.")
-        return "relowered", f"re-lowering from the Graph: {reason}"
+        return "relowered", f"re-lowering from the Graph: {reason}{lowering_moved(self.manifest)}"
 
     def _exported_state(self):
         (params, buffers, feeds, _), _ = jax.tree_util.tree_unflatten(self.exported.in_tree, self.exported.in_avals)
@@ -241,19 +271,26 @@ class Artifact:
         bound = feeds_mod.bind(self.feeds_spec, args, kwargs)
         return {f.name: feeds_mod.check(f, bound[f.name]) for f in self.feeds_spec}
 
+    def call_key_data(self) -> np.ndarray:
+        """The raw key of the next call: a fresh one per call when the program draws random numbers."""
+        if not self._random:
+            return self.key_data
+        key = jax.random.fold_in(jax.random.wrap_key_data(self.key_data), next(self._calls))
+        return np.asarray(jax.random.key_data(key))
+
     def run(self, *args, **kwargs) -> list[jax.Array]:
         """Outputs as device arrays (no host copy)."""
         feeds = self.check_feeds(args, kwargs)
         misfit = self._misfit(feeds) if self.exported is not None else "no executable for this platform"
         if misfit is None:
             self.mode, self.why = "exported", self._exported_why
-            return list(self._executable(feeds)(self.params, self.buffers, feeds, self.key_data))
+            return list(self._executable(feeds)(self.params, self.buffers, feeds, self.call_key_data()))
         if self.graph is None:
             raise FeedError(f"{misfit}; {self.path!r} holds no Graph to compile other shapes from. "
                             "Export it again with example_inputs of these shapes, or keep the Graph in it.")
         if self.exported is not None:
-            self.mode, self.why = "relowered", f"re-lowering from the Graph: {misfit}"
-        return self._relowered_model().run(**feeds)
+            self.mode, self.why = "relowered", f"re-lowering from the Graph: {misfit}{lowering_moved(self.manifest)}"
+        return self._relowered_model().run_checked(feeds, jax.random.wrap_key_data(self.call_key_data()))
 
     def __call__(self, *args, **kwargs) -> list[np.ndarray] | np.ndarray:
         outs = [np.asarray(o) for o in self.run(*args, **kwargs)]
@@ -275,8 +312,9 @@ class Artifact:
         if self._relowered is None:
             from .runtime import CompiledModel
             try:
-                # NOTE: the exporter's key, so random ops draw what they drew before export.
-                model = CompiledModel(self.graph, self.weights, key=jax.random.wrap_key_data(self.key_data))
+                # NOTE: in the precision it was exported in; its keys come from this artifact's calls.
+                model = CompiledModel(self.graph, self.weights, key=jax.random.wrap_key_data(self.key_data),
+                                      strategy=Strategy(precision=recorded_precision(self.manifest)))
             except PaddleXlaError as e:
                 raise ModelLoadError(f"Cannot re-lower the Graph in {self.path!r} here: {e}") from e
             self._relowered = model
@@ -285,6 +323,14 @@ class Artifact:
     def __repr__(self) -> str:
         return (f"Artifact({os.path.basename(self.path)!r}, mode={self.mode!r}, platform={self.platform!r}, "
                 f"exported for {self.exported_platforms})")
+
+
+def _key_data(manifest: Mapping, seed: int | None, key) -> np.ndarray:
+    if key is not None:
+        return np.asarray(jax.random.key_data(key), dtype=np.uint32)
+    if seed is not None:
+        return np.asarray(jax.random.key_data(jax.random.key(seed)), dtype=np.uint32)
+    return np.asarray(manifest.get("key_data", [0, 0]), dtype=np.uint32)
 
 
 def misfit(feeds: Mapping[str, np.ndarray], exported_shapes: Mapping[str, tuple]) -> str | None:

@@ -2,19 +2,19 @@
 batch norm, pooling and elementwise ops; turned back to NCHW only where another op reads them.
 
 XLA:CPU's convolutions and GEMMs want channels last, so a NCHW program pays two transposes around
-every convolution (and their gradients in training). An interpreter wrapped here tracks which values
+every convolution (and their gradients in training). An interpreter with a Tracker knows which values
 it holds as NHWC; every other reader, and whoever reads the environment after the block (fetches,
-buffer updates, a pipeline stage's outputs), sees the layout the program declares. Paddle-free."""
+buffer updates, a pipeline stage's outputs), sees the layout the program declares.
+LoweringPolicy.channels_last turns it on (the measured best on XLA:CPU: ResNet-50 b8 bf16 training
+step, in-process A/B, 1.81 -> 1.57 s; fp32 2.35 -> 2.07 s). Paddle-free."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 import jax.numpy as jnp
 
-from .graph import Block, Graph
-from .lower import Interpreter
+from .graph import Graph
 from .ops.conv import from_nhwc, to_nhwc
-from .ops.util import on_xla_cpu
 
 CONV_OPS = frozenset({"pd_op.conv2d", "pd_op.depthwise_conv2d"})
 # NOTE: ops that read and write NCHW activations elementwise; their output keeps their input's layout.
@@ -37,40 +37,30 @@ def conv_filters(graph: Graph) -> frozenset[int]:
     return frozenset(op.inputs[1] for op in graph.ops() if op.name in CONV_OPS)
 
 
-def for_cpu(base: type[Interpreter], graph: Graph) -> type[Interpreter]:
-    """`base` holding `graph`'s activations channels-last where that pays: XLA:CPU (ResNet-50 b8 bf16
-    training step, in-process A/B: bf16 1.81 -> 1.57 s, fp32 2.35 -> 2.07 s), on a Graph that can."""
-    if not on_xla_cpu() or not can_hold_channels_last(graph):
-        return base
-    return with_channels_last(base, conv_filters(graph))
+class Tracker:
+    """Which values an interpreter holds as NHWC. It runs a convolution whose filter is one of
+    `filters` (and what follows it, as far as the ops take it) channels-last."""
 
+    def __init__(self, filters: frozenset[int]):
+        self.filters = filters
+        self.held: set[int] = set()
 
-def with_channels_last(base: type[Interpreter], filter_values: frozenset[int]) -> type[Interpreter]:
-    """`base`, holding NCHW activations as NHWC from a convolution whose filter is one of
-    `filter_values` onwards, through the ops that take them so."""
-
-    def run_block(self, block: Block, env):
-        held = self.__dict__.setdefault("held_nhwc", set())       # value ids whose env entry is NHWC
-        env = base.run_block(self, block, env)
-        # NOTE: every held value back to NCHW for whoever reads env next; XLA drops the transposes
-        # nobody reads.
-        for v in held:
-            env[v] = from_nhwc(env[v], "NCHW")
-        held.clear()
-        return env
-
-    def apply(self, op, args, env):
-        held = self.held_nhwc
-        ins = [v in held for v in op.inputs]
-        if _takes_nhwc(op, args, ins, filter_values):
-            outs = base.apply(self, _as_nhwc(op), _nhwc_operands(op, args, ins), env)
-            held.add(op.outputs[0])
-            return outs
+    def enter(self, op, args):
+        """(the op as it runs, its operands, whether its output 0 comes out NHWC)."""
+        ins = [v in self.held for v in op.inputs]
+        if _takes_nhwc(op, args, ins, self.filters):
+            return _as_nhwc(op), _nhwc_operands(op, args, ins), True
         # NOTE: any other reader sees NCHW, as the program declares it.
-        args = [from_nhwc(a, "NCHW") if h else a for a, h in zip(args, ins)]
-        return base.apply(self, op, args, env)
+        return op, [from_nhwc(a, "NCHW") if h else a for a, h in zip(args, ins)], False
 
-    return type(f"{base.__name__}_NHWC", (base,), {"run_block": run_block, "apply": apply})
+    def hold(self, value: int) -> None:
+        self.held.add(value)
+
+    def release(self, env: dict) -> None:
+        """Every held value back to NCHW for whoever reads env next; XLA drops the transposes nobody reads."""
+        for v in self.held:
+            env[v] = from_nhwc(env[v], "NCHW")
+        self.held.clear()
 
 
 def _is_activation(x) -> bool:

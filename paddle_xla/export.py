@@ -4,6 +4,7 @@ Paddle-free itself: it reads the Graph and weights a CompiledModel already holds
 """
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping, Sequence
 
 import jax
@@ -12,14 +13,18 @@ import numpy as np
 from . import artifact as fmt
 from . import feeds as feeds_mod
 from . import synthetic_weights as synthetic_lib
+from . import x64
 from .errors import ExportError  # noqa: F401  (re-exported: export() raises it)
 from .graph import Graph
 from .io import atomic_write
 from .lower import lower
 from .ops.util import dtype as jax_dtype
+from .policy import LoweringPolicy
 from .runtime import CompiledModel
+from .strategy import Strategy
 
 
+@x64.enabled
 def export(model, path: str, platforms: Sequence[str] = ("cpu",), example_inputs=None,
            synthetic_weights: Mapping | None = None) -> dict:
     """Write `model` (an XlaModel, a CompiledModel, or a train step) to the single file `path`, atomically.
@@ -30,7 +35,9 @@ def export(model, path: str, platforms: Sequence[str] = ("cpu",), example_inputs
     `example_inputs` (a list in forward()'s order, or a dict by input name). A train step
     (px.train_step) is written with its optimizer, LR schedule and state (see train_artifact).
     `synthetic_weights={"std": 0.02, "seed": 0}` leaves the weights of 2 or more dimensions out; the
-    loader draws them as normal(0, std) (see synthetic_weights.py). Returns the manifest."""
+    loader draws them as normal(0, std) (see synthetic_weights.py). Each platform's executable is
+    lowered with the policy tuned for that platform, in the model's precision; the manifest records
+    them (`lowering`). Returns the manifest."""
     if _is_train_step(model):
         from .train_artifact import export_train
         return export_train(model, path, platforms, example_inputs, synthetic_weights)
@@ -42,16 +49,20 @@ def export(model, path: str, platforms: Sequence[str] = ("cpu",), example_inputs
     # precision for its own executable (runtime.CompiledModel), while the artifact lowers the Graph as is.
     weights = {k: np.asarray(compiled.source_weights[k]) for k in {**compiled.params, **compiled.buffers}}
     args = (_avals({k: weights[k] for k in compiled.params}), _avals({k: weights[k] for k in compiled.buffers}))
-    exported, shapes = export_all(jax.jit(inference_fn(graph)), graph, args, (key_data,), platforms, example_inputs)
+    precision = compiled.policy.precision
+    policies = {p: LoweringPolicy.tuned(p, precision) for p in platforms}
+    exported, shapes = export_all(lambda p: jax.jit(inference_fn(graph, policies[p])), graph, args, (key_data,),
+                                  platforms, example_inputs)
     weights, synthetic = synthetic_lib.leave_out(weights, synthetic_weights)
     members = {fmt.GRAPH: graph.to_json().encode(), fmt.WEIGHTS: fmt.weights_bytes(weights),
-               fmt.STRATEGY: b"{}"}
+               fmt.STRATEGY: json.dumps(Strategy(precision=precision).to_dict()).encode()}
     members.update({fmt.exported_member(p): data for p, data in exported.items()})
     manifest = {"kind": "inference",
                 "feeds": [fmt.tensor_spec(t) for t in graph.feeds],
                 "fetches": [fmt.tensor_spec(t) for t in graph.fetches],
                 "key_data": key_data.tolist(),
                 "exported": {p: {"member": fmt.exported_member(p), **shapes} for p in platforms},
+                "lowering": fmt.lowering_record(policies, precision),
                 **({"synthetic_weights": synthetic} if synthetic else {})}
     data, manifest = fmt.pack(members, manifest)
     atomic_write(path, data)
@@ -80,9 +91,9 @@ def _check_platforms(platforms: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(platforms))
 
 
-def inference_fn(graph: Graph):
+def inference_fn(graph: Graph, policy: LoweringPolicy):
     """f(params, buffers, feeds, key_data) -> fetches: the function an artifact serializes."""
-    fn = lower(graph)
+    fn = lower(graph, policy)
 
     def f(params, buffers, feeds, key_data):
         # NOTE: raw key data, not a key: a typed key array does not cross the serialization boundary.
@@ -91,11 +102,13 @@ def inference_fn(graph: Graph):
     return f
 
 
-def export_all(f, graph: Graph, head: tuple, tail: tuple, platforms, example_inputs) -> tuple[dict[str, bytes], dict]:
-    """Serialized executables of f(*head, feeds, *tail) by platform, and how the feed shapes were chosen."""
+def export_all(make_f, graph: Graph, head: tuple, tail: tuple, platforms,
+               example_inputs) -> tuple[dict[str, bytes], dict]:
+    """Serialized executables of make_f(platform)(*head, feeds, *tail) by platform, and how the feed
+    shapes were chosen."""
     feed_specs, shapes = _symbolic_specs(graph), "symbolic"
     try:
-        first = jax.export.export(f, platforms=[platforms[0]])(*head, feed_specs, *tail)
+        first = jax.export.export(make_f(platforms[0]), platforms=[platforms[0]])(*head, feed_specs, *tail)
     except Exception as e:  # NOTE: e.g. shape arithmetic kept in NumPy cannot take a symbolic dimension
         if example_inputs is None:
             raise ExportError(f"The program does not export with symbolic dimensions ({type(e).__name__}: "
@@ -106,7 +119,7 @@ def export_all(f, graph: Graph, head: tuple, tail: tuple, platforms, example_inp
     for p in platforms:
         try:
             exp = first if (first is not None and p == platforms[0]) else \
-                jax.export.export(f, platforms=[p])(*head, feed_specs, *tail)
+                jax.export.export(make_f(p), platforms=[p])(*head, feed_specs, *tail)
         except Exception as e:
             raise ExportError(f"Exporting for platform {p!r} failed: {type(e).__name__}: {e}") from e
         out[p] = bytes(exp.serialize())

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+import jax
 import numpy as np
 
 from .errors import FeedError
@@ -43,6 +44,10 @@ def check(feed: Tensor, value) -> np.ndarray | Any:
                         f"{[feed.shape[i] for i in bad]}: {spec}.")
     want = np.dtype(jax_dtype(feed.dtype))
     got = np.dtype(arr.dtype)
+    if got == np.int32 and want == np.int64 and isinstance(arr, jax.Array):
+        # NOTE: JAX without x64 (paddle_xla never turns it on for the process) holds integers as int32;
+        # widening them is exact, and is the only way such a caller can feed an int64 input.
+        return arr.astype(want)
     if got != want:
         raise FeedError(f"Input {feed.name!r} has dtype {got.name}, but the model expects {feed.dtype}: {spec}. "
                         f"Convert it first, e.g. x.astype('{feed.dtype}').")

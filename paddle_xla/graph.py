@@ -14,7 +14,9 @@ import numpy as np
 
 from .errors import ModelLoadError
 
-FORMAT_VERSION = 1
+# NOTE: (major, minor). A minor version only adds what older readers may ignore, so any minor of this
+# major reads; a newer major does not. Written as "1.0"; format 1 files before that wrote the int 1.
+FORMAT_VERSION = (1, 0)
 
 
 @dataclass(frozen=True)
@@ -114,17 +116,27 @@ class Graph:
 
     # ---- serialisation ------------------------------------------------------------
     def to_json(self) -> str:
-        return json.dumps({"format_version": FORMAT_VERSION, "graph": _encode(self)})
+        return json.dumps({"format_version": "%d.%d" % FORMAT_VERSION, "graph": _encode(self)})
 
     @staticmethod
     def from_json(text: str) -> "Graph":
         data = json.loads(text)
-        version = data.get("format_version")
-        if version != FORMAT_VERSION:
-            raise ModelLoadError(
-                f"Graph format version {version} is not {FORMAT_VERSION}, the one this paddle_xla "
-                "reads; re-capture the model with this version of paddle_xla.")
+        _check_version(data.get("format_version"))
         return _decode_graph(data["graph"])
+
+
+def _check_version(version) -> None:
+    """Any minor version of this major reads; another major is refused with what to do."""
+    try:
+        major, minor = (version, 0) if isinstance(version, int) else map(int, str(version).split("."))
+    except (TypeError, ValueError):
+        raise ModelLoadError(f"The Graph has no readable format version ({version!r}); capture it again.") from None
+    if major > FORMAT_VERSION[0]:
+        raise ModelLoadError(f"The Graph has format version {major}.{minor}, written by a newer paddle_xla; this one "
+                             f"reads {FORMAT_VERSION[0]}.x. Upgrade paddle_xla (pip install -U paddle_xla).")
+    if major < FORMAT_VERSION[0]:
+        raise ModelLoadError(f"The Graph has format version {major}.{minor}, older than this paddle_xla reads "
+                             f"({FORMAT_VERSION[0]}.x); capture the model again with this version.")
 
 
 def _encode(obj):
@@ -148,8 +160,9 @@ def _decode_op(d) -> Op:
 
 
 def _tensor(d, cls=Tensor):
-    d = dict(d, shape=tuple(d["shape"]))
-    return cls(**d)
+    # NOTE: fields a later minor version added are left out, as the version rule promises.
+    known = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: tuple(v) if k == "shape" else v for k, v in d.items() if k in known})
 
 
 def _decode_graph(d) -> Graph:

@@ -10,7 +10,7 @@ import numpy as np
 import paddle
 from paddle.static import InputSpec
 
-from . import capture
+from . import capture, x64
 from .runtime import CompiledModel
 from .training import TrainStep
 from .wrap import net_with_loss
@@ -34,6 +34,7 @@ def _specs(specs, prefix) -> list[InputSpec]:
     return out
 
 
+@x64.methods
 class XlaAdapter:
     """What paddle.Model calls for each batch, backed by a TrainStep and compiled eval/predict programs."""
 

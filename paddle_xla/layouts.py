@@ -3,17 +3,15 @@
 Paddle stores conv filters as [out, in/groups, kh, kw] (OIHW). XLA:CPU's convolutions read HWIO, so
 a program fed OIHW filters transposes every filter on every call (ResNet-50: ~25 M floats per call).
 An inference program's weights do not change, so the filters are transposed once, when the model is
-compiled, and the convolutions are told so.
-
-With `channels_last`, the activations stay NHWC between convolutions (channels_last.py). Paddle-free."""
+compiled, and the convolutions are told so (LoweringPolicy.hwio_filters; kernels.py picks conv_hwio).
+Paddle-free."""
 from __future__ import annotations
 
 import jax.numpy as jnp
 from jax import lax
 
-from .channels_last import CONV_OPS, with_channels_last
+from .channels_last import CONV_OPS
 from .graph import Graph
-from .lower import Interpreter
 from .ops import conv as conv_ops
 
 OIHW_TO_HWIO = (2, 3, 1, 0)
@@ -26,25 +24,8 @@ def hwio_filter_names(graph: Graph) -> set[str]:
     return floats & graph.params_read_only_by(lambda op, i: op in CONV_OPS and i == 1)
 
 
-def with_hwio_filters(base: type[Interpreter], filter_values: frozenset[int],
-                      channels_last: bool = False) -> type[Interpreter]:
-    """`base` with the convolutions whose filter is one of `filter_values` reading it as HWIO; with
-    `channels_last`, NCHW activations held as NHWC between the ops that take them so (a Graph without
-    sub-blocks only: a loop carry must keep the layout the program declares)."""
-
-    def apply(self, op, args, env):
-        if op.name in CONV_OPS and op.inputs[1] in filter_values:
-            # NOTE: through the base's precision policy: a bf16 program's convolutions run in bf16
-            # (before, this skipped the cast and ran them in float32 on upcast half filters).
-            return (_conv_hwio(*self.cast_operands(op, args), **op.attrs),)
-        return base.apply(self, op, args, env)
-
-    cls = type(f"{base.__name__}_HWIO", (base,), {"apply": apply})
-    return with_channels_last(cls, filter_values) if channels_last else cls
-
-
-def _conv_hwio(x, w, *, strides, paddings, padding_algorithm="EXPLICIT", dilations=(), groups=1,
-               data_format="NCHW", **_ignored):
+def conv_hwio(x, w, *, strides, paddings, padding_algorithm="EXPLICIT", dilations=(), groups=1,
+              data_format="NCHW"):
     """conv_ops.conv with an HWIO filter (same padding rules, same data formats)."""
     pads, dil = conv_ops.resolve_padding(paddings, dilations, padding_algorithm,
                                          conv_ops.spatial_shape(x, data_format), strides, w.shape[:2])

@@ -63,7 +63,8 @@ def user_source(callstack: Sequence[str]) -> str:
         if not m:
             continue
         path = os.path.abspath(m["file"])
-        if path.startswith(_PADDLE_DIR) or path.startswith(_OWN_DIR) or "<frozen" in path:
+        if path.startswith(_PADDLE_DIR) or path.startswith(_OWN_DIR) or "<frozen" in path \
+                or m["file"].startswith("<paddle_xla"):
             continue
         code = callstack[i + 1].strip() if i + 1 < len(callstack) else ""
         best = f"{m['file']}:{m['line']} in {m['func']}" + (f": {code}" if code else "")

@@ -1,6 +1,7 @@
 """Compiled programs: weights on the device, feeds checked, one executable per input shape."""
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any, Mapping
 
@@ -9,41 +10,45 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import feeds as feeds_mod
+from . import x64
 from .cache import compile_progress
 from .graph import Graph
+from .half import HALF, half_weight_names
+from .interpreter import draws_random
+from .layouts import OIHW_TO_HWIO, hwio_filter_names
 from .lower import lower
-from .ops.util import on_xla_cpu
-from .channels_last import can_hold_channels_last
-from .layouts import OIHW_TO_HWIO, hwio_filter_names, with_hwio_filters
-from .train.precision import HALF, half_weight_names, interpreter_for, lower_mixed
+from .policy import LoweringPolicy
 from .xla_options import inference_options
 
 
+@x64.methods
 class CompiledModel:
     """A Graph with its weights, ready to run: `model(*inputs) -> outputs` (NumPy in, NumPy out).
 
-    Shapes are static per compile: each new input shape compiles once and is cached."""
+    Shapes are static per compile: each new input shape compiles once and is cached. Random ops
+    draw anew on every call, from the seed (or `key`) folded with the call's number, so a model
+    built with the same seed gives the same sequence of draws."""
 
-    def __init__(self, graph: Graph, weights: Mapping[str, np.ndarray], seed: int = 0, key=None, strategy=None):
+    def __init__(self, graph: Graph, weights: Mapping[str, np.ndarray], seed: int = 0, key=None, strategy=None,
+                 policy: LoweringPolicy | None = None):
         self.graph = graph
         self.source_weights = weights          # as Paddle laid them out (export writes these)
         # NOTE: inference honours Strategy.precision only: half compute, float32 weights and outputs.
         precision = strategy.precision if strategy is not None else "fp32"
-        interp = interpreter_for(precision)
+        self.policy = policy or LoweringPolicy.live(precision, holds_weights=True)
         # NOTE: weights the executable reads in another precision or layout than Paddle's, prepared once
         # here, not on every call: matmul weights in half (BERT-Base bf16: -20 %), conv filters as HWIO
         # on CPU (ResNet-50 b8: 512 -> 451 ms). set_weights applies the same to new values.
-        self._half_dtype = HALF.get(precision)
+        self._half_dtype = HALF.get(self.policy.precision)
         self._half = half_weight_names(graph) if self._half_dtype is not None else set()
-        self._hwio = hwio_filter_names(graph) if on_xla_cpu() else set()
-        if self._hwio:
-            interp = with_hwio_filters(interp, frozenset(p.value for p in graph.params if p.name in self._hwio),
-                                       channels_last=can_hold_channels_last(graph))
-        self._fn = lower(graph, interp) if precision == "fp32" else lower_mixed(graph, precision, interp)
+        self._hwio = hwio_filter_names(graph) if self.policy.hwio_filters else set()
+        self._fn = lower(graph, self.policy)
         params = {p.name: self._prepared(p.name, weights[p.name]) for p in graph.params}
         self.params = jax.device_put({k: v for k, v in params.items() if _is_trainable(graph, k)})
         self.buffers = jax.device_put({k: v for k, v in params.items() if not _is_trainable(graph, k)})
         self._key = key if key is not None else jax.random.key(seed)
+        self._random = draws_random(graph)
+        self._calls = itertools.count()
         self._jitted = jax.jit(self._fn)
         self._compiled: dict[tuple, Any] = {}
         self.compile_seconds: dict[tuple, float] = {}
@@ -57,8 +62,12 @@ class CompiledModel:
         return value
 
     def set_weights(self, values: Mapping[str, Any]) -> None:
-        """Replace weights by name, given as Paddle lays them out (e.g. a train step's current ones)."""
-        mine = {k: v for k, v in values.items() if k in self.params or k in self.buffers}
+        """Replace weights by name, given as Paddle lays them out (e.g. a train step's current ones).
+
+        Device arrays are copied: their owner (a train step donates its weights to its next step) may
+        delete them while this model still runs."""
+        mine = {k: jnp.copy(v) if isinstance(v, jax.Array) else v
+                for k, v in values.items() if k in self.params or k in self.buffers}
         self.source_weights = {**self.source_weights, **mine}
         prepared = jax.device_put({k: self._prepared(k, v) for k, v in mine.items()})
         self.params = {**self.params, **{k: v for k, v in prepared.items() if k in self.params}}
@@ -66,8 +75,14 @@ class CompiledModel:
 
     @property
     def key(self):
-        """The PRNG key random ops draw from when this model runs."""
+        """The PRNG key this model's random draws start from (call i draws from fold_in(key, i))."""
         return self._key
+
+    def call_key(self):
+        """The key of the next call: a fresh one per call when the program draws random numbers."""
+        if not self._random:
+            return self._key
+        return jax.random.fold_in(self._key, next(self._calls))
 
     @property
     def input_names(self) -> list[str]:
@@ -97,8 +112,11 @@ class CompiledModel:
 
     def run(self, *args, **kwargs) -> list[jax.Array]:
         """Outputs as device arrays (no host copy)."""
-        feeds = self.feeds(args, kwargs)
-        fetches, _ = self.executable(feeds)(self.params, self.buffers, feeds, self._key)
+        return self.run_checked(self.feeds(args, kwargs), self.call_key())
+
+    def run_checked(self, feeds: Mapping[str, Any], key) -> list[jax.Array]:
+        """Outputs for feeds already checked (self.feeds), drawing random numbers from `key`."""
+        fetches, _ = self.executable(feeds)(self.params, self.buffers, feeds, key)
         return list(fetches)
 
     def jaxpr(self, *args, **kwargs):

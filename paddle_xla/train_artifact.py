@@ -29,7 +29,7 @@ import numpy as np
 
 from . import artifact as fmt
 from . import feeds as feeds_mod
-from . import synthetic_weights
+from . import synthetic_weights, x64
 from .cache import compile_progress
 from .errors import ExportError, FeedError, ModelLoadError, PaddleXlaError, TrainingError
 from .graph import Graph
@@ -38,7 +38,8 @@ from .ops.util import dtype as jax_dtype
 from .strategy import Strategy
 from .train import checkpoint, optim
 from .train import lr as lr_lib
-from .train.precision import lower_mixed
+from .lower import lower
+from .policy import LoweringPolicy
 from .train.step import TrainState, make_step
 
 OPTIMIZER, TRAIN_STATE = "optimizer.json", "train_state.safetensors"
@@ -46,11 +47,11 @@ EXPORTABLE_PRECISIONS = ("fp32", "bf16")
 
 
 # ---- the step function an artifact serializes ---------------------------------------------------
-def step_fn(graph: Graph, config: optim.OptimizerConfig, precision: str = "fp32"):
+def step_fn(graph: Graph, config: optim.OptimizerConfig, policy: LoweringPolicy = LoweringPolicy()):
     """f(params, buffers, opt_state, feeds, key_data, lr) -> (params, buffers, opt_state, loss, fetches, finite)."""
     update = functools.partial(optim.apply, config)
-    # NOTE: bf16 is Paddle AMP O1 (train.precision): half compute, float32 master weights.
-    step = make_step(graph, update, forward=None if precision == "fp32" else lower_mixed(graph, precision))
+    # NOTE: bf16 is Paddle AMP O1 (half.py): half compute, float32 master weights.
+    step = make_step(graph, update, forward=lower(graph, policy))
 
     def f(params, buffers, opt_state, feeds, key_data, lr):
         # NOTE: raw key data, not a key: a typed key array does not cross the serialization boundary.
@@ -71,6 +72,7 @@ def exportable(strategy: Strategy) -> str | None:
 
 
 # ---- writing ----------------------------------------------------------------------------------
+@x64.enabled
 def export_train(step, path: str, platforms: Sequence[str] = ("cpu",), example_inputs=None,
                  synthetic: Mapping | None = None) -> dict:
     """Write a train step (px.train_step's TrainStep, or a TrainArtifact) to `path`; see the module doc."""
@@ -87,13 +89,14 @@ def export_train(step, path: str, platforms: Sequence[str] = ("cpu",), example_i
     opt_avals = {k: dict(v) for k, v in dict(opt_avals).items()}
     key_data = np.asarray(jax.random.key_data(state.key))
     why_not = exportable(strategy)
+    policies = {p: LoweringPolicy.tuned(p, strategy.precision) for p in platforms}
     exported, shapes = {}, {}
     if why_not is None:
         head = (_avals({k: weights[k] for k in trainable}), _avals({k: v for k, v in weights.items()
                                                                     if k not in state.params}), opt_avals)
         tail = (jax.ShapeDtypeStruct(key_data.shape, key_data.dtype), jax.ShapeDtypeStruct((), jnp.float32))
-        f = jax.jit(step_fn(graph, config, strategy.precision))
-        exported, shapes = export_all(f, graph, head, tail, platforms, example_inputs)
+        exported, shapes = export_all(lambda p: jax.jit(step_fn(graph, config, policies[p])), graph, head, tail,
+                                      platforms, example_inputs)
     weights, synth = synthetic_weights.leave_out(weights, synthetic)
     # NOTE: with synthetic weights the optimizer state (2x the weights for Adam) is left out too;
     # the loader starts it fresh, as a newly built optimizer would.
@@ -108,6 +111,7 @@ def export_train(step, path: str, platforms: Sequence[str] = ("cpu",), example_i
                 "feeds": [fmt.tensor_spec(t) for t in graph.feeds],
                 "fetches": [fmt.tensor_spec(t) for t in graph.fetches],
                 "exported": {p: {"member": fmt.exported_member(p), **shapes} for p in exported},
+                "lowering": fmt.lowering_record(policies, strategy.precision),
                 "train": {"step": int(state.step), "lr_offset": int(lr_offset_of(step)), "trainable": trainable,
                           "fingerprint": step.fingerprint(), "names": stable_names_of(step),
                           "precision": strategy.precision, "opt_state": "fresh" if synth else "stored",
@@ -159,6 +163,7 @@ def _check_schedule_travels(schedule: lr_lib.Schedule) -> None:
 
 
 # ---- reading ----------------------------------------------------------------------------------
+@x64.methods
 class TrainArtifact:
     """An exported train step: `s(*inputs, *labels) -> loss`, continuing where the exporter stopped.
 
@@ -225,7 +230,8 @@ class TrainArtifact:
             return None, *self._relower_or_fail(f"its executables compute in {self.info['precision']}, and "
                                                 f"{self.strategy.precision} was asked for")
         if prefer_graph and self.graph is not None:
-            return None, "relowered", "re-lowering from the Graph, as asked (prefer_graph=True)"
+            why = "re-lowering from the Graph, as asked (prefer_graph=True)"
+            return None, "relowered", why + fmt.lowering_moved(self.manifest)
         if member not in members:
             return None, *self._relower_or_fail(f"it was exported for {self.exported_platforms or 'no platform'}, "
                                                 f"not for this machine's {self.platform!r}")
@@ -244,7 +250,7 @@ class TrainArtifact:
         if self.graph is None:
             raise ModelLoadError(f"Cannot train {self.path!r} here: {reason}, and it holds no Graph to re-lower "
                                  f"from. Export it again with platforms=(..., {self.platform!r}) and its Graph.")
-        return "relowered", f"re-lowering from the Graph: {reason}"
+        return "relowered", f"re-lowering from the Graph: {reason}{fmt.lowering_moved(self.manifest)}"
 
     # -- training --
     def feeds(self, args, kwargs) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import paddle
 
-from . import capture
+from . import capture, x64
 from .errors import TrainingError, UnsupportedOpsError
 from .feeds import bind, check
 from .interop import optim as optim_interop
@@ -21,6 +21,7 @@ from .train.step import StepRunner, TrainState, split_weights
 from .wrap import net_with_loss
 
 
+@x64.methods
 class TrainStep:
     """One compiled training step: forward, loss, gradients, clipping, update, LR schedule.
 

@@ -220,8 +220,8 @@ class MixedLogits(nn.Layer):
 
 def test_channels_last_training_matches_paddle():
     """The live train step on CPU holds activations channels-last, BatchNorm in train mode included."""
-    from paddle_xla import channels_last
-    from paddle_xla.lower import Interpreter
+    from paddle_xla.lower import plan
+    from paddle_xla.policy import LoweringPolicy
 
     def losses(use_px):
         paddle.seed(0)
@@ -232,7 +232,7 @@ def test_channels_last_training_matches_paddle():
         if use_px:
             step = px.train_step(net, nn.CrossEntropyLoss(), opt, [InputSpec([None, 3, 10, 10], "float32", "x")],
                                  [InputSpec([None], "int64", "y")])
-            assert channels_last.for_cpu(Interpreter, step.graph) is not Interpreter
+            assert plan(step.graph, LoweringPolicy.live()).nhwc_filters
             return [float(np.asarray(step(x, y))) for _ in range(4)]
         out = []
         for _ in range(4):

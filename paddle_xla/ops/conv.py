@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .registry import lowering
-from .util import on_xla_cpu, static_ints
+from .util import static_ints
 
 _IGNORED = ("use_cudnn", "use_mkldnn", "fuse_relu", "force_fp32_output", "exhaustive_search",
             "workspace_size_MB", "is_test", "use_addto", "mkldnn_data_type", "fuse_activation",
@@ -69,10 +69,6 @@ def conv_nd(x, w, strides, paddings, padding_algorithm, dilations, groups, data_
 @lowering("pd_op.conv2d", "pd_op.conv3d", "pd_op.depthwise_conv2d", ignore=_IGNORED)
 def conv(x, w, *, strides, paddings, padding_algorithm="EXPLICIT", dilations=(), groups=1,
          data_format="NCHW"):
-    if x.ndim == 4 and x.dtype == jnp.float32 and on_xla_cpu() \
-            and is_pointwise_conv(w, paddings=paddings, padding_algorithm=padding_algorithm, groups=groups,
-                                  data_format=data_format):
-        return pointwise_conv(x, w, strides, data_format)
     return conv_nd(x, w, strides, paddings, padding_algorithm, dilations, groups or 1, data_format)
 
 
@@ -83,8 +79,6 @@ def is_pointwise_conv(w, *, paddings, padding_algorithm="EXPLICIT", groups=1, da
         and data_format in ("NCHW", "NHWC")
 
 
-# NOTE: on XLA:CPU a 1x1 convolution runs 1.5-3x faster as a GEMM over the pixels than through the
-# convolution emitter (ResNet-50's 8x256x56x56 -> 64: 27 -> 11 ms forward, 43 -> 21 ms backward).
 def pointwise_conv(x, w, strides, data_format):
     """A 1x1 convolution (filter [O, C, 1, 1]) as pixels [N, H, W, C] x [O, C]^T."""
     out = lax.dot_general(to_pixels(x, strides, data_format), w[:, :, 0, 0].astype(x.dtype), (((3,), (1,)), ((), ())))

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from ..graph import Graph
-from ..lower import Interpreter
+from ..lower import InterpreterFactory
 from .pack import Layout
 from .program import SubProgram, run
 
@@ -27,7 +27,7 @@ class Context:
     stages: int
     micro_batches: int
     loss_weight: float                    # 1/groups for a mean loss, 1 for a sum
-    interpreter: type[Interpreter]
+    interpreter: InterpreterFactory
     recompute: str | None
 
     @property

@@ -16,11 +16,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from .. import channels_last
+from dataclasses import replace
+
+from .. import x64
 from ..graph import Graph
+from ..lower import interpreter_factory
+from ..policy import LoweringPolicy
 from ..strategy import Strategy
 from ..train import optim
-from ..train.precision import ScalerConfig, interpreter_for, scaler_init, scaler_update
+from ..errors import StrategyError
+from ..train.precision import ScalerConfig, scaler_init, scaler_update
+from ..train.reduction import loss_reduction
 from . import profile, stages as stages_lib, update
 from .context import Context, axis_index, group_keys, pmean, pmin, psum, scan
 from .data import accumulate
@@ -33,22 +39,20 @@ from .program import whole
 from .state import PackedView
 
 
-def loss_reduction(graph: Graph) -> str:
-    """'sum' when the loss is a sum over the batch (or per-example losses, which the step sums),
-    else 'mean'. Micro-batch losses are averaged for a mean and added for a sum."""
-    loss = graph.fetches[0]
-    if any(d == -1 for d in loss.shape):
-        return "sum"
-    producer = {v: op for op in graph.block.ops for v in op.outputs}
-    v, seen = loss.value, 0
-    while v in producer and seen < 8:
-        op = producer[v]
-        if op.name in ("pd_op.mean", "pd_op.mean_all"):
-            return "mean"
-        if op.name == "pd_op.sum":
-            return "sum"
-        v, seen = op.inputs[0], seen + 1
-    return "mean"
+def reduction_for(graph: Graph, strategy: Strategy) -> str:
+    """How micro-batch and replica losses combine: the Strategy's say, else the program's own reduction.
+    With one group nothing combines, so an unreadable loss matters only when the batch is split."""
+    if strategy.loss_reduction != "auto":
+        return strategy.loss_reduction
+    found, stopped = loss_reduction(graph)
+    if found is not None or strategy.groups == 1:
+        return found or "mean"
+    where = f"{stopped.name} at {stopped.source or '(no user source line)'}" if stopped is not None else "its inputs"
+    raise StrategyError(
+        f"This Strategy splits each batch into {strategy.groups} groups (replicas x micro_batches), and paddle_xla "
+        f"cannot tell whether the loss is a mean or a sum over the batch: reading it back from the output, it "
+        f"stops at {where}. Say which: Strategy(loss_reduction='mean') averages the groups' losses and gradients, "
+        "loss_reduction='sum' adds them.")
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,7 @@ class CallResult:
     fetches: list
 
 
+@x64.methods
 class Engine:
     def __init__(self, graph: Graph, config: optim.OptimizerConfig, strategy: Strategy,
                  placement: Placement | None = None):
@@ -86,7 +91,7 @@ class Engine:
                                             (tuple(p.name for p in graph.buffers()),), ())
         self.configs = update.stage_configs(config, self.own.trainable, self.own.shared)
         self.zero = strategy.shard_optimizer_state
-        self.reduction = strategy.loss_reduction if strategy.loss_reduction != "auto" else loss_reduction(graph)
+        self.reduction = reduction_for(graph, strategy)
         ls = strategy.loss_scale
         self.scaler_cfg = ScalerConfig(ls.init, ls.growth_factor, ls.backoff_factor, ls.growth_interval,
                                        ls.dynamic) if ls is not None else None
@@ -146,11 +151,13 @@ class Engine:
     def _context(self, feeds: Mapping[str, np.ndarray]) -> tuple[Context, tuple]:
         st = self.strategy
         S, M = st.stages, st.micro_batches
-        interp = interpreter_for(st.precision)
+        policy = LoweringPolicy.live(st.precision)
+        if S > 1:
+            policy = replace(policy, channels_last=False)     # NOTE: not across stage boundaries
+        interp = interpreter_factory(self.graph, policy)
         weight = 1.0 / st.groups if self.reduction == "mean" else 1.0
         if S == 1:
             subs, sends, box, templates = (whole(self.graph),), (), {}, ()
-            interp = channels_last.for_cpu(interp, self.graph)     # NOTE: not across stage boundaries
         else:
             micro = {n: jax.ShapeDtypeStruct((x.shape[1] // st.groups,) + x.shape[2:], x.dtype)
                      for n, x in feeds.items()}

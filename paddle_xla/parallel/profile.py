@@ -10,7 +10,7 @@ import jax
 import numpy as np
 
 from ..graph import Graph, Op
-from ..lower import Interpreter
+from ..lower import InterpreterFactory, bind, interpreter_factory
 from ..ops.util import is_static
 
 
@@ -37,16 +37,13 @@ def _info(value) -> ValueInfo:
 
 
 def trace_values(graph: Graph, weights: Mapping[str, Any], feeds: Mapping[str, Any],
-                 interpreter: type[Interpreter] = Interpreter) -> dict[int, ValueInfo]:
+                 interpreter: InterpreterFactory | None = None) -> dict[int, ValueInfo]:
     """ValueInfo for every feed, weight and top-level op result, for these (abstract) inputs."""
     out: dict[int, ValueInfo] = {}
+    interpreter = interpreter or interpreter_factory(graph)
 
     def run(weights, feeds, key):
-        env: dict[int, Any] = {}
-        for p in graph.params:
-            env[p.value] = weights[p.name]
-        for f in graph.feeds:
-            env[f.value] = feeds[f.name]
+        env = bind(graph, weights, feeds)
         interp = interpreter(key)
         for op in graph.block.ops:
             results = interp.apply(op, [env[i] if i is not None else None for i in op.inputs], env)

@@ -1,5 +1,5 @@
-"""A piece of a Graph that runs on its own: the whole program, or one pipeline stage. Runs with any
-interpreter class (the mixed-precision one, say) and, on request, rematerialises each layer
+"""A piece of a Graph that runs on its own: the whole program, or one pipeline stage. Runs under any
+lowering policy (lower.interpreter_factory) and, on request, rematerialises each layer
 (`jax.checkpoint` per repeated layer, e.g. per TransformerEncoderLayer). Paddle-free."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 import jax
 
 from ..graph import Block, Graph, Op
-from ..lower import Interpreter
+from ..lower import InterpreterFactory, bind, interpreter_factory
 from ..ops.util import is_static
 from .graphs import layer_runs, op_reads
 
@@ -34,15 +34,10 @@ def _static(value) -> bool:
 
 
 def run(graph: Graph, sub: SubProgram, weights: Mapping, feeds: Mapping, received: Sequence, key, *,
-        interpreter: type[Interpreter] = Interpreter, remat_layers: bool = False):
+        interpreter: InterpreterFactory | None = None, remat_layers: bool = False):
     """(outputs in sub.outputs order, {buffer name: new value})."""
-    env: dict[int, Any] = {}
-    for p in graph.params:
-        if p.name in weights:
-            env[p.value] = weights[p.name]
-    for f in graph.feeds:
-        if f.name in feeds:
-            env[f.value] = feeds[f.name]
+    interpreter = interpreter or interpreter_factory(graph)
+    env = bind(graph, weights, feeds, partial=True)
     env.update(sub.statics)
     env.update(zip(sub.inputs, received))
     if remat_layers:

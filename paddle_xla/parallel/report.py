@@ -10,7 +10,8 @@ import jax
 import numpy as np
 
 from ..graph import Graph
-from ..train.precision import interpreter_for
+from ..lower import interpreter_factory
+from ..policy import LoweringPolicy
 from .graphs import DataFlow
 from .placement import Placement
 from .profile import ValueInfo, op_flops, trace_values
@@ -24,7 +25,7 @@ def stand_in_values(graph: Graph, precision: str = "fp32") -> dict[int, ValueInf
              for f in graph.feeds}
     weights = {p.name: jax.ShapeDtypeStruct(tuple(p.shape), p.dtype) for p in graph.params}
     try:
-        return trace_values(graph, weights, feeds, interpreter_for(precision))
+        return trace_values(graph, weights, feeds, interpreter_factory(graph, LoweringPolicy.live(precision)))
     except Exception:  # NOTE: e.g. a reshape to a fixed size; balancing then falls back to weight counts
         return None
 

@@ -11,6 +11,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import jax
 
+from ..errors import TrainingError
 from .mesh import to_host
 from .pack import Layout
 
@@ -28,6 +29,7 @@ class PackedView(Mapping):
 
     def natural(self) -> dict[str, Any]:
         if self._natural is None:
+            _check_alive(self)
             out: dict[str, Any] = {}
             if self.packed:
                 host = {dt: to_host(a) for dt, a in self.arrays.items()}
@@ -50,6 +52,15 @@ class PackedView(Mapping):
 
     def __repr__(self) -> str:
         return f"PackedView({len(self)} entries over {len(self.layouts)} stage(s))"
+
+
+def _check_alive(view: PackedView) -> None:
+    # NOTE: the engine donates its state to the next step (one copy of the weights on the devices), so
+    # a view read only after a later step finds its buffers gone; say so instead of JAX's "deleted".
+    if any(getattr(a, "is_deleted", lambda: False)() for a in jax.tree.leaves((view.arrays, view.extra))):
+        raise TrainingError("This view of the training state is from before a later step, which took over its "
+                            "device buffers (they are donated, so the weights live on the devices once). Read what "
+                            "you need (step.weights(), step.state.params[name]) before calling the step again.")
 
 
 def _flatten(view: PackedView):

@@ -12,9 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import x64
 from ..graph import Graph
-from .. import channels_last
-from ..lower import Interpreter, lower
+from ..lower import lower
+from ..policy import LoweringPolicy
 
 # (params, grads, state, lr, accept): accept is the traced keep-or-drop flag of the step (optim.apply)
 UpdateFn = Callable[[dict, dict, Any, jax.Array, jax.Array], tuple[dict, Any]]
@@ -48,7 +49,7 @@ def loss_value(fetch) -> jax.Array:
 def make_grads(graph: Graph, loss_index: int = 0, forward: Callable | None = None):
     """grads(params, buffers, feeds, key, *accumulated) -> (loss, fetches, buffers, grads): the backward
     pass alone, its gradients added to `accumulated` when given (Paddle's loss.backward() adds into .grad).
-    `forward`: the lowered program (default lower(graph); e.g. train.precision.lower_mixed)."""
+    `forward`: the lowered program (default lower(graph), float32)."""
     forward = forward or lower(graph)
 
     def loss_fn(params, buffers, feeds, key):
@@ -99,11 +100,11 @@ class StepResult:
 
 
 def _live_forward(graph: Graph) -> Callable:
-    """The forward a step compiled for this process's backend runs: channels-last CNNs on CPU. (An
-    exported step stays in the program's own layout, for whatever device loads it.)"""
-    return lower(graph, channels_last.for_cpu(Interpreter, graph))
+    """The forward a step compiled for this process's backend runs (e.g. channels-last CNNs on CPU)."""
+    return lower(graph, LoweringPolicy.live())
 
 
+@x64.methods
 class StepRunner:
     """What TrainStep calls: `steps_per_call` optimizer steps per host call, laid out by a Strategy.
 

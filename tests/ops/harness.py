@@ -16,7 +16,7 @@ import numpy as np
 import paddle
 from paddle.static import InputSpec
 
-from paddle_xla import capture
+from paddle_xla import capture, x64
 from paddle_xla.lower import lower
 
 FLOATS = ("float16", "bfloat16", "float32", "float64")
@@ -218,6 +218,7 @@ def assert_close(case: OpCase, got, want, what, rtol, atol):
                                        atol=atol, err_msg=f"{case.id}: {what}[{i}]")
 
 
+@x64.enabled
 def check_case(case: OpCase, use_jit: bool):
     rng = np.random.default_rng(case.seed)
     xs = [a.make(rng) for a in case.args]

@@ -7,11 +7,19 @@ import numpy as np
 import paddle
 import pytest
 
+from paddle_xla import x64
 from paddle_xla.lower import check_graph, lower
 
 from .harness import Arg, OpCase, capture_case
 
 N = 200_000
+
+
+@pytest.fixture(autouse=True)
+def _x64():
+    # NOTE: these tests call the internal lower() directly; the public entry points scope x64 themselves.
+    with x64.scope():
+        yield
 
 
 def _run(fn, args, xs, key=0, use_jit=False):
