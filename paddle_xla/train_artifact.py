@@ -27,11 +27,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import artifact as fmt
+from . import artifact_format as fmt
 from . import feeds as feeds_mod
 from . import synthetic_weights, x64
 from .cache import compile_progress
 from .errors import ExportError, FeedError, ModelLoadError, PaddleXlaError, TrainingError
+from .exporting import avals, check_platforms, export_all
 from .graph import Graph
 from .io import atomic_write
 from .ops.util import dtype as jax_dtype
@@ -76,8 +77,7 @@ def exportable(strategy: Strategy) -> str | None:
 def export_train(step, path: str, platforms: Sequence[str] = ("cpu",), example_inputs=None,
                  synthetic: Mapping | None = None) -> dict:
     """Write a train step (px.train_step's TrainStep, or a TrainArtifact) to `path`; see the module doc."""
-    from .export import _avals, _check_platforms, export_all
-    platforms = _check_platforms(platforms)
+    platforms = check_platforms(platforms)
     graph, config, schedule, state = step.graph, step.config, step.schedule, step.state
     if graph is None:
         raise ExportError("This train step holds no Graph, so it cannot be exported again.")
@@ -92,7 +92,7 @@ def export_train(step, path: str, platforms: Sequence[str] = ("cpu",), example_i
     policies = {p: LoweringPolicy.tuned(p, strategy.precision) for p in platforms}
     exported, shapes = {}, {}
     if why_not is None:
-        head = (_avals({k: weights[k] for k in trainable}), _avals({k: v for k, v in weights.items()
+        head = (avals({k: weights[k] for k in trainable}), avals({k: v for k, v in weights.items()
                                                                     if k not in state.params}), opt_avals)
         tail = (jax.ShapeDtypeStruct(key_data.shape, key_data.dtype), jax.ShapeDtypeStruct((), jnp.float32))
         exported, shapes = export_all(lambda p: jax.jit(step_fn(graph, config, policies[p])), graph, head, tail,
@@ -175,8 +175,8 @@ class TrainArtifact:
                  strategy: Strategy | Mapping | None = None):
         self.path, self.manifest = path, manifest
         self.info = _train_info(path, manifest)
-        self.graph = fmt._graph(path, members)
-        self.feeds_spec = fmt._tensors(manifest["feeds"])
+        self.graph = fmt.graph_of(path, members)
+        self.feeds_spec = fmt.tensors_of(manifest["feeds"])
         self.config, self.schedule = _optimizer(path, members)
         self.strategy = _strategy(path, members, strategy)
         self.lr_offset = int(self.info["lr_offset"])
@@ -204,7 +204,7 @@ class TrainArtifact:
 
     # -- state --
     def _initial_state(self, members) -> TrainState:
-        weights = synthetic_weights.fill(self.manifest, fmt._weights(self.path, members[fmt.WEIGHTS]))
+        weights = synthetic_weights.fill(self.manifest, fmt.weights_of(self.path, members[fmt.WEIGHTS]))
         trainable = self.info["trainable"]
         missing = [n for n in trainable if n not in weights]
         if missing:
@@ -212,7 +212,7 @@ class TrainArtifact:
                                  "export it again.")
         params = {n: jnp.asarray(weights[n]) for n in trainable}
         buffers = {n: jnp.asarray(v) for n, v in weights.items() if n not in params}
-        arrays = fmt._weights(self.path, members[TRAIN_STATE])
+        arrays = fmt.weights_of(self.path, members[TRAIN_STATE])
         opt_state = optim.init_state(self.config, params)
         if self.info["opt_state"] == "stored":
             opt_state = _restore(self.path, "opt", opt_state, arrays)
@@ -314,7 +314,7 @@ class TrainArtifact:
         if self._runner is None:
             # NOTE: TrainStep's own runner, so a re-lowered step gives the in-process losses under
             # every Strategy (the SPMD engine for anything but the default).
-            from .train.step import StepRunner
+            from .step_runner import StepRunner
             try:
                 self._runner = StepRunner(self.graph, self.config, self.strategy, None)
             except PaddleXlaError as e:

@@ -17,7 +17,8 @@ from .interop import optim as optim_interop
 from .lower import check_graph
 from .train import checkpoint, optim
 from .stage import placement_for
-from .train.step import StepRunner, TrainState, split_weights
+from .step_runner import StepRunner
+from .train.step import TrainState, split_weights
 from .wrap import net_with_loss
 
 

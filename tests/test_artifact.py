@@ -99,7 +99,7 @@ def test_file_format(pxa_path):
         infos = {i.filename: i for i in z.infolist()}
         m = json.loads(z.read(pxa.MANIFEST))
         for name, meta in m["members"].items():
-            assert pxa._sha256(z.read(name)) == meta["sha256"]
+            assert pxa.sha256(z.read(name)) == meta["sha256"]
     assert set(infos) == {"manifest.json", "graph.json", "weights.safetensors", "strategy.json", "exported/cpu.bin"}
     assert infos["weights.safetensors"].compress_type == zipfile.ZIP_STORED
     assert infos["exported/cpu.bin"].compress_type == zipfile.ZIP_STORED
@@ -172,7 +172,7 @@ def test_unreadable_executable_falls_back_to_the_graph(model, pxa_path, tmp_path
         exp = jax.export.deserialize(bytearray(z.read("exported/cpu.bin")))
     bad = bytes(dataclasses.replace(exp, mlir_module_serialized=b"not StableHLO").serialize())
     m = manifest_of(pxa_path)
-    m["members"]["exported/cpu.bin"]["sha256"] = pxa._sha256(bad)
+    m["members"]["exported/cpu.bin"]["sha256"] = pxa.sha256(bad)
     art = pxa.load(rewrite(pxa_path, tmp_path / "newer.pxa", replace={"exported/cpu.bin": bad}, manifest=m))
     assert art.mode == "relowered" and "cannot be read by this jax" in art.why
     assert_same(art(*inputs(2)), model(*inputs(2)))

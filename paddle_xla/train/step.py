@@ -4,18 +4,14 @@ Paddle-free. The optimizer arrives as two pure callables (init, update) built by
 Paddle-free optimizer config, so this module knows nothing of the update rule."""
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from .. import x64
 from ..graph import Graph
 from ..lower import lower
-from ..policy import LoweringPolicy
 
 # (params, grads, state, lr, accept): accept is the traced keep-or-drop flag of the step (optim.apply)
 UpdateFn = Callable[[dict, dict, Any, jax.Array, jax.Array], tuple[dict, Any]]
@@ -88,126 +84,3 @@ def make_step(graph: Graph, update: UpdateFn, loss_index: int = 0, forward: Call
 def all_finite(tree) -> jax.Array:
     leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
-
-
-# ---- the step under a Strategy ------------------------------------------------------------------
-@dataclass
-class StepResult:
-    state: TrainState
-    losses: list[float]
-    outputs: list
-    error: str | None = None      # set when a step was not finite and no loss scaling skipped it
-
-
-def _live_forward(graph: Graph) -> Callable:
-    """The forward a step compiled for this process's backend runs (e.g. channels-last CNNs on CPU)."""
-    return lower(graph, LoweringPolicy.live())
-
-
-@x64.methods
-class StepRunner:
-    """What TrainStep calls: `steps_per_call` optimizer steps per host call, laid out by a Strategy.
-
-    The default Strategy runs the plain jitted step above on one device; any other goes to the
-    SPMD engine (paddle_xla.parallel.engine) over a ("replica", "stage") mesh."""
-
-    def __init__(self, graph: Graph, config, strategy=None, placement=None):
-        from ..strategy import Strategy
-        from . import optim
-        self.graph = graph
-        self.strategy = strategy if strategy is not None else Strategy()
-        self.engine = None
-        self._grads_jit = None
-        if self.strategy.is_default:
-            update = functools.partial(optim.apply, config)
-            self._jit = jax.jit(make_step(graph, update, forward=_live_forward(graph)), donate_argnums=(0, 2),
-                                compiler_options=STEP_COMPILER_OPTIONS)
-        else:
-            from ..parallel.engine import Engine
-            self.engine = Engine(graph, config, self.strategy, placement)
-
-    @property
-    def steps_per_call(self) -> int:
-        return self.strategy.steps_per_call
-
-    @property
-    def loss_scale(self) -> float | None:
-        return self.engine.loss_scale if self.engine is not None else None
-
-    @property
-    def skipped_steps(self) -> int:
-        return self.engine.skipped_steps if self.engine is not None else 0
-
-    def scaler_state(self) -> dict | None:
-        """The fp16 loss scaler's state for a checkpoint, or None when there is no scaler."""
-        return self.engine.scaler_state() if self.engine is not None and self.engine.scaler_cfg else None
-
-    def set_scaler_state(self, state) -> None:
-        if state is not None and self.engine is not None and self.engine.scaler_cfg:
-            self.engine.set_scaler_state(state)
-
-    def report(self) -> dict:
-        """The layout in numbers: mesh shape, pipeline plan, bubble fraction, bytes per device."""
-        if self.engine is None:
-            return {"replicas": 1, "stages": 1, "bubble_fraction": 0.0}
-        e = self.engine
-        return {"replicas": self.strategy.replicas, "stages": self.strategy.stages,
-                "micro_batches": self.strategy.micro_batches, "schedule": self.strategy.schedule,
-                "bubble_fraction": e.bubble_fraction(),
-                "bytes_per_device": e.param_bytes_per_device(), "plan": getattr(e.placement, "plan", "")}
-
-    def split(self, args, kwargs) -> list[tuple[list, dict]]:
-        """One (args, kwargs) per optimizer step: inputs come stacked [steps_per_call, batch, ...] or as
-        lists of steps_per_call batches."""
-        k = self.steps_per_call
-        if k == 1:
-            return [(list(args), dict(kwargs))]
-        for name, x in [*enumerate(args), *kwargs.items()]:
-            n = len(x) if isinstance(x, (list, tuple)) else (x.shape[0] if getattr(x, "ndim", 0) else None)
-            if n != k:
-                from ..errors import FeedError
-                raise FeedError(f"With steps_per_call={k}, each input holds {k} batches: stack them as "
-                                f"[{k}, batch, ...] or pass a list of {k}; input {name!r} has {n}.")
-        return [([a[i] for a in args], {n: v[i] for n, v in kwargs.items()}) for i in range(k)]
-
-    def __call__(self, state: TrainState, feeds: list[dict], lrs: list[float], accumulated=None) -> StepResult:
-        if self.engine is None:
-            return self._plain(state, feeds[0], lrs[0], accumulated)
-        k = len(feeds)
-        keys = jax.vmap(lambda i: jax.random.fold_in(state.key, i))(state.step + jnp.arange(k))
-        stacked = {n: np.stack([np.asarray(f[n]) for f in feeds]) for n in feeds[0]}
-        res = self.engine(state.params, state.buffers, state.opt_state, stacked, keys, lrs)
-        done = k if self.engine.scaler_cfg is not None or res.finite.all() else int(np.argmin(res.finite))
-        new = TrainState(res.params, res.buffers, res.opt_state, state.step + done, state.key)
-        losses = [float(x) for x in res.losses]
-        error = None if done == k else _not_finite(state.step + done, losses[done])
-        return StepResult(new, losses, list(res.fetches), error)
-
-    def backward(self, s: TrainState, feeds, accumulated, micro: int):
-        """One forward and backward pass without an update -> (loss, fetches, buffers, summed grads)."""
-        if self.engine is not None:
-            from ..errors import TrainingError
-            raise TrainingError("Accumulating gradients over calls (update=False) works with the default "
-                                "Strategy only; with a layout, use Strategy(micro_batches=...) instead.")
-        if self._grads_jit is None:
-            self._grads_jit = jax.jit(make_grads(self.graph, forward=_live_forward(self.graph)))
-        # NOTE: each accumulated pass draws its own random numbers (dropout), as Paddle's would.
-        key = jax.random.fold_in(jax.random.fold_in(s.key, s.step), micro + 1)
-        return self._grads_jit(s.params, s.buffers, feeds, key, *([accumulated] if accumulated is not None else []))
-
-    def _plain(self, s: TrainState, feeds, lr, accumulated=None) -> StepResult:
-        key = jax.random.fold_in(s.key, s.step)
-        params, buffers, opt_state, loss, fetches, finite = self._jit(
-            s.params, s.buffers, s.opt_state, feeds, key, jnp.asarray(lr, jnp.float32),
-            *([accumulated] if accumulated is not None else []))
-        loss = float(loss)
-        if not bool(finite):
-            return StepResult(TrainState(params, s.buffers, opt_state, s.step, s.key), [loss], [],
-                              _not_finite(s.step, loss))
-        return StepResult(TrainState(params, buffers, opt_state, s.step + 1, s.key), [loss], list(fetches[1:]))
-
-
-def _not_finite(step: int, loss: float) -> str:
-    return (f"The loss or a gradient is not finite at step {step} (loss = {loss}); the weights and "
-            "optimizer state were left as they were before this step. Lower the learning rate, check "
-            "the inputs for NaN/Inf, or use precision='fp16' loss scaling, which skips such steps.")

@@ -7,7 +7,7 @@ Paddle's backward with jax.vjp of the lowering, using the same random cotangents
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import jax
