@@ -38,9 +38,10 @@ class StepRunner:
     """What TrainStep calls: `steps_per_call` optimizer steps per host call, laid out by a Strategy.
 
     The default Strategy runs the plain jitted step above on one device; any other goes to the
-    SPMD engine (paddle_xla.parallel.engine) over a ("replica", "stage") mesh."""
+    SPMD engines over the ("replica", "stage", "tensor") mesh: parallel/sharded.py for one stage
+    (replicas x tensor, sharding), parallel/engine.py for pipelines."""
 
-    def __init__(self, graph: Graph, config, strategy=None, placement=None):
+    def __init__(self, graph: Graph, config, strategy=None, placement=None, tensor_plan=None):
         from .strategy import Strategy
         self.graph = graph
         self.strategy = strategy if strategy is not None else Strategy()
@@ -50,6 +51,9 @@ class StepRunner:
             update = functools.partial(optim.apply, config)
             self._jit = jax.jit(make_step(graph, update, forward=_live_forward(graph)), donate_argnums=(0, 2),
                                 compiler_options=STEP_COMPILER_OPTIONS)
+        elif self.strategy.stages == 1:
+            from .parallel.sharded import ShardedEngine
+            self.engine = ShardedEngine(graph, config, self.strategy, placement, tensor_plan)
         else:
             from .parallel.engine import Engine
             self.engine = Engine(graph, config, self.strategy, placement)

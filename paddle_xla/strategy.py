@@ -9,7 +9,10 @@
 | steps_per_call        | optimizer steps per host call (lax.scan on the device)       | batches_per_step          |
 | precision             | fp32 | bf16 | fp16 (dynamic loss scaling); fp32 master weights | enable_fp16, loss_scaling |
 | recompute             | None | "full" | "stage" | "layer"  (jax.checkpoint)         | auto_recomputation        |
-| shard_optimizer_state | ZeRO-1 over replicas                                         | replicated tensor sharding|
+| tensor                | devices each layer is split over (tensor parallelism, GSPMD) | (IPU: tensor splitting)   |
+| tensor_plan           | what is split: None/"auto", or {layer-path rule: "colwise" | "rowwise" | "vocab"} (or Paddle's dist.ColWiseParallel() / RowWiseParallel()) | |
+| sharding              | 0-3, Paddle's ShardingStage: 1 optimizer state, 2 + gradients, 3 + parameters, over replicas | replicated tensor sharding |
+| shard_optimizer_state | ZeRO-1 over replicas (the same as sharding=1)                 | replicated tensor sharding|
 | schedule              | pipeline schedule: "gpipe" | "1f1b" (memory flat in micro_batches) | (IPU: pipelined by default)|
 | loss_reduction        | "auto" | "mean" | "sum": how micro-batch losses combine        |                           |
 
@@ -18,7 +21,7 @@ and that the devices exist. What needs the program (a stage rule that matches no
 without ops, a batch that does not split) is checked when `train_step` builds the step, before any
 compile; every message names the fix.
 
-Devices: the mesh takes the first replicas x stages devices. In a multi-process run (`paddle-xla
+Devices: the mesh takes the first replicas x stages x tensor devices. In a multi-process run (`paddle-xla
 launch`) a layout over several devices must take all of them, since every process joins each step.
 
 The default Strategy() runs the plain one-device step; anything else runs paddle_xla.parallel's
@@ -35,6 +38,11 @@ from .errors import StrategyError
 PRECISIONS = ("fp32", "bf16", "fp16")
 RECOMPUTE = (None, "full", "stage", "layer")
 SCHEDULES = ("gpipe", "1f1b")
+SHARDING = (0, 1, 2, 3)
+TENSOR_KINDS = ("colwise", "rowwise", "vocab")
+# NOTE: Paddle's parallelize-plan classes (paddle.distributed), by the split each names: ColWiseParallel
+# splits a weight's second dimension (and the bias), RowWiseParallel its first (an Embedding's vocab).
+PADDLE_PLANS = {"ColWiseParallel": "colwise", "RowWiseParallel": "rowwise"}
 REDUCTIONS = ("auto", "mean", "sum")
 _AUTO = "auto"
 
@@ -72,10 +80,13 @@ class Strategy:
     loss_scale: Any = _AUTO               # fp16: LossScale (default LossScale()); others: None
     schedule: str = "gpipe"
     loss_reduction: str = "auto"          # "auto": read from the program (mean or sum of the batch)
+    tensor: int = 1
+    tensor_plan: Any = None               # None | "auto" | {layer-path rule: "colwise" | "rowwise" | "vocab"}
+    sharding: int = 0                     # 0 | 1 (optimizer state) | 2 (+ gradients) | 3 (+ parameters)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
-        for name in ("replicas", "stages", "micro_batches", "steps_per_call"):
+        for name in ("replicas", "stages", "micro_batches", "steps_per_call", "tensor"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise StrategyError(f"Strategy.{name} must be a positive int, got {v!r}.")
@@ -91,9 +102,8 @@ class Strategy:
         if self.loss_reduction not in REDUCTIONS:
             raise StrategyError(f"Strategy.loss_reduction must be one of {REDUCTIONS}, got {self.loss_reduction!r}.")
         self._check_loss_scale()
-        if self.shard_optimizer_state and self.replicas == 1:
-            raise StrategyError("shard_optimizer_state=True splits the optimizer state across replicas, but "
-                                "replicas=1; set replicas > 1 or drop shard_optimizer_state.")
+        self._check_sharding()
+        self._check_tensor()
         if self.stages > 1 and self.micro_batches < self.stages:
             raise StrategyError(
                 f"With {self.stages} pipeline stages, micro_batches must be at least {self.stages} (got "
@@ -113,6 +123,47 @@ class Strategy:
         elif self.precision != "fp16" and ls is not None:
             raise StrategyError(f"Strategy.loss_scale applies to precision='fp16' only; {self.precision} "
                                 "needs none (bf16 has float32's exponent range).")
+
+    def _check_sharding(self):
+        if self.sharding not in SHARDING or isinstance(self.sharding, bool):
+            raise StrategyError(f"Strategy.sharding must be one of {SHARDING} (Paddle's sharding stages: 1 the "
+                                f"optimizer state, 2 also gradients, 3 also parameters), got {self.sharding!r}.")
+        if self.shard_optimizer_state and self.sharding == 0:
+            object.__setattr__(self, "sharding", 1)       # NOTE: the older name of sharding=1
+        object.__setattr__(self, "shard_optimizer_state", self.sharding >= 1)
+        if self.sharding and self.replicas == 1:
+            raise StrategyError(f"sharding={self.sharding} splits state across replicas, but replicas=1; set "
+                                "replicas > 1 or drop sharding (shard_optimizer_state).")
+        if self.sharding >= 2 and self.stages > 1:
+            raise StrategyError(f"sharding={self.sharding} with pipeline stages is not supported yet; use "
+                                "sharding=1 with stages, or stages=1 (replicas x tensor) with sharding 2 or 3.")
+
+    def _check_tensor(self):
+        plan = self.tensor_plan
+        if self.tensor > 1 and self.stages > 1:
+            raise StrategyError(f"tensor={self.tensor} with stages={self.stages} is not supported yet: split layers "
+                                "over tensor with stages=1 (replicas x tensor), or use stages without tensor.")
+        if plan is None or plan == "auto":
+            return
+        if not isinstance(plan, Mapping):
+            raise StrategyError(f"Strategy.tensor_plan must be None, 'auto' or a dict {{layer-path rule: kind}}, "
+                                f"got {plan!r}.")
+        if self.tensor == 1:
+            raise StrategyError("tensor_plan splits layers over the tensor axis, but tensor=1; set tensor > 1 "
+                                "(e.g. tensor=4) or drop tensor_plan.")
+        kinds = {}
+        for rule, kind in plan.items():
+            kind = PADDLE_PLANS.get(type(kind).__name__, kind)
+            if kind not in TENSOR_KINDS:
+                raise StrategyError(f"tensor_plan rule {rule!r} asks for {kind!r}; use one of {TENSOR_KINDS}, or "
+                                    "paddle.distributed.ColWiseParallel() / RowWiseParallel().")
+            kinds[rule] = kind
+        # NOTE: stored by name, so the Strategy stays plain data (to_dict, artifacts).
+        object.__setattr__(self, "tensor_plan", kinds)
+        from .parallel.rules import parse_rule
+        for rule in kinds:
+            for alternative in rule.split("|"):
+                parse_rule(alternative)
 
     def _check_placement(self):
         p = self.placement
@@ -139,20 +190,20 @@ class Strategy:
         import jax
         have = jax.device_count()
         need = self.devices
+        layout = f"replicas x stages x tensor = {self.replicas} x {self.stages} x {self.tensor} = {need}"
         if need > have:
             raise StrategyError(
-                f"replicas x stages = {self.replicas} x {self.stages} = {need} devices, but only {have} are "
-                f"visible ({jax.devices()[0].platform}). Lower replicas or stages, or on CPU set "
-                f"XLA_FLAGS=--xla_force_host_platform_device_count={need} before importing jax.")
+                f"{layout} devices, but only {have} are visible ({jax.devices()[0].platform}). Lower replicas, "
+                f"stages or tensor, or on CPU set XLA_FLAGS=--xla_force_host_platform_device_count={need} "
+                "before importing jax.")
         if jax.process_count() > 1 and 1 < need != have:
             raise StrategyError(
-                f"replicas x stages = {self.replicas} x {self.stages} = {need}, but this multi-process run has "
-                f"{have} devices over {jax.process_count()} processes, and every process must take part; "
-                f"choose replicas x stages = {have}.")
+                f"{layout}, but this multi-process run has {have} devices over {jax.process_count()} processes, "
+                f"and every process must take part; choose a layout of {have} devices.")
 
     @property
     def devices(self) -> int:
-        return self.replicas * self.stages
+        return self.replicas * self.stages * self.tensor
 
     @property
     def groups(self) -> int:

@@ -314,9 +314,11 @@ class TrainArtifact:
         if self._runner is None:
             # NOTE: TrainStep's own runner, so a re-lowered step gives the in-process losses under
             # every Strategy (the SPMD engine for anything but the default).
+            from .parallel.tensor_plan import tensor_plan_for
             from .step_runner import StepRunner
             try:
-                self._runner = StepRunner(self.graph, self.config, self.strategy, None)
+                plan = tensor_plan_for(self.graph, self.stable_names(), self.strategy)
+                self._runner = StepRunner(self.graph, self.config, self.strategy, None, plan)
             except PaddleXlaError as e:
                 raise ModelLoadError(f"Cannot re-lower the train step in {self.path!r} here: {e}") from e
         return self._runner

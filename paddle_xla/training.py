@@ -16,6 +16,7 @@ from .feeds import bind, check
 from .interop import optim as optim_interop
 from .lower import check_graph
 from .train import checkpoint, optim
+from .parallel.tensor_plan import tensor_plan_for
 from .stage import placement_for
 from .step_runner import StepRunner
 from .train.step import TrainState, split_weights
@@ -54,7 +55,8 @@ class TrainStep:
         self.state = TrainState(params, buffers, self._initial_opt_state(params), 0, jax.random.key(seed))
         # NOTE: the Strategy's layout (replicas, stages, precision, ...) lives in the step runner;
         # the plan of a pipeline is printed here, before anything compiles.
-        self._step = StepRunner(self.graph, self.config, strategy, placement_for(self.captured, strategy))
+        self._step = StepRunner(self.graph, self.config, strategy, placement_for(self.captured, strategy),
+                                tensor_plan_for(self.graph, self.captured.state_keys, strategy))
         self.loss_scale, self.skipped_steps = self._step.loss_scale, 0
         self.last_outputs: list[jax.Array] = []
         self._accumulated, self._micro = None, 0      # gradients of accumulate() calls since the last step

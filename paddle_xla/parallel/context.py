@@ -3,7 +3,7 @@ recomputation choices. Built on the host once per input shape; read inside shard
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +29,7 @@ class Context:
     loss_weight: float                    # 1/groups for a mean loss, 1 for a sum
     interpreter: InterpreterFactory
     recompute: str | None
+    weights_in: Callable | None = None    # P as this device holds it -> P as the program reads it (sharding=3)
 
     @property
     def groups(self) -> int:
@@ -59,6 +60,20 @@ def pmean(ctx: Context, x, axes):
 def pmin(ctx: Context, x, axes):
     live = _axes(ctx, axes)
     return jax.lax.pmin(x, live) if live else x
+
+
+def psum_scatter(ctx: Context, x, axis: str, dim: int):
+    """The sum over `axis`, this device keeping its 1/size slice of dimension `dim`."""
+    if ctx.size(axis) == 1:
+        return x
+    return jax.lax.psum_scatter(x, axis, scatter_dimension=dim, tiled=True)
+
+
+def all_gather(ctx: Context, x, axis: str, dim: int):
+    """The slices of dimension `dim` that the devices along `axis` hold, joined."""
+    if ctx.size(axis) == 1:
+        return x
+    return jax.lax.all_gather(x, axis, axis=dim, tiled=True)
 
 
 def axis_index(ctx: Context, axis: str):

@@ -17,12 +17,18 @@ import jax.numpy as jnp
 
 from .context import Context, loss_of, scan, stage_forward, zeros_like_tree
 
+GATHERED = "px_gathered_weight"     # checkpoint_name of a weight gathered from its sharding=3 slices
+
 
 def accumulate(ctx: Context, P, Sh, B, feeds, keys, scale):
     """(loss, (grad P, grad Sh), fetches [M, ...], buffers) of this replica's micro-batches."""
 
     def loss_fn(P, Sh, f, k):
-        outs, newB = stage_forward(ctx, 0, P, Sh, B, f, k)
+        # NOTE: with sharding=3 the weights arrive as this replica's slices and are gathered here, inside
+        # the differentiated function: the gradient of each gather is a reduce-scatter, so each replica
+        # gets back the summed gradient of its own slice.
+        weights = ctx.weights_in(P) if ctx.weights_in is not None else P
+        outs, newB = stage_forward(ctx, 0, weights, Sh, B, f, k)
         loss = loss_of(outs[0]) * jnp.float32(ctx.loss_weight)
         return loss * scale, (loss, tuple(outs[1:]), newB)
 
@@ -30,6 +36,10 @@ def accumulate(ctx: Context, P, Sh, B, feeds, keys, scale):
         # NOTE: rematerialising the whole micro-batch saves little (the backward pass rebuilds all
         # of it at once); "layer" is what bounds activation memory on one stage.
         loss_fn = jax.checkpoint(loss_fn, prevent_cse=False)
+    if ctx.weights_in is not None:
+        # NOTE: the gathered weights are not kept for the backward pass; it gathers them again (FSDP).
+        loss_fn = jax.checkpoint(loss_fn, prevent_cse=False,
+                                 policy=jax.checkpoint_policies.save_anything_except_these_names(GATHERED))
     grad = jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)
 
     def micro(carry, xs):

@@ -1,11 +1,11 @@
-"""The training step under a Strategy: one jitted SPMD program over the ("replica", "stage") mesh
-that runs `steps_per_call` optimizer steps in a lax.scan.
+"""The pipelined training step: one jitted SPMD program over the ("replica", "stage", "tensor") mesh
+(tensor = 1 here) that runs `steps_per_call` optimizer steps in a lax.scan. One stage runs on
+sharded.py's engine instead; EngineBase holds what both share.
 
-Per step and device: forward/backward over the replica's micro-batches (data.accumulate, or the
-pipeline.gpipe schedule when stages > 1), one all-reduce of the gradients over replicas, loss
-unscaling and the finite check, then the optimizer on the device's stage (update.apply). Weights,
-buffers and optimizer state stay packed and sharded on the devices between calls (state.PackedView
-shows them to the host). Paddle-free."""
+Per step and device: forward/backward over the replica's micro-batches in the Strategy's pipeline
+schedule, one all-reduce of the gradients over replicas, loss unscaling and the finite check, then
+the optimizer on the device's stage (update.apply). Weights, buffers and optimizer state stay packed
+and sharded on the devices between calls (state.PackedView shows them to the host). Paddle-free."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,13 +29,11 @@ from ..train.precision import ScalerConfig, scaler_init, scaler_update
 from ..train.reduction import loss_reduction
 from . import profile, stages as stages_lib, update
 from .context import Context, axis_index, group_keys, pmean, pmin, psum, scan
-from .data import accumulate
 from .mesh import make_mesh, put as mesh_put, sharding, to_host
-from .pack import Layout, Natural, stack, widths
+from .pack import Layout, stack, widths
 from ..train.step import STEP_COMPILER_OPTIONS
 from . import pipeline, pipeline_1f1b
 from .placement import Placement
-from .program import whole
 from .state import PackedView
 
 
@@ -77,156 +75,26 @@ class CallResult:
 
 
 @x64.methods
-class Engine:
+class EngineBase:
+    """What both SPMD engines share: the mesh, how group losses combine, the fp16 loss scaler, one
+    compiled program per input shape, and the call that runs `steps_per_call` steps."""
+
     def __init__(self, graph: Graph, config: optim.OptimizerConfig, strategy: Strategy,
                  placement: Placement | None = None):
         self.graph, self.config, self.strategy = graph, config, strategy
         self.placement = placement
         self.mesh = make_mesh(strategy)
-        S, R = strategy.stages, strategy.replicas
-        if S > 1:
-            self.own = stages_lib.ownership(graph, placement)
-        else:
-            self.own = stages_lib.Ownership((tuple(p.name for p in graph.trainable()),),
-                                            (tuple(p.name for p in graph.buffers()),), ())
-        self.configs = update.stage_configs(config, self.own.trainable, self.own.shared)
-        self.zero = strategy.shard_optimizer_state
         self.reduction = reduction_for(graph, strategy)
         ls = strategy.loss_scale
         self.scaler_cfg = ScalerConfig(ls.init, ls.growth_factor, ls.backoff_factor, ls.growth_interval,
                                        ls.dynamic) if ls is not None else None
         self.scaler = {k: mesh_put(v, sharding(self.mesh)) for k, v in scaler_init(self.scaler_cfg).items()}
-        self._layouts(R)
+        self._layouts(strategy.replicas)
         self._compiled: dict[tuple, Any] = {}
         self.stage_info: dict[tuple, stages_lib.Stages] = {}
 
-    # ---- packing ------------------------------------------------------------------------------
     def _layouts(self, R: int):
-        shapes = {p.name: jax.ShapeDtypeStruct(tuple(p.shape), p.dtype) for p in self.graph.params}
-        opt_tpl = jax.eval_shape(lambda ps: optim.init_state(self.config, ps),
-                                 {n: shapes[n] for n in self.config.trainable()})
-        one = self.strategy.stages == 1
-        opt_names = [tuple(n for n in names if n in opt_tpl) for names in self.own.trainable]
-        # NOTE: one stage keeps plain dicts; ZeRO-1 still packs the optimizer state, to split it evenly.
-        self.packed = {"P": not one, "B": not one, "O": not one or self.zero}
-        self.param_layouts = tuple(Natural(names) if one else Layout.of({n: shapes[n] for n in names})
-                                   for names in self.own.trainable)
-        self.buffer_layouts = tuple(Natural(names) if one else Layout.of({n: shapes[n] for n in names})
-                                    for names in self.own.buffers)
-        self.opt_layouts = tuple(Layout.of({n: opt_tpl[n] for n in names}) if self.packed["O"] else Natural(names)
-                                 for names in opt_names)
-        self.opt_shared = tuple(n for n in self.own.shared if n in opt_tpl)
-        self._opt_bytes = sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(opt_tpl))
-        self.widths = {"params": widths(self.param_layouts), "buffers": widths(self.buffer_layouts),
-                       "opt": widths(self.opt_layouts, R if self.zero else 1)}
-        o_spec = ("stage", "replica") if self.zero else ("stage",)
-        self.specs = {"P": P("stage") if not one else P(), "Sh": P(), "B": P("stage") if not one else P(),
-                      "O": P(*o_spec) if self.packed["O"] else P(), "Osh": P()}
-
-    def place(self, params: Mapping, buffers: Mapping, opt_state: Mapping):
-        """Device arrays (P, Sh, B, O, Osh) from a state: as they are when this engine packed them."""
-        if all(isinstance(t, PackedView) and t.owner is self for t in (params, buffers, opt_state)):
-            return params.arrays, params.extra, buffers.arrays, opt_state.arrays, opt_state.extra
-        put = lambda x, key: mesh_put(x, jax.sharding.NamedSharding(self.mesh, self.specs[key]))  # noqa: E731
-        own = self.own
-        opt_names = [lay.names() for lay in self.opt_layouts]
-
-        def arrange(kind, layouts, tree, names):
-            values = [_pick(tree, n) for n in names]
-            if not self.packed[kind]:
-                return put(values[0], kind)
-            width = self.widths[{"P": "params", "B": "buffers", "O": "opt"}[kind]]
-            return put(stack(layouts, values, width), kind)
-
-        return (arrange("P", self.param_layouts, params, own.trainable), put(_pick(params, own.shared), "Sh"),
-                arrange("B", self.buffer_layouts, buffers, own.buffers),
-                arrange("O", self.opt_layouts, opt_state, opt_names),
-                put(_pick(opt_state, self.opt_shared), "Osh"))
-
-    def views(self, P_, Sh, B, O, Osh):
-        return (PackedView(P_, self.param_layouts, Sh, self), PackedView(B, self.buffer_layouts, {}, self),
-                PackedView(O, self.opt_layouts, Osh, self))
-
-    # ---- compiling --------------------------------------------------------------------------------
-    def _context(self, feeds: Mapping[str, np.ndarray]) -> tuple[Context, tuple]:
-        st = self.strategy
-        S, M = st.stages, st.micro_batches
-        policy = LoweringPolicy.live(st.precision)
-        if S > 1:
-            policy = replace(policy, channels_last=False)     # NOTE: not across stage boundaries
-        interp = interpreter_factory(self.graph, policy)
-        weight = 1.0 / st.groups if self.reduction == "mean" else 1.0
-        if S == 1:
-            subs, sends, box, templates = (whole(self.graph),), (), {}, ()
-        else:
-            micro = {n: jax.ShapeDtypeStruct((x.shape[1] // st.groups,) + x.shape[2:], x.dtype)
-                     for n, x in feeds.items()}
-            shapes = {p.name: jax.ShapeDtypeStruct(tuple(p.shape), p.dtype) for p in self.graph.params}
-            values = profile.trace_values(self.graph, shapes, micro, interp)
-            info = stages_lib.build(self.graph, self.placement, values)
-            self.stage_info[_signature(feeds)] = info
-            subs, sends, box = info.subs, info.sends, dict(info.box)
-            templates = tuple(_template(values[f.value]) for f in self.graph.fetches[1:])
-        ctx = Context(self.graph, subs, self.param_layouts, self.buffer_layouts, self.opt_layouts,
-                      {**self.widths, "box": box}, sends, st.replicas, S, M, weight, interp, st.recompute)
-        return ctx, templates
-
-    def _body(self, ctx: Context, templates):
-        st, cfg = self.strategy, self.scaler_cfg
-        S, M, zero = st.stages, st.micro_batches, self.zero
-        stop_on_nan = cfg is None
-        schedule = SCHEDULES[st.schedule].run
-
-        def one(carry, xs):
-            P_, Sh, B, O, Osh, scaler, stopped = carry
-            feeds, key, lr = xs
-            feeds = {n: x.reshape((M, x.shape[0] // M) + x.shape[1:]) for n, x in feeds.items()}
-            keys = group_keys(key, axis_index(ctx, "replica"), M, st.groups)
-            scale = scaler["scale"]
-            if S == 1:
-                loss, (gP, gSh), fetches, newB = accumulate(ctx, P_, Sh, B, feeds, keys, scale)
-            else:
-                loss, (gP, gSh), fetches, newB = schedule(ctx, P_, Sh, B, feeds, keys, scale, templates)
-            gP = psum(ctx, gP, "replica")
-            gSh = psum(ctx, gSh, ("replica", "stage"))
-            loss = psum(ctx, loss, ("replica", "stage"))
-            newB = {dt: pmean(ctx, x, "replica") if jnp.issubdtype(x.dtype, jnp.floating) else x
-                    for dt, x in newB.items()}
-            inv = 1.0 / scale
-            gP, gSh = jax.tree.map(lambda g: g * inv.astype(g.dtype), (gP, gSh))
-            ok = jnp.isfinite(loss) & update.finite(gP, gSh)
-            ok = pmin(ctx, ok.astype(jnp.int32), ("replica", "stage")) > 0
-            go = ok & ~stopped
-            nP, nSh, nO, nOsh = update.apply(ctx, self.config, self.configs, self.own.shared,
-                                             P_, Sh, O, Osh, gP, gSh, lr, zero, go)
-            new = update.select(go, (nP, nSh, newB, nO, nOsh), (P_, Sh, B, O, Osh))
-            scaler = update.select(stopped, scaler, scaler_update(cfg, scaler, ok))
-            stopped = stopped | (~ok & stop_on_nan)
-            return (*new, scaler, stopped), (loss, go, fetches)
-
-        packed = self.packed
-        row = lambda t, k: {dt: x[0] for dt, x in t.items()} if packed[k] else t  # noqa: E731
-        lift = lambda t, k: {dt: x[None] for dt, x in t.items()} if packed[k] else t  # noqa: E731
-
-        def body(P_, Sh, B, O, Osh, scaler, feeds, keys, lrs):
-            keys = jax.random.wrap_key_data(keys)
-            init = (row(P_, "P"), Sh, row(B, "B"), row(O, "O"), Osh, scaler, jnp.bool_(False))
-            carry, (losses, oks, fetches) = scan(one, init, (feeds, keys, lrs))
-            P2, Sh2, B2, O2, Osh2, scaler, _ = carry
-            last = jax.tree.map(lambda x: x[-1], fetches)
-            return lift(P2, "P"), Sh2, lift(B2, "B"), lift(O2, "O"), Osh2, scaler, losses, oks, last
-
-        sp = self.specs
-        in_specs = (sp["P"], sp["Sh"], sp["B"], sp["O"], sp["Osh"], P(), P(None, "replica"), P(), P())
-        out_specs = (sp["P"], sp["Sh"], sp["B"], sp["O"], sp["Osh"], P(), P(), P(), P("replica"))
-        # NOTE: check_vma=False: gradients are taken inside the per-device function and summed with
-        # explicit psums, as with pmap, so no implicit cross-device sums must be added.
-        mapped = body if st.devices == 1 else jax.shard_map(body, mesh=self.mesh, in_specs=in_specs,
-                                                             out_specs=out_specs, check_vma=False)
-        # NOTE: XLA's CPU pipeline drops optimization barriers early (cse_barrier_expander): CSE would
-        # merge jax.checkpoint's recomputation back into the forward pass (no memory saved), and the
-        # optimizer's in-place moments (optim._select_early) would cost copies. The pass stays off.
-        return jax.jit(mapped, donate_argnums=(0, 1, 2, 3, 4), compiler_options=STEP_COMPILER_OPTIONS)
+        raise NotImplementedError
 
     def compiled(self, feeds: Mapping[str, np.ndarray]):
         sig = _signature(feeds)
@@ -236,7 +104,6 @@ class Engine:
             fn = self._compiled[sig] = self._body(ctx, templates)
         return fn
 
-    # ---- running ------------------------------------------------------------------------------
     def __call__(self, params, buffers, opt_state, feeds: Mapping[str, np.ndarray], keys, lrs) -> CallResult:
         """feeds: name -> [K, batch, ...]; keys: [K] PRNG keys; lrs: [K] learning rates."""
         for x in feeds.values():
@@ -246,12 +113,11 @@ class Engine:
         feeds = {n: mesh_put(x, sharding(self.mesh, None, "replica")) for n, x in feeds.items()}
         keys = mesh_put(jax.random.key_data(keys), sharding(self.mesh))
         lrs = mesh_put(np.asarray(lrs, np.float32), sharding(self.mesh))
-        P_, Sh, B, O, Osh, self.scaler, losses, oks, fetches = fn(*state, self.scaler, feeds, keys, lrs)
-        views = self.views(P_, Sh, B, O, Osh)
+        *state, self.scaler, losses, oks, fetches = fn(*state, self.scaler, feeds, keys, lrs)
+        views = self.views(*state)
         micro = next(iter(feeds.values())).shape[1] // self.strategy.groups
         return CallResult(*views, to_host(losses), to_host(oks), [_unstack(to_host(f), micro) for f in fetches])
 
-    # ---- reporting ------------------------------------------------------------------------------
     @property
     def loss_scale(self) -> float | None:
         return float(to_host(self.scaler["scale"])) if self.scaler_cfg is not None else None
@@ -272,20 +138,133 @@ class Engine:
     def bubble_fraction(self) -> float:
         return SCHEDULES[self.strategy.schedule].bubble_fraction(self.strategy.stages, self.strategy.micro_batches)
 
+
+@x64.methods
+class Engine(EngineBase):
+    """Pipelines: stages > 1, each stage's weights, buffers and optimizer state packed per dtype."""
+
+    def __init__(self, graph: Graph, config: optim.OptimizerConfig, strategy: Strategy,
+                 placement: Placement | None = None):
+        self.own = stages_lib.ownership(graph, placement)
+        self.configs = update.stage_configs(config, self.own.trainable, self.own.shared)
+        self.zero = strategy.shard_optimizer_state
+        super().__init__(graph, config, strategy, placement)
+
+    # ---- packing ------------------------------------------------------------------------------
+    def _layouts(self, R: int):
+        shapes = {p.name: jax.ShapeDtypeStruct(tuple(p.shape), p.dtype) for p in self.graph.params}
+        opt_tpl = jax.eval_shape(lambda ps: optim.init_state(self.config, ps),
+                                 {n: shapes[n] for n in self.config.trainable()})
+        opt_names = [tuple(n for n in names if n in opt_tpl) for names in self.own.trainable]
+        self.param_layouts = tuple(Layout.of({n: shapes[n] for n in names}) for names in self.own.trainable)
+        self.buffer_layouts = tuple(Layout.of({n: shapes[n] for n in names}) for names in self.own.buffers)
+        self.opt_layouts = tuple(Layout.of({n: opt_tpl[n] for n in names}) for names in opt_names)
+        self.opt_shared = tuple(n for n in self.own.shared if n in opt_tpl)
+        self.widths = {"params": widths(self.param_layouts), "buffers": widths(self.buffer_layouts),
+                       "opt": widths(self.opt_layouts, R if self.zero else 1)}
+        o_spec = ("stage", "replica") if self.zero else ("stage",)
+        self.specs = {"P": P("stage"), "Sh": P(), "B": P("stage"), "O": P(*o_spec), "Osh": P()}
+
+    def place(self, params: Mapping, buffers: Mapping, opt_state: Mapping):
+        """Device arrays (P, Sh, B, O, Osh) from a state: as they are when this engine packed them."""
+        if all(isinstance(t, PackedView) and t.owner is self for t in (params, buffers, opt_state)):
+            return params.arrays, params.extra, buffers.arrays, opt_state.arrays, opt_state.extra
+        put = lambda x, key: mesh_put(x, jax.sharding.NamedSharding(self.mesh, self.specs[key]))  # noqa: E731
+        own = self.own
+        opt_names = [lay.names() for lay in self.opt_layouts]
+
+        def arrange(kind, layouts, tree, names):
+            width = self.widths[{"P": "params", "B": "buffers", "O": "opt"}[kind]]
+            return put(stack(layouts, [_pick(tree, n) for n in names], width), kind)
+
+        return (arrange("P", self.param_layouts, params, own.trainable), put(_pick(params, own.shared), "Sh"),
+                arrange("B", self.buffer_layouts, buffers, own.buffers),
+                arrange("O", self.opt_layouts, opt_state, opt_names),
+                put(_pick(opt_state, self.opt_shared), "Osh"))
+
+    def views(self, P_, Sh, B, O, Osh):
+        return (PackedView(P_, self.param_layouts, Sh, self), PackedView(B, self.buffer_layouts, {}, self),
+                PackedView(O, self.opt_layouts, Osh, self))
+
+    # ---- compiling --------------------------------------------------------------------------------
+    def _context(self, feeds: Mapping[str, np.ndarray]) -> tuple[Context, tuple]:
+        st = self.strategy
+        # NOTE: channels-last stays off: a stage's outputs must keep the layout the program declares.
+        policy = replace(LoweringPolicy.live(st.precision), channels_last=False)
+        interp = interpreter_factory(self.graph, policy)
+        weight = 1.0 / st.groups if self.reduction == "mean" else 1.0
+        micro = {n: jax.ShapeDtypeStruct((x.shape[1] // st.groups,) + x.shape[2:], x.dtype)
+                 for n, x in feeds.items()}
+        shapes = {p.name: jax.ShapeDtypeStruct(tuple(p.shape), p.dtype) for p in self.graph.params}
+        values = profile.trace_values(self.graph, shapes, micro, interp)
+        info = stages_lib.build(self.graph, self.placement, values)
+        self.stage_info[_signature(feeds)] = info
+        templates = tuple(_template(values[f.value]) for f in self.graph.fetches[1:])
+        ctx = Context(self.graph, info.subs, self.param_layouts, self.buffer_layouts, self.opt_layouts,
+                      {**self.widths, "box": dict(info.box)}, info.sends, st.replicas, st.stages, st.micro_batches,
+                      weight, interp, st.recompute)
+        return ctx, templates
+
+    def _body(self, ctx: Context, templates):
+        st, cfg = self.strategy, self.scaler_cfg
+        M, zero = st.micro_batches, self.zero
+        stop_on_nan = cfg is None
+        schedule = SCHEDULES[st.schedule].run
+
+        def one(carry, xs):
+            P_, Sh, B, O, Osh, scaler, stopped = carry
+            feeds, key, lr = xs
+            feeds = {n: x.reshape((M, x.shape[0] // M) + x.shape[1:]) for n, x in feeds.items()}
+            keys = group_keys(key, axis_index(ctx, "replica"), M, st.groups)
+            scale = scaler["scale"]
+            loss, (gP, gSh), fetches, newB = schedule(ctx, P_, Sh, B, feeds, keys, scale, templates)
+            gP = psum(ctx, gP, "replica")
+            gSh = psum(ctx, gSh, ("replica", "stage"))
+            loss = psum(ctx, loss, ("replica", "stage"))
+            newB = {dt: pmean(ctx, x, "replica") if jnp.issubdtype(x.dtype, jnp.floating) else x
+                    for dt, x in newB.items()}
+            inv = 1.0 / scale
+            gP, gSh = jax.tree.map(lambda g: g * inv.astype(g.dtype), (gP, gSh))
+            ok = jnp.isfinite(loss) & update.finite(gP, gSh)
+            ok = pmin(ctx, ok.astype(jnp.int32), ("replica", "stage")) > 0
+            go = ok & ~stopped
+            nP, nSh, nO, nOsh = update.apply(ctx, self.config, self.configs, self.own.shared,
+                                             P_, Sh, O, Osh, gP, gSh, lr, zero, go)
+            new = update.select(go, (nP, nSh, newB, nO, nOsh), (P_, Sh, B, O, Osh))
+            scaler = update.select(stopped, scaler, scaler_update(cfg, scaler, ok))
+            stopped = stopped | (~ok & stop_on_nan)
+            return (*new, scaler, stopped), (loss, go, fetches)
+
+        row = lambda t: {dt: x[0] for dt, x in t.items()}  # noqa: E731
+        lift = lambda t: {dt: x[None] for dt, x in t.items()}  # noqa: E731
+
+        def body(P_, Sh, B, O, Osh, scaler, feeds, keys, lrs):
+            keys = jax.random.wrap_key_data(keys)
+            init = (row(P_), Sh, row(B), row(O), Osh, scaler, jnp.bool_(False))
+            carry, (losses, oks, fetches) = scan(one, init, (feeds, keys, lrs))
+            P2, Sh2, B2, O2, Osh2, scaler, _ = carry
+            last = jax.tree.map(lambda x: x[-1], fetches)
+            return lift(P2), Sh2, lift(B2), lift(O2), Osh2, scaler, losses, oks, last
+
+        sp = self.specs
+        in_specs = (sp["P"], sp["Sh"], sp["B"], sp["O"], sp["Osh"], P(), P(None, "replica"), P(), P())
+        out_specs = (sp["P"], sp["Sh"], sp["B"], sp["O"], sp["Osh"], P(), P(), P(), P("replica"))
+        # NOTE: check_vma=False: gradients are taken inside the per-device function and summed with
+        # explicit psums, as with pmap, so no implicit cross-device sums must be added.
+        mapped = jax.shard_map(body, mesh=self.mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+        # NOTE: XLA's CPU pipeline drops optimization barriers early (cse_barrier_expander): CSE would
+        # merge jax.checkpoint's recomputation back into the forward pass (no memory saved), and the
+        # optimizer's in-place moments (optim._select_early) would cost copies. The pass stays off.
+        return jax.jit(mapped, donate_argnums=(0, 1, 2, 3, 4), compiler_options=STEP_COMPILER_OPTIONS)
+
+    # ---- reporting ------------------------------------------------------------------------------
     def param_bytes_per_device(self) -> dict[str, int]:
         """Bytes each device holds for weights, buffers and optimizer state (packed widths)."""
         nbytes = lambda w: sum(n * np.dtype(dt).itemsize for dt, n in w.items())  # noqa: E731
         size = {p.name: int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize for p in self.graph.params}
         shared = sum(size[n] for n in self.own.shared)
-        if self.strategy.stages == 1:
-            params, buffers = sum(size[n] for n in self.own.trainable[0]), sum(size[n] for n in self.own.buffers[0])
-        else:
-            params, buffers = nbytes(self.widths["params"]) + shared, nbytes(self.widths["buffers"])
-        if self.packed["O"]:
-            opt = nbytes(self.widths["opt"]) // (self.strategy.replicas if self.zero else 1)
-        else:
-            opt = self._opt_bytes
-        return {"params": params, "buffers": buffers, "optimizer": opt}
+        return {"params": nbytes(self.widths["params"]) + shared, "buffers": nbytes(self.widths["buffers"]),
+                "optimizer": nbytes(self.widths["opt"]) // (self.strategy.replicas if self.zero else 1)}
 
 
 def _pick(tree: Mapping, names) -> dict:

@@ -1,21 +1,26 @@
-"""The device mesh: axes ("replica", "stage"), as Graphcore's replicas x pipelined IPUs.
+"""The device mesh: axes ("replica", "stage", "tensor"), as Graphcore's replicas x pipelined IPUs,
+each stage's layers split over `tensor` devices.
 
-Device (r, s) runs pipeline stage s of replica r. Stage neighbours of one replica sit next to each
-other in jax.devices() order, so on a multi-host run a pipeline stays within a host where it can."""
+Device (r, s, t) holds part t of pipeline stage s of replica r. The tensor axis is innermost, then
+the stage: the devices that split one layer (the chattiest collectives) sit next to each other in
+jax.devices() order, then a replica's stages, so on a multi-host run both stay within a host where
+they can. The axes are Auto (GSPMD places the tensor axis's collectives; jax.make_mesh's default,
+Explicit, would refuse sharding constraints inside a shard_map)."""
 from __future__ import annotations
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from ..strategy import Strategy
 
-AXES = ("replica", "stage")
+AXES = ("replica", "stage", "tensor")
 
 
 def make_mesh(strategy: Strategy, devices=None) -> Mesh:
     devices = list(devices if devices is not None else jax.devices())[: strategy.devices]
-    return Mesh(np.array(devices).reshape(strategy.replicas, strategy.stages), AXES)
+    grid = np.array(devices).reshape(strategy.replicas, strategy.stages, strategy.tensor)
+    return Mesh(grid, AXES, axis_types=(AxisType.Auto,) * len(AXES))
 
 
 def sharding(mesh: Mesh, *spec) -> NamedSharding:

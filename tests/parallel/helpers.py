@@ -92,3 +92,29 @@ def assert_weights_close(got, want, rtol=1e-4, atol=1e-6, skip=()):
     for k in want:
         if not any(s in k for s in skip):
             np.testing.assert_allclose(got[k], want[k], rtol=rtol, atol=atol, err_msg=k)
+
+
+# ---- the transformer models tensor parallelism and sharding split -------------------------------
+def tensor_batches(kind: str, n: int, batch: int = 16, seed: int = 0):
+    from parallel.tensor_models import SEQ
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        ids = rng.integers(0, 256, (batch, SEQ)).astype("int64")
+        if kind == "encoder":
+            types = rng.integers(0, 2, (batch, SEQ)).astype("int64")
+            mask = np.ones((batch, SEQ), "int64")
+            mask[:, SEQ - 2:] = 0
+            out.append([ids, types, mask, rng.integers(0, 4, (batch,)).astype("int64")])
+        else:
+            out.append([ids, np.roll(ids, -1, axis=1)])
+    return out
+
+
+def train_tensor(kind: str, strategy=None, steps: int = 3, batch: int = 16):
+    """(per-step losses, {state_dict key: weight}, the TrainStep) of a tensor_models model."""
+    from parallel.tensor_models import setup as tsetup
+    net, opt, specs, labels, loss = tsetup(kind)
+    step = px.train_step(net, loss, opt, specs, labels, strategy=strategy)
+    losses = [step(*b) for b in tensor_batches(kind, steps, batch)]
+    return losses, by_key(step), step

@@ -35,11 +35,19 @@ def test_zero1_shards_optimizer_state(mlp_reference, tmp_path, stages):
     data = batches("mlp", 4)
     losses = [step(*x, *y) for x, y in data[:2]]
     engine = step._step.engine
-    for arr in step.state.opt_state.arrays.values():
-        assert arr.sharding.spec[1] == "replica"
-        assert {s.data.shape for s in arr.addressable_shards} == {(1, arr.shape[1] // 4)}
-    assert engine.param_bytes_per_device()["optimizer"] * 4 <= sum(
-        v.nbytes for acc in step.state.opt_state.values() for v in acc.values()) + 64
+    if stages == 1:
+        # NOTE: one stage keeps each tensor whole in name, each moment split over replicas along a dimension.
+        moments = [a for accs in step.state.opt_state.arrays.values() for a in accs.values() if a.size > 1]
+        for arr in moments:
+            d = list(arr.sharding.spec).index("replica")
+            assert {s.data.shape[d] for s in arr.addressable_shards} == {arr.shape[d] // 4}
+    else:
+        for arr in step.state.opt_state.arrays.values():
+            assert arr.sharding.spec[1] == "replica"
+            assert {s.data.shape for s in arr.addressable_shards} == {(1, arr.shape[1] // 4)}
+    # NOTE: up to a few scalar accumulators (beta powers) that every replica keeps whole.
+    assert engine.param_bytes_per_device()["optimizer"] <= sum(
+        v.nbytes for acc in step.state.opt_state.values() for v in acc.values()) / 4 + 64
     # NOTE: a checkpoint gathers the shards; loading scatters them again and the curve goes on.
     step.save_checkpoint(str(tmp_path / "ckpt"))
     losses += [step(*x, *y) for x, y in data[2:]]
