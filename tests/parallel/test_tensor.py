@@ -4,7 +4,6 @@ reproduces one device (16 virtual CPU devices, conftest), and splits memory as m
 References: one device with as many micro-batches as the layout has groups (replicas x
 micro_batches), since each group normalises and averages as one replica does."""
 import numpy as np
-import paddle
 import paddle.distributed as dist
 import pytest
 
