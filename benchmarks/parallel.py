@@ -13,6 +13,7 @@ It also times a host-driven MPMD pipeline (one jitted program per stage) against
 measurement behind the choice written down in paddle_xla/parallel/pipeline.py.
 
     python benchmarks/parallel.py [--quick] [--bert-base]   ->  benchmarks/results/parallel.json
+    python benchmarks/parallel.py --tensor                  ->  benchmarks/results/parallel_tensor.json
 """
 from __future__ import annotations
 
@@ -203,8 +204,17 @@ def main():
     ap.add_argument("--bert-base", action="store_true", help="also size a POD16 layout of BERT-Base")
     ap.add_argument("--schedules", action="store_true",
                     help="only GPipe against 1F1B (4 stages, M = 8 and 16), into results/parallel_schedules.json")
+    ap.add_argument("--tensor", action="store_true",
+                    help="only tensor-parallel and sharded layouts beside the planner's predictions, into "
+                         "results/parallel_tensor.json (benchmarks/tensor_layouts.py)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "parallel.json"))
     args = ap.parse_args()
+    if args.tensor:
+        from benchmarks import tensor_layouts
+        out = args.out if args.out != ap.get_default("out") else \
+            os.path.join(os.path.dirname(__file__), "results", "parallel_tensor.json")
+        _write(tensor_layouts.main(out), out)
+        return
     cfg = BertConfig(name="bench", vocab_size=1000, hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
                      intermediate_size=512, max_position_embeddings=128)
     n, seq, repeats = (32, 32, 2) if args.quick else (32, 64, 4)

@@ -22,6 +22,7 @@ _LAZY = {
     "train_step": "training", "TrainStep": "training",
     "supported_ops": "ops.registry",
     "stage": "stage",
+    "plan": "planning",
     "Model": "hapi",
     "load_artifact": ("artifact", "load"),
 }

@@ -42,9 +42,10 @@ def _flatten_outputs(out) -> list:
     return [out] if out is not None else []
 
 
-def from_layer(layer, input_spec, training: bool | None = None) -> Captured:
+def from_layer(layer, input_spec, training: bool | None = None, weights: bool = True) -> Captured:
     """Capture an nn.Layer with paddle.jit.to_static(full_graph=True), in its current mode
-    (or the mode `training` asks for, restored afterwards)."""
+    (or the mode `training` asks for, restored afterwards). `weights=False` reads the program and the
+    weights' shapes only, so a model built under paddle.LazyGuard() (too big to hold) can be planned."""
     if not isinstance(layer, paddle.nn.Layer):
         raise CaptureError(f"Expected a paddle.nn.Layer, got {type(layer).__name__}.")
     specs = list(input_spec or [])
@@ -63,10 +64,12 @@ def from_layer(layer, input_spec, training: bool | None = None) -> Captured:
     graph = program_to_graph(program.main_program, outputs, names,
                              meta={"source": type(layer).__name__, "training": bool(mode)})
     graph = _with_fetch_info(graph, outputs)
-    weights = {p.name: p.numpy() for p in program.parameters[0]}
     state_keys = {t.name: k for k, t in layer.state_dict().items()}
-    _check_weights(graph, weights)
-    return Captured(graph, weights, state_keys)
+    if not weights:
+        return Captured(graph, {}, state_keys)
+    values = {p.name: p.numpy() for p in program.parameters[0]}
+    _check_weights(graph, values)
+    return Captured(graph, values, state_keys)
 
 
 def _concrete_program(layer, specs):

@@ -1,4 +1,4 @@
-"""`paddle-xla`: check, validate, bench, demo, run, launch."""
+"""`paddle-xla`: check, plan, validate, bench, demo, run, launch."""
 from __future__ import annotations
 
 import importlib
@@ -46,6 +46,34 @@ def check(target: str = typer.Argument(..., help="MODULE:FACTORY returning a pad
     report = px.check(model, specs, training=train if ":" in target else None)
     typer.echo(report.describe())
     raise typer.Exit(0 if report.ok else 1)
+
+
+@app.command()
+def plan(target: str = typer.Argument(..., help="MODULE:FACTORY returning a paddle.nn.Layer, or a dict with net, "
+                                                 "input_spec, label_spec, optimizer, loss_fn"),
+         device: str = typer.Option("cpu", help="device profile: ipu-gc200 | ipu-bow | h200 | tpu-v5e | tpu-v5p | cpu"),
+         devices: int = typer.Option(8, help="devices to spread the model over"),
+         global_batch: int = typer.Option(..., "--global-batch", help="samples per optimizer step"),
+         input_spec: Optional[List[str]] = typer.Option(None, "--input-spec", help="NAME:DTYPE[dims], -1 = the batch"),
+         top: int = typer.Option(12, help="rows of the table")):
+    """Rank the layouts that fit the model on DEVICES x DEVICE: bytes per device, predicted step time."""
+    import paddle
+    import paddle_xla as px
+    # NOTE: built lazily, so a model larger than this machine's memory can be planned.
+    with paddle.LazyGuard():
+        built = load_target(target)
+    parts = built if isinstance(built, dict) else {"net": built}
+    specs = parts.get("input_spec") or [parse_input_spec(s) for s in input_spec or []]
+    if not specs:
+        raise typer.BadParameter("give --input-spec NAME:DTYPE[dims] (or return input_spec from the factory)")
+    result = px.plan(parts["net"], specs, parts.get("label_spec", ()), parts.get("optimizer"),
+                     loss_fn=parts.get("loss_fn"), global_batch=global_batch, devices=devices, device=device)
+    typer.echo(result.table(top))
+    try:
+        typer.echo(f"best: {result.best}")
+    except px.StrategyError as e:
+        typer.echo(str(e))
+        raise typer.Exit(1)
 
 
 @app.command()

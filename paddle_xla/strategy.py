@@ -29,11 +29,16 @@ SPMD engine, which gives the same numbers (tests/parallel prove it for every lay
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .errors import StrategyError
+
+# NOTE: off while the planner builds Strategies for another machine (planned_elsewhere).
+_CHECK_DEVICES: contextvars.ContextVar[bool] = contextvars.ContextVar("check_devices", default=True)
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 RECOMPUTE = (None, "full", "stage", "layer")
@@ -45,6 +50,16 @@ TENSOR_KINDS = ("colwise", "rowwise", "vocab")
 PADDLE_PLANS = {"ColWiseParallel": "colwise", "RowWiseParallel": "rowwise"}
 REDUCTIONS = ("auto", "mean", "sum")
 _AUTO = "auto"
+
+
+@contextlib.contextmanager
+def planned_elsewhere():
+    """Strategies built inside do not check this process's devices: they are for the machine planned."""
+    token = _CHECK_DEVICES.set(False)
+    try:
+        yield
+    finally:
+        _CHECK_DEVICES.reset(token)
 
 
 @dataclass(frozen=True)
@@ -109,7 +124,8 @@ class Strategy:
                 f"With {self.stages} pipeline stages, micro_batches must be at least {self.stages} (got "
                 f"{self.micro_batches}) or most stages sit idle; e.g. micro_batches={2 * self.stages}.")
         self._check_placement()
-        self._check_devices()
+        if _CHECK_DEVICES.get():
+            self.check_devices()
 
     def _check_loss_scale(self):
         ls = self.loss_scale
@@ -186,7 +202,8 @@ class Strategy:
         for rule in p:
             parse_rule(rule)
 
-    def _check_devices(self):
+    def check_devices(self):
+        """That this process sees the devices the layout takes (the engines ask again before they build)."""
         import jax
         have = jax.device_count()
         need = self.devices

@@ -35,13 +35,19 @@ class BertConfig:
                                     intermediate_size=1024), **kw})
 
     @staticmethod
+    def large(**kw) -> "BertConfig":
+        return BertConfig(**{**dict(name="large", hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                                    intermediate_size=4096), **kw})
+
+    @staticmethod
     def tiny(**kw) -> "BertConfig":
         return BertConfig(**{**dict(name="tiny", vocab_size=1000, hidden_size=64, num_hidden_layers=2,
                                     num_attention_heads=2, intermediate_size=256, max_position_embeddings=128), **kw})
 
     @staticmethod
     def named(name: str, **kw) -> "BertConfig":
-        return {"base": BertConfig.base, "small": BertConfig.small, "tiny": BertConfig.tiny}[name](**kw)
+        return {"base": BertConfig.base, "large": BertConfig.large, "small": BertConfig.small,
+                "tiny": BertConfig.tiny}[name](**kw)
 
     def without_dropout(self) -> "BertConfig":
         return BertConfig(**{**self.__dict__, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})

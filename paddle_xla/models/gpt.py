@@ -31,6 +31,7 @@ class GPTConfig:
     def named(name: str, **kw) -> "GPTConfig":
         presets = {
             "gpt2-small": GPTConfig(),
+            "gpt2-xl": GPTConfig("gpt2-xl", n_layer=48, n_head=25, n_embd=1600),     # GPT-2 1.5B
             "mini": GPTConfig("mini", vocab_size=4096, n_ctx=128, n_layer=4, n_head=4, n_embd=256),
             "tiny": GPTConfig("tiny", vocab_size=512, n_ctx=32, n_layer=2, n_head=2, n_embd=64),
         }

@@ -1,8 +1,9 @@
 """Spreading one training step over devices, as a Strategy asks. Paddle-free.
 
-  mesh.py       the ("replica", "stage") device mesh; placing host values on it, reading them back
+  mesh.py       the ("replica", "stage", "tensor") device mesh; placing host values on it, reading them back
   graphs.py     the Graph as data flow: what each op reads, weight-free ops, repeated layers
   rules.py      stage rules on layer paths ("encoder.layers.0-3": 1)
+  tensor_plan.py  what the tensor axis splits: rules on layer paths, Paddle's plan objects, or "auto"
   placement.py  op -> stage, by px.stage markers, rules, or balance ("auto")
   profile.py    abstract values of a Graph for one input shape; a FLOP count per op
   report.py     stand-in costs for balancing, and the printed plan
@@ -14,7 +15,8 @@
   pipeline.py   several stages: the GPipe schedule (and why SPMD, not host-driven MPMD)
   pipeline_1f1b.py  the 1F1B schedule: forward and backward interleaved, memory flat in micro-batches
   update.py     the optimizer on each stage; global-norm clipping across stages; ZeRO-1
-  engine.py     the jitted SPMD step over the mesh, steps_per_call steps per call
+  engine.py     the jitted SPMD pipeline step over the mesh, steps_per_call steps per call; EngineBase
+  sharded.py    the one-stage step: replicas (manual) x tensor (GSPMD), sharding stages 1-3
   state.py      the engine's packed, sharded state seen as plain mappings
   launch.py     many processes joined with jax.distributed (`paddle-xla launch`)
 

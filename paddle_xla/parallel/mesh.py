@@ -18,6 +18,8 @@ AXES = ("replica", "stage", "tensor")
 
 
 def make_mesh(strategy: Strategy, devices=None) -> Mesh:
+    if devices is None:
+        strategy.check_devices()        # NOTE: a Strategy planned for another machine may ask for more
     devices = list(devices if devices is not None else jax.devices())[: strategy.devices]
     grid = np.array(devices).reshape(strategy.replicas, strategy.stages, strategy.tensor)
     return Mesh(grid, AXES, axis_types=(AxisType.Auto,) * len(AXES))

@@ -58,3 +58,9 @@ def setup(kind: str):
     net = DecoderLM()
     opt = paddle.optimizer.Momentum(0.05, momentum=0.9, parameters=net.parameters())
     return net, opt, DecoderLM.specs(), [], None
+
+
+def plan_target():
+    """What `paddle-xla plan tests.parallel.tensor_models:plan_target` builds (under paddle.LazyGuard())."""
+    net, opt, specs, labels, loss = setup("decoder")
+    return {"net": net, "input_spec": specs, "optimizer": opt}

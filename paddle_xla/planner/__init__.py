@@ -1,0 +1,7 @@
+"""The layout planner: which Strategy fits a model on which devices, and how fast it would run.
+
+  profiles.py   device profiles (memory, FLOP rates, links), each figure with its source
+  costs.py      what a captured program costs, measured from an abstract trace (no compile)
+  search.py     every runnable layout predicted and ranked
+
+px.plan (planning.py) captures a model for it. Paddle-free."""

@@ -1,0 +1,251 @@
+"""The layout planner: every Strategy the engines run on `devices` devices, each with its predicted
+bytes per device and step time on a device profile, ranked. Paddle-free.
+
+Bytes per device, for one layout (R replicas, S stages, T tensor, sharding, M micro-batches):
+- weights, optimizer state and the batch slice, exactly as the engines hold them: a tensor split
+  divides a weight by T, sharding 1 divides the optimizer state by R, sharding 3 the weights too
+  (planner/costs.py has the bytes of each);
+- gradients: one set the size of the weights a device updates (whole until reduce-scattered, with
+  sharding 2), and the step's update temporaries, as large again;
+- sharding 3: the weights gathered for the forward, transiently whole;
+- activations: what autodiff keeps per micro-batch (JAX's own residual count), of which XLA keeps
+  ACTIVATION_KEPT after fusion (measured on XLA:CPU against memory_analysis), split by T inside
+  tensor-parallel layers, times the micro-batches a schedule keeps alive; GPipe keeps every tick's
+  residual slots for every stage unfused.
+Step time: 3 forward passes of FLOPs (4 with recomputation) at the profile's achievable rate,
+divided over the devices that share the work, stretched by the pipeline bubble, plus the bytes the
+layout moves (gradient all-reduce, sharding's gathers, tensor all-reduces, stage sends) over the
+profile's links, none of it overlapped."""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+from ..errors import StrategyError
+from ..parallel.tensor_plan import TensorPlan, make_plan
+from ..strategy import Strategy, planned_elsewhere
+from .costs import ModelCosts, activations
+from .profiles import GB, DeviceProfile
+
+# NOTE: fitted on XLA:CPU (tests/parallel/test_plan.py): of the residuals JAX's autodiff lists, XLA's
+# fusion keeps about this share in memory at the peak.
+ACTIVATION_KEPT = 0.25
+
+
+@dataclass(frozen=True)
+class Layout:
+    replicas: int
+    stages: int
+    tensor: int
+    sharding: int
+    micro_batches: int
+    recompute: str | None
+    schedule: str
+    precision: str
+
+    def strategy(self, tensor_plan=None) -> Strategy:
+        """The layout as a Strategy, for whatever machine it was planned for."""
+        with planned_elsewhere():
+            return Strategy(replicas=self.replicas, stages=self.stages, tensor=self.tensor, sharding=self.sharding,
+                            micro_batches=self.micro_batches, recompute=self.recompute, schedule=self.schedule,
+                            precision=self.precision, tensor_plan=tensor_plan if self.tensor > 1 else None,
+                            placement="auto" if self.stages > 1 else None)
+
+    def describe(self) -> str:
+        parts = [f"{self.replicas}x{self.stages}x{self.tensor}"]
+        if self.sharding:
+            parts.append(f"sharding={self.sharding}")
+        if self.micro_batches > 1:
+            parts.append(f"M={self.micro_batches}")
+        if self.stages > 1:
+            parts.append(self.schedule)
+        if self.recompute:
+            parts.append(f"recompute={self.recompute}")
+        parts.append(self.precision)
+        return " ".join(parts)
+
+
+@dataclass
+class Prediction:
+    layout: Layout
+    bytes: dict[str, float]               # per device: weights, gradients, optimizer, activations, other
+    step_seconds: float
+    samples_per_second: float
+    fits: bool
+
+    @property
+    def total_bytes(self) -> float:
+        return sum(self.bytes.values())
+
+
+@dataclass
+class Plan:
+    rows: list[Prediction]
+    profile: DeviceProfile
+    devices: int
+    global_batch: int
+    tensor_plans: Mapping[int, TensorPlan] = field(default_factory=dict)
+    rules: object = None
+
+    @property
+    def best(self) -> Strategy:
+        fitting = [r for r in self.rows if r.fits]
+        if not fitting:
+            need = min(self.rows, key=lambda r: r.total_bytes)
+            raise StrategyError(
+                f"No layout of {self.devices} x {self.profile.name} fits a global batch of {self.global_batch}: the "
+                f"smallest needs {need.total_bytes / GB:.2f} GB per device ({need.layout.describe()}), and a "
+                f"{self.profile.name} has {self.profile.memory_bytes / GB:.2f} GB. Use more devices, a smaller "
+                "batch, or a device with more memory.")
+        return fitting[0].layout.strategy(self.rules)
+
+    def table(self, top: int = 12) -> str:
+        head = (f"{'layout (replicas x stages x tensor)':44s} {'GB/device':>9s} {'weights':>8s} {'grads':>7s} "
+                f"{'optim':>7s} {'activ':>7s} {'step s':>8s} {'samples/s':>10s}  fits")
+        lines = [f"plan: {self.devices} x {self.profile.name} ({self.profile.memory_bytes / GB:.1f} GB each), "
+                 f"global batch {self.global_batch}", head]
+        for r in self.rows[:top]:
+            b = r.bytes
+            lines.append(f"{r.layout.describe():44s} {r.total_bytes / GB:9.3f} {b['weights'] / GB:8.3f} "
+                         f"{b['gradients'] / GB:7.3f} {b['optimizer'] / GB:7.3f} {b['activations'] / GB:7.3f} "
+                         f"{r.step_seconds:8.4f} {r.samples_per_second:10.1f}  {'yes' if r.fits else 'NO'}")
+        return "\n".join(lines)
+
+
+# ---- the search ----------------------------------------------------------------------------------
+def layouts(devices: int, global_batch: int, precisions=("bf16", "fp32")):
+    """Every layout the engines run: stages with tensor 1 and sharding <= 1; M >= S for pipelines."""
+    for r, s, t in _factorizations(devices):
+        for sharding, m, recompute, schedule, precision in itertools.product(
+                (0, 1, 2, 3), _micro_batches(global_batch // r), (None, "layer"), ("gpipe", "1f1b"), precisions):
+            if (sharding and r == 1) or (s > 1 and (t > 1 or sharding > 1 or m < s)) \
+                    or (s == 1 and schedule != "gpipe") or global_batch % (r * m):
+                continue
+            yield Layout(r, s, t, sharding, m, recompute, schedule, precision)
+
+
+def _factorizations(n: int):
+    for r in range(1, n + 1):
+        if n % r == 0:
+            for s in range(1, n // r + 1):
+                if (n // r) % s == 0:
+                    yield r, s, n // (r * s)
+
+
+def _micro_batches(per_replica: int):
+    m = 1
+    while m <= per_replica and m <= 64:
+        if per_replica % m == 0:
+            yield m
+        m *= 2
+
+
+def plan(costs: ModelCosts, keys: Mapping[str, str], profile: DeviceProfile, devices: int, global_batch: int,
+         rules=None, precisions=("bf16", "fp32"), stage_bytes=None) -> Plan:
+    """Every runnable layout predicted and ranked: those that fit first, fastest first."""
+    tplans: dict[int, TensorPlan | None] = {}
+    rows = []
+    for lay in layouts(devices, global_batch, precisions):
+        if lay.tensor not in tplans:
+            tplans[lay.tensor] = _tensor_plan(costs, keys, rules, lay.tensor)
+        if lay.tensor > 1 and tplans[lay.tensor] is None:
+            continue
+        rows.append(predict(costs, lay, profile, global_batch, tplans[lay.tensor], stage_bytes))
+    rows.sort(key=lambda r: (not r.fits, -r.samples_per_second, r.total_bytes))
+    return Plan(rows, profile, devices, global_batch, {t: p for t, p in tplans.items() if p is not None}, rules)
+
+
+def _tensor_plan(costs: ModelCosts, keys, rules, tensor: int) -> TensorPlan | None:
+    if tensor == 1:
+        return None
+    try:
+        return make_plan(costs.graph, keys, rules, tensor)
+    except StrategyError:
+        return None          # NOTE: this degree splits no head or dimension evenly; the layout is not offered
+
+
+def predict(costs: ModelCosts, lay: Layout, profile: DeviceProfile, global_batch: int,
+            tplan: TensorPlan | None = None, stage_bytes=None) -> Prediction:
+    R, S, T, M = lay.replicas, lay.stages, lay.tensor, lay.micro_batches
+    dims = dict(tplan.dims) if tplan is not None else {}
+    weights = grads = opt = 0.0
+    for name, nbytes in costs.weight_bytes.items():
+        if name not in costs.trainable:
+            continue
+        split = T if name in dims else 1
+        shape = next(p.shape for p in costs.graph.params if p.name == name)
+        by_r = R if _splits_over_replicas(shape, dims.get(name), R) else 1
+        w = nbytes / split
+        weights += w / (by_r if lay.sharding >= 3 else 1)
+        grads += w / (by_r if lay.sharding >= 2 else 1)
+        shaped, scalars = costs.opt_bytes.get(name, (0, 0))
+        opt += shaped / split / (by_r if lay.sharding >= 1 else 1) + scalars
+    if S > 1:
+        share = max(stage_bytes(S)) / sum(stage_bytes(S)) if stage_bytes is not None else 1.0 / S
+        weights, grads, opt = weights * share, grads * share, opt * share
+    buffers = sum(n for k, n in costs.weight_bytes.items() if k not in costs.trainable)
+    batch = costs.feed_bytes_per_sample * global_batch / R
+    acts = activations(costs, lay.precision, lay.recompute == "layer")
+    micro = global_batch / (R * M)
+    split = _activation_split(tplan, T)
+    one = acts.per_sample * micro + acts.fixed         # the whole model's, for one micro-batch
+    if S > 1:
+        # NOTE: a pipeline's scan over a switch keeps residual slots for every stage's branch, unfused
+        # (pipeline.py): GPipe about 1.5 x the whole model's per tick, 1F1B about two micro-batches' worth.
+        # Fitted on XLA:CPU; the planner's table in benchmarks/README.md shows how well.
+        kept = 1.5 * (M + S - 1) * one if lay.schedule == "gpipe" else 2 * one
+    else:
+        kept = ACTIVATION_KEPT * (acts.per_sample * micro * split + acts.fixed)
+    full_weights = sum(costs.weight_bytes[n] / (T if n in dims else 1) for n in costs.trainable)
+    # NOTE: sharding 3 gathers each weight whole for the forward and again for the backward; XLA:CPU held
+    # one whole copy over replicas alone, two when the gathered weights are split over tensor as well.
+    gathered = full_weights * (2 if T > 1 else 1) if lay.sharding >= 3 and R > 1 else 0.0
+    # NOTE: the gradients, and the update's temporaries as large again; with sharding 2 the gradients are
+    # whole until they are reduce-scattered.
+    grad_bytes = grads + (full_weights * (1 / S if S > 1 else 1.0) if lay.sharding == 2 else grads)
+    by = {"weights": weights, "gradients": grad_bytes, "optimizer": opt, "activations": kept,
+          "other": buffers + batch + gathered}
+    seconds = step_seconds(costs, lay, profile, global_batch, grads, tplan)
+    fits = sum(by.values()) <= profile.memory_bytes
+    return Prediction(lay, by, seconds, global_batch / seconds, fits)
+
+
+def _splits_over_replicas(shape, tdim, replicas: int) -> bool:
+    return any(d != tdim and size % replicas == 0 and size >= replicas for d, size in enumerate(shape))
+
+
+def _activation_split(tplan: TensorPlan | None, tensor: int) -> float:
+    """The share of activation bytes a device keeps with a tensor split: the layers between a colwise
+    and a rowwise projection split theirs (about 3/4 of a transformer block's; fitted on XLA:CPU)."""
+    if tplan is None or tensor == 1:
+        return 1.0
+    return 0.25 + 0.75 / tensor
+
+
+def step_seconds(costs: ModelCosts, lay: Layout, profile: DeviceProfile, global_batch: int, grads: float,
+                 tplan: TensorPlan | None) -> float:
+    R, S, T, M = lay.replicas, lay.stages, lay.tensor, lay.micro_batches
+    passes = 4 if lay.recompute else 3
+    compute = passes * costs.flops_per_sample * global_batch / (R * S * T) / profile.rate(lay.precision)
+    bubble = (S - 1) / (M + S - 1) if S > 1 else 0.0
+    compute /= (1 - bubble)
+    bw = profile.link_gbytes * 1e9
+    moved = 0.0
+    if R > 1:
+        moved += 2 * (R - 1) / R * grads * (1.5 if lay.sharding >= 3 else 1.0)
+    if T > 1:
+        # NOTE: a rowwise projection's output is all-reduced over the tensor devices, forward and backward.
+        moved += 2 * 2 * (T - 1) / T * _rowwise_bytes_per_sample(costs, tplan) * global_batch / R
+    return compute + moved / bw
+
+
+def _rowwise_bytes_per_sample(costs: ModelCosts, tplan: TensorPlan | None) -> float:
+    """Bytes per sample of the outputs of the matmuls whose weight the plan splits rowwise."""
+    if tplan is None:
+        return 0.0
+    rowwise = {n for n, d in tplan.dims.items() if d == 0}
+    params = {p.value: p.name for p in costs.graph.params}
+    return sum(costs.value_bytes_per_sample.get(op.outputs[0], 0.0) for op in costs.graph.block.ops
+               if op.name == "pd_op.matmul" and params.get(op.inputs[1]) in rowwise)

@@ -1,0 +1,81 @@
+"""The planner: its bytes-per-device predictions against XLA's memory_analysis of the compiled step,
+on the 16-device CPU mesh, and what it says when asked the impossible."""
+import numpy as np
+import paddle
+import pytest
+from paddle.static import InputSpec
+
+import paddle_xla as px
+from paddle_xla.errors import StrategyError
+from paddle_xla.parallel.engine import memory_analysis
+from paddle_xla.parallel.tensor_plan import make_plan
+from paddle_xla.planner.costs import model_costs
+from paddle_xla.planner.profiles import PROFILES
+from paddle_xla.planner.search import Layout, predict
+from paddle_xla.planning import _stage_bytes
+from parallel.helpers import tensor_batches, train_tensor
+from parallel.tensor_models import setup
+
+LAYOUTS = [Layout(16, 1, 1, 0, 1, None, "gpipe", "fp32"), Layout(4, 1, 4, 0, 1, None, "gpipe", "fp32"),
+           Layout(16, 1, 1, 3, 1, None, "gpipe", "fp32"), Layout(4, 1, 4, 3, 1, None, "gpipe", "fp32"),
+           Layout(4, 1, 1, 2, 1, None, "gpipe", "fp32"), Layout(2, 4, 1, 0, 8, None, "1f1b", "fp32")]
+
+
+def _measured_and_predicted(kind, layout):
+    _, _, step = train_tensor(kind, layout.strategy(), steps=1)
+    feeds = {f.name: np.stack([x]) for f, x in zip(step.graph.feeds, tensor_batches(kind, 1)[0])}
+    s = step.state
+    m = memory_analysis(step._step.engine, s.params, s.buffers, s.opt_state, feeds)
+    costs = model_costs(step.graph, step.config)
+    keys = step.captured.state_keys
+    tplan = make_plan(step.graph, keys, None, layout.tensor) if layout.tensor > 1 else None
+    got = predict(costs, layout, PROFILES["h200"], 16, tplan, _stage_bytes(step.graph, keys, costs))
+    return m["argument_bytes"] + m["temp_bytes"], got.total_bytes
+
+
+@pytest.mark.slow
+def test_predicted_bytes_per_device_follow_memory_analysis():
+    errors = {}
+    for kind in ("encoder", "decoder"):
+        for layout in LAYOUTS:
+            measured, predicted = _measured_and_predicted(kind, layout)
+            errors[(kind, layout.describe())] = predicted / measured - 1
+    within = [k for k, e in errors.items() if abs(e) <= 0.2]
+    assert len(within) >= 10 and all(abs(e) <= 0.35 for e in errors.values()), errors
+
+
+def test_plan_ranks_layouts_and_returns_a_strategy_that_runs():
+    net, opt, specs, labels, loss = setup("decoder")
+    plan = px.plan(net, specs, labels, opt, loss_fn=loss, global_batch=16, devices=16, device="h200")
+    assert plan.rows[0].fits and "samples/s" in plan.table()
+    best = plan.best
+    assert best.devices == 16 and isinstance(best, px.Strategy)
+    # NOTE: the fastest layout on a roomy device keeps tensor-parallel all-reduces off its links.
+    assert plan.rows[0].samples_per_second >= max(r.samples_per_second for r in plan.rows if r.fits)
+
+
+def test_a_model_that_fits_nowhere_names_the_memory_it_needs():
+    with paddle.LazyGuard():
+        net = paddle.nn.Sequential(paddle.nn.Linear(8192, 8192), paddle.nn.ReLU(), paddle.nn.Linear(8192, 8192))
+    opt = paddle.optimizer.AdamW(1e-4, parameters=net.parameters())
+    plan = px.plan(net, [InputSpec([None, 8192], "float32", "x")], [], opt, global_batch=8, devices=1,
+                   device="ipu-gc200")
+    with pytest.raises(StrategyError, match=r"No layout of 1 x ipu-gc200 fits.*needs [\d.]+ GB per device.*0.90 GB"):
+        plan.best
+
+
+def test_an_unknown_device_lists_the_profiles():
+    net, opt, specs, labels, loss = setup("decoder")
+    with pytest.raises(StrategyError, match=r"No device profile 'a100'.*'h200'.*'ipu-gc200'"):
+        px.plan(net, specs, labels, opt, loss_fn=loss, global_batch=16, devices=8, device="a100")
+
+
+def test_the_shell_plans_a_model_given_as_module_and_factory(monkeypatch):
+    from typer.testing import CliRunner
+    from paddle_xla.cli import app
+    import os
+    monkeypatch.chdir(os.path.dirname(os.path.dirname(__file__)))
+    result = CliRunner().invoke(app, ["plan", "parallel.tensor_models:plan_target", "--device", "tpu-v5e",
+                                      "--devices", "8", "--global-batch", "16", "--top", "3"])
+    assert result.exit_code == 0, result.output
+    assert "plan: 8 x tpu-v5e" in result.output and "best: Strategy(" in result.output
