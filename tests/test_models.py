@@ -89,3 +89,30 @@ def test_paddle_audio_log_mel_matches_paddle():
     x = np.random.default_rng(0).standard_normal((2, 8000)).astype("float32")
     want = net(paddle.to_tensor(x)).numpy()
     np.testing.assert_allclose(model(x), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+
+
+def test_llama_trains_as_paddle():
+    """The Llama of paddle_xla.models (RMSNorm, rotary embeddings, SwiGLU), tiny: the forward and two
+    AdamW steps against Paddle."""
+    from paddle_xla.models.llama import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig.named("tiny")
+    ids = np.random.default_rng(0).integers(0, cfg.vocab_size, (2, 8)).astype("int64")
+    labels = np.roll(ids, -1, axis=1)
+
+    def losses(use_px):
+        paddle.seed(5)
+        net = LlamaForCausalLM(cfg)
+        opt = paddle.optimizer.AdamW(1e-3, parameters=net.parameters())
+        if use_px:
+            step = px.train_step(net, None, opt, LlamaForCausalLM.input_spec(8))
+            return [step(ids, labels) for _ in range(2)]
+        out = []
+        for _ in range(2):
+            loss = net(paddle.to_tensor(ids), paddle.to_tensor(labels))
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+            out.append(float(loss))
+        return out
+
+    np.testing.assert_allclose(losses(True), losses(False), rtol=1e-5)
