@@ -67,9 +67,28 @@ def from_layer(layer, input_spec, training: bool | None = None, weights: bool = 
     state_keys = {t.name: k for k, t in layer.state_dict().items()}
     if not weights:
         return Captured(graph, {}, state_keys)
-    values = {p.name: p.numpy() for p in program.parameters[0]}
+    values = {p.name: _weight(p, graph) for p in program.parameters[0]}
     _check_weights(graph, values)
     return Captured(graph, values, state_keys)
+
+
+def _weight(p, graph: Graph) -> np.ndarray:
+    """A weight's value; one that dist.shard_tensor split over other processes' ranks is not all here."""
+    try:
+        return p.numpy()
+    except RuntimeError as e:
+        if not (hasattr(p, "is_dist") and p.is_dist()):
+            raise
+        param = next((q for q in graph.params if q.name == p.name), None)
+        mesh = list(param.mesh_shape) if param is not None else "?"
+        raise CaptureError(
+            f"The weight {p.name!r} is split by paddle.distributed.shard_tensor over a process mesh of {mesh}, and "
+            f"this one process holds only its own slice ({list(p._local_value().shape)} of {list(p.shape)}; Paddle "
+            f"says: {str(e).strip().splitlines()[0][:120]}). paddle_xla does not yet join the slices that several "
+            "processes hold (one process per rank under `paddle-xla launch`). In one process, either build the model "
+            "unannotated and say what to split with Strategy(tensor=N, tensor_plan={'*.linear1': "
+            "dist.ColWiseParallel(), ...}), or annotate over a mesh of this process alone "
+            "(dist.ProcessMesh([0], ...)): the split dimensions then set the tensor plan.") from None
 
 
 def _concrete_program(layer, specs):

@@ -16,7 +16,7 @@ from .errors import ModelLoadError
 
 # NOTE: (major, minor). A minor version only adds what older readers may ignore, so any minor of this
 # major reads; a newer major does not. Written as "1.0"; format 1 files before that wrote the int 1.
-FORMAT_VERSION = (1, 0)
+FORMAT_VERSION = (1, 1)        # 1.1: Param.dims_mapping / mesh_axes / mesh_shape
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,11 @@ class Tensor:
 @dataclass(frozen=True)
 class Param(Tensor):
     trainable: bool = True
+    # NOTE: Paddle's semi-auto parallel annotation (dist.shard_tensor), when the program carries one: per
+    # dimension the mesh axis it is split over (-1: none), and the mesh's axis names and sizes.
+    dims_mapping: tuple[int, ...] = ()
+    mesh_axes: tuple[str, ...] = ()
+    mesh_shape: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -162,7 +167,10 @@ def _decode_op(d) -> Op:
 def _tensor(d, cls=Tensor):
     # NOTE: fields a later minor version added are left out, as the version rule promises.
     known = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: tuple(v) if k == "shape" else v for k, v in d.items() if k in known})
+    return cls(**{k: tuple(v) if k in _TUPLES else v for k, v in d.items() if k in known})
+
+
+_TUPLES = frozenset({"shape", "dims_mapping", "mesh_axes", "mesh_shape"})
 
 
 def _decode_graph(d) -> Graph:

@@ -30,6 +30,8 @@ BOOKKEEPING_ATTRS = frozenset({
     "op_callstack", "struct_name", "stop_gradient", "persistable", "place", "is_persistable",
     "op_role", "op_namescope", "with_quant_attr", "op_device", "chunk_id", "execution_stream",
     "scheduling_priority", "force_record_event", "event_to_record", "events_to_wait",
+    # NOTE: semi-auto parallel's per-op placements; the weights' own (Param.dims_mapping) are what is read.
+    "op_dist_attr",
 })
 
 _PADDLE_DIR = os.path.dirname(os.path.abspath(paddle.__file__))
@@ -107,6 +109,16 @@ def _attrs(op) -> dict[str, Any]:
 
 def shape_of(value) -> tuple[int, ...]:
     return tuple(int(d) for d in value.shape)
+
+
+def _annotation(value) -> dict:
+    """Paddle's dist.shard_tensor placement of a weight, as plain data (empty when it has none)."""
+    if not (hasattr(value, "is_dist") and value.is_dist()):
+        return {}
+    attr = value.dist_attr()
+    mesh = attr.process_mesh
+    return {"dims_mapping": tuple(int(d) for d in attr.dims_mapping), "mesh_axes": tuple(mesh.dim_names),
+            "mesh_shape": tuple(int(n) for n in mesh.shape)}
 
 
 def _first(v):
@@ -204,7 +216,8 @@ class Reader:
         if name == "builtin.parameter":
             r = op.results()[0]
             p = Param(name=attrs["parameter_name"], value=self.define(r), shape=shape_of(r),
-                      dtype=dtype_name(r.dtype), trainable=bool(_first(attrs.get("trainable", True))))
+                      dtype=dtype_name(r.dtype), trainable=bool(_first(attrs.get("trainable", True))),
+                      **_annotation(r))
             self.params.append(p)
             self.param_by_value[p.value] = p.name
             return None

@@ -317,7 +317,7 @@ def test_graph_format_reads_any_minor_and_refuses_a_newer_major():
         Graph.from_json(_graph_json("2.0"))
     with pytest.raises(ModelLoadError, match="no readable format version"):
         Graph.from_json(_graph_json("one"))
-    assert json.loads(Graph.from_json(_graph_json(1)).to_json())["format_version"] == "1.0"
+    assert json.loads(Graph.from_json(_graph_json(1)).to_json())["format_version"] == "1.1"
 
 
 def test_a_planted_wrapper_module_is_never_run(tmp_path):

@@ -8,7 +8,8 @@ their inputs ("rowwise", RowWiseParallel: weight dim 0), so one all-reduce per p
 crosses devices. A word embedding splits its vocab ("vocab": weight dim 0, as RowWiseParallel does
 to an Embedding).
 
-A plan comes from `Strategy.tensor_plan` rules on layer paths, or, with "auto" (the default), from
+A plan comes from the model's own dist.shard_tensor annotations when it has them and the Strategy
+names no rules, from `Strategy.tensor_plan` rules on layer paths, or, with "auto" (the default), from
 the program itself: each weight matmul is paired with the weight matmuls that feed it through
 activations and attention, and embeddings split their vocab. Paddle-free."""
 from __future__ import annotations
@@ -33,7 +34,7 @@ _SHAPE_ONLY = frozenset({"pd_op.shape", "pd_op.shape64"})
 class TensorPlan:
     dims: Mapping[str, int]            # weight name -> the dimension split over the tensor axis
     layers: Mapping[str, str]          # layer path -> "colwise" | "rowwise" | "vocab"
-    how: str                           # "rules" | "auto"
+    how: str                           # "rules" | "auto" | "annotations" (dist.shard_tensor in the model)
 
     def describe(self, tensor: int) -> str:
         lines = [f"tensor plan ({self.how}, {len(self.layers)} layers split over tensor={tensor}):"]
@@ -57,6 +58,9 @@ def make_plan(graph: Graph, keys: Mapping[str, str], rules, tensor: int) -> Tens
     names to their state_dict keys. Raises StrategyError for a rule that matches nothing or a split
     dimension `tensor` does not divide."""
     shapes = {p.name: tuple(p.shape) for p in graph.params}
+    annotated = _annotated_dims(graph)
+    if (rules is None or rules == "auto") and annotated:
+        return _from_annotations(graph, keys, annotated, shapes, tensor)
     if rules is None or rules == "auto":
         layers = _auto_layers(graph, keys, shapes, tensor)
         how = "auto"
@@ -139,6 +143,34 @@ def _dims(layers: Mapping[str, str], keys: Mapping[str, str], shapes, tensor: in
 
 def divisors(n: int, limit: int = 64) -> list[int]:
     return [d for d in range(2, min(n, limit) + 1) if n % d == 0]
+
+
+# ---- Paddle's own annotations ----------------------------------------------------------------------
+# NOTE: mesh axes by Paddle's usual names for data and pipeline parallelism; any other axis is the tensor's.
+_NOT_TENSOR = frozenset({"dp", "data", "pp", "pipe", "pipeline", "sharding", "sep"})
+
+
+def _annotated_dims(graph: Graph) -> dict[str, int]:
+    """weight -> the dimension dist.shard_tensor split over the mesh's tensor axis (the program's own plan)."""
+    out = {}
+    for p in graph.params:
+        if not p.dims_mapping:
+            continue
+        axes = [i for i, name in enumerate(p.mesh_axes) if name not in _NOT_TENSOR] or [len(p.mesh_axes) - 1]
+        for d, axis in enumerate(p.dims_mapping):
+            if axis == axes[0]:
+                out[p.name] = d
+    return out
+
+
+def _from_annotations(graph: Graph, keys, dims: Mapping[str, int], shapes, tensor: int) -> TensorPlan:
+    bad = [(keys.get(n, n), d, shapes[n][d]) for n, d in dims.items() if shapes[n][d] % tensor]
+    if bad:
+        key, d, size = bad[0]
+        raise StrategyError(f"tensor={tensor} does not divide dimension {d} ({size}) of {key!r}, which its "
+                            f"dist.shard_tensor annotation splits; degrees that divide it: {divisors(size)}.")
+    layers = {_layer_of(keys.get(n, n))[0]: f"dim {d}" for n, d in dims.items()}
+    return TensorPlan(dict(dims), layers, "annotations")
 
 
 # ---- attention heads ---------------------------------------------------------------------------

@@ -4,6 +4,7 @@ reproduces one device (16 virtual CPU devices, conftest), and splits memory as m
 References: one device with as many micro-batches as the layout has groups (replicas x
 micro_batches), since each group normalises and averages as one replica does."""
 import numpy as np
+import paddle
 import paddle.distributed as dist
 import pytest
 
@@ -135,3 +136,40 @@ def test_shard_optimizer_state_is_sharding_1():
     st = px.Strategy(replicas=2, shard_optimizer_state=True)
     assert st.sharding == 1 and px.Strategy.from_dict(st.to_dict()) == st
     assert px.Strategy(replicas=2, sharding=3).shard_optimizer_state
+
+
+# ---- Paddle's own annotations --------------------------------------------------------------------
+def _annotated_encoder(mesh):
+    from parallel.tensor_models import setup
+    net, _, specs, labels, loss = setup("encoder")
+    for layer in net.bert.encoder.layers:
+        layer.linear1.weight = dist.shard_tensor(layer.linear1.weight, mesh, [dist.Shard(1)])
+        layer.linear1.bias = dist.shard_tensor(layer.linear1.bias, mesh, [dist.Shard(0)])
+        layer.linear2.weight = dist.shard_tensor(layer.linear2.weight, mesh, [dist.Shard(0)])
+    opt = paddle.optimizer.Momentum(0.05, momentum=0.9, parameters=net.parameters(),
+                                    weight_decay=paddle.regularizer.L2Decay(1e-4),
+                                    grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0))
+    return net, opt, specs, labels, loss
+
+
+def test_dist_shard_tensor_annotations_set_the_tensor_plan(references):
+    net, opt, specs, labels, loss = _annotated_encoder(dist.ProcessMesh([0], dim_names=["mp"]))
+    step = px.train_step(net, loss, opt, specs, labels, strategy=px.Strategy(replicas=2, tensor=4))
+    engine = step._step.engine
+    assert engine.tensor_plan.how == "annotations"
+    split = {step.captured.state_keys[n].removeprefix("net."): d for n, d in engine.tdim.items() if d is not None}
+    assert split == {f"bert.encoder.layers.{i}.{k}": d for i in (0, 1) for k, d in
+                     (("linear1.weight", 1), ("linear1.bias", 0), ("linear2.weight", 0))}
+    losses = [step(*b) for b in tensor_batches("encoder", 3)]
+    want_losses, want = references("encoder", 2)
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
+    got = {step.captured.state_keys[k].removeprefix("net."): np.asarray(v) for k, v in step.weights().items()}
+    assert_weights_close(got, want)
+
+
+def test_an_annotation_over_other_processes_ranks_says_what_to_do():
+    net, opt, specs, labels, loss = _annotated_encoder(dist.ProcessMesh([0, 1, 2, 3], dim_names=["mp"]))
+    with pytest.raises(px.CaptureError, match=r"split by paddle.distributed.shard_tensor over a process mesh of "
+                                              r"\[4\].*holds only its own slice \(\[32\] of \[128\].*"
+                                              r"dist.ColWiseParallel"):
+        px.train_step(net, loss, opt, specs, labels, strategy=px.Strategy(tensor=4))
