@@ -1,5 +1,6 @@
 """Run by test_launch in each of 2 processes (8 virtual CPU devices each): an unchanged training
-script; process 0 writes the loss curve to argv[1]."""
+script; process 0 writes the loss curve to argv[1]. argv[2] picks the layout: "pipeline" (4 replicas x
+4 stages) or "tensor" (2 replicas, one per process, x 8 tensor devices within each)."""
 import json
 import os
 import sys
@@ -12,7 +13,8 @@ import paddle_xla as px  # noqa: E402
 from parallel.helpers import train  # noqa: E402
 
 assert jax.process_count() == 2 and jax.device_count() == 16, (jax.process_count(), jax.device_count())
-losses, weights, _ = train("mlp", px.Strategy(replicas=4, stages=4, micro_batches=4), steps=4)
+LAYOUTS = {"pipeline": px.Strategy(replicas=4, stages=4, micro_batches=4), "tensor": px.Strategy(replicas=2, tensor=8)}
+losses, weights, _ = train("mlp", LAYOUTS[sys.argv[2] if len(sys.argv) > 2 else "pipeline"], steps=4)
 if jax.process_index() == 0:
     with open(sys.argv[1], "w") as f:
         json.dump({"losses": losses, "weights": {k: v.tolist() for k, v in weights.items()}}, f)
