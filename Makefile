@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 JOBS ?= 2
 
-.PHONY: demo test bench install clean
+.PHONY: demo test bench zoo install clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -23,6 +23,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/inference.py
+
+# Optional, never in CI: real models from Paddle's suites, installed --no-deps into .zoo/ (tools/zoo.py).
+zoo: $(STAMP)
+	$(BIN)/python tools/zoo.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -5,7 +5,7 @@ Paddle-free parts (paddle_xla.artifact, graph, lower, ops, train, parallel) impo
 not installed."""
 from importlib import import_module as _import_module
 
-from .errors import (CaptureError, CheckpointError, FeedError, LoweringError, ModelLoadError,  # noqa: F401
+from .errors import (CaptureError, CheckFailedError, CheckpointError, FeedError, LoweringError, ModelLoadError,  # noqa: F401
                      PaddleXlaError, StrategyError, TrainingError, UnsupportedOpsError)
 from .graph import Graph  # noqa: F401
 from .strategy import LossScale, Strategy  # noqa: F401
@@ -27,7 +27,8 @@ _LAZY = {
     "load_artifact": ("artifact", "load"),
 }
 
-__all__ = sorted([*_LAZY, "export", "Graph", "Strategy", "LossScale", "PaddleXlaError", "CaptureError", "CheckpointError",
+__all__ = sorted([*_LAZY, "export", "Graph", "Strategy", "LossScale", "PaddleXlaError", "CaptureError",
+                  "CheckFailedError", "CheckpointError",
                   "FeedError", "LoweringError", "ModelLoadError", "StrategyError", "TrainingError",
                   "UnsupportedOpsError"])
 

@@ -11,6 +11,7 @@ import paddle
 from . import capture, x64
 from .errors import UnsupportedOpsError
 from .graph import Graph
+from .checking import lowering_problems
 from .lower import CoverageReport, check_graph
 from .runtime import CompiledModel
 
@@ -29,7 +30,8 @@ class XlaModel:
         return self.captured.graph
 
     def __call__(self, *args, **kwargs):
-        as_paddle = any(isinstance(a, paddle.Tensor) for a in (*args, *kwargs.values()))
+        flat = [v for a in (*args, *kwargs.values()) for v in (a.values() if isinstance(a, dict) else [a])]
+        as_paddle = any(isinstance(a, paddle.Tensor) for a in flat)
         args = [_to_numpy(a) for a in args]
         kwargs = {k: _to_numpy(v) for k, v in kwargs.items()}
         outs = [np.asarray(o) for o in self.compiled.run(*args, **kwargs)]
@@ -44,6 +46,8 @@ class XlaModel:
 def _to_numpy(x) -> Any:
     if isinstance(x, paddle.Tensor):
         return x.numpy()
+    if isinstance(x, dict):
+        return {k: _to_numpy(v) for k, v in x.items()}
     return x
 
 
@@ -59,9 +63,13 @@ def _capture(model, input_spec, training=None) -> capture.Captured:
 
 
 def check(model, input_spec: Sequence | None = None, training: bool | None = None) -> CoverageReport:
-    """Coverage report without compiling: the ops found, and every unsupported one with its
-    layer and source line."""
-    return check_graph(_capture(model, input_spec, training).graph)
+    """Coverage report without compiling: the ops found, every unsupported one, and every op whose lowering
+    fails on this program (found by an abstract evaluation), each with its layer and source line. A
+    model it passes compiles."""
+    graph = _capture(model, input_spec, training).graph
+    report = check_graph(graph)
+    report.problems.extend(lowering_problems(graph))
+    return report
 
 
 def compile(model, input_spec: Sequence | None = None, *, seed: int = 0, strategy=None) -> XlaModel:  # noqa: A001

@@ -25,7 +25,7 @@ from .artifact_format import (FORMAT_VERSION, GRAPH, MANIFEST, STRATEGY, WEIGHTS
                               shapes_of, sha256, tensors_of, weights_of)
 from .cache import compile_progress
 from .errors import FeedError, ModelLoadError, PaddleXlaError
-from .interpreter import draws_random
+from .interpreter import draws_random, fail_on_false_flags
 from .strategy import Strategy
 
 
@@ -135,7 +135,10 @@ class Artifact:
         misfit = self._misfit(feeds) if self.exported is not None else "no executable for this platform"
         if misfit is None:
             self.mode, self.why = "exported", self._exported_why
-            return list(self._executable(feeds)(self.params, self.buffers, feeds, self.call_key_data()))
+            outs = self._executable(feeds)(self.params, self.buffers, feeds, self.call_key_data())
+            n = len(self.fetches_spec)
+            fail_on_false_flags(outs[n:], self.manifest.get("checks", []))
+            return list(outs[:n])
         if self.graph is None:
             raise FeedError(f"{misfit}; {self.path!r} holds no Graph to compile other shapes from. "
                             "Export it again with example_inputs of these shapes, or keep the Graph in it.")

@@ -5,6 +5,7 @@ under paddle.static.program_guard, and a saved inference model (paddle.jit.save 
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -15,6 +16,7 @@ import paddle
 from .errors import CaptureError, ModelLoadError
 from .graph import Graph, Tensor
 from .pir_reader import dtype_name, program_to_graph, shape_of
+from .to_static_help import hint, leave_accessors_to_python, recursion_culprit
 
 
 @dataclass
@@ -63,7 +65,7 @@ def from_layer(layer, input_spec, training: bool | None = None, weights: bool = 
     mode = layer.training if training is None else training
     graph = program_to_graph(program.main_program, outputs, names,
                              meta={"source": type(layer).__name__, "training": bool(mode)})
-    graph = _with_fetch_info(graph, outputs)
+    graph = _in_spec_order(_with_fetch_info(graph, outputs), specs)
     state_keys = {t.name: k for k, t in layer.state_dict().items()}
     if not weights:
         return Captured(graph, {}, state_keys)
@@ -91,11 +93,34 @@ def _weight(p, graph: Graph) -> np.ndarray:
             "(dist.ProcessMesh([0], ...)): the split dimensions then set the tensor plan.") from None
 
 
+def _spec_names(specs) -> list[str]:
+    """The InputSpecs' names in the order the user wrote them (a dict of specs in its own order)."""
+    out = []
+    for s in specs:
+        if isinstance(s, dict):
+            out += _spec_names(list(s.values()))
+        elif isinstance(s, (list, tuple)):
+            out += _spec_names(s)
+        elif getattr(s, "name", None):
+            out.append(s.name)
+    return out
+
+
+def _in_spec_order(graph: Graph, specs) -> Graph:
+    """Feeds in the InputSpecs' order: positional inputs follow it (Paddle creates a dict's in key order)."""
+    order = {name: i for i, name in enumerate(_spec_names(specs))}
+    if not all(f.name in order for f in graph.feeds):
+        return graph
+    feeds = tuple(sorted(graph.feeds, key=lambda f: order[f.name]))
+    return dataclasses.replace(graph, feeds=feeds)
+
+
 def _concrete_program(layer, specs):
     # NOTE: to_static replaces the Layer's forward with a static function for good; the user's
     # Layer must stay the eager model it was (to compare against, to keep training natively).
     had_own = "forward" in layer.__dict__
     own = layer.__dict__.get("forward")
+    leave_accessors_to_python(layer)
     try:
         static = paddle.jit.to_static(layer, input_spec=specs, full_graph=True)
         return static.forward.concrete_program
@@ -103,10 +128,16 @@ def _concrete_program(layer, specs):
         raise CaptureError(
             f"Paddle could not read the source of {type(layer).__name__}.forward ({e}). to_static needs "
             "the model defined in a file, not in exec'd code or on stdin.") from None
+    except RecursionError as e:
+        culprit = recursion_culprit(e) or "a function forward calls"
+        raise CaptureError(
+            f"paddle.jit.to_static recursed without end while converting {culprit} for "
+            f"{type(layer).__name__}.forward. Leave it to Python: decorate it with @paddle.jit.not_to_static "
+            f"(or call paddle.jit.not_to_static on it) before capturing.") from None
     except Exception as e:
         detail = str(e).strip()
         raise CaptureError(f"paddle.jit.to_static could not capture {type(layer).__name__}.forward "
-                           f"({type(e).__name__}):\n{detail[-3000:]}") from e
+                           f"({type(e).__name__}):\n{detail[-3000:]}{hint(detail)}") from e
     finally:
         if had_own:
             layer.__dict__["forward"] = own

@@ -41,5 +41,9 @@ class TrainingError(PaddleXlaError):
     """A training step failed: a non-finite loss, a bad label, ..."""
 
 
+class CheckFailedError(PaddleXlaError):
+    """A check the program itself makes (Paddle's assert) is false for these inputs."""
+
+
 class ExportError(LoweringError):
     """The program could not be serialized for a platform, or export() got bad arguments."""

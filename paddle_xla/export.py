@@ -17,7 +17,8 @@ from .errors import ExportError  # noqa: F401  (re-exported: export() raises it)
 from .exporting import avals, check_platforms, export_all
 from .graph import Graph
 from .io import atomic_write
-from .lower import lower
+from .interpreter import check_message
+from .lower import checked_ops, lower
 from .policy import LoweringPolicy
 from .runtime import CompiledModel
 from .strategy import Strategy
@@ -62,6 +63,7 @@ def export(model, path: str, platforms: Sequence[str] = ("cpu",), example_inputs
                 "key_data": key_data.tolist(),
                 "exported": {p: {"member": fmt.exported_member(p), **shapes} for p in platforms},
                 "lowering": fmt.lowering_record(policies, precision),
+                "checks": [check_message(op) for op in checked_ops(graph)],
                 **({"synthetic_weights": synthetic} if synthetic else {})}
     data, manifest = fmt.pack(members, manifest)
     atomic_write(path, data)
@@ -83,8 +85,9 @@ def _compiled_model(model) -> CompiledModel:
 
 
 def inference_fn(graph: Graph, policy: LoweringPolicy):
-    """f(params, buffers, feeds, key_data) -> fetches: the function an artifact serializes."""
-    fn = lower(graph, policy)
+    """f(params, buffers, feeds, key_data) -> fetches, then one flag per top-level assert (manifest
+    "checks"): the function an artifact serializes."""
+    fn = lower(graph, policy, checks=True)
 
     def f(params, buffers, feeds, key_data):
         # NOTE: raw key data, not a key: a typed key array does not cross the serialization boundary.

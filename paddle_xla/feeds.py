@@ -12,8 +12,17 @@ from .ops.util import dtype as jax_dtype
 
 
 def bind(feeds: Sequence[Tensor], args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """Match positional and named inputs to the Graph's feeds, in forward()'s order."""
+    """Match positional and named inputs to the Graph's feeds, in the InputSpecs' order. One dict of
+    arrays by input name (a detection model's `{"image": ..., "im_shape": ...}`) is taken as named inputs."""
     names = [f.name for f in feeds]
+    if len(args) == 1 and isinstance(args[0], Mapping) and not kwargs:
+        given = dict(args[0])
+        extra, missing = sorted(set(given) - set(names)), [n for n in names if n not in given]
+        if extra or missing:
+            raise FeedError(f"The input dict has {'unknown keys ' + str(extra) if extra else ''}"
+                            f"{' and ' if extra and missing else ''}{'no ' + str(missing) if missing else ''}; "
+                            f"the model's inputs are {names}.")
+        args, kwargs = (), given
     if len(args) > len(names):
         raise FeedError(f"Got {len(args)} positional inputs, but the model takes {len(names)}: {names}.")
     bound = dict(zip(names, args))

@@ -16,7 +16,7 @@ import jax
 
 from .channels_last import can_hold_channels_last, conv_filters
 from .errors import UnsupportedOpsError
-from .graph import Graph
+from .graph import Graph, Op
 from .half import restore
 from .interpreter import (CoverageReport, GraphPlan, Interpreter, Problem, bind, check_graph,  # noqa: F401
                           resolve)
@@ -35,28 +35,38 @@ def plan(graph: Graph, policy: LoweringPolicy) -> GraphPlan:
     return GraphPlan(nhwc_filters=nhwc, hwio_filters=frozenset(p.value for p in graph.params if p.name in hwio))
 
 
-def interpreter_factory(graph: Graph, policy: LoweringPolicy = LoweringPolicy()) -> InterpreterFactory:
+def interpreter_factory(graph: Graph, policy: LoweringPolicy = LoweringPolicy(),
+                        collect_checks: bool = False) -> InterpreterFactory:
     """What runs `graph`'s blocks under `policy`, given a key."""
-    return partial(Interpreter, policy=policy, plan=plan(graph, policy))
+    return partial(Interpreter, policy=policy, plan=plan(graph, policy), collect_checks=collect_checks)
 
 
-def lower(graph: Graph, policy: LoweringPolicy = LoweringPolicy()) -> Callable:
+def checked_ops(graph: Graph) -> list[Op]:
+    """The top-level asserts, whose flags lower(..., checks=True) appends to the fetches, in this order."""
+    return [op for op in graph.block.ops if op.name == "pd_op.assert"]
+
+
+def lower(graph: Graph, policy: LoweringPolicy = LoweringPolicy(), checks: bool = False) -> Callable:
     """The Graph as a pure function f(params, buffers, feeds, key) -> (fetches, new_buffers), under `policy`.
 
-    params/buffers/feeds are dicts name -> array; fetches is a tuple in graph.fetches order;
+    params/buffers/feeds are dicts name -> array; fetches is a tuple in graph.fetches order, followed
+    with `checks` by one bool per top-level assert (checked_ops: True where it held);
     new_buffers holds the buffers the program writes (BatchNorm running statistics in train mode).
     Under a half-precision policy, float outputs come back in the dtypes the program declares."""
     report = check_graph(graph)
     if not report.ok:
         raise UnsupportedOpsError(report)
-    make = interpreter_factory(graph, policy)
+    make = interpreter_factory(graph, policy, collect_checks=checks)
     declared = {p.name: p.dtype for p in graph.params}
     out = (lambda x, dtype: restore(x, dtype)) if policy.precision != "fp32" else (lambda x, dtype: x)
 
     def fn(params: Mapping, buffers: Mapping, feeds: Mapping, key=None):
         env = bind(graph, {**buffers, **params}, feeds)
-        make(jax.random.key(0) if key is None else key).run_block(graph.block, env)
+        interp = make(jax.random.key(0) if key is None else key)
+        interp.run_block(graph.block, env)
         fetches = tuple(out(env[f.value], f.dtype) for f in graph.fetches)
+        if checks:
+            fetches += tuple(cond for _, cond in interp.checks)
         new_buffers = {name: out(env[vid], declared[name]) for name, vid in graph.buffer_updates}
         return fetches, new_buffers
 

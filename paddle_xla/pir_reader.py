@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 import paddle
 from paddle.base.libpaddle import pir
+from paddle.jit.dy2static.origin_info import global_origin_info_map
 
 from .errors import CaptureError
 from .graph import Block, Graph, Op, Param, Tensor
@@ -58,18 +59,23 @@ def inplace_pairs(op) -> dict[int, int]:
 
 # ---- source lines and attributes ----------------------------------------------------------
 def user_source(callstack: Sequence[str]) -> str:
-    """The deepest frame of the call stack that is the user's code, not Paddle's or ours."""
+    """The deepest frame of the call stack that is the user's code, not Paddle's or ours. A frame of the
+    code to_static generated is mapped back to the user's line it came from (Paddle's origin map)."""
     best = ""
     for i, line in enumerate(callstack or ()):
         m = _FRAME.match(line)
         if not m:
             continue
-        path = os.path.abspath(m["file"])
-        if path.startswith(_PADDLE_DIR) or path.startswith(_OWN_DIR) or "<frozen" in path \
-                or m["file"].startswith("<paddle_xla"):
-            continue
+        file, lineno, func = m["file"], int(m["line"]), m["func"]
         code = callstack[i + 1].strip() if i + 1 < len(callstack) else ""
-        best = f"{m['file']}:{m['line']} in {m['func']}" + (f": {code}" if code else "")
+        origin = global_origin_info_map.get((file, lineno))
+        if origin is not None:
+            file, lineno, func, code = origin.as_frame()
+        path = os.path.abspath(file)
+        if path.startswith(_PADDLE_DIR) or path.startswith(_OWN_DIR) or "<frozen" in path \
+                or file.startswith("<paddle_xla") or "to_static_tmp" in path:
+            continue
+        best = f"{file}:{lineno} in {func}" + (f": {code}" if code else "")
     return best
 
 
@@ -273,6 +279,23 @@ class Reader:
         return op
 
 
+def _nearest_sources(block: Block, outer: str) -> Block:
+    """Ops Paddle gives no call stack (pd_op.if, pd_op.assert, constants) take the source line of the
+    nearest op that has one: a constant the next one's, any other the one before it (or the enclosing
+    op's), so every report points into the user's code."""
+    known = [op.source for op in block.ops]
+    ops = []
+    for i, op in enumerate(block.ops):
+        before = next((s for s in reversed(known[:i]) if s), "") or outer
+        after = next((s for s in known[i + 1:] if s), "")
+        # NOTE: an op that reads nothing is a constant made for the op after it; others follow what fed them.
+        source = op.source or ((after or before) if not any(v is not None for v in op.inputs) else (before or after))
+        inner = tuple(_nearest_sources(b, source) for b in op.blocks)
+        ops.append(dataclasses.replace(op, source=source, blocks=inner) if (source, inner) != (op.source, op.blocks)
+                   else op)
+    return Block(args=block.args, ops=tuple(ops))
+
+
 def _with_yield(block: Block, extra: Sequence[int], args: Sequence[int] = ()) -> Block:
     """`block` yielding `extra` after its own values (and taking `args` after its own arguments)."""
     *body, last = block.ops
@@ -320,5 +343,6 @@ def program_to_graph(program, fetch_values=(), fetch_names=None, meta=None) -> G
     if not pairs:
         raise CaptureError("The program has no outputs: give fetch_list, or return tensors from forward().")
     fetches = tuple(Tensor(name=n, value=v, shape=(), dtype="") for n, v in pairs)
+    block = _nearest_sources(block, "")
     return Graph(block=block, feeds=tuple(reader.feeds), params=tuple(reader.params),
                  fetches=fetches, buffer_updates=tuple(reader.buffer_updates), meta=dict(meta or {}))

@@ -14,9 +14,9 @@ from . import x64
 from .cache import compile_progress
 from .graph import Graph
 from .half import HALF, half_weight_names
-from .interpreter import draws_random
+from .interpreter import check_message, draws_random, fail_on_false_flags, raise_failed_check
 from .layouts import OIHW_TO_HWIO, hwio_filter_names
-from .lower import lower
+from .lower import checked_ops, lower
 from .policy import LoweringPolicy
 from .xla_options import inference_options
 
@@ -42,7 +42,8 @@ class CompiledModel:
         self._half_dtype = HALF.get(self.policy.precision)
         self._half = half_weight_names(graph) if self._half_dtype is not None else set()
         self._hwio = hwio_filter_names(graph) if self.policy.hwio_filters else set()
-        self._fn = lower(graph, self.policy)
+        self._fn = lower(graph, self.policy, checks=True)
+        self._checks = checked_ops(graph)
         params = {p.name: self._prepared(p.name, weights[p.name]) for p in graph.params}
         self.params = jax.device_put({k: v for k, v in params.items() if _is_trainable(graph, k)})
         self.buffers = jax.device_put({k: v for k, v in params.items() if not _is_trainable(graph, k)})
@@ -115,9 +116,16 @@ class CompiledModel:
         return self.run_checked(self.feeds(args, kwargs), self.call_key())
 
     def run_checked(self, feeds: Mapping[str, Any], key) -> list[jax.Array]:
-        """Outputs for feeds already checked (self.feeds), drawing random numbers from `key`."""
-        fetches, _ = self.executable(feeds)(self.params, self.buffers, feeds, key)
-        return list(fetches)
+        """Outputs for feeds already checked (self.feeds), drawing random numbers from `key`; raises
+        CheckFailedError when an assert of the program is false for them."""
+        try:
+            fetches, _ = self.executable(feeds)(self.params, self.buffers, feeds, key)
+        except jax.errors.JaxRuntimeError as e:
+            raise_failed_check(e)
+            raise
+        n = len(self.graph.fetches)
+        fail_on_false_flags(fetches[n:], [check_message(op) for op in self._checks])
+        return list(fetches[:n])
 
     def jaxpr(self, *args, **kwargs):
         """The program XLA compiles for these inputs, as a closed jaxpr (with the weights as prepared:

@@ -13,7 +13,8 @@ import numpy as np
 
 from . import x64
 from .graph import Graph
-from .lower import lower
+from .interpreter import check_message
+from .lower import checked_ops, lower
 from .policy import LoweringPolicy
 from .train import optim
 from .train.step import STEP_COMPILER_OPTIONS, TrainState, make_grads, make_step
@@ -26,11 +27,13 @@ class StepResult:
     losses: list[float]
     outputs: list
     error: str | None = None      # set when a step was not finite and no loss scaling skipped it
+    failed: bool = False          # the error is a Paddle assert of the program, false for this batch
 
 
 def _live_forward(graph: Graph) -> Callable:
-    """The forward a step compiled for this process's backend runs (e.g. channels-last CNNs on CPU)."""
-    return lower(graph, LoweringPolicy.live())
+    """The forward a step compiled for this process's backend runs (e.g. channels-last CNNs on CPU),
+    with the program's asserts as flags after its fetches (a false one keeps the step from applying)."""
+    return lower(graph, LoweringPolicy.live(), checks=True)
 
 
 @x64.methods
@@ -133,10 +136,12 @@ class StepRunner:
             s.params, s.buffers, s.opt_state, feeds, key, jnp.asarray(lr, jnp.float32),
             *([accumulated] if accumulated is not None else []))
         loss = float(loss)
+        n = len(self.graph.fetches)
         if not bool(finite):
+            failed = [check_message(op) for op, ok in zip(checked_ops(self.graph), fetches[n:]) if not bool(ok)]
             return StepResult(TrainState(params, s.buffers, opt_state, s.step, s.key), [loss], [],
-                              _not_finite(s.step, loss))
-        return StepResult(TrainState(params, buffers, opt_state, s.step + 1, s.key), [loss], list(fetches[1:]))
+                              failed[0] if failed else _not_finite(s.step, loss), failed=bool(failed))
+        return StepResult(TrainState(params, buffers, opt_state, s.step + 1, s.key), [loss], list(fetches[1:n]))
 
 
 def _not_finite(step: int, loss: float) -> str:

@@ -31,7 +31,7 @@ from . import artifact_format as fmt
 from . import feeds as feeds_mod
 from . import synthetic_weights, x64
 from .cache import compile_progress
-from .errors import ExportError, FeedError, ModelLoadError, PaddleXlaError, TrainingError
+from .errors import CheckFailedError, ExportError, FeedError, ModelLoadError, PaddleXlaError, TrainingError
 from .exporting import avals, check_platforms, export_all
 from .graph import Graph
 from .io import atomic_write
@@ -39,7 +39,8 @@ from .ops.util import dtype as jax_dtype
 from .strategy import Strategy
 from .train import checkpoint, optim
 from .train import lr as lr_lib
-from .lower import lower
+from .interpreter import check_message, fail_on_false_flags
+from .lower import checked_ops, lower
 from .policy import LoweringPolicy
 from .train.step import TrainState, make_step
 
@@ -52,7 +53,8 @@ def step_fn(graph: Graph, config: optim.OptimizerConfig, policy: LoweringPolicy 
     """f(params, buffers, opt_state, feeds, key_data, lr) -> (params, buffers, opt_state, loss, fetches, finite)."""
     update = functools.partial(optim.apply, config)
     # NOTE: bf16 is Paddle AMP O1 (half.py): half compute, float32 master weights.
-    step = make_step(graph, update, forward=lower(graph, policy))
+    # NOTE: the program's asserts as flags after the fetches (manifest "checks"): a false one keeps the step.
+    step = make_step(graph, update, forward=lower(graph, policy, checks=True))
 
     def f(params, buffers, opt_state, feeds, key_data, lr):
         # NOTE: raw key data, not a key: a typed key array does not cross the serialization boundary.
@@ -112,6 +114,7 @@ def export_train(step, path: str, platforms: Sequence[str] = ("cpu",), example_i
                 "fetches": [fmt.tensor_spec(t) for t in graph.fetches],
                 "exported": {p: {"member": fmt.exported_member(p), **shapes} for p in exported},
                 "lowering": fmt.lowering_record(policies, strategy.precision),
+                "checks": [check_message(op) for op in checked_ops(graph)],
                 "train": {"step": int(state.step), "lr_offset": int(lr_offset_of(step)), "trainable": trainable,
                           "fingerprint": step.fingerprint(), "names": stable_names_of(step),
                           "precision": strategy.precision, "opt_state": "fresh" if synth else "stored",
@@ -278,12 +281,14 @@ class TrainArtifact:
         exe = self._executable(feeds, key_data, lr)
         params, buffers, opt_state, loss, fetches, finite = exe(s.params, s.buffers, s.opt_state, feeds, key_data, lr)
         loss = float(loss)
+        n = len(self.manifest["fetches"])
         if not bool(finite):
             # NOTE: as TrainStep: the step returned the old params and state; buffers and step stay.
             self.state = TrainState(params, s.buffers, opt_state, s.step, s.key)
+            fail_on_false_flags(fetches[n:], self.manifest.get("checks", []))
             raise TrainingError(_not_finite(s.step, loss))
         self.state = TrainState(params, buffers, opt_state, s.step + 1, s.key)
-        self.last_outputs = list(fetches[1:])
+        self.last_outputs = list(fetches[1:n])
         return loss
 
     def _executable(self, feeds, key_data, lr):
@@ -307,7 +312,7 @@ class TrainArtifact:
         result = runner(s, feeds, lrs)
         self.state, self.last_outputs = result.state, result.outputs
         if result.error:
-            raise TrainingError(result.error)
+            raise (CheckFailedError if result.failed else TrainingError)(result.error)
         return result.losses[0] if runner.steps_per_call == 1 else result.losses
 
     def _step_runner(self):

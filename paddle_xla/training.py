@@ -11,10 +11,11 @@ import numpy as np
 import paddle
 
 from . import capture, x64
-from .errors import TrainingError, UnsupportedOpsError
+from .errors import CheckFailedError, TrainingError, UnsupportedOpsError
 from .feeds import bind, check
 from .interop import optim as optim_interop
-from .lower import check_graph
+from .interpreter import check_message, fail_on_false_flags, raise_failed_check
+from .lower import check_graph, checked_ops
 from .train import checkpoint, optim
 from .parallel.tensor_plan import tensor_plan_for
 from .stage import placement_for
@@ -95,13 +96,15 @@ class TrainStep:
         loss, fetches, buffers, grads = self._step.backward(s, self.feeds(args, kwargs), self._accumulated,
                                                             self._micro)
         loss = float(loss)
+        n = len(self.graph.fetches)
+        fail_on_false_flags(fetches[n:], [check_message(op) for op in checked_ops(self.graph)])
         if not np.isfinite(loss):
             raise TrainingError(f"The loss is not finite at step {s.step} (accumulation pass {self._micro + 1}; "
                                 f"loss = {loss}); nothing was added. Check the inputs for NaN/Inf or lower the "
                                 "learning rate.")
         self._accumulated, self._micro = grads, self._micro + 1
         self.state = TrainState(s.params, buffers, s.opt_state, s.step, s.key)
-        self.last_outputs = list(fetches[1:])
+        self.last_outputs = list(fetches[1:n])
         return loss
 
     def __call__(self, *args, **kwargs) -> float | list[float]:
@@ -109,12 +112,16 @@ class TrainStep:
         s = self.state
         feeds = [self.feeds(a, k) for a, k in self._step.split(args, kwargs)]
         lrs = [float(self.schedule.lr_at(self._lr_offset + s.step + i)) for i in range(len(feeds))]
-        result = self._step(s, feeds, lrs, self._accumulated)
+        try:
+            result = self._step(s, feeds, lrs, self._accumulated)
+        except jax.errors.JaxRuntimeError as e:
+            raise_failed_check(e)         # NOTE: a Paddle assert in the program, false for this batch
+            raise
         self._accumulated, self._micro = None, 0
         self.state, self.last_outputs = result.state, result.outputs
         self.loss_scale, self.skipped_steps = self._step.loss_scale, self._step.skipped_steps
         if result.error:
-            raise TrainingError(result.error)
+            raise (CheckFailedError if result.failed else TrainingError)(result.error)
         return result.losses[0] if self._step.steps_per_call == 1 else result.losses
 
     def _initial_opt_state(self, params):

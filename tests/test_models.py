@@ -11,6 +11,7 @@ from zoo import ZOO, build
 def test_eval_parity(name):
     net, specs, inputs = build(name)
     net.eval()
+    assert px.check(net, specs).ok          # NOTE: what check passes compiles (below)
     want = net(*[paddle.to_tensor(x) for x in inputs])
     want = [w.numpy() for w in (want if isinstance(want, (list, tuple)) else [want])]
     model = px.compile(net, specs)

@@ -42,6 +42,13 @@ def if_(interp, op, env, cond):
     return jax.lax.cond(jnp.reshape(cond, ()), branch(true_block), branch(false_block))
 
 
+@lowering("pd_op.assert", kind="control")
+def assert_(interp, op, env, cond, data=None, *, summarize=20):
+    """Paddle's assert: its condition, checked when the program runs (interp.check decides how)."""
+    interp.check(op, jnp.all(jnp.asarray(cond)) if not is_static(cond) else bool(np.all(cond)))
+    return ()
+
+
 @lowering("pd_op.while", kind="control")
 def while_(interp, op, env, cond, *inputs):
     (body,) = op.blocks

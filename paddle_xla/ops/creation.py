@@ -68,6 +68,13 @@ def full_with_tensor(value, shape, *, dtype):
     return jnp.full(tuple(static_ints(shape)), jnp.reshape(value, ()), dtype=jax_dtype(dtype))
 
 
+@lowering("pd_op.empty")
+def empty(shape, *, dtype):
+    # NOTE: Paddle leaves the memory uninitialised; zeros are one of the values it may hold (and the same
+    # on every run). A constant, so that shape arithmetic on it stays static.
+    return np.zeros(tuple(static_ints(shape)), dtype=_np_dtype(dtype))
+
+
 @lowering("pd_op.arange")
 def arange(start, end, step, *, dtype):
     if is_static(start, end, step):

@@ -68,12 +68,16 @@ def make_step(graph: Graph, update: UpdateFn, loss_index: int = 0, forward: Call
     `forward` as in make_grads.
 
     A step whose loss or gradients are not finite leaves params and optimizer state as they were,
-    so a NaN never reaches the weights; the host reports it."""
+    so a NaN never reaches the weights; the host reports it. So does a step where a Paddle assert of
+    the program is false: a forward lowered with checks=True appends their flags to the fetches."""
     grads_fn = make_grads(graph, loss_index, forward)
+    n = len(graph.fetches)
 
     def step(params, buffers, opt_state, feeds, key, lr, *accumulated):
         loss, fetches, new_buffers, grads = grads_fn(params, buffers, feeds, key, *accumulated)
         finite = jnp.isfinite(loss) & all_finite(grads)
+        for flag in fetches[n:]:
+            finite = finite & flag
         new_params, new_opt_state = update(params, grads, opt_state, lr, finite)
         keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)  # noqa: E731
         return keep(new_params, params), new_buffers, keep(new_opt_state, opt_state), loss, fetches, finite

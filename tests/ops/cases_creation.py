@@ -16,6 +16,10 @@ CASES = [
     OpCase("assign_value_functional", lambda x: x + paddle.assign(np.array([[1.5], [2.5]], "float32")),
            [Arg((2, 3))], ["pd_op.assign_value_"]),
     OpCase("full_like", lambda x: paddle.full_like(x, 3.0) * x, [Arg((2, 3))], ["pd_op.full_like"]),
+    # NOTE: paddle.empty's values are whatever memory held; only its shape and a reduction of an empty one
+    # are defined (PaddleSpeech's default argument paddle.empty([0])).
+    OpCase("empty", lambda x: x + paddle.empty([0]).sum() + paddle.empty([2, 3]).shape[0], [Arg((2, 3))],
+           ["pd_op.empty"]),
     OpCase("full_like_int", lambda x: paddle.full_like(x, 7), [Arg((2, 3), "int64")], ["pd_op.full_like"]),
     OpCase("full_with_tensor", lambda x, v: paddle.full([2, 3], v) + x, [Arg((2, 3)), Arg((1,), grad=False)],
            ["pd_op.full_with_tensor"]),

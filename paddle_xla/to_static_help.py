@@ -1,0 +1,70 @@
+"""What paddle.jit.to_static should leave to Python, and what to say when it cannot convert a function.
+
+Model configs (PaddleFormers' PretrainedConfig and its kin) are plain Python objects with their own
+attribute accessors. to_static converts whatever forward calls, `config.get(...)` included, and
+converting an accessor inherited by a subclass that calls zero-argument `super()` recurses without
+end: the converted copy resolves `super()` against the subclass, which calls the accessor again
+(found with a stand-in: tests/test_errors.py). So before capture, the accessors of every non-Layer
+object a Layer holds are marked `paddle.jit.not_to_static`: they run as Python, as they should. An
+edge module (imports paddle)."""
+from __future__ import annotations
+
+import types
+
+import paddle
+
+# NOTE: the methods through which a config is read; none of them computes with tensors.
+ACCESSORS = ("__getattribute__", "__getattr__", "get", "__getitem__", "__contains__")
+
+
+def leave_accessors_to_python(layer: paddle.nn.Layer) -> list[str]:
+    """Mark the accessors of the plain objects `layer` and its sublayers hold as not_to_static; returns
+    the qualified names marked."""
+    marked = []
+    for sub in layer.sublayers(include_self=True):
+        for value in list(vars(sub).values()):
+            if isinstance(value, (paddle.nn.Layer, paddle.Tensor, type, types.ModuleType)) or callable(value) \
+                    or type(value).__module__ == "builtins":
+                continue
+            marked += _mark(type(value))
+    return sorted(set(marked))
+
+
+def _mark(cls: type) -> list[str]:
+    out = []
+    for klass in cls.__mro__:
+        if klass is object or klass.__module__ == "builtins":
+            continue
+        for name in ACCESSORS:
+            fn = klass.__dict__.get(name)
+            if isinstance(fn, types.FunctionType):
+                paddle.jit.not_to_static(fn)
+                out.append(fn.__qualname__)
+    return out
+
+
+def recursion_culprit(error: BaseException) -> str | None:
+    """The function to_static was converting when it recursed without end, from the traceback."""
+    found = None
+    tb = error.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name in ("convert_call", "convert_to_static"):
+            fn = frame.f_locals.get("func") or frame.f_locals.get("function")
+            name = getattr(fn, "__qualname__", None)
+            if name is not None:
+                found = f"{getattr(fn, '__module__', '?')}.{name}"
+        tb = tb.tb_next
+    return found
+
+
+# NOTE: Paddle ops whose static builders fail on a CPU-only Paddle, and the model setting that avoids them.
+CPU_ONLY_HINTS = {
+    "fused_rms_norm_ext": "the model's fused RMSNorm (fuse_rms_norm=True, PaddleFormers' default) needs Paddle's "
+                          "GPU build to capture; set fuse_rms_norm=False in its config (the numbers are the same)",
+}
+
+
+def hint(message: str) -> str:
+    """A sentence on what to change, when `message` (Paddle's error) names an op with a known way around."""
+    return next((f" Hint: {text}." for op, text in CPU_ONLY_HINTS.items() if op in message), "")
