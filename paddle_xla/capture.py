@@ -29,8 +29,7 @@ class Captured:
 
 def _with_fetch_info(graph: Graph, values) -> Graph:
     """Fill the fetch shapes/dtypes from the PIR values (known only on the Paddle side)."""
-    fetches = tuple(Tensor(name=f.name, value=f.value, shape=shape_of(v), dtype=dtype_name(v.dtype))
-                    for f, v in zip(graph.fetches, values))
+    fetches = tuple(Tensor(name=f.name, value=f.value, **_shape_and_dtype(v)) for f, v in zip(graph.fetches, values))
     return Graph(block=graph.block, feeds=graph.feeds, params=graph.params, fetches=fetches,
                  buffer_updates=graph.buffer_updates, meta=graph.meta)
 
@@ -91,6 +90,15 @@ def _weight(p, graph: Graph) -> np.ndarray:
             "unannotated and say what to split with Strategy(tensor=N, tensor_plan={'*.linear1': "
             "dist.ColWiseParallel(), ...}), or annotate over a mesh of this process alone "
             "(dist.ProcessMesh([0], ...)): the split dimensions then set the tensor plan.") from None
+
+
+def _shape_and_dtype(value) -> dict:
+    # NOTE: an output an op leaves empty (fused_rms_norm's residual_out without a residual) has a null
+    # type, whose shape and dtype Paddle cannot tell; the lowering knows them when it runs.
+    try:
+        return {"shape": shape_of(value), "dtype": dtype_name(value.dtype)}
+    except (ValueError, RuntimeError):
+        return {"shape": (), "dtype": ""}
 
 
 def _spec_names(specs) -> list[str]:
