@@ -2,7 +2,6 @@
 (pd_op.fused_bias_residual_layernorm), compared with Paddle's own CPU kernels. Forward only: Paddle has no
 CPU gradient kernel for either. The fused ops without a CPU kernel are tested in test_fused.py against the
 same computation written with Paddle's plain ops."""
-import paddle
 from paddle.incubate.nn import functional as IF
 
 from .harness import Arg, OpCase
