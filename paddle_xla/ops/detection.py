@@ -1,7 +1,14 @@
 """Detection: the pre- and post-processing ops of PaddleDetection deploy exports. Non-maximum suppression
 (multiclass_nms3, matrix_nms), YOLO box decoding (yolo_box), SSD anchors and box codes (prior_box,
-box_coder), and RoIAlign (roi_align). Each follows Paddle's CPU kernel step by step, in its order of float
-operations, so results match Paddle's to the last bit or nearly (where Paddle rounds through double).
+box_coder), RoIAlign (roi_align), and two-stage detectors' region proposals and FPN levels
+(generate_proposals, distribute_fpn_proposals). Each follows Paddle's CPU kernel step by step, in its order
+of float operations, so results match Paddle's to the last bit or nearly (where Paddle rounds through double).
+
+Paddle's outputs here have data-dependent sizes; XLA needs static ones, so each output is padded to the most
+rows Paddle could return, with the valid count as an output. NMS results (terminal outputs) are padded per
+image. RoI tensors that feed other ops with their rois_num (generate_proposals' and distribute_fpn_proposals')
+instead hold Paddle's exact tensor as a prefix with the padding after it, so a consumer that splits rows by
+rois_num, as Paddle's kernels and roi_align here do, finds each image's RoIs where Paddle would.
 """
 from __future__ import annotations
 
@@ -39,20 +46,24 @@ def _jaccard(a, b, normalized):
 # Non-maximum suppression
 
 
-def _candidates(bboxes, scores, score_threshold, nms_top_k, background_label):
+def _candidates(bboxes, scores, score_threshold, nms_top_k, background_label, real=None):
     """Per image and class, the boxes scoring above the threshold, best first, at most nms_top_k of them.
 
-    bboxes [N, M, 4], scores [N, C, M] -> scores [N, C, P], box ids [N, C, P], boxes [N, C, P, 4], and which
-    of the P slots hold a candidate (always a prefix)."""
+    bboxes [N, M, 4] (or [N, C, M, 4], a box per class), scores [N, C, M], real [N, M] (which boxes exist;
+    all when None) -> scores [N, C, P], box ids [N, C, P], boxes [N, C, P, 4], and which of the P slots hold
+    a candidate (always a prefix)."""
     n, c, m = scores.shape
     p = m if nms_top_k < 0 else min(nms_top_k, m)
     above = scores > jnp.asarray(score_threshold, scores.dtype)
     above = above & (jnp.arange(c) != background_label)[None, :, None]
+    if real is not None:
+        above = above & real[:, None, :]
     key = jnp.where(above, scores, -jnp.inf)
     # NOTE: lax.top_k puts equal scores in box order, as the std::stable_sort in Paddle's
     # GetMaxScoreIndex does; scores below the threshold sort last as -inf (a kept score is > -inf).
     top, ids = lax.top_k(key, p)
-    boxes = jnp.take_along_axis(bboxes[:, None], ids[..., None], axis=2)
+    per_class = bboxes if bboxes.ndim == 4 else bboxes[:, None]
+    boxes = jnp.take_along_axis(per_class, ids[..., None], axis=2)
     return top, ids, boxes, top > -jnp.inf
 
 
@@ -142,35 +153,94 @@ def _flat_detections(ids, boxes, m):
     return labels.reshape(n, c * p), offsets.reshape(n, c * p), boxes.reshape(n, c * p, 4)
 
 
-def _check_nms_inputs(op, bboxes, scores, rois_num=None):
-    if rois_num is not None or np.ndim(scores) != 3:
+def _check_nms_inputs(op, bboxes, scores, rois_num=None, two_stage=False):
+    if np.ndim(scores) == 2 and two_stage:
+        if rois_num is None:
+            raise ValueError(f"{op} with 2-D scores needs rois_num (Paddle's LoD form has no PIR equivalent)")
+        if np.ndim(bboxes) != 3 or np.shape(bboxes)[:2] != np.shape(scores):
+            raise ValueError(f"{op} with 2-D scores [M, C] needs boxes [M, C, 4], got {np.shape(bboxes)}")
+    elif np.ndim(scores) != 3 or (rois_num is not None and not two_stage):
         raise ValueError(f"{op} with 2-D scores and rois_num (two-stage detectors' per-RoI boxes) is not "
                          "supported; only batched boxes [N, M, 4] with scores [N, C, M]")
     if np.shape(bboxes)[-1] != 4:
         raise ValueError(f"{op} with polygon boxes ({np.shape(bboxes)[-1]} coordinates) is not supported")
 
 
+def _keep_best(kept, top, keep_top_k):
+    """Paddle's keep_top_k: an image's keep_top_k best detections over all classes, [N, K] flat."""
+    if keep_top_k < 0:
+        return kept
+    # NOTE: Paddle ranks by a stable sort of the scores as float, in the flat order it lists detections.
+    key = jnp.where(kept, top.astype(jnp.float32), -jnp.inf)
+    rank = jnp.argsort(jnp.argsort(key, axis=1, descending=True, stable=True), axis=1)
+    return kept & (rank < keep_top_k)
+
+
 @lowering("pd_op.multiclass_nms3")
 def multiclass_nms3(bboxes, scores, rois_num=None, *, score_threshold, nms_top_k, keep_top_k,
                     nms_threshold=0.3, normalized=True, nms_eta=1.0, background_label=0):
-    _check_nms_inputs("multiclass_nms3", bboxes, scores, rois_num)
+    _check_nms_inputs("multiclass_nms3", bboxes, scores, rois_num, two_stage=True)
+    # NOTE: Paddle reads rois_num only with 2-D scores; batched 3-D scores carry their images in axis 0.
+    if np.ndim(scores) == 2:
+        return _multiclass_nms3_per_roi(bboxes, scores, rois_num, score_threshold, nms_top_k, keep_top_k,
+                                        nms_threshold, normalized, nms_eta, background_label)
     n, c, m = scores.shape
     top, ids, boxes, valid = _candidates(bboxes, scores, score_threshold, nms_top_k, background_label)
     kept = _greedy_nms(boxes, valid, nms_threshold, nms_eta, normalized)
     labels, offsets, flat_boxes = _flat_detections(ids, boxes, m)
     kept, top = kept.reshape(n, -1), top.reshape(n, -1)
-    if keep_top_k > -1:
-        # NOTE: Paddle keeps an image's keep_top_k best detections over all classes (a stable sort of the
-        # scores as float, classes in order), then writes them out class by class, as below.
-        key = jnp.where(kept, top.astype(jnp.float32), -jnp.inf)
-        rank = jnp.argsort(jnp.argsort(key, axis=1, descending=True, stable=True), axis=1)
-        kept = kept & (rank < keep_top_k)
+    # NOTE: Paddle keeps the keep_top_k best, then writes them out class by class, as _pack does below.
+    kept = _keep_best(kept, top, keep_top_k)
     # NOTE: with keep_top_k = -1 an image can keep every candidate of every class: C * min(M, nms_top_k)
     # rows (C * M when nms_top_k is -1 too), which is the static bound used then.
     rows = keep_top_k if keep_top_k > -1 else kept.shape[1]
     # NOTE: Paddle's rows are grouped by class (ascending), best score first within a class; that is the
     # flat class-major candidate order, so no sort by score across classes here.
     return _pack(kept, labels, top, flat_boxes, offsets, rows)
+
+
+def _rois_by_image(rois_num, m):
+    """Paddle's rois_num split of M rows into images: each image's first row and a window of M rows from
+    it, [N, M], with which of them are the image's own (the rest are padding)."""
+    counts = rois_num.astype(jnp.int32)
+    starts = jnp.cumsum(counts) - counts
+    rows = starts[:, None] + jnp.arange(m, dtype=jnp.int32)[None, :]
+    own = jnp.arange(m, dtype=jnp.int32)[None, :] < counts[:, None]
+    return starts, jnp.minimum(rows, m - 1), own
+
+
+def _by_roi_order(kept, top, ids, boxes):
+    """Each class's slots reordered: kept candidates first, by RoI index ascending."""
+    order = jnp.argsort(jnp.where(kept, ids, np.iinfo(np.int32).max), axis=-1, stable=True)
+
+    def take(a):
+        return jnp.take_along_axis(a, order.reshape(order.shape + (1,) * (a.ndim - 3)), axis=2)
+    return take(kept), take(top), take(ids), take(boxes)
+
+
+def _multiclass_nms3_per_roi(bboxes, scores, rois_num, score_threshold, nms_top_k, keep_top_k, nms_threshold,
+                             normalized, nms_eta, background_label):
+    """Two-stage detectors' form: a box per RoI and class, bboxes [M, C, 4] and scores [M, C], and rois_num
+    splitting the M RoIs into images. Rows past sum(rois_num) belong to no image."""
+    m, c = scores.shape
+    n = rois_num.shape[0]
+    starts, rows, own = _rois_by_image(rois_num, m)
+    image_scores = jnp.moveaxis(scores[rows], 2, 1)                  # [N, C, M]
+    image_boxes = jnp.moveaxis(bboxes[rows], 2, 1)                   # [N, C, M, 4]
+    top, ids, boxes, valid = _candidates(image_boxes, image_scores, score_threshold, nms_top_k,
+                                         background_label, real=own)
+    kept = _greedy_nms(boxes, valid, nms_threshold, nms_eta, normalized)
+    # NOTE: in this form Paddle sorts each class's kept RoIs by RoI index (std::stable_sort of the indices
+    # in MultiClassNMS), so an image's rows are by class, then RoI, and keep_top_k breaks equal scores that
+    # way too.
+    kept, top, ids, boxes = _by_roi_order(kept, top, ids, boxes)
+    labels = jnp.broadcast_to(jnp.arange(c, dtype=jnp.int32)[None, :, None], ids.shape)
+    # NOTE: Paddle's index here is (row of the RoI in the input) * C + label: a flat index into scores.
+    index = (starts[:, None, None] + ids) * c + labels
+    kept, top = kept.reshape(n, -1), top.reshape(n, -1)
+    kept = _keep_best(kept, top, keep_top_k)
+    rows_out = keep_top_k if keep_top_k > -1 else kept.shape[1]
+    return _pack(kept, labels.reshape(n, -1), top, boxes.reshape(n, -1, 4), index.reshape(n, -1), rows_out)
 
 
 def _matrix_decay(boxes, valid, scores, use_gaussian, gaussian_sigma, normalized):
@@ -460,3 +530,158 @@ def roi_align(x, boxes, boxes_num=None, *, pooled_height, pooled_width, spatial_
     # NOTE: Paddle multiplies the sum by 1 / count rather than dividing it by the count.
     count = 1 / (grid_h * grid_w).astype(dt)
     return jnp.moveaxis(total * count[:, None, None, None], -1, 1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Two-stage detectors: region proposals (RPN) and their FPN levels
+
+_BBOX_CLIP = np.log(1000.0 / 16.0)
+
+
+def _decode_proposals(anchors, deltas, variances, offset):
+    """generate_proposals' BoxCoder: deltas against anchors scaled by variances, the log-size deltas capped
+    at log(1000 / 16). All [..., 4]; offset is 1 for pixel boxes (pixel_offset), else 0."""
+    dt = deltas.dtype
+    aw = anchors[..., 2] - anchors[..., 0] + offset
+    ah = anchors[..., 3] - anchors[..., 1] + offset
+    half = np.asarray(0.5, dt)
+    acx, acy = anchors[..., 0] + half * aw, anchors[..., 1] + half * ah
+    cx = variances[..., 0] * deltas[..., 0] * aw + acx
+    cy = variances[..., 1] * deltas[..., 1] * ah + acy
+    clip = np.asarray(_BBOX_CLIP, dt)
+    w = jnp.exp(jnp.minimum(variances[..., 2] * deltas[..., 2], clip)) * aw
+    h = jnp.exp(jnp.minimum(variances[..., 3] * deltas[..., 3], clip)) * ah
+    two = np.asarray(2, dt)
+    return jnp.stack([cx - w / two, cy - h / two, cx + w / two - offset, cy + h / two - offset], axis=-1)
+
+
+def _clip_to_image(boxes, im_h, im_w, offset):
+    """Paddle's ClipTiledBoxes: x in [0, width - offset], y in [0, height - offset]. im_h, im_w [N, 1]."""
+    def clamp(v, high):
+        # NOTE: std::max(std::min(v, high), 0) written out, so a NaN coordinate stays NaN as in Paddle.
+        v = jnp.where(high < v, high, v)
+        return jnp.where(v < 0, jnp.zeros_like(v), v)
+    x_high, y_high = im_w - offset, im_h - offset
+    highs = (x_high, y_high, x_high, y_high)
+    return jnp.stack([clamp(boxes[..., i], high) for i, high in enumerate(highs)], axis=-1)
+
+
+def _big_enough(boxes, im_h, im_w, min_size, offset, pixel_offset):
+    """Paddle's FilterBoxes: both sides at least max(min_size, 1); pixel boxes also need their center on the
+    image."""
+    dt = boxes.dtype
+    least = np.asarray(max(np.float32(min_size), np.float32(1)), dt)
+    ws = boxes[..., 2] - boxes[..., 0] + offset
+    hs = boxes[..., 3] - boxes[..., 1] + offset
+    keep = (ws >= least) & (hs >= least)
+    if pixel_offset:
+        two = np.asarray(2, dt)
+        keep = keep & (boxes[..., 0] + ws / two <= im_w) & (boxes[..., 1] + hs / two <= im_h)
+    return keep
+
+
+def _first(flags, *arrays):
+    """Reorder axis 1 of each array so the rows where flags [N, K] is true come first, in order."""
+    order = jnp.argsort(~flags, axis=1, stable=True)
+    return [jnp.take_along_axis(a, order.reshape(order.shape + (1,) * (a.ndim - 2)), axis=1)
+            for a in (flags,) + arrays]
+
+
+def _concat_images(per_image, counts):
+    """Per-image rows [N, R, ...] of which the first counts[i] are valid -> [N * R, ...]: the valid rows of
+    every image back to back, in image order (Paddle's tensor), then zero rows."""
+    n, r = per_image.shape[:2]
+    ends = jnp.cumsum(counts)
+    row = jnp.arange(n * r, dtype=counts.dtype)
+    image = jnp.searchsorted(ends, row, side="right").astype(counts.dtype)
+    valid = image < n
+    image = jnp.minimum(image, n - 1)
+    within = jnp.clip(row - (ends - counts)[image], 0, r - 1)
+    got = per_image[image, within]
+    return jnp.where(valid.reshape(valid.shape + (1,) * (got.ndim - 1)), got, jnp.zeros_like(got))
+
+
+@lowering("pd_op.generate_proposals")
+def generate_proposals(scores, bbox_deltas, im_shape, anchors, variances, *, pre_nms_top_n=6000,
+                       post_nms_top_n=1000, nms_thresh=0.5, min_size=0.1, eta=1.0, pixel_offset=True):
+    n = scores.shape[0]
+    dt = scores.dtype
+    # NOTE: Paddle lists an image's anchors row, then column, then anchor: scores [N, A, H, W] and deltas
+    # [N, 4A, H, W] transposed to channels last, the order of anchors and variances [H, W, A, 4].
+    scores = jnp.transpose(scores, (0, 2, 3, 1)).reshape(n, -1)
+    deltas = jnp.transpose(bbox_deltas, (0, 2, 3, 1)).reshape(n, -1, 4)
+    anchors, variances = anchors.reshape(-1, 4), variances.reshape(-1, 4)
+    k = scores.shape[1]
+    p = k if pre_nms_top_n <= 0 or pre_nms_top_n >= k else pre_nms_top_n
+    # NOTE: Paddle takes the pre_nms_top_n best with std::nth_element (all, std::sort-ed, when it is <= 0 or
+    # covers every anchor). Both leave equal scores in no fixed order; lax.top_k puts them in anchor order.
+    top, ids = lax.top_k(scores, p)
+    offset = np.asarray(1 if pixel_offset else 0, dt)
+    deltas = jnp.take_along_axis(deltas, ids[..., None], axis=1)
+    boxes = _decode_proposals(anchors[ids], deltas, variances[ids], offset)
+    im_h, im_w = im_shape[:, 0:1].astype(dt), im_shape[:, 1:2].astype(dt)
+    boxes = _clip_to_image(boxes, im_h, im_w, offset)
+    valid, boxes, top = _first(_big_enough(boxes, im_h, im_w, min_size, offset, pixel_offset), boxes, top)
+    if nms_thresh <= 0:
+        # NOTE: Paddle skips NMS and post_nms_top_n then, returning every box that passed the size filter
+        # in its pre-NMS order (std::nth_element's when pre_nms_top_n < the anchors; here best first).
+        kept, rows = valid, p
+    else:
+        # NOTE: Paddle's NMS here treats pixel boxes (pixel_offset) as not normalized: +1 in areas.
+        kept = _greedy_nms(boxes, valid, nms_thresh, eta, not pixel_offset)
+        rows = p if post_nms_top_n <= 0 else min(post_nms_top_n, p)
+    kept, boxes, top = (a[:, :rows] for a in _first(kept, boxes, top))
+    found = jnp.sum(kept, axis=1, dtype=jnp.int32)
+    # NOTE: an image with no box left after the size filter gets one row in Paddle: box 0, score 0.
+    counts = jnp.maximum(found, 1)
+    boxes = jnp.where(kept[..., None], boxes, jnp.zeros_like(boxes))
+    top = jnp.where(kept, top, jnp.zeros_like(top))
+    # NOTE: rows: min(post_nms_top_n, pre-NMS candidates) per image, the most Paddle can return. Laid out
+    # as Paddle's tensor then padding, not padded per image, since rpn_rois_num splits rows for the ops
+    # downstream (distribute_fpn_proposals, roi_align).
+    return _concat_images(boxes, counts), _concat_images(top[..., None], counts), counts
+
+
+def _fpn_levels(rois, min_level, max_level, refer_level, refer_scale, pixel_offset):
+    """Paddle's level of each RoI: floor(log2(sqrt(area) / refer_scale + 1e-6) + refer_level), clamped."""
+    dt = rois.dtype
+    scale = jnp.sqrt(_area(rois, normalized=not pixel_offset))
+    level = jnp.floor(jnp.log2(scale / np.asarray(refer_scale, dt) + np.asarray(1e-6, dt))
+                      + np.asarray(refer_level, dt))
+    return jnp.clip(level, min_level, max_level).astype(jnp.int32) - min_level
+
+
+@lowering("pd_op.distribute_fpn_proposals")
+def distribute_fpn_proposals(fpn_rois, rois_num=None, *, min_level, max_level, refer_level, refer_scale,
+                             pixel_offset=False):
+    r = fpn_rois.shape[0]
+    levels = max_level - min_level + 1
+    if rois_num is None:
+        counts = jnp.full((1,), r, jnp.int32)
+    else:
+        counts = rois_num.astype(jnp.int32)
+    n = counts.shape[0]
+    row = jnp.arange(r, dtype=jnp.int32)
+    # NOTE: Paddle reads only the first sum(rois_num) rows (rois_num splits them into images); the rest,
+    # padding from generate_proposals here, go to no level.
+    image = jnp.searchsorted(jnp.cumsum(counts), row, side="right").astype(jnp.int32)
+    real = image < n
+    level = jnp.where(real, _fpn_levels(fpn_rois, min_level, max_level, refer_level, refer_scale,
+                                        pixel_offset), levels)
+    # NOTE: padding rows of restore_index point into the last level's padding ((levels - 1) * R + row is
+    # past that level's valid rows, since they number at most sum(rois_num) <= row).
+    restore = (levels - 1) * r + row
+    multi_rois, multi_num = [], []
+    for lv in range(levels):
+        here = level == lv
+        _, rois = _first(here[None], fpn_rois[None])
+        # NOTE: a level's rows keep the input order (image by image), as Paddle appends them.
+        multi_rois.append(jnp.where((row < jnp.sum(here))[:, None], rois[0], jnp.zeros_like(rois[0])))
+        multi_num.append(jnp.sum(here[None, :] & (image[None, :] == jnp.arange(n)[:, None]), axis=1,
+                                 dtype=jnp.int32))
+        # NOTE: Paddle's restore_index[row] is the RoI's row in the levels' outputs concatenated, which is how
+        # its graphs use it: gather(concat(per-level roi features), restore_index). The levels are padded
+        # to R rows each here, so that row is level * R + place in level, not Paddle's value (Paddle's
+        # offsets the place by the earlier levels' valid counts instead); the gather gives Paddle's result.
+        restore = jnp.where(here, lv * r + jnp.cumsum(here, dtype=jnp.int32) - 1, restore)
+    return multi_rois, multi_num, restore[:, None]

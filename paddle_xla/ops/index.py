@@ -26,6 +26,8 @@ def _along(axis, index):
 # ---- reads ---------------------------------------------------------------------------------------
 @lowering("pd_op.gather")
 def gather(x, index, axis):
+    if np.ndim(index) == 2 and np.shape(index)[1] == 1:
+        index = xp(index).reshape(index, (-1,))   # NOTE: Paddle reads an [R, 1] index as [R] (restore_index)
     return xp(x, index).take(x, index, axis=_axis(axis, np.ndim(x)))
 
 

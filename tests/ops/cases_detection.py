@@ -1,13 +1,16 @@
-"""yolo_box, prior_box, box_coder, roi_align. Boxes are built from uniform inputs so their corners are
-ordered; detection ops have no gradient in Paddle, so no case compares one."""
+"""yolo_box, prior_box, box_coder, roi_align (the ops with variable-size outputs are in test_detection.py).
+Boxes are built from uniform inputs so their corners are ordered; detection ops have no gradient in Paddle, so
+no case compares one."""
 import paddle
 from paddle.vision import ops as V
 
 from .harness import Arg, OpCase
 
-# NOTE: multiclass_nms3 and matrix_nms return a variable number of rows in Paddle but a padded, fixed
-# number under paddle_xla, so tests/ops/test_detection.py compares them image by image instead.
-COVERED = ["pd_op.multiclass_nms3", "pd_op.matrix_nms"]
+# NOTE: multiclass_nms3, matrix_nms, generate_proposals and distribute_fpn_proposals return a variable number
+# of rows in Paddle but a padded, fixed number under paddle_xla, so tests/ops/test_detection.py compares them
+# image by image (or FPN level by level) instead.
+COVERED = ["pd_op.multiclass_nms3", "pd_op.matrix_nms", "pd_op.generate_proposals",
+           "pd_op.distribute_fpn_proposals"]
 
 ANCHORS = [10, 13, 16, 30, 33, 23]
 IMG_SIZE = Arg((2, 2), "int32", 200, 420)

@@ -27,6 +27,8 @@ CASES = [
     OpCase("gather_axis1", lambda x, i: paddle.gather(x, i, axis=1), [X, Arg((6,), "int32", 0, 5)],
            ["pd_op.gather"]),
     OpCase("gather_negative", lambda x: paddle.gather(x, paddle.to_tensor([-1, 0, -4])), [X], ["pd_op.gather"]),
+    OpCase("gather_column_index", lambda x, i: paddle.gather(x, i), [X, Arg((3, 1), "int64", low=0, high=4)],
+           ["pd_op.gather"]),
     OpCase("gather_int64_data", lambda x, i: paddle.gather(x, i), [Arg((4, 3), "int64"), IDX], ["pd_op.gather"]),
     OpCase("gather_nd", lambda x, i: paddle.gather_nd(x, i), [Arg((3, 4, 5)), Arg((2, 6, 2), "int64", 0, 3)],
            ["pd_op.gather_nd"]),

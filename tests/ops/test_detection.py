@@ -1,11 +1,12 @@
-"""NMS parity: multiclass_nms3 and matrix_nms against native Paddle.
+"""Parity of the detection ops with variable-size outputs against native Paddle: multiclass_nms3 (both forms),
+matrix_nms, generate_proposals and distribute_fpn_proposals.
 
-Paddle returns a variable number of rows; paddle_xla returns a fixed number per image (valid rows first,
-then padding) and the valid count per image. So the table harness does not fit: each case compares, per
-image, paddle_xla's first count[i] rows with Paddle's rows for that image, and checks the padding.
-Scores are random floats (no ties) and boxes are jittered copies of a few base boxes, so NMS suppresses.
+Paddle returns a variable number of rows; paddle_xla returns a fixed number (valid rows first, then padding)
+and the valid counts. So the table harness does not fit: each case compares, per image (or FPN level),
+paddle_xla's valid rows with Paddle's rows, and checks the padding. Scores are random floats (no ties) and
+boxes are jittered copies of a few base boxes, so NMS suppresses.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import paddle
@@ -82,10 +83,10 @@ def _rows(case):
     return case.c * (case.m if top < 0 else min(top, case.m))
 
 
-def _assert_matches(case, got, want):
+def _assert_matches(case, got, want, rows=None):
     out_w, idx_w, num_w = (np.asarray(w.numpy()) for w in want)
     out_g, idx_g, num_g = (np.asarray(g) for g in got)
-    rows = _rows(case)
+    rows = _rows(case) if rows is None else rows
     assert out_g.shape == (case.n * rows, 6) and idx_g.shape == (case.n * rows, 1) and num_g.shape == (case.n,)
     assert out_g.dtype == out_w.dtype and idx_g.dtype == idx_w.dtype == np.int32 and num_g.dtype == np.int32
     np.testing.assert_array_equal(num_g, num_w, err_msg=f"{case.id}: detections per image")
@@ -180,3 +181,332 @@ def test_multiclass_nms3_in_graph():
     case = MULTICLASS[0]
     graph = capture.from_layer(MulticlassNMS(**case.attrs), _specs(case)).graph
     assert "pd_op.multiclass_nms3" in graph.op_names()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Two-stage detectors: multiclass_nms3 per RoI, generate_proposals, distribute_fpn_proposals
+
+
+class PerRoiNMS(paddle.nn.Layer):
+    def __init__(self, **attrs):
+        super().__init__()
+        self.attrs = attrs
+
+    def forward(self, bboxes, scores, rois_num):
+        a = self.attrs
+        return paddle._C_ops.multiclass_nms3(bboxes, scores, rois_num, a["score_threshold"], a["nms_top_k"],
+                                             a["keep_top_k"], a["nms_threshold"], a["normalized"], a["nms_eta"],
+                                             a["background_label"])
+
+
+@dataclass(frozen=True)
+class PerRoiCase:
+    id: str
+    attrs: dict
+    rois_num: tuple = (12, 0, 20)   # RoIs per image; an image may have none
+    padding: int = 8                # rows past sum(rois_num), which belong to no image
+    c: int = 5
+    dtype: str = "float32"
+    seed: int = 0
+
+
+def _per_roi_inputs(case: PerRoiCase):
+    """A box per RoI and class: jittered copies of the RoI's base box (so classes' boxes overlap)."""
+    rng = np.random.default_rng(case.seed)
+    m = sum(case.rois_num) + case.padding
+    xy = rng.uniform(0, 60, (m, 1, 2)) + rng.normal(0, 4, (m, case.c, 2))
+    wh = rng.uniform(20, 40, (m, 1, 2)) * rng.uniform(0.9, 1.1, (m, case.c, 2))
+    boxes = np.concatenate([xy, xy + wh], -1).astype(case.dtype)
+    scores = rng.uniform(0, 1, (m, case.c)).astype(case.dtype)
+    return boxes, scores, np.asarray(case.rois_num, "int32")
+
+
+PER_ROI = [
+    PerRoiCase("per_roi_all", dict(score_threshold=0.05, nms_top_k=-1, keep_top_k=-1, nms_threshold=0.5,
+                                   normalized=False, nms_eta=1.0, background_label=-1)),
+    PerRoiCase("per_roi_keep_top_k_background", dict(score_threshold=0.2, nms_top_k=6, keep_top_k=9,
+                                                     nms_threshold=0.3, normalized=True, nms_eta=1.0,
+                                                     background_label=0), seed=1),
+    PerRoiCase("per_roi_eta_f64", dict(score_threshold=0.1, nms_top_k=100, keep_top_k=15, nms_threshold=0.7,
+                                       normalized=False, nms_eta=0.8, background_label=2), rois_num=(9, 25),
+               padding=0, dtype="float64", seed=2),
+]
+
+
+@pytest.mark.parametrize("case", PER_ROI, ids=[c.id for c in PER_ROI])
+def test_multiclass_nms3_per_roi(case):
+    boxes, scores, rois_num = _per_roi_inputs(case)
+    layer = PerRoiNMS(**case.attrs)
+    # NOTE: Paddle too gets the padding rows past sum(rois_num): its kernel reads only the rows rois_num
+    # assigns to images, which is what paddle_xla must do with padded RoIs.
+    want = layer(paddle.to_tensor(boxes), paddle.to_tensor(scores), paddle.to_tensor(rois_num))
+    m = boxes.shape[0]
+    specs = [InputSpec([m, case.c, 4], case.dtype, "bboxes"), InputSpec([m, case.c], case.dtype, "scores"),
+             InputSpec([len(case.rois_num)], "int32", "rois_num")]
+    got = paddle_xla.compile(layer, specs)(boxes, scores, rois_num)
+    k, top = case.attrs["keep_top_k"], case.attrs["nms_top_k"]
+    rows = k if k > -1 else case.c * (m if top < 0 else min(top, m))
+    nms_case = NMSCase(case.id, case.attrs, n=len(case.rois_num), m=m, c=case.c)
+    _assert_matches(nms_case, got, want, rows=rows)
+
+
+class Proposals(paddle.nn.Layer):
+    def __init__(self, **attrs):
+        super().__init__()
+        self.attrs = attrs
+
+    def forward(self, scores, deltas, im_shape, anchors, variances):
+        return paddle.vision.ops.generate_proposals(scores, deltas, im_shape, anchors, variances,
+                                                    return_rois_num=True, **self.attrs)
+
+
+@dataclass(frozen=True)
+class ProposalCase:
+    id: str
+    attrs: dict
+    im_shape: tuple = ((96, 112), (80, 64), (1.5, 1.5))    # (height, width); the last leaves no proposal
+    a: int = 3                      # anchors per cell
+    h: int = 6
+    w: int = 7
+    dtype: str = "float32"
+    seed: int = 0
+
+
+def _anchors(case):
+    """Square anchors of sides 12, 24, 36 centred on a 16-pixel grid, [H, W, A, 4]."""
+    cx = (np.arange(case.w) * 16 + 8)[None, :, None]
+    cy = (np.arange(case.h) * 16 + 8)[:, None, None]
+    half = (6 * np.arange(1, case.a + 1))[None, None, :]
+    anchors = np.stack(np.broadcast_arrays(cx - half, cy - half, cx + half, cy + half), -1)
+    return anchors.astype(case.dtype)
+
+
+def _proposal_inputs(case: ProposalCase):
+    rng = np.random.default_rng(case.seed)
+    n = len(case.im_shape)
+    scores = rng.uniform(0, 1, (n, case.a, case.h, case.w)).astype(case.dtype)
+    deltas = rng.normal(0, 0.3, (n, 4 * case.a, case.h, case.w)).astype(case.dtype)
+    variances = np.broadcast_to(np.asarray([0.1, 0.1, 0.2, 0.2], case.dtype), (case.h, case.w, case.a, 4))
+    return [scores, deltas, np.asarray(case.im_shape, case.dtype), _anchors(case), np.array(variances)]
+
+
+def _proposal_specs(case):
+    n, a, h, w = len(case.im_shape), case.a, case.h, case.w
+    return [InputSpec([n, a, h, w], case.dtype, "scores"), InputSpec([n, 4 * a, h, w], case.dtype, "deltas"),
+            InputSpec([n, 2], case.dtype, "im_shape"), InputSpec([h, w, a, 4], case.dtype, "anchors"),
+            InputSpec([h, w, a, 4], case.dtype, "variances")]
+
+
+def _proposal_rows(case):
+    """Rows per image: min(post_nms_top_n, candidates); every candidate without NMS or post_nms_top_n."""
+    k = case.a * case.h * case.w
+    pre, post = case.attrs["pre_nms_top_n"], case.attrs["post_nms_top_n"]
+    p = k if pre <= 0 or pre >= k else pre
+    return p if case.attrs["nms_thresh"] <= 0 or post <= 0 else min(post, p)
+
+
+PROPOSALS = [
+    ProposalCase("pixel_offset_min_size", dict(pre_nms_top_n=60, post_nms_top_n=20, nms_thresh=0.5,
+                                               min_size=12.0, pixel_offset=True)),
+    ProposalCase("no_pixel_offset", dict(pre_nms_top_n=60, post_nms_top_n=25, nms_thresh=0.5, min_size=4.0,
+                                         pixel_offset=False), seed=1),
+    ProposalCase("every_anchor_adaptive_eta", dict(pre_nms_top_n=-1, post_nms_top_n=-1, nms_thresh=0.6,
+                                                   min_size=0.1, eta=0.9, pixel_offset=True), seed=2),
+    # NOTE: pre_nms_top_n covers every anchor, so Paddle sorts them all (std::sort); with fewer it leaves
+    # std::nth_element's order, which nms_thresh 0 (no NMS) would show.
+    ProposalCase("no_nms", dict(pre_nms_top_n=1000, post_nms_top_n=30, nms_thresh=0.0, min_size=8.0,
+                                pixel_offset=True), seed=3),
+    ProposalCase("float64", dict(pre_nms_top_n=100, post_nms_top_n=40, nms_thresh=0.7, min_size=2.0,
+                                 pixel_offset=True), im_shape=((64, 128), (100, 100)), a=2, h=8, w=8,
+                 dtype="float64", seed=4),
+]
+
+
+def _assert_rows(got, want, counts, msg):
+    """got: Paddle's rows `want` (split into images by counts) as a prefix, then zero rows."""
+    total = int(np.sum(counts))
+    assert got.shape[0] >= total and got.dtype == want.dtype, f"{msg}: {got.shape} {got.dtype}"
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    for i in range(len(counts)):
+        np.testing.assert_allclose(got[starts[i]:starts[i + 1]], want[starts[i]:starts[i + 1]], rtol=1e-6,
+                                   err_msg=f"{msg}: image {i}")
+    assert (got[total:] == 0).all(), f"{msg}: padding rows"
+
+
+@pytest.mark.parametrize("case", PROPOSALS, ids=[c.id for c in PROPOSALS])
+def test_generate_proposals(case):
+    inputs = _proposal_inputs(case)
+    layer = Proposals(**case.attrs)
+    want = [w.numpy() for w in layer(*(paddle.to_tensor(x) for x in inputs))]
+    rois, probs, num = (np.asarray(g) for g in paddle_xla.compile(layer, _proposal_specs(case))(*inputs))
+    rows = len(case.im_shape) * _proposal_rows(case)
+    assert rois.shape == (rows, 4) and probs.shape == (rows, 1) and num.dtype == np.int32
+    np.testing.assert_array_equal(num, want[2], err_msg=f"{case.id}: proposals per image")
+    _assert_rows(rois, want[0], num, f"{case.id} rois")
+    _assert_rows(probs, want[1], num, f"{case.id} probs")
+
+
+def test_generate_proposals_cases_bite():
+    """The cases exercise what they claim: NMS suppresses, min_size removes boxes, an image has none."""
+    case = PROPOSALS[0]
+    inputs = [paddle.to_tensor(x) for x in _proposal_inputs(case)]
+    num = Proposals(**case.attrs)(*inputs)[2].numpy()
+    no_nms = Proposals(**{**case.attrs, "nms_thresh": 0.0, "post_nms_top_n": -1})(*inputs)[2].numpy()
+    small = Proposals(**{**case.attrs, "min_size": 0.1, "nms_thresh": 0.0, "post_nms_top_n": -1})(*inputs)
+    assert num[-1] == 1 and no_nms[-1] == 1, "the last image keeps only Paddle's zero row"
+    assert (no_nms[:-1] > num[:-1]).all(), "NMS suppresses"
+    assert (small[2].numpy()[:-1] > no_nms[:-1]).all(), "min_size removes boxes"
+
+
+class DistributeFPN(paddle.nn.Layer):
+    def __init__(self, **attrs):
+        super().__init__()
+        self.attrs = attrs
+
+    def forward(self, rois, rois_num):
+        multi_rois, restore, multi_num = paddle.vision.ops.distribute_fpn_proposals(rois, rois_num=rois_num,
+                                                                                    **self.attrs)
+        return *multi_rois, restore, *multi_num
+
+
+@dataclass(frozen=True)
+class FPNCase:
+    id: str
+    attrs: dict
+    rois_num: tuple = (15, 0, 22, 9)
+    padding: int = 10               # rows past sum(rois_num), as generate_proposals leaves them
+    dtype: str = "float32"
+    seed: int = 0
+    levels: int = field(init=False, default=0)
+
+    def __post_init__(self):
+        object.__setattr__(self, "levels", self.attrs["max_level"] - self.attrs["min_level"] + 1)
+
+
+def _fpn_inputs(case: FPNCase):
+    """RoIs of sides from 2 to 900 pixels (log-uniform), so every level gets some; padding rows are 0."""
+    rng = np.random.default_rng(case.seed)
+    total = sum(case.rois_num)
+    xy = rng.uniform(0, 500, (total, 2))
+    wh = np.exp(rng.uniform(np.log(2), np.log(900), (total, 2)))
+    rois = np.zeros((total + case.padding, 4), case.dtype)
+    rois[:total] = np.concatenate([xy, xy + wh], -1)
+    return rois, np.asarray(case.rois_num, "int32")
+
+
+FPN = [
+    FPNCase("fpn_levels_2_5", dict(min_level=2, max_level=5, refer_level=4, refer_scale=224,
+                                   pixel_offset=True)),
+    FPNCase("fpn_no_pixel_offset_clamped", dict(min_level=3, max_level=4, refer_level=4, refer_scale=112,
+                                                pixel_offset=False), seed=1),
+    FPNCase("fpn_f64_unpadded", dict(min_level=1, max_level=6, refer_level=3, refer_scale=64,
+                                     pixel_offset=True), rois_num=(30, 11), padding=0, dtype="float64",
+            seed=2),
+]
+
+
+def _assert_levels(case, got, want_rois, want_restore, want_nums, rows):
+    """Each level's RoIs and counts as Paddle's; restore_index as Paddle's with levels padded to `rows`."""
+    levels = case.levels
+    got_rois, got_restore, got_nums = got[:levels], got[levels], got[levels + 1:]
+    sizes = [w.shape[0] for w in want_rois]
+    for lv in range(levels):
+        msg = f"{case.id}: level {lv}"
+        assert got_rois[lv].shape == (rows, 4), f"{msg}: {got_rois[lv].shape}"
+        np.testing.assert_array_equal(got_nums[lv], want_nums[lv], err_msg=f"{msg} rois_num")
+        assert got_nums[lv].dtype == np.int32
+        np.testing.assert_array_equal(got_rois[lv][:sizes[lv]], want_rois[lv], err_msg=f"{msg} rois")
+        assert (got_rois[lv][sizes[lv]:] == 0).all(), f"{msg}: padding rows"
+    total = int(sum(sizes))
+    restore = got_restore[:, 0]
+    assert got_restore.shape == (rows, 1) and got_restore.dtype == np.int32
+    # NOTE: paddle_xla's restore_index counts rows in the padded levels (level * rows + place); Paddle's
+    # in the unpadded ones (earlier levels' sizes + place). Translated, the two must agree exactly.
+    level = restore[:total] // rows
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    np.testing.assert_array_equal(restore[:total] - level * rows + offsets[level], want_restore[:, 0],
+                                  err_msg=f"{case.id}: restore_index")
+    np.testing.assert_array_equal(restore[total:], (levels - 1) * rows + np.arange(total, rows),
+                                  err_msg=f"{case.id}: padding of restore_index")
+
+
+@pytest.mark.parametrize("case", FPN, ids=[c.id for c in FPN])
+def test_distribute_fpn_proposals(case):
+    rois, rois_num = _fpn_inputs(case)
+    layer = DistributeFPN(**case.attrs)
+    # NOTE: Paddle gets the padding rows too; its kernel reads only the sum(rois_num) rows rois_num covers.
+    want = [w.numpy() for w in layer(paddle.to_tensor(rois), paddle.to_tensor(rois_num))]
+    specs = [InputSpec(list(rois.shape), case.dtype, "rois"), InputSpec([len(rois_num)], "int32", "rois_num")]
+    got = [np.asarray(g) for g in paddle_xla.compile(layer, specs)(rois, rois_num)]
+    levels = case.levels
+    _assert_levels(case, got, want[:levels], want[levels], want[levels + 1:], rois.shape[0])
+
+
+class TwoStageHead(paddle.nn.Layer):
+    """A Faster R-CNN FPN deploy graph's proposal path: RPN proposals, FPN levels, RoIAlign on each level's
+    map, the features put back in proposal order with restore_index (PaddleDetection's RoIAlign)."""
+
+    def forward(self, scores, deltas, im_shape, anchors, variances, feats):
+        rois, _, rois_num = paddle.vision.ops.generate_proposals(
+            scores, deltas, im_shape, anchors, variances, pre_nms_top_n=60, post_nms_top_n=20, nms_thresh=0.5,
+            min_size=4.0, pixel_offset=True, return_rois_num=True)
+        multi_rois, restore, multi_num = paddle.vision.ops.distribute_fpn_proposals(
+            rois, 2, 3, 2, 16, pixel_offset=True, rois_num=rois_num)
+        per_level = [paddle.vision.ops.roi_align(feats * (lv + 1), r, n, 3, spatial_scale=0.25 / (lv + 1))
+                     for lv, (r, n) in enumerate(zip(multi_rois, multi_num))]
+        # NOTE: PaddleDetection gathers with restore_index itself, [R, 1] (Paddle's gather reads it as [R]).
+        return paddle.gather(paddle.concat(per_level), restore), rois_num, *multi_num
+
+
+def test_two_stage_proposal_path():
+    """generate_proposals -> distribute_fpn_proposals -> roi_align per level -> gather(restore_index): the
+    valid rows are Paddle's, in proposal order, for several images."""
+    case = ProposalCase("path", {})
+    inputs = _proposal_inputs(case) + [np.random.default_rng(5).normal(size=(3, 4, 24, 28)).astype("float32")]
+    layer = TwoStageHead()
+    want_feats, *want_nums = (w.numpy() for w in layer(*(paddle.to_tensor(x) for x in inputs)))
+    specs = _proposal_specs(case) + [InputSpec([3, 4, 24, 28], "float32", "feats")]
+    got_feats, *got_nums = (np.asarray(g) for g in paddle_xla.compile(layer, specs)(*inputs))
+    for got, want in zip(got_nums, want_nums):
+        np.testing.assert_array_equal(got, want)
+    want_num, per_level = want_nums[0], want_nums[1:]
+    assert all(n.sum() > 0 for n in per_level), "both levels get RoIs, so restore_index reorders"
+    total = int(want_num.sum())
+    assert got_feats.shape == (3 * 20, 4, 3, 3) and total < got_feats.shape[0]
+    np.testing.assert_allclose(got_feats[:total], want_feats, rtol=1e-5, atol=1e-5)
+
+
+@x64.enabled
+def _lower_eagerly(layer, specs, inputs):
+    graph = capture.from_layer(layer, specs).graph
+    outs, _ = lower(graph)({}, {}, {spec.name: x for spec, x in zip(specs, inputs)})
+    return [np.asarray(o) for o in outs]
+
+
+def test_two_stage_without_jit():
+    case = PROPOSALS[0]
+    inputs = _proposal_inputs(case)
+    layer = Proposals(**case.attrs)
+    want = [w.numpy() for w in layer(*(paddle.to_tensor(x) for x in inputs))]
+    rois, probs, num = _lower_eagerly(layer, _proposal_specs(case), inputs)
+    np.testing.assert_array_equal(num, want[2])
+    _assert_rows(rois, want[0], num, f"{case.id} rois")
+    _assert_rows(probs, want[1], num, f"{case.id} probs")
+    fpn = FPN[0]
+    rois, rois_num = _fpn_inputs(fpn)
+    layer = DistributeFPN(**fpn.attrs)
+    want = [w.numpy() for w in layer(paddle.to_tensor(rois), paddle.to_tensor(rois_num))]
+    specs = [InputSpec(list(rois.shape), fpn.dtype, "rois"), InputSpec([len(rois_num)], "int32", "rois_num")]
+    got = _lower_eagerly(layer, specs, [rois, rois_num])
+    levels = fpn.levels
+    _assert_levels(fpn, got, want[:levels], want[levels], want[levels + 1:], rois.shape[0])
+
+
+def test_two_stage_ops_in_graph():
+    case = PROPOSALS[0]
+    graph = capture.from_layer(Proposals(**case.attrs), _proposal_specs(case)).graph
+    assert "pd_op.generate_proposals" in graph.op_names()
+    fpn = FPN[0]
+    specs = [InputSpec([50, 4], "float32", "rois"), InputSpec([4], "int32", "rois_num")]
+    graph = capture.from_layer(DistributeFPN(**fpn.attrs), specs).graph
+    assert "pd_op.distribute_fpn_proposals" in graph.op_names()
