@@ -133,9 +133,12 @@ class Artifact:
         """Outputs as device arrays (no host copy)."""
         feeds = self.check_feeds(args, kwargs)
         misfit = self._misfit(feeds) if self.exported is not None else "no executable for this platform"
+        exe = None
         if misfit is None:
+            exe, misfit = self._executable_or_why_not(feeds)
+        if exe is not None:
             self.mode, self.why = "exported", self._exported_why
-            outs = self._executable(feeds)(self.params, self.buffers, feeds, self.call_key_data())
+            outs = exe(self.params, self.buffers, feeds, self.call_key_data())
             n = len(self.fetches_spec)
             fail_on_false_flags(outs[n:], self.manifest.get("checks", []))
             return list(outs[:n])
@@ -152,6 +155,16 @@ class Artifact:
 
     def _misfit(self, feeds: Mapping[str, np.ndarray]) -> str | None:
         return misfit(feeds, self.exported_shapes)
+
+    def _executable_or_why_not(self, feeds):
+        """The exported executable for these feeds' shapes, or why it cannot take them: symbolic
+        dimensions can carry constraints (a reshape to [-1, 4] needs batch*6 divisible by 4) that only
+        these concrete shapes violate."""
+        try:
+            return self._executable(feeds), None
+        except Exception as e:  # NOTE: JAX's shape refinement fails with a bare "Error refining shapes"
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            return None, f"the exported program's symbolic shapes do not take {shapes_of(feeds)} ({first})"
 
     def _executable(self, feeds):
         sig = tuple((k, tuple(v.shape), str(v.dtype)) for k, v in sorted(feeds.items()))

@@ -17,6 +17,7 @@ import paddle_xla as px
 from paddle_xla import artifact as pxa
 from paddle_xla import cache
 from paddle_xla.export import ExportError, export
+from zoo import GPTDecoder, build
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,14 +36,37 @@ class TwoHeads(paddle.nn.Layer):
 
 
 class ShapeArithmetic(paddle.nn.Layer):
-    """Reads its batch size with paddle.shape: NumPy shape arithmetic cannot take a symbolic dimension."""
+    """Computes with its batch size (paddle.shape, arange, expand, a branch on it): all of it symbolic."""
 
     def __init__(self):
         super().__init__()
         self.fc = paddle.nn.Linear(8, 4)
 
     def forward(self, x):
-        return paddle.reshape(self.fc(x), [paddle.shape(x)[0], 2, 2])
+        n = paddle.shape(x)[0]
+        h = self.fc(x) + paddle.arange(n, dtype="float32").unsqueeze(1)
+        h = h + paddle.zeros([n, 4]) + self.fc.bias.expand([n, 4])
+        if n > 2:
+            h = h * 2
+        return paddle.reshape(h, [n, 2, 2])
+
+
+class HalfSteps(paddle.nn.Layer):
+    """paddle.arange over the batch size in steps of 0.5: its length has no symbolic form."""
+
+    def forward(self, x):
+        return x.sum(axis=1) * paddle.arange(0, paddle.shape(x)[0], 0.5).reshape([-1, 2])[:, 1]
+
+
+class Regroup(paddle.nn.Layer):
+    """A reshape to [-1, 4] of [batch, 6]: symbolic, with a constraint some batch sizes violate."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = paddle.nn.Linear(8, 6)
+
+    def forward(self, x):
+        return paddle.reshape(self.fc(x), [-1, 4])
 
 
 SPECS = [InputSpec([None, 8], "float32", "x"), InputSpec([None, 4], "float32", "y")]
@@ -139,28 +163,88 @@ def test_prefer_graph(model, pxa_path):
     assert_same(art(*inputs(2)), model(*inputs(2)))
 
 
-def test_concrete_shapes_when_symbolic_export_fails(tmp_path):
+def batch(b, seed=1):
+    return np.random.default_rng(seed).standard_normal((b, 8)).astype("float32")
+
+
+def test_shape_arithmetic_exports_symbolic(tmp_path):
     paddle.seed(0)
-    m = px.compile(ShapeArithmetic(), [InputSpec([None, 8], "float32", "x")])
-    x3, x5 = (np.random.default_rng(1).standard_normal((b, 8)).astype("float32") for b in (3, 5))
+    net = ShapeArithmetic()
+    m = px.compile(net, [InputSpec([None, 8], "float32", "x")])
+    path = str(tmp_path / "symbolic.pxa")
+    assert export(m, path)["exported"]["cpu"]["shapes"] == "symbolic"
+    art = pxa.load(path)
+    for b in (1, 2, 3, 5):                      # both sides of the batch-size branch
+        np.testing.assert_allclose(art(batch(b)), net(paddle.to_tensor(batch(b))).numpy(), rtol=1e-6, atol=1e-6)
+        assert art.mode == "exported", art.why
+
+
+@pytest.mark.parametrize("name", ["bert", "functional", "mobilenet_v2", "gpt_free_length"])
+def test_zoo_exports_once_for_every_batch_size(name, tmp_path):
+    """One symbolic executable serves each batch size (and, for the GPT, sequence length) as Paddle does."""
+    if name == "gpt_free_length":
+        paddle.seed(0)
+        net, specs = GPTDecoder(), [InputSpec([None, None], "int64", "ids")]
+        make = lambda b: GPTDecoder.inputs(b, seq=3 + 2 * b, seed=b)   # noqa: E731
+    else:
+        net, specs, first = build(name)
+        make = lambda b: _rebatched(first, b)   # noqa: E731
+    net.eval()
+    path = str(tmp_path / f"{name}.pxa")
+    assert export(px.compile(net, specs), path)["exported"]["cpu"]["shapes"] == "symbolic"
+    art = pxa.load(path)
+    for b in (1, 3):
+        xs = make(b)
+        want = net(*[paddle.to_tensor(x) for x in xs])
+        got = art(*xs)
+        for g, w in zip(*(v if isinstance(v, (list, tuple)) else [v] for v in (got, want))):
+            np.testing.assert_allclose(g, w.numpy(), rtol=2e-5, atol=2e-5)
+        assert art.mode == "exported", art.why
+
+
+def _rebatched(arrays, b):
+    """Example inputs with batch b: the first rows repeated, shifted so rows differ."""
+    return [np.concatenate([a] * b)[:b] if a.dtype.kind in "iu" else
+            (np.concatenate([a] * b)[:b] + np.arange(b).reshape((-1,) + (1,) * (a.ndim - 1))).astype(a.dtype)
+            for a in arrays]
+
+
+def test_shapes_a_symbolic_export_refuses_are_relowered(tmp_path):
+    paddle.seed(0)
+    net = Regroup()
+    m = px.compile(net, [InputSpec([None, 8], "float32", "x")])
+    path = str(tmp_path / "regroup.pxa")
+    assert export(m, path)["exported"]["cpu"]["shapes"] == "symbolic"
+    art = pxa.load(path)
+    np.testing.assert_allclose(art(batch(2)), net(paddle.to_tensor(batch(2))).numpy(), rtol=1e-6, atol=1e-6)
+    assert art.mode == "exported"
+    with pytest.raises(px.LoweringError, match=r"(?s)cannot reshape.*test_artifact.py:\d+ in forward"):
+        art(batch(3))                           # 18 values do not make rows of 4 (Paddle refuses too)
+    assert art.mode == "relowered" and "symbolic shapes do not take" in art.why
+
+
+def test_concrete_shapes_when_symbolic_export_fails(tmp_path):
+    net = HalfSteps()
+    m = px.compile(net, [InputSpec([None, 8], "float32", "x")])
+    x4, x6 = batch(4), batch(6)
     path = str(tmp_path / "concrete.pxa")
     with pytest.raises(ExportError, match="example_inputs"):
         export(m, path)
-    manifest = export(m, path, example_inputs={"x": x3})
+    manifest = export(m, path, example_inputs={"x": x4})
     assert manifest["exported"]["cpu"]["shapes"] == "concrete"
-    assert manifest["exported"]["cpu"]["feed_shapes"] == {"x": [3, 8]}
+    assert manifest["exported"]["cpu"]["feed_shapes"] == {"x": [4, 8]}
     art = pxa.load(path)
-    np.testing.assert_allclose(art(x3), m(x3), rtol=1e-6)
+    np.testing.assert_allclose(art(x4), net(paddle.to_tensor(x4)).numpy(), rtol=1e-6)
     assert art.mode == "exported"
-    np.testing.assert_allclose(art(x5), m(x5), rtol=1e-6)        # another shape: re-lowered
-    assert art.mode == "relowered" and "[3, 8]" in art.why
+    np.testing.assert_allclose(art(x6), net(paddle.to_tensor(x6)).numpy(), rtol=1e-6)   # another shape: re-lowered
+    assert art.mode == "relowered" and "[4, 8]" in art.why
     # without its Graph it can only run the exported shape
     m2 = manifest_of(path)
     del m2["members"]["graph.json"]
     bare = pxa.load(rewrite(path, tmp_path / "bare.pxa", drop={"graph.json"}, manifest=m2))
-    np.testing.assert_allclose(bare(x3), m(x3), rtol=1e-6)
+    np.testing.assert_allclose(bare(x4), net(paddle.to_tensor(x4)).numpy(), rtol=1e-6)
     with pytest.raises(px.FeedError, match="no Graph"):
-        bare(x5)
+        bare(x6)
 
 
 def test_unreadable_executable_falls_back_to_the_graph(model, pxa_path, tmp_path):

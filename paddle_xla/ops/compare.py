@@ -1,18 +1,25 @@
 """Comparisons, logic and bitwise ops (no gradients: their results are bool or integer)."""
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .elementwise import align
 from .registry import lowering
-from .util import static_scalar, xp
+from .util import as_traced, is_symbolic, static_scalar, xp
 
 
 def _binary(name, np_name):
     @lowering(name)
     def binary(x, y):
         x, y = align(x, y)
+        if is_symbolic(x) or is_symbolic(y):
+            try:
+                return np.asarray(getattr(np, np_name)(x, y)).astype(bool)
+            except jax.errors.InconclusiveDimensionOperation:
+                # NOTE: a symbolic dimension against a constant (batch > 2) is decided when it runs.
+                x, y = as_traced(x), as_traced(y)
         return getattr(xp(x, y), np_name)(x, y)
     binary.__name__ = name.split(".")[-1]
     return binary

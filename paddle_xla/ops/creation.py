@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .registry import lowering
-from .util import dtype as jax_dtype, is_static, static_ints, static_scalar, xp
+from .util import dims_array, dtype as jax_dtype, is_static, is_symbol, static_ints, static_scalar, xp, xp_for_shape
 
 
 def _np_dtype(name):
@@ -47,13 +47,13 @@ def assign_value(*maybe_out, shape, dtype, values):
 
 @lowering("pd_op.shape64")
 def shape64(x):
-    return np.asarray(np.shape(x), dtype=np.int64)
+    return dims_array(np.shape(x), np.int64)
 
 
 @lowering("pd_op.shape")
 def shape(x):
     # NOTE: the older op gives int32, as Paddle's kernel does; shape64 is what Paddle 3 emits.
-    return np.asarray(np.shape(x), dtype=np.int32)
+    return dims_array(np.shape(x), np.int32)
 
 
 @lowering("pd_op.full_like")
@@ -72,15 +72,29 @@ def full_with_tensor(value, shape, *, dtype):
 def empty(shape, *, dtype):
     # NOTE: Paddle leaves the memory uninitialised; zeros are one of the values it may hold (and the same
     # on every run). A constant, so that shape arithmetic on it stays static.
-    return np.zeros(tuple(static_ints(shape)), dtype=_np_dtype(dtype))
+    dims = tuple(static_ints(shape))
+    return xp_for_shape(dims).zeros(dims, dtype=_np_dtype(dtype))
 
 
 @lowering("pd_op.arange")
 def arange(start, end, step, *, dtype):
     if is_static(start, end, step):
-        return np.arange(static_scalar(start), static_scalar(end), static_scalar(step), dtype=_np_dtype(dtype))
+        bounds = [static_scalar(v) for v in (start, end, step)]
+        if any(is_symbol(b) for b in bounds):
+            return _symbolic_arange(bounds, _np_dtype(dtype))
+        return np.arange(*bounds, dtype=_np_dtype(dtype))
     raise ValueError("paddle.arange with bounds computed from input values gives a data-dependent shape; "
                      "XLA needs static shapes. Use bounds from .shape or constants.")
+
+
+def _symbolic_arange(bounds, dtype):
+    """paddle.arange(ids.shape[1]) exported with a free sequence length. The length is a symbol only
+    for whole-number bounds (a float start or step would need a symbolic ceil)."""
+    if any(not is_symbol(b) and float(b) != int(b) for b in bounds):
+        raise ValueError(f"paddle.arange{tuple(bounds)} with a symbolic bound and a fractional start or step "
+                         "has no symbolic length")
+    ints = [b if is_symbol(b) else int(b) for b in bounds]
+    return jnp.arange(*ints).astype(dtype)
 
 
 @lowering("pd_op.assign", "pd_op.assign_out_")

@@ -7,7 +7,7 @@ import numpy as np
 from jax import lax
 
 from .registry import lowering
-from .util import dtype as jax_dtype, is_static, static_scalar, xp
+from .util import dtype as jax_dtype, is_static, is_symbolic, static_scalar, traced_where_symbols_meet_arrays, xp
 
 
 def _kind(a) -> str:
@@ -21,6 +21,7 @@ def align(x, y):
     the result the tensor's dtype, so the constant must not promote float32 to float64. An int
     constant next to a float tensor becomes float too; a float constant next to an int tensor stays
     float (Paddle promotes those)."""
+    x, y = traced_where_symbols_meet_arrays(x, y)
     xs, ys = is_static(x), is_static(y)
     if xs and not ys and not (_kind(x) == "f" and _kind(y) in "biu"):
         x = np.asarray(x).astype(y.dtype)
@@ -159,6 +160,8 @@ def scale(x, s, *, bias, bias_after_scale):
 @lowering("pd_op.cast")
 def cast(x, *, dtype):
     dt = jax_dtype(dtype)
+    if is_symbolic(x):
+        return x                  # NOTE: symbolic dimensions stay symbols; their run-time values are ints
     if is_static(x):
         return np.asarray(x).astype(np.dtype(dt))
     if _kind(x) == "f" and np.dtype(dt).kind in "iu" and np.dtype(dt).itemsize < 4:

@@ -11,6 +11,7 @@ import numpy as np
 from jax import lax
 
 from .registry import lowering
+from .util import dim_product
 
 _IGNORED = ("use_mkldnn", "fuse_with_relu", "is_test_mkldnn")
 
@@ -86,7 +87,7 @@ def layer_norm(x, scale, bias, *, epsilon, begin_norm_axis):
     # inference 1.4 s -> 0.9 s without it, outputs bit-identical).
     ct = compute_dtype(x)
     axes = tuple(range(begin_norm_axis, x.ndim))
-    left = int(np.prod(x.shape[:begin_norm_axis]))
+    left = dim_product(x.shape[:begin_norm_axis])
     xf = x.astype(ct)
     mean = jnp.mean(xf, axis=axes, keepdims=True)
     var = jnp.mean(jnp.square(xf - mean), axis=axes, keepdims=True)

@@ -14,7 +14,7 @@ from jax import lax
 
 from .conv import channel_last, pad_pairs
 from .registry import lowering
-from .util import static_ints
+from .util import dim_product, static_ints
 
 _IGNORED = ("use_cudnn", "use_mkldnn", "use_quantizer", "mkldnn_data_type", "is_test")
 
@@ -245,7 +245,7 @@ def unpool_nd(x, indices, sizes):
     n, c = x.shape[:2]
     flat_x = x.reshape(n, c, -1)
     flat_i = indices.reshape(n, c, -1).astype(jnp.int32)
-    out = jnp.zeros((n, c, int(np.prod(sizes))), x.dtype)
+    out = jnp.zeros((n, c, dim_product(sizes)), x.dtype)
     out = out.at[jnp.arange(n)[:, None, None], jnp.arange(c)[None, :, None], flat_i].set(flat_x)
     return out.reshape((n, c) + tuple(sizes))
 

@@ -8,7 +8,7 @@ import numpy as np
 from jax import lax
 
 from .registry import lowering
-from .util import axis_list, dtype as jax_dtype, is_static
+from .util import axis_list, dim_product, dtype as jax_dtype, is_static
 
 
 def _axes(x, axis, reduce_all=False):
@@ -43,7 +43,7 @@ def mean(x, axis, *, keepdim=False):
     axes = _axes(x, axis)
     if _int_like(x):
         # NOTE: an integer mean stays integer, truncated like C++ division.
-        n = int(np.prod([x.shape[a] for a in axes]))
+        n = dim_product([x.shape[a] for a in axes])
         total = jnp.sum(x, axis=axes, keepdims=keepdim, dtype=x.dtype)
         return lax.div(total, jnp.asarray(n, x.dtype))
     return jnp.mean(x, axis=axes, keepdims=keepdim)

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .registry import lowering
-from .util import axis_list, static_ints, static_scalar, xp
+from .util import axis_list, dim_product, static_ints, static_scalar, xp, xp_for_shape
 
 
 def _axis(axis, ndim: int) -> int:
@@ -22,15 +22,16 @@ def reshape_target(in_shape, shape) -> tuple[int, ...]:
     """Paddle's reshape rule: 0 copies the input's dimension at that index, -1 is inferred."""
     dims = [in_shape[i] if d == 0 else d for i, d in enumerate(shape)]
     if -1 in dims:
-        known = int(np.prod([d for d in dims if d != -1]))
-        total = int(np.prod(in_shape))
+        known = dim_product([d for d in dims if d != -1])
+        total = dim_product(in_shape)
         dims[dims.index(-1)] = total // known if known else 0
     return tuple(dims)
 
 
 @lowering("pd_op.reshape", "pd_op.reshape_")
 def reshape(x, shape):
-    return xp(x).reshape(x, reshape_target(np.shape(x), static_ints(shape)))
+    target = reshape_target(np.shape(x), static_ints(shape))
+    return xp_for_shape(target, x).reshape(x, target)
 
 
 @lowering("pd_op.transpose", "pd_op.transpose_")
@@ -64,7 +65,7 @@ def flatten(x, *, start_axis=1, stop_axis=1):
     if not shape:
         return xp(x).reshape(x, (1,))
     start, stop = start_axis % len(shape), stop_axis % len(shape)
-    new = shape[:start] + (int(np.prod(shape[start:stop + 1])),) + shape[stop + 1:]
+    new = shape[:start] + (dim_product(shape[start:stop + 1]),) + shape[stop + 1:]
     return xp(x).reshape(x, new)
 
 
@@ -81,7 +82,7 @@ def expand_target(in_shape, shape) -> tuple[int, ...]:
 
 
 def _broadcast(x, shape):
-    out = xp(x).broadcast_to(x, tuple(shape))
+    out = xp_for_shape(shape, x).broadcast_to(x, tuple(shape))
     return np.array(out) if isinstance(out, np.ndarray) else out
 
 

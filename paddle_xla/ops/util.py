@@ -23,8 +23,60 @@ def dtype(name):
 
 
 def is_static(*xs) -> bool:
-    """True when every input is a NumPy value, known at trace time (shape arithmetic)."""
-    return all(isinstance(x, (np.ndarray, np.generic, int, float, bool)) for x in xs)
+    """True when every input is a NumPy value, known at trace time (shape arithmetic). A shape with
+    symbolic dimensions (a jax.export of a None dimension) is a NumPy object array of ints and symbols."""
+    return all(isinstance(x, (np.ndarray, np.generic, int, float, bool)) or is_symbol(x) for x in xs)
+
+
+def is_symbol(x) -> bool:
+    """A symbolic dimension of jax.export's shape polymorphism (d0, 2*d1, ...)."""
+    return type(x).__name__ == "_DimExpr"
+
+
+def is_symbolic(x) -> bool:
+    """A static value that holds symbolic dimensions: a symbol, or an object array of ints and symbols."""
+    return is_symbol(x) or (isinstance(x, np.ndarray) and x.dtype == object)
+
+
+def dims_array(dims, dtype) -> np.ndarray:
+    """A shape as a static array: of `dtype` when every dimension is known, else an object array that
+    keeps the symbols, so shape arithmetic (slices, products, concatenation) goes on in NumPy."""
+    dims = tuple(dims)
+    if all(isinstance(d, (int, np.integer)) for d in dims):
+        return np.asarray(dims, dtype=dtype)
+    return np.asarray(dims, dtype=object)
+
+
+def dim_product(dims):
+    """The product of shape dimensions: an int when all are known, else a symbolic expression."""
+    total = 1
+    for d in dims:
+        total = total * (d if is_symbol(d) else int(d))
+    return total
+
+
+def as_traced(x, dtype=np.int64):
+    """A static value as a JAX array of `dtype` (symbols become their run-time values), where it meets one."""
+    if is_symbol(x):
+        return jnp.asarray(x, dtype)
+    if is_symbolic(x):
+        return jnp.stack([jnp.asarray(v, dtype) for v in np.ravel(x)]).reshape(np.shape(x))
+    return x
+
+
+def traced_where_symbols_meet_arrays(*xs) -> list:
+    """Operands of an elementwise op: where a value holding symbolic dimensions meets a traced array it
+    becomes traced too (NumPy cannot compute with a traced value); among static values it stays a
+    symbol, so shape arithmetic stays static."""
+    if any(is_symbolic(x) for x in xs) and not is_static(*xs):
+        return [as_traced(x) if is_symbolic(x) else x for x in xs]
+    return list(xs)
+
+
+def xp_for_shape(shape, *xs):
+    """The array module for building a value of `shape` from xs: JAX's when the shape holds a symbolic
+    dimension (NumPy cannot allocate one), else as xp."""
+    return jnp if any(is_symbol(d) for d in shape) else xp(*xs)
 
 
 def xp(*xs):
@@ -39,17 +91,22 @@ def static_ints(x) -> list[int]:
         return [v for e in x for v in static_ints(e)]
     if isinstance(x, (int, np.integer)):
         return [int(x)]
+    if is_symbol(x):
+        return [x]
     if not is_static(x):
         raise ValueError("this operand must be known before running (a constant or a shape), "
                          "but it is computed from the inputs' values")
-    return [int(v) for v in np.asarray(x).reshape(-1)]
+    return [v if is_symbol(v) else int(v) for v in np.asarray(x).reshape(-1)]
 
 
 def static_scalar(x):
     """A scalar operand known at trace time, as a Python number."""
     if not is_static(x):
         raise ValueError("this scalar operand must be a constant, but it depends on the inputs' values")
-    return np.asarray(x).reshape(-1)[0].item()
+    if is_symbol(x):
+        return x
+    v = np.asarray(x).reshape(-1)[0]
+    return v if is_symbol(v) else v.item()
 
 
 def axis_list(axis, ndim) -> tuple[int, ...]:
