@@ -465,3 +465,21 @@ def test_cli_run(model, pxa_path, tmp_path):
     assert_same([npz[n] for n in model.compiled.output_names], want)
     res = runner.invoke(app, ["run", pxa_path, "-i", f"x={tmp_path / 'x.npy'}"])
     assert res.exit_code == 1 and "Missing input(s) ['y']" in res.output
+
+
+def test_cli_hides_start_up_noise_unless_verbose(tmp_path):
+    """Paddle's glog and ccache lines and JAX's TPU probe say nothing about the user's model."""
+    (tmp_path / "tiny.py").write_text("import paddle\n\ndef net():\n    return paddle.nn.Linear(4, 2)\n")
+    cmd = [sys.executable, "-c", "from paddle_xla.cli import app; app()"]
+    args = ["check", "tiny:net", "--input-spec", "x:float32[-1,4]"]
+    env = {k: v for k, v in os.environ.items() if k != "GLOG_minloglevel"}
+    env["PYTHONPATH"] = ROOT
+    quiet = subprocess.run(cmd + args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    loud = subprocess.run(cmd + ["--verbose"] + args, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert quiet.returncode == 0 and loud.returncode == 0, quiet.stderr + loud.stderr
+    assert "2 supported" in quiet.stdout
+    noise = [line for line in loud.stderr.splitlines() if "Unable to initialize backend" in line
+             or "ccache" in line or line.startswith(("W1", "I1"))]
+    assert noise, "nothing to hide here: the test proves nothing"   # NOTE: CPU machines without ccache print both
+    assert not [line for line in quiet.stderr.splitlines() if line in noise], quiet.stderr
