@@ -71,7 +71,17 @@ def model_settings(name: str, batch: int, quick: bool) -> dict[str, Any]:
         return {"size": size, "batch": batch, "analytic_flops": common.resnet50_flops(batch, size),
                 "description": f"paddle.vision.models.resnet50(), batch {batch}, 3x{size}x{size}, eval",
                 "flops_note": "standard figure: 2 x 4.09 GMACs per 224x224 image (He et al. 2016; torchvision)"}
-    raise SystemExit(f"Unknown model {name!r}; choose from bert, resnet50.")
+    if name in MOBILE_MACS:
+        size = 32 if quick else 224
+        macs = MOBILE_MACS[name] * batch * (size / 224) ** 2
+        return {"size": size, "batch": batch, "analytic_flops": 2 * macs,
+                "description": f"paddle.vision.models.{name}(), batch {batch}, 3x{size}x{size}, eval",
+                "flops_note": "the MobileNetV3 paper's multiply-adds per 224x224 image (Howard et al. 2019), x2"}
+    raise SystemExit(f"Unknown model {name!r}; choose from bert, resnet50, {', '.join(MOBILE_MACS)}.")
+
+
+# multiply-adds per 224x224 image, as published
+MOBILE_MACS = {"mobilenet_v3_large": 219e6, "mobilenet_v3_small": 56e6}
 
 
 def build(name: str, settings: dict[str, Any]):
@@ -91,7 +101,7 @@ def build(name: str, settings: dict[str, Any]):
         types = (np.arange(seq)[None, :] >= seq // 2).astype("int64").repeat(b, 0)
         specs, inputs = BertModel.input_spec(seq), [ids, types]
     else:
-        net = paddle.vision.models.resnet50()
+        net = getattr(paddle.vision.models, name)()
         s = settings["size"]
         specs = [InputSpec([None, 3, s, s], "float32", "x")]
         inputs = [rng.standard_normal((b, 3, s, s)).astype("float32")]
@@ -536,7 +546,7 @@ def markdown(report) -> str:
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default="bert,resnet50", help="comma-separated: bert, resnet50")
+    p.add_argument("--models", default="bert,resnet50", help="comma-separated: bert, resnet50, mobilenet_v3_large, mobilenet_v3_small")
     p.add_argument("--configs", default=None, help=f"comma-separated subset of: {', '.join(CONFIGS)}")
     p.add_argument("--batch", type=int, default=None, help="batch size (default 8; 2 with --quick)")
     p.add_argument("--repeats", type=int, default=None, help="timed calls per configuration (default 10; 3 with --quick)")

@@ -19,6 +19,7 @@ from .half import half_matmul, half_pointwise_conv, is_float
 from .layouts import conv_hwio
 from .ops.activation import gelu_by_erf
 from .ops.conv import is_pointwise_conv, pointwise_conv
+from .ops.depthwise import depthwise_by_shifts, is_depthwise
 from .policy import LoweringPolicy
 
 
@@ -33,6 +34,17 @@ class Context:
     policy: LoweringPolicy
     half: Any                   # the half dtype of a bf16/fp16 policy, else None
     hwio_filters: frozenset     # value ids of the filters the runtime holds as HWIO
+
+
+def _depthwise_conv(op, args, attrs, ctx: Context):
+    # NOTE: XLA:CPU's grouped convolution runs depthwise filters 15-35x slower than fused shifted
+    # multiply-adds (ops/depthwise.py has the figures); cuDNN's and TPU's own kernels are better there.
+    if not (ctx.policy.on_cpu and op.name in CONV_OPS and is_float(args[0])):
+        return None
+    hwio = op.inputs[1] in ctx.hwio_filters
+    if is_depthwise(args[0], args[1], hwio=hwio, **attrs):
+        return Kernel(partial(depthwise_by_shifts, hwio=hwio), cast=True)
+    return None
 
 
 def _hwio_conv(op, args, attrs, ctx: Context):
@@ -82,8 +94,9 @@ def _fp32_1x1(x, w, *, strides, data_format="NCHW", **_same_as_is_pointwise):
     return pointwise_conv(x, w, strides, data_format)
 
 
-# NOTE: in order: a filter held as HWIO must be read as HWIO whatever else applies.
-RULES = (_hwio_conv, _half_matmul, _half_pointwise_conv, _half_gelu, _pointwise_conv)
+# NOTE: in order: a filter held as HWIO must be read as HWIO whatever else applies (the depthwise
+# form reads either layout).
+RULES = (_depthwise_conv, _hwio_conv, _half_matmul, _half_pointwise_conv, _half_gelu, _pointwise_conv)
 
 
 def choose(op, args, attrs, ctx: Context) -> Kernel | None:

@@ -244,3 +244,25 @@ def test_channels_last_training_matches_paddle():
         return out
 
     np.testing.assert_allclose(losses(True), losses(False), rtol=1e-4)
+
+
+def _stablehlo(target):
+    from paddle_xla import capture
+    from paddle_xla.lower import lower
+    from paddle_xla.policy import LoweringPolicy
+    paddle.seed(0)
+    net = Net()
+    net.eval()
+    graph = capture.from_layer(net, SPEC).graph
+    f = lower(graph, LoweringPolicy.tuned(target))
+    weights = {p.name: np.zeros(p.shape, p.dtype) for p in graph.params}
+    import jax
+    return jax.jit(lambda w, x: f(w, {}, {"x": x})[0]).lower(weights, X).as_text()
+
+
+def test_depthwise_runs_as_shifted_sums_on_cpu_only():
+    """XLA:CPU's grouped convolution is 15-35x slower than fused multiply-adds (ops/depthwise.py); cuDNN's
+    own depthwise kernel is the better one, so a CUDA export keeps the grouped convolution."""
+    cpu, cuda = _stablehlo("cpu"), _stablehlo("cuda")
+    assert "feature_group_count = 8" not in cpu and cpu.count("stablehlo.convolution") == 1
+    assert "feature_group_count = 8" in cuda
