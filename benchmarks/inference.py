@@ -43,10 +43,14 @@ CONFIGS: dict[str, tuple[str, bool, str]] = {
     "to_static_threads": ("to_static", True, "paddle.jit.to_static, threads = nproc"),
     "inference_onednn": ("inference", True, "Paddle Inference from paddle.jit.save: enable_mkldnn, "
                                             "cpu math threads = nproc, switch_ir_optim(True)"),
+    # NOTE: Paddle 3.3's oneDNN executor refuses some programs (interpolate's double-array scale:
+    # "ConvertPirAttribute2RuntimeAttribute not support"); its plain CPU predictor still runs them.
+    "inference_plain": ("inference", True, "Paddle Inference without oneDNN, cpu math threads = nproc, "
+                                           "switch_ir_optim(True)"),
 }
 QUICK_CONFIGS = ["paddle_xla", "eager_threads", "inference_onednn"]
 # outputs are compared with the first of these that ran
-REFERENCE = ("eager", "eager_threads", "to_static", "to_static_threads", "inference_onednn")
+REFERENCE = ("eager", "eager_threads", "to_static", "to_static_threads", "inference_onednn", "inference_plain")
 
 
 def is_paddle(cfg: str) -> bool:
@@ -77,7 +81,18 @@ def model_settings(name: str, batch: int, quick: bool) -> dict[str, Any]:
         return {"size": size, "batch": batch, "analytic_flops": 2 * macs,
                 "description": f"paddle.vision.models.{name}(), batch {batch}, 3x{size}x{size}, eval",
                 "flops_note": "the MobileNetV3 paper's multiply-adds per 224x224 image (Howard et al. 2019), x2"}
-    raise SystemExit(f"Unknown model {name!r}; choose from bert, resnet50, {', '.join(MOBILE_MACS)}.")
+    if name in SUITE_MOBILE:
+        from paddle_xla.models.mobile import MOBILE_MACS as counted
+        return {"batch": batch, "analytic_flops": 2 * counted[name] * batch,
+                "description": f"paddle_xla.models.mobile {name} ({SUITE_MOBILE[name]}), batch {batch}, eval",
+                "flops_note": "multiply-adds of convolutions, linears and LSTMs counted on the model, x2"}
+    raise SystemExit(f"Unknown model {name!r}; choose from bert, resnet50, {', '.join(MOBILE_MACS)}, "
+                     f"{', '.join(SUITE_MOBILE)}.")
+
+
+# Paddle's suites' mobile models, written in paddle_xla/models/mobile.py
+SUITE_MOBILE = {"pp_lcnet": "PP-LCNet x1.0, 3x224x224", "picodet_s": "PicoDet-S head without NMS, 3x320x320",
+                "ppocr_det": "PP-OCR DB text detector, 3x640x640", "ppocr_rec": "PP-OCR CRNN recogniser, 3x48x320"}
 
 
 # multiply-adds per 224x224 image, as published
@@ -92,6 +107,9 @@ def build(name: str, settings: dict[str, Any]):
     paddle.seed(0)
     rng = np.random.default_rng(0)
     b = settings["batch"]
+    if name in SUITE_MOBILE:
+        from paddle_xla.models.mobile import mobile_model
+        return mobile_model(name, b)
     if name == "bert":
         from paddle_xla.models.bert import BertConfig, BertModel
         cfg = BertConfig.named(settings["config"])
@@ -197,7 +215,10 @@ def setup_inference(name, settings, job):
     gc.collect()
     model_file = next(prefix + ext for ext in (".json", ".pdmodel") if os.path.exists(prefix + ext))
     config = pi.Config(model_file, prefix + ".pdiparams")
-    config.enable_mkldnn()
+    if job["config"] == "inference_onednn":
+        config.enable_mkldnn()
+    else:
+        config.disable_mkldnn()
     config.set_cpu_math_library_num_threads(job["nproc"])
     config.switch_ir_optim(True)
     config.disable_glog_info()
@@ -546,7 +567,8 @@ def markdown(report) -> str:
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default="bert,resnet50", help="comma-separated: bert, resnet50, mobilenet_v3_large, mobilenet_v3_small")
+    p.add_argument("--models", default="bert,resnet50", help="comma-separated: bert, resnet50, mobilenet_v3_large, mobilenet_v3_small, "
+                   "pp_lcnet, picodet_s, ppocr_det, ppocr_rec")
     p.add_argument("--configs", default=None, help=f"comma-separated subset of: {', '.join(CONFIGS)}")
     p.add_argument("--batch", type=int, default=None, help="batch size (default 8; 2 with --quick)")
     p.add_argument("--repeats", type=int, default=None, help="timed calls per configuration (default 10; 3 with --quick)")

@@ -38,11 +38,20 @@ def builders(b, s):
 # ---- ResNet-50 (batch 8, 224 x 224): Momentum + L2, cross entropy --------------------------------
 
 
-def _resnet(batch: int):
+# multiply-adds per 224x224 image, as published (the MobileNetV3 paper)
+MOBILE_MACS = {"mobilenet_v3_large": 219e6, "mobilenet_v3_small": 56e6}
+CNNS = ("resnet50", *MOBILE_MACS)
+
+
+def _cnn_flops(name: str, batch: int) -> float:
+    return resnet50_flops(batch) if name == "resnet50" else 2 * MOBILE_MACS[name] * batch
+
+
+def _resnet(batch: int, name: str = "resnet50"):
     import numpy as np
     import paddle
     paddle.seed(0)
-    net = paddle.vision.models.resnet50()
+    net = getattr(paddle.vision.models, name)()
     opt = paddle.optimizer.Momentum(0.01, momentum=0.9, parameters=net.parameters(),
                                     weight_decay=paddle.regularizer.L2Decay(1e-4))
     rng = np.random.default_rng(0)
@@ -51,10 +60,10 @@ def _resnet(batch: int):
     return net, opt, x, y
 
 
-def resnet_paddle(b, batch: int, repeats: int, static: bool):
+def resnet_paddle(b, batch: int, repeats: int, static: bool, name: str = "resnet50"):
     import paddle
     from paddle.static import InputSpec
-    net, opt, x, y = _resnet(batch)
+    net, opt, x, y = _resnet(batch, name)
     net.train()
     if static:
         net = paddle.jit.to_static(net, input_spec=[InputSpec([None, 3, 224, 224], "float32", "x")], full_graph=True)
@@ -70,28 +79,28 @@ def resnet_paddle(b, batch: int, repeats: int, static: bool):
     return b.time_calls(step, repeats)
 
 
-def resnet_xla(b, batch: int, repeats: int, precision: str):
+def resnet_xla(b, batch: int, repeats: int, precision: str, name: str = "resnet50"):
     import numpy as np
     import paddle
     from paddle.static import InputSpec
 
     import paddle_xla as px
-    net, opt, x, y = _resnet(batch)
+    net, opt, x, y = _resnet(batch, name)
     step = px.train_step(net, paddle.nn.CrossEntropyLoss(), opt, [InputSpec([None, 3, 224, 224], "float32", "x")],
                          [InputSpec([None], "int64", "label")], strategy=px.Strategy(precision=precision))
     return b.time_calls(lambda: np.asarray(step(x, y)), repeats)
 
 
-def resnet_results(b, batch: int, repeats: int, peak_gflops: float) -> dict:
+def resnet_results(b, batch: int, repeats: int, peak_gflops: float, model: str = "resnet50") -> dict:
     """Step times, samples/s, MFU and the speed-up over Paddle's best (eager or to_static)."""
-    jobs = {"paddle_eager": lambda: resnet_paddle(b, batch, repeats, static=False),
-            "paddle_to_static": lambda: resnet_paddle(b, batch, repeats, static=True),
-            "paddle_xla_fp32": lambda: resnet_xla(b, batch, repeats, "fp32"),
-            "paddle_xla_bf16": lambda: resnet_xla(b, batch, repeats, "bf16")}
-    flops = 3 * resnet50_flops(batch)
+    jobs = {"paddle_eager": lambda: resnet_paddle(b, batch, repeats, static=False, name=model),
+            "paddle_to_static": lambda: resnet_paddle(b, batch, repeats, static=True, name=model),
+            "paddle_xla_fp32": lambda: resnet_xla(b, batch, repeats, "fp32", model),
+            "paddle_xla_bf16": lambda: resnet_xla(b, batch, repeats, "bf16", model)}
+    flops = 3 * _cnn_flops(model, batch)
     out = {}
     for name, job in jobs.items():
-        print(f"timing resnet50 {name} ...", flush=True)
+        print(f"timing {model} {name} ...", flush=True)
         try:
             r = job()
         except Exception as e:  # NOTE: one failing configuration must not lose the others' figures
@@ -110,7 +119,7 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=5, help="BERT: interleaved rounds; ResNet-50: timed calls")
     ap.add_argument("--max-predictions", type=int, default=20)
-    ap.add_argument("--models", default="bert,resnet50", help="comma-separated: bert, resnet50")
+    ap.add_argument("--models", default="bert,resnet50", help=f"comma-separated: bert, {', '.join(CNNS)}")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "train.json"))
     args = ap.parse_args()
     from paddle_xla import bench as b
@@ -119,9 +128,9 @@ def main() -> None:
     models = args.models.split(",")
     print("building BERT configurations, then timing them in interleaved rounds ...", flush=True)
     report = b.run_interleaved(s, builders(b, s) if "bert" in models else {}, args.repeats)
-    if "resnet50" in models:
-        report["results"]["train_resnet50"] = resnet_results(b, args.batch, args.repeats,
-                                                             report["matmul_peak"]["fp32_gflops"])
+    for cnn in (m for m in models if m in CNNS):
+        report["results"][f"train_{cnn}"] = resnet_results(b, args.batch, args.repeats,
+                                                           report["matmul_peak"]["fp32_gflops"], cnn)
     report.update(benchmark="train", command="benchmarks/train.py " + " ".join(sys.argv[1:]),
                   machine=machine_info(), batch=args.batch, seq=args.seq,
                   model=f"BertForPretraining({args.config})")
@@ -129,7 +138,8 @@ def main() -> None:
     print("| configuration | step | samples/s | MFU (fp32 peak) | vs Paddle's best |")
     print("|---|---|---|---|---|")
     for part, cfg, step, sps, mfu, vs in b.rows(report):
-        print(f"| {'ResNet-50 ' if part.endswith('resnet50') else 'BERT '}{cfg} | {step} | {sps} | {mfu} | {vs} |")
+        model = part[len("train_"):] if part.startswith("train_") and part[len("train_"):] in CNNS else "BERT"
+        print(f"| {model} {cfg} | {step} | {sps} | {mfu} | {vs} |")
 
 
 if __name__ == "__main__":
