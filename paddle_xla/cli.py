@@ -1,4 +1,4 @@
-"""`paddle-xla`: check, plan, validate, bench, demo, run, launch."""
+"""`paddle-xla`: check, plan, validate, bench, demo, run, serve, launch."""
 from __future__ import annotations
 
 import importlib
@@ -211,6 +211,50 @@ def run_artifact(artifact: str = typer.Argument(..., help="a .pxa file written b
     for path in pxa.save_outputs(output, outs, model.output_names):
         typer.echo(f"wrote {path}")
     typer.echo(f"mode: {model.mode} ({model.why})")
+
+
+@app.command()
+def serve(models: str = typer.Argument(..., help="a folder of .pxa files; each *.pxa is a model, named by its file stem"),
+          host: str = typer.Option("127.0.0.1", help="address to bind (0.0.0.0: reachable from other machines)"),
+          port: int = typer.Option(8000, help="0: a free port (the 'listening on' line says which)"),
+          max_batch_size: int = typer.Option(16, "--max-batch-size", help="most rows in one model call; "
+                                                                           "larger requests are refused (400)"),
+          max_queue_delay_us: int = typer.Option(2000, "--max-queue-delay-us",
+                                                 help="how long a batch's first request waits for company"),
+          preferred_batch_sizes: Optional[str] = typer.Option(
+              None, "--preferred-batch-sizes", help="batch sizes calls are padded up to, e.g. 4,8,16 "
+                                                    "(default: powers of two; --max-batch-size is always one)"),
+          seq_buckets: Optional[str] = typer.Option(
+              None, "--seq-buckets", help="pad free non-batch dims (sequence lengths) with zeros up to these, "
+                                          "e.g. 32,64,128; only for models that mask padding (attention masks)"),
+          no_batching: bool = typer.Option(False, "--no-batching", help="run each request alone"),
+          max_queue_size: int = typer.Option(256, "--max-queue-size",
+                                             help="queued requests per model; more are refused with 503"),
+          request_timeout_ms: int = typer.Option(60000, "--request-timeout-ms",
+                                                 help="answer 504 after this long (0: never)"),
+          max_body_mb: float = typer.Option(64.0, "--max-body-mb", help="larger request bodies get 413"),
+          token: Optional[str] = typer.Option(None, "--token", envvar="PADDLE_XLA_SERVE_TOKEN", show_default=False,
+                                              help="require 'Authorization: Bearer TOKEN' (all but health)")):
+    """Serve every *.pxa in MODELS over HTTP: KServe v2 / Open Inference Protocol, dynamic batching,
+    Prometheus /metrics. Needs JAX only, not Paddle."""
+    from importlib.util import find_spec
+
+    from .serve import INSTALL_HINT, REQUIRED_MODULES
+    missing = [m for m in REQUIRED_MODULES if find_spec(m) is None]
+    if missing:
+        typer.echo(f"error: paddle-xla serve needs {', '.join(missing)}: {INSTALL_HINT}", err=True)
+        raise typer.Exit(1)
+    from .serve.settings import Settings, parse_sizes
+    try:
+        settings = Settings(host=host, port=port, max_batch_size=max_batch_size, max_queue_delay_us=max_queue_delay_us,
+                            preferred_batch_sizes=parse_sizes(preferred_batch_sizes, "--preferred-batch-sizes"),
+                            seq_buckets=parse_sizes(seq_buckets, "--seq-buckets"), batching=not no_batching,
+                            max_queue_size=max_queue_size, request_timeout_ms=request_timeout_ms,
+                            max_body_mb=max_body_mb, token=token or None)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+    from .serve.server import run
+    raise typer.Exit(run(models, settings))
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -1,0 +1,213 @@
+"""The dynamic batcher: one queue and one worker thread per model, with Triton's knobs.
+
+The event loop decodes a request, pads it to its sequence buckets and queues it, then awaits a
+future. The model's worker thread takes the oldest request and every queued request with the same
+non-batch shapes (its group) in arrival order while their rows fit in max_batch_size; it waits up
+to max_queue_delay after the oldest request's arrival for more, unless the batch is already full.
+It pads the rows to the nearest preferred batch size, makes ONE call, and hands each request its
+own rows. One thread per model because XLA already spreads a call over every core; a second call
+at once would only compete with it, and the event loop stays free to take requests meanwhile.
+
+A model without a batch dimension, or --no-batching, runs one request per call (still padded to a
+preferred size, so that it never waits for a compile). Every padded shape is compiled at warm-up,
+before the model reports ready."""
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import threading
+import time
+import traceback
+from typing import Callable
+
+import numpy as np
+
+from ..errors import CheckFailedError, FeedError
+from . import padding
+from .errors import RequestError, unavailable
+from .metrics import Metrics
+from .repository import ServedModel
+from .settings import Settings
+from .warmup import warm_up
+
+
+@dataclasses.dataclass(eq=False)
+class Job:
+    inputs: dict[str, np.ndarray]       # padded to the sequence buckets
+    rows: int                           # its batch size (0 when the model has no batch dimension)
+    group: tuple                        # requests of one group may share a call
+    lengths: dict[str, int]             # its own size of each bucketed dimension
+    future: asyncio.Future
+    enqueued: float = dataclasses.field(default_factory=time.monotonic)
+    abandoned: bool = False             # timed out: answered already, skip it
+
+
+class ModelWorker:
+    """One model's queue, and the one thread that warms the model up and then runs its batches."""
+
+    def __init__(self, model: ServedModel, settings: Settings, metrics: Metrics, log: Callable[[str], None],
+                 on_failure: Callable[[str], None]):
+        self.model, self.settings, self.metrics, self.log, self.on_failure = model, settings, metrics, log, on_failure
+        self.ready = False
+        self._cond = threading.Condition()
+        self._groups: dict[tuple, collections.deque[Job]] = {}
+        self._queued = 0
+        self._stopping = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._main, name=f"paddle-xla-serve {model.name}", daemon=True)
+
+    @property
+    def batched(self) -> bool:
+        return self.model.layout.batch is not None
+
+    # ---- the event loop's side ----
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._thread.start()
+
+    async def infer(self, arrays: dict[str, np.ndarray], timeout_s: float | None) -> dict[str, np.ndarray]:
+        """The model's outputs for one request; 503 when the queue is full, 504 past `timeout_s`."""
+        inputs, lengths = padding.pad_to_buckets(arrays, self.model.layout, self.settings.seq_buckets)
+        rows = len(next(iter(inputs.values()))) if self.batched else 0
+        job = Job(inputs, rows, padding.group_of(inputs), lengths, asyncio.get_running_loop().create_future())
+        self._submit(job)
+        try:
+            return await asyncio.wait_for(job.future, timeout_s)
+        except asyncio.TimeoutError:
+            job.abandoned = True
+            raise RequestError(504, f"Model {self.model.name!r} did not answer within the request's timeout "
+                                    f"({timeout_s * 1e3:.3g} ms); retry, or allow more time.") from None
+
+    def _submit(self, job: Job) -> None:
+        with self._cond:
+            if self._stopping:
+                raise unavailable("The server is shutting down; send the request to another replica.")
+            if self._queued >= self.settings.max_queue_size:
+                raise unavailable(f"Model {self.model.name!r} has {self._queued} requests queued, its limit "
+                                  "(--max-queue-size); retry later.")
+            self._groups.setdefault(job.group, collections.deque()).append(job)
+            self._set_queued(self._queued + 1)
+            self._cond.notify()
+
+    def drain(self) -> None:
+        """Take no more requests (503), and send what is queued without waiting for company."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+
+    def stop(self, timeout_s: float) -> None:
+        """Answer what is queued, then end the thread."""
+        self.drain()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    # ---- the worker thread ----
+    def _main(self) -> None:
+        try:
+            warm_up(self.model, self.settings, self.log, lambda: self._stopping)
+        except Exception as e:   # NOTE: a model that cannot run stops the server (see server.py)
+            self.on_failure(f"{self.model.name}: warm-up failed: {type(e).__name__}: {e}")
+            return
+        self.ready = True
+        while (jobs := self._next_batch()) is not None:
+            self._run(jobs)
+
+    def _next_batch(self) -> list[Job] | None:
+        with self._cond:
+            while True:
+                if not self._groups:
+                    if self._stopping:
+                        return None
+                    self._cond.wait()
+                    continue
+                group = min(self._groups, key=lambda g: self._groups[g][0].enqueued)
+                jobs, full = self._fill(self._groups[group])
+                wait = jobs[0].enqueued + self._delay() - time.monotonic() if jobs else 0
+                if full or wait <= 0 or self._stopping:
+                    self._take(group, jobs)
+                    if jobs:
+                        return jobs
+                    continue
+                self._cond.wait(wait)
+
+    def _delay(self) -> float:
+        return self.settings.max_queue_delay_us / 1e6 if self.settings.batching and self.batched else 0.0
+
+    def _fill(self, queue: collections.deque[Job]) -> tuple[list[Job], bool]:
+        """The jobs a call would take from this group now, and whether nothing more could join."""
+        live = [job for job in queue if not job.abandoned]
+        if not (self.settings.batching and self.batched):
+            return live[:1], True
+        jobs, rows = [], 0
+        for job in live:
+            if rows + job.rows > self.settings.max_batch_size:
+                return jobs, True
+            jobs.append(job)
+            rows += job.rows
+        return jobs, rows == self.settings.max_batch_size
+
+    def _take(self, group: tuple, jobs: list[Job]) -> None:
+        taken = {id(job) for job in jobs}
+        rest = collections.deque(j for j in self._groups[group] if id(j) not in taken and not j.abandoned)
+        removed = len(self._groups[group]) - len(rest)
+        if rest:
+            self._groups[group] = rest
+        else:
+            del self._groups[group]
+        self._set_queued(self._queued - removed)
+
+    def _set_queued(self, n: int) -> None:
+        self._queued = n
+        self.metrics.queue_depth.labels(self.model.name).set(n)
+
+    def _run(self, jobs: list[Job]) -> None:
+        try:
+            answers = self._call(jobs)
+        except Exception as e:
+            error = self._request_error(e)
+            for job in jobs:
+                self._settle(job, None, error)
+            return
+        for job, answer in zip(jobs, answers):
+            self._settle(job, answer, None)
+
+    def _call(self, jobs: list[Job]) -> list[dict[str, np.ndarray]]:
+        name, rows = self.model.name, [job.rows for job in jobs]
+        if self.batched:
+            size = padding.padded_size(sum(rows), self.settings.preferred_batch_sizes)
+            feeds = padding.stack([job.inputs for job in jobs], size)
+            self.metrics.batch_rows.labels(name).observe(sum(rows))
+            self.metrics.batch_padded.labels(name).observe(size)
+        else:
+            feeds = jobs[0].inputs
+        self.metrics.batch_requests.labels(name).observe(len(jobs))
+        start = time.perf_counter()
+        outputs = [np.asarray(o) for o in self.model.artifact.run(**feeds)]
+        self.metrics.compute.labels(name).observe(time.perf_counter() - start)
+        named = dict(zip(self.model.outputs, outputs))
+        if not self.batched:
+            return [named]
+        return padding.unstack(named, rows, [job.lengths for job in jobs], self.model.layout)
+
+    def _request_error(self, e: Exception) -> RequestError:
+        if isinstance(e, (FeedError, CheckFailedError)):
+            return RequestError(400, f"Model {self.model.name!r}: {e}")
+        self.log(f"{self.model.name}: a call failed:\n{traceback.format_exc()}")
+        return RequestError(500, f"Model {self.model.name!r} failed: {type(e).__name__}: {e}")
+
+    def _settle(self, job: Job, answer, error) -> None:
+        try:
+            self._loop.call_soon_threadsafe(_resolve, job.future, answer, error)
+        except RuntimeError:   # NOTE: the loop is closed: the server stopped without waiting for this answer
+            pass
+
+
+def _resolve(future: asyncio.Future, answer, error) -> None:
+    if future.done():   # NOTE: timed out (504 sent) before the answer came
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(answer)
+

@@ -1,0 +1,21 @@
+"""The one error a request can end in: an HTTP status and a message, sent as KServe's {"error": ...}."""
+from __future__ import annotations
+
+from ..errors import PaddleXlaError
+
+RETRY_AFTER_S = "1"
+
+
+class RequestError(PaddleXlaError):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers or {}
+
+
+def bad_request(message: str) -> RequestError:
+    return RequestError(400, message)
+
+
+def unavailable(message: str) -> RequestError:
+    """503 with Retry-After: the request was fine, the server cannot take it now."""
+    return RequestError(503, message, {"Retry-After": RETRY_AFTER_S})

@@ -1,0 +1,73 @@
+"""HTTP plumbing around the routes: the bearer token, the body size limit, KServe's JSON errors."""
+from __future__ import annotations
+
+import hmac
+
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse
+
+from .errors import RequestError
+
+OPEN_PATHS = ("/v2/health/",)   # NOTE: load balancers probe health without credentials
+
+
+class BearerAuth:
+    """ASGI middleware: every path but health needs `Authorization: Bearer <token>` (401 otherwise)."""
+
+    def __init__(self, app, token: str | None):
+        self.app, self.expected = app, f"Bearer {token}".encode() if token else None
+
+    async def __call__(self, scope, receive, send):
+        if self.expected and scope["type"] == "http" and not scope["path"].startswith(OPEN_PATHS):
+            given = Headers(scope=scope).get("authorization", "").encode()
+            if not hmac.compare_digest(given, self.expected):   # NOTE: constant time, so no timing leak
+                response = JSONResponse({"error": "This server needs a bearer token: send the header "
+                                                  "'Authorization: Bearer <token>' with the server's token."},
+                                        401, headers={"WWW-Authenticate": "Bearer"})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole body, refused with 413 as soon as it is known to pass `limit` bytes: from
+    Content-Length before reading, and by counting while reading a chunked one."""
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding != "identity":
+        raise RequestError(415, f"Content-Encoding {encoding!r} is not supported; send the body uncompressed.")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large(limit)
+    chunks, size = [], 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_large(limit)
+            chunks.append(chunk)
+    except ClientDisconnect:   # NOTE: nobody to answer; counted as nginx's 499, not logged as a failure
+        raise RequestError(499, "The client closed the connection before sending the whole body.") from None
+    return b"".join(chunks)
+
+
+def too_large(limit: int) -> RequestError:
+    return RequestError(413, f"The request body is over this server's limit of {limit / 2**20:g} MB "
+                             "(--max-body-mb); send fewer rows per request, or raise the limit.")
+
+
+def error_response(error: RequestError) -> JSONResponse:
+    return JSONResponse({"error": error.message}, error.status, headers=error.headers)
+
+
+async def on_request_error(request: Request, exc: RequestError) -> JSONResponse:
+    return error_response(exc)
+
+
+async def on_http_exception(request: Request, exc: HTTPException) -> JSONResponse:
+    message = exc.detail
+    if exc.status_code == 404:
+        message = (f"No route {request.url.path!r}. The KServe v2 routes are /v2, /v2/health/live, "
+                   "/v2/health/ready, /v2/models/NAME, /v2/models/NAME/ready, /v2/models/NAME/infer (POST).")
+    return JSONResponse({"error": message}, exc.status_code, headers=exc.headers)

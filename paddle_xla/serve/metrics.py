@@ -1,0 +1,34 @@
+"""The server's Prometheus metrics, in a registry of its own (so that two servers in one process, as
+in tests, never share counts). Model labels are only names from the repository scan: a request for
+an unknown name is counted as "_unknown", so clients cannot grow the label set."""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST  # noqa: F401  (app.py's content type)
+
+UNKNOWN_MODEL = "_unknown"
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+_ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+class Metrics:
+    def __init__(self):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("paddle_xla_requests", "Inference requests by model and HTTP status code.",
+                                ["model", "code"], registry=r)
+        self.latency = Histogram("paddle_xla_request_latency_seconds", "Inference request time, body read to answer.",
+                                 ["model"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.compute = Histogram("paddle_xla_compute_seconds", "Time of one model call (one batch).",
+                                 ["model"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.batch_rows = Histogram("paddle_xla_batch_rows", "Rows of real requests in one executed batch.",
+                                    ["model"], buckets=_ROW_BUCKETS, registry=r)
+        self.batch_padded = Histogram("paddle_xla_batch_padded_rows", "Rows of one executed batch after padding.",
+                                      ["model"], buckets=_ROW_BUCKETS, registry=r)
+        self.batch_requests = Histogram("paddle_xla_batch_requests", "Requests combined into one executed batch.",
+                                        ["model"], buckets=_ROW_BUCKETS, registry=r)
+        self.queue_depth = Gauge("paddle_xla_queue_depth", "Requests waiting for their model's worker.",
+                                 ["model"], registry=r)
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,86 @@
+"""The model repository: every *.pxa directly in one folder is a model, named by its file stem.
+
+Names are looked up in the dict built here, never joined into a path, so a request cannot reach a
+file the scan did not list. Artifacts load through paddle_xla.artifact.load, which checks every
+member against its sha256 and reads weights with safetensors (nothing is unpickled)."""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Callable
+
+import numpy as np
+
+from .. import artifact as pxa
+from ..errors import ModelLoadError
+from .datatypes import kserve_name, numpy_dtype
+from .layout import Layout, layout_of
+
+VERSION = "1"   # NOTE: one file is one version; KServe clients still ask for versions by name
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorMeta:
+    name: str
+    datatype: str            # KServe's: FP32, INT64, ...
+    shape: tuple[int, ...]   # -1 for a free dimension
+    dtype: np.dtype
+
+    def describe(self) -> str:
+        return f"{self.name!r} ({self.datatype}, shape {list(self.shape)})"
+
+    def metadata(self) -> dict:
+        return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
+
+
+@dataclasses.dataclass
+class ServedModel:
+    name: str
+    path: str
+    artifact: pxa.Artifact
+    layout: Layout
+    inputs: dict[str, TensorMeta]
+    outputs: dict[str, TensorMeta]
+
+    def metadata(self) -> dict:
+        return {"name": self.name, "versions": [VERSION], "platform": "paddle_xla",
+                "inputs": [t.metadata() for t in self.inputs.values()],
+                "outputs": [t.metadata() for t in self.outputs.values()]}
+
+
+def scan(folder: str, batching: bool, buckets: bool, progress: Callable[[str], None] = print) -> dict[str, ServedModel]:
+    """Load every *.pxa in `folder`. Any artifact that cannot be served stops the start-up, naming
+    the file (Triton's default, --exit-on-error): a half-served repository is easy to miss."""
+    if not os.path.isdir(folder):
+        raise ModelLoadError(f"Model repository {folder!r} is not a folder. Give the folder that holds "
+                             "your *.pxa files, e.g. paddle-xla serve models/.")
+    files = sorted(f for f in os.listdir(folder) if f.endswith(".pxa") and os.path.isfile(os.path.join(folder, f)))
+    if not files:
+        raise ModelLoadError(f"No *.pxa files in {folder!r}. Write one with paddle_xla.export.export(model, "
+                             f"'{os.path.join(folder, 'name.pxa')}').")
+    models = {}
+    for file in files:
+        progress(f"loading {file}")
+        model = load_model(os.path.join(folder, file), batching, buckets)
+        models[model.name] = model
+        for note in model.layout.notes:
+            progress(f"{model.name}: {note}")
+    return models
+
+
+def load_model(path: str, batching: bool, buckets: bool) -> ServedModel:
+    name = os.path.basename(path)[:-len(".pxa")]
+    artifact = pxa.load(path)
+    if artifact.manifest.get("kind") == "train":
+        raise ModelLoadError(f"{path!r} is a train-step artifact; serve inference artifacts "
+                             "(paddle_xla.export.export of a compiled model), or move it out of the folder.")
+    try:
+        inputs = {t.name: _meta(t) for t in artifact.feeds_spec}
+        outputs = {t.name: _meta(t) for t in artifact.fetches_spec}
+    except ModelLoadError as e:
+        raise ModelLoadError(f"Cannot serve {path!r}: {e}") from None
+    return ServedModel(name, path, artifact, layout_of(artifact, batching, buckets), inputs, outputs)
+
+
+def _meta(tensor) -> TensorMeta:
+    return TensorMeta(tensor.name, kserve_name(tensor.dtype), tuple(tensor.shape), numpy_dtype(tensor.dtype))

@@ -1,0 +1,124 @@
+"""Start-up, serving and shutdown: load the repository, bind the socket ourselves (so --port 0 can
+report the port the OS chose), serve with uvicorn, warm every model up in its worker thread, and on
+SIGTERM or Ctrl-C stop taking requests, answer those in flight, and exit 0."""
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import sys
+from typing import Callable
+
+import uvicorn
+
+from ..errors import PaddleXlaError
+from . import repository
+from .app import ServerState, build_app
+from .batcher import ModelWorker
+from .metrics import Metrics
+from .settings import Settings
+
+DRAIN_WITHOUT_TIMEOUT_S = 60.0   # NOTE: how long a drain may take when --request-timeout-ms is 0
+
+
+def log(message: str) -> None:
+    print(f"paddle-xla serve: {message}", flush=True)
+
+
+def run(folder: str, settings: Settings) -> int:
+    """Serve until SIGTERM/SIGINT; the process's exit status."""
+    try:
+        models = repository.scan(folder, settings.batching, bool(settings.seq_buckets), log)
+        sock = bind(settings.host, settings.port)
+    except (PaddleXlaError, OSError) as e:
+        print(f"paddle-xla serve: error: {e}", file=sys.stderr, flush=True)
+        return 1
+    metrics, state, failures = Metrics(), ServerState(), []
+    drain_s = settings.request_timeout_ms / 1e3 + 5 if settings.request_timeout_ms else DRAIN_WITHOUT_TIMEOUT_S
+
+    def on_failure(message: str) -> None:   # NOTE: from a worker thread, once serving; uvicorn polls should_exit
+        log(f"error: {message}")
+        failures.append(message)
+        server.should_exit = True
+
+    workers = {name: ModelWorker(model, settings, metrics, log, on_failure) for name, model in models.items()}
+    config = uvicorn.Config(build_app(models, workers, settings, metrics, state, log), lifespan="off",
+                            log_level="warning", access_log=False, timeout_graceful_shutdown=drain_s)
+    server = DrainingServer(config, state, lambda: [worker.drain() for worker in workers.values()])
+    _let_uvicorn_signals_end_quietly()
+    asyncio.run(_serve(server, sock, workers, _url(settings.host, sock), drain_s))
+    log("stopped")
+    return 1 if failures else 0
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, which on SIGTERM/SIGINT also tells the app to refuse new requests (503)
+    for the moment before uvicorn closes the listening socket and idle connections, and the
+    batchers to send what they hold now instead of waiting for company that will not come."""
+
+    def __init__(self, config: uvicorn.Config, state: ServerState, drain: Callable[[], object]):
+        super().__init__(config)
+        self.state, self.drain = state, drain
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def serve(self, sockets=None) -> None:
+        self.loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    def handle_exit(self, sig, frame) -> None:
+        self.state.draining = True
+        if self.loop is not None:
+            # NOTE: this runs as a signal handler, maybe while the loop's thread holds a batcher's lock
+            self.loop.call_soon_threadsafe(self.drain)
+        super().handle_exit(sig, frame)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    # NOTE: a restart right after a crash (kill -9) must bind the port its old connections still hold in TIME_WAIT
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(address)
+    sock.listen(2048)   # NOTE: clients that connect while uvicorn starts wait in the backlog
+    return sock
+
+
+async def _serve(server: uvicorn.Server, sock: socket.socket, workers: dict[str, ModelWorker], url: str,
+                 drain_s: float) -> None:
+    loop = asyncio.get_running_loop()
+    for worker in workers.values():
+        worker.start(loop)
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started and not serving.done():
+        await asyncio.sleep(0.01)
+    if server.started:
+        log(f"listening on {url}")
+    announcing = asyncio.create_task(_announce_ready(workers))
+    try:
+        await serving
+    finally:
+        announcing.cancel()
+        await asyncio.to_thread(_stop, workers, drain_s)
+
+
+async def _announce_ready(workers: dict[str, ModelWorker]) -> None:
+    while not all(worker.ready for worker in workers.values()):
+        await asyncio.sleep(0.05)
+    log(f"ready: {len(workers)} model(s): {', '.join(workers)}")
+
+
+def _stop(workers: dict[str, ModelWorker], drain_s: float) -> None:
+    for worker in workers.values():
+        worker.stop(drain_s)
+
+
+def _let_uvicorn_signals_end_quietly() -> None:
+    # NOTE: after a graceful shutdown uvicorn raises the signal that caused it again, through the
+    # handlers it found when it started; with these no-ops a drained server exits 0, not 143.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
+
+
+def _url(host: str, sock: socket.socket) -> str:
+    port = sock.getsockname()[1]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
