@@ -59,7 +59,7 @@ class StepRunner:
             self.engine = ShardedEngine(graph, config, self.strategy, placement, tensor_plan)
         else:
             from .parallel.engine import Engine
-            self.engine = Engine(graph, config, self.strategy, placement)
+            self.engine = Engine(graph, config, self.strategy, placement, tensor_plan)
 
     @property
     def steps_per_call(self) -> int:

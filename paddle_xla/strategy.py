@@ -156,12 +156,6 @@ class Strategy:
 
     def _check_tensor(self):
         plan = self.tensor_plan
-        if self.tensor > 1 and self.stages > 1:
-            # NOTE: each device runs its own stage's code (lax.switch), and a collective GSPMD puts inside one
-            # stage's code waits for the devices running another stage: tried, it deadlocks. Pipelines of
-            # split layers need stages that run the same code (stacked layers), which is not built yet.
-            raise StrategyError(f"tensor={self.tensor} with stages={self.stages} is not supported yet: split layers "
-                                "over tensor with stages=1 (replicas x tensor), or use stages without tensor.")
         if plan is None or plan == "auto":
             return
         if not isinstance(plan, Mapping):

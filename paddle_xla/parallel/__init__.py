@@ -9,13 +9,14 @@
   report.py     stand-in costs for balancing, and the printed plan
   stages.py     a placement made runnable for one micro-batch shape: per-stage programs and sends
   program.py    running a piece of a Graph, optionally rematerialising each layer
-  pack.py       unlike trees packed into like arrays (one flat vector per dtype)
+  pack.py       unlike trees packed into like arrays (one flat vector per dtype; split weights as tensor slices)
+  tensor_interp.py  the stages' interpreter with a tensor axis: split operands gathered whole first
   context.py    what the per-device functions share; collectives that vanish over size-one axes
   data.py       one stage: data parallelism and gradient accumulation
   pipeline.py   several stages: the GPipe schedule (and why SPMD, not host-driven MPMD)
   pipeline_1f1b.py  the 1F1B schedule: forward and backward interleaved, memory flat in micro-batches
   update.py     the optimizer on each stage; global-norm clipping across stages; ZeRO-1
-  engine.py     the jitted SPMD pipeline step over the mesh, steps_per_call steps per call; EngineBase
+  engine.py     the jitted SPMD pipeline step over the mesh (stages x tensor), steps_per_call steps per call; EngineBase
   sharded.py    the one-stage step: replicas (manual) x tensor (GSPMD), sharding stages 1-3
   state.py      the engine's packed, sharded state seen as plain mappings
   launch.py     many processes joined with jax.distributed (`paddle-xla launch`)

@@ -1,6 +1,7 @@
 """The pipelined training step: one jitted SPMD program over the ("replica", "stage", "tensor") mesh
-(tensor = 1 here) that runs `steps_per_call` optimizer steps in a lax.scan. One stage runs on
-sharded.py's engine instead; EngineBase holds what both share.
+(manual over replicas and stages; GSPMD splits each stage's layers over "tensor") that runs
+`steps_per_call` optimizer steps in a lax.scan. One stage runs on sharded.py's engine instead;
+EngineBase holds what both share.
 
 Per step and device: forward/backward over the replica's micro-batches in the Strategy's pipeline
 schedule, one all-reduce of the gradients over replicas, loss unscaling and the finite check, then
@@ -30,10 +31,11 @@ from ..train.reduction import loss_reduction
 from . import profile, stages as stages_lib, update
 from .context import Context, axis_index, group_keys, pmean, pmin, psum, scan
 from .mesh import make_mesh, put as mesh_put, sharding, to_host
-from .pack import Layout, stack, widths
+from .pack import SPLIT, Layout, dtype_of, stack, widths
 from ..train.step import STEP_COMPILER_OPTIONS
 from . import pipeline, pipeline_1f1b
 from .placement import Placement
+from .tensor_interp import whole_before_split
 from .state import PackedView
 
 
@@ -144,10 +146,14 @@ class Engine(EngineBase):
     """Pipelines: stages > 1, each stage's weights, buffers and optimizer state packed per dtype."""
 
     def __init__(self, graph: Graph, config: optim.OptimizerConfig, strategy: Strategy,
-                 placement: Placement | None = None):
+                 placement: Placement | None = None, tensor_plan=None):
         self.own = stages_lib.ownership(graph, placement)
         self.configs = update.stage_configs(config, self.own.trainable, self.own.shared)
         self.zero = strategy.shard_optimizer_state
+        self.tensor_plan = tensor_plan
+        # NOTE: with tensor > 1 the tensor axis stays automatic inside the shard_map (GSPMD places its
+        # collectives); each split weight is packed as its slices (pack.py), sharded over "tensor".
+        self.tdim = dict(tensor_plan.dims) if tensor_plan is not None and strategy.tensor > 1 else {}
         super().__init__(graph, config, strategy, placement)
 
     # ---- packing ------------------------------------------------------------------------------
@@ -156,31 +162,56 @@ class Engine(EngineBase):
         opt_tpl = jax.eval_shape(lambda ps: optim.init_state(self.config, ps),
                                  {n: shapes[n] for n in self.config.trainable()})
         opt_names = [tuple(n for n in names if n in opt_tpl) for names in self.own.trainable]
-        self.param_layouts = tuple(Layout.of({n: shapes[n] for n in names}) for names in self.own.trainable)
+        T = self.strategy.tensor
+        split = dict(split_dims=self.tdim, tensor=T, constrain=self._constrain) if self.tdim else {}
+        self.param_layouts = tuple(Layout.of({n: shapes[n] for n in names}, **split) for names in self.own.trainable)
         self.buffer_layouts = tuple(Layout.of({n: shapes[n] for n in names}) for names in self.own.buffers)
-        self.opt_layouts = tuple(Layout.of({n: opt_tpl[n] for n in names}) for names in opt_names)
+        self.opt_layouts = tuple(Layout.of({n: opt_tpl[n] for n in names}, **split) for names in opt_names)
         self.opt_shared = tuple(n for n in self.own.shared if n in opt_tpl)
         self.widths = {"params": widths(self.param_layouts), "buffers": widths(self.buffer_layouts),
                        "opt": widths(self.opt_layouts, R if self.zero else 1)}
-        o_spec = ("stage", "replica") if self.zero else ("stage",)
-        self.specs = {"P": P("stage"), "Sh": P(), "B": P("stage"), "O": P(*o_spec), "Osh": P()}
+        self.shared_specs = {n: self._tensor_spec(n, shapes[n].shape) for n in self.own.shared}
+        self.opt_shared_specs = {n: {acc: self._tensor_spec(n, leaf.shape) for acc, leaf in opt_tpl[n].items()}
+                                 for n in self.opt_shared}
+
+    def _tensor_spec(self, name: str, shape: tuple) -> P:
+        """A whole (unpacked) weight's spec: "tensor" on its split dimension, if the plan splits it."""
+        d = self.tdim.get(name)
+        if d is None or d >= len(shape) or shape[d] % self.strategy.tensor:
+            return P()
+        return P(*("tensor" if k == d else None for k in range(len(shape))))
+
+    def _constrain(self, x, spec: tuple):
+        return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(self.mesh, P(*spec)))
+
+    def _spec(self, kind: str, key: str, manual_only: bool = False) -> P:
+        """Where a packed array lives: stage rows; a split key's slices over "tensor"; ZeRO's state over
+        "replica" along its last dimension. `manual_only`: the shard_map spec (manual axes alone)."""
+        tensor = key.endswith(SPLIT)
+        spec = ["stage"] + ([None if manual_only else "tensor"] if tensor else [])
+        if kind == "O" and self.zero:
+            spec.append("replica")
+        return P(*spec)
 
     def place(self, params: Mapping, buffers: Mapping, opt_state: Mapping):
         """Device arrays (P, Sh, B, O, Osh) from a state: as they are when this engine packed them."""
         if all(isinstance(t, PackedView) and t.owner is self for t in (params, buffers, opt_state)):
             return params.arrays, params.extra, buffers.arrays, opt_state.arrays, opt_state.extra
-        put = lambda x, key: mesh_put(x, jax.sharding.NamedSharding(self.mesh, self.specs[key]))  # noqa: E731
+        at = lambda spec: jax.sharding.NamedSharding(self.mesh, spec)  # noqa: E731
         own = self.own
         opt_names = [lay.names() for lay in self.opt_layouts]
 
         def arrange(kind, layouts, tree, names):
             width = self.widths[{"P": "params", "B": "buffers", "O": "opt"}[kind]]
-            return put(stack(layouts, [_pick(tree, n) for n in names], width), kind)
+            packed = stack(layouts, [_pick(tree, n) for n in names], width)
+            return {key: mesh_put(x, at(self._spec(kind, key))) for key, x in packed.items()}
 
-        return (arrange("P", self.param_layouts, params, own.trainable), put(_pick(params, own.shared), "Sh"),
+        shared = {n: mesh_put(x, at(self.shared_specs[n])) for n, x in _pick(params, own.shared).items()}
+        opt_shared = {n: {acc: mesh_put(x, at(self.opt_shared_specs[n][acc])) for acc, x in accs.items()}
+                      for n, accs in _pick(opt_state, self.opt_shared).items()}
+        return (arrange("P", self.param_layouts, params, own.trainable), shared,
                 arrange("B", self.buffer_layouts, buffers, own.buffers),
-                arrange("O", self.opt_layouts, opt_state, opt_names),
-                put(_pick(opt_state, self.opt_shared), "Osh"))
+                arrange("O", self.opt_layouts, opt_state, opt_names), opt_shared)
 
     def views(self, P_, Sh, B, O, Osh):
         return (PackedView(P_, self.param_layouts, Sh, self), PackedView(B, self.buffer_layouts, {}, self),
@@ -192,6 +223,8 @@ class Engine(EngineBase):
         # NOTE: channels-last stays off: a stage's outputs must keep the layout the program declares.
         policy = replace(LoweringPolicy.live(st.precision), channels_last=False)
         interp = interpreter_factory(self.graph, policy)
+        if self.tdim:
+            interp = whole_before_split(interp, self.mesh)
         weight = 1.0 / st.groups if self.reduction == "mean" else 1.0
         micro = {n: jax.ShapeDtypeStruct((x.shape[1] // st.groups,) + x.shape[2:], x.dtype)
                  for n, x in feeds.items()}
@@ -246,12 +279,16 @@ class Engine(EngineBase):
             last = jax.tree.map(lambda x: x[-1], fetches)
             return lift(P2), Sh2, lift(B2), lift(O2), Osh2, scaler, losses, oks, last
 
-        sp = self.specs
-        in_specs = (sp["P"], sp["Sh"], sp["B"], sp["O"], sp["Osh"], P(), P(None, "replica"), P(), P())
-        out_specs = (sp["P"], sp["Sh"], sp["B"], sp["O"], sp["Osh"], P(), P(), P(), P("replica"))
+        O_spec = {key: self._spec("O", key, manual_only=True) for key in self.widths["opt"]}
+        state = (P("stage"), P(), P("stage"), O_spec, P())
+        in_specs = (*state, P(), P(None, "replica"), P(), P())
+        out_specs = (*state, P(), P(), P(), P("replica"))
         # NOTE: check_vma=False: gradients are taken inside the per-device function and summed with
-        # explicit psums, as with pmap, so no implicit cross-device sums must be added.
-        mapped = jax.shard_map(body, mesh=self.mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+        # explicit psums, as with pmap, so no implicit cross-device sums must be added. With a tensor
+        # axis, only replicas and stages are manual: GSPMD splits each layer over "tensor" inside.
+        manual = {"axis_names": {"replica", "stage"}} if self.strategy.tensor > 1 else {}
+        mapped = jax.shard_map(body, mesh=self.mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False,
+                               **manual)
         # NOTE: XLA's CPU pipeline drops optimization barriers early (cse_barrier_expander): CSE would
         # merge jax.checkpoint's recomputation back into the forward pass (no memory saved), and the
         # optimizer's in-place moments (optim._select_early) would cost copies. The pass stays off.
@@ -260,9 +297,9 @@ class Engine(EngineBase):
     # ---- reporting ------------------------------------------------------------------------------
     def param_bytes_per_device(self) -> dict[str, int]:
         """Bytes each device holds for weights, buffers and optimizer state (packed widths)."""
-        nbytes = lambda w: sum(n * np.dtype(dt).itemsize for dt, n in w.items())  # noqa: E731
+        nbytes = lambda w: sum(n * np.dtype(dtype_of(dt)).itemsize for dt, n in w.items())  # noqa: E731
         size = {p.name: int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize for p in self.graph.params}
-        shared = sum(size[n] for n in self.own.shared)
+        shared = sum(size[n] // (self.strategy.tensor if self.shared_specs[n] != P() else 1) for n in self.own.shared)
         return {"params": nbytes(self.widths["params"]) + shared, "buffers": nbytes(self.widths["buffers"]),
                 "optimizer": nbytes(self.widths["opt"]) // (self.strategy.replicas if self.zero else 1)}
 

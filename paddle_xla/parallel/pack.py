@@ -3,15 +3,29 @@
 Pipeline stages need not be alike (embeddings first, a head last), yet an SPMD program gives every
 device arrays of one shape. So each stage's weights, buffers and optimizer state are packed into
 one flat vector per dtype, padded to the longest stage's, and stacked over the stage axis: device
-row s holds stage s's vector only. Activations sent between stages are packed the same way."""
+row s holds stage s's vector only. Activations sent between stages are packed the same way.
+
+With a tensor axis, a weight that the tensor plan splits along dimension d is packed as its T slices:
+key "<dtype>|tensor" holds a [T, width] array, row t the flattened slice t, so that sharding that
+array's first dimension over "tensor" leaves each device its own slices of every split weight of its
+stage (per-parameter shardings cannot survive packing otherwise). Unpacking turns the slices back
+into the whole weight along d, a reshape GSPMD keeps local."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+
+SPLIT = "|tensor"
+
+
+def dtype_of(key: str) -> str:
+    """The dtype of a packed key: 'float32' or 'float32|tensor' -> 'float32'."""
+    return key.split("|")[0]
 
 
 @dataclass(frozen=True)
@@ -21,41 +35,95 @@ class Layout:
     shapes: tuple[tuple[int, ...], ...]
     dtypes: tuple[str, ...]
     offsets: tuple[int, ...]
-    sizes: Mapping[str, int]          # dtype -> elements used
+    sizes: Mapping[str, int]          # key -> elements used (per slice for a split key)
+    splits: tuple[int | None, ...] = ()   # per leaf: the tensor-split dimension, or None
+    tensor: int = 1
+    constrain: Callable | None = None  # (array, spec tuple) -> array: a sharding constraint, inside jit
 
     @staticmethod
-    def of(template) -> "Layout":
-        leaves, tree = jax.tree.flatten(template)
+    def of(template, split_dims: Mapping[str, int] | None = None, tensor: int = 1,
+           constrain: Callable | None = None) -> "Layout":
+        """`split_dims`: top-level name -> dimension the tensor axis splits (leaves of that name whose
+        rank reaches it and whose size there `tensor` divides; others, e.g. a scalar accumulator, stay whole)."""
+        paths, tree = jax.tree_util.tree_flatten_with_path(template)
+        leaves = [leaf for _, leaf in paths]
         shapes = tuple(tuple(np.shape(x)) for x in leaves)
         dtypes = tuple(np.dtype(x.dtype).name for x in leaves)
+        splits = tuple(_split_of(path, shape, split_dims or {}, tensor) for (path, _), shape in zip(paths, shapes))
         sizes: dict[str, int] = {}
         offsets = []
-        for shape, dt in zip(shapes, dtypes):
-            offsets.append(sizes.get(dt, 0))
-            sizes[dt] = sizes.get(dt, 0) + int(np.prod(shape))
-        return Layout(tree, shapes, dtypes, tuple(offsets), sizes)
+        for shape, dt, d in zip(shapes, dtypes, splits):
+            key = dt + SPLIT if d is not None else dt
+            offsets.append(sizes.get(key, 0))
+            sizes[key] = sizes.get(key, 0) + int(np.prod(shape)) // (tensor if d is not None else 1)
+        return Layout(tree, shapes, dtypes, tuple(offsets), sizes, splits, tensor, constrain)
+
+    def _key(self, i: int) -> str:
+        return self.dtypes[i] + SPLIT if self.splits and self.splits[i] is not None else self.dtypes[i]
 
     def pack(self, value, widths: Mapping[str, int], xp=jnp) -> dict[str, Any]:
-        """dtype -> flat vector of widths[dtype] elements (zero padded)."""
+        """key -> flat vector of widths[key] elements (zero padded); [T, width] for a split key."""
         leaves = jax.tree.leaves(value)
-        parts: dict[str, list] = {dt: [] for dt in widths}
-        for leaf, dt in zip(leaves, self.dtypes):
-            parts[dt].append(xp.reshape(xp.asarray(leaf).astype(dt), (-1,)))
+        parts: dict[str, list] = {k: [] for k in widths}
+        for i, leaf in enumerate(leaves):
+            x = xp.asarray(leaf).astype(self.dtypes[i])
+            d = self.splits[i] if self.splits else None
+            if d is None and xp is not np:
+                x = self._keep(x, ())   # NOTE: whole on every tensor device, gathered by group collectives
+            parts[self._key(i)].append(xp.reshape(x, (-1,)) if d is None else self._slices(x, d, xp))
         out = {}
-        for dt, width in widths.items():
-            pad = width - self.sizes.get(dt, 0)
-            chunks = parts[dt] + ([xp.zeros((pad,), dt)] if pad else [])
-            out[dt] = xp.concatenate(chunks) if len(chunks) > 1 else chunks[0] if chunks else xp.zeros((0,), dt)
+        for key, width in widths.items():
+            lead = (self.tensor,) if key.endswith(SPLIT) else ()
+            pad = width - self.sizes.get(key, 0)
+            chunks = parts[key] + ([xp.zeros(lead + (pad,), dtype_of(key))] if pad else [])
+            out[key] = (xp.concatenate(chunks, axis=-1) if len(chunks) > 1 else chunks[0] if chunks
+                        else xp.zeros(lead + (0,), dtype_of(key)))
+            if lead and xp is not np:
+                out[key] = self._keep(out[key], ("tensor", None))
         return out
 
     def unpack(self, flats: Mapping[str, Any]):
-        leaves = [flats[dt][off:off + int(np.prod(shape))].reshape(shape)
-                  for shape, dt, off in zip(self.shapes, self.dtypes, self.offsets)]
+        leaves = []
+        for i, (shape, off) in enumerate(zip(self.shapes, self.offsets)):
+            d = self.splits[i] if self.splits else None
+            flat = flats[self._key(i)]
+            if d is None:
+                leaf = flat[off:off + int(np.prod(shape))].reshape(shape)
+                leaves.append(self._keep(leaf, ()) if not isinstance(leaf, np.ndarray) else leaf)
+            else:
+                leaves.append(self._whole(flat[:, off:off + int(np.prod(shape)) // self.tensor], shape, d))
         return jax.tree.unflatten(self.tree, leaves)
+
+    # ---- a split leaf: its T slices along d <-> [T, elements per slice] ----
+    def _slices(self, x, d: int, xp):
+        T, shape = self.tensor, x.shape
+        x = xp.reshape(x, shape[:d] + (T, shape[d] // T) + shape[d + 1:])
+        x = xp.moveaxis(x, d, 0)
+        return xp.reshape(x, (T, -1))
+
+    def _whole(self, rows, shape: tuple, d: int):
+        T = self.tensor
+        xp = np if isinstance(rows, np.ndarray) else jnp
+        rows = self._keep(rows, ("tensor", None)) if xp is jnp else rows
+        x = xp.reshape(rows, (T,) + shape[:d] + (shape[d] // T,) + shape[d + 1:])
+        x = xp.reshape(xp.moveaxis(x, 0, d), shape)
+        return self._keep(x, tuple("tensor" if k == d else None for k in range(len(shape)))) if xp is jnp else x
+
+    def _keep(self, x, spec: tuple):
+        return self.constrain(x, spec) if self.constrain is not None else x
 
     def names(self) -> list[str]:
         """The top-level keys of the packed dict."""
         return list(jax.tree.unflatten(self.tree, [0] * len(self.shapes)))
+
+
+def _split_of(path, shape: tuple, split_dims: Mapping[str, int], tensor: int) -> int | None:
+    if tensor == 1 or not path:
+        return None
+    d = split_dims.get(getattr(path[0], "key", None))
+    if d is None or d >= len(shape) or shape[d] % tensor:
+        return None
+    return d
 
 
 @dataclass(frozen=True)
@@ -85,6 +153,6 @@ def widths(layouts: Sequence[Layout], multiple: int = 1) -> dict[str, int]:
 
 
 def stack(layouts: Sequence[Layout], values: Sequence, width: Mapping[str, int]) -> dict[str, np.ndarray]:
-    """Host-side: each stage's value packed, stacked into dtype -> [stages, width] NumPy arrays."""
+    """Host-side: each stage's value packed, stacked into key -> [stages, (T,) width] NumPy arrays."""
     rows = [lay.pack(jax.tree.map(np.asarray, v), width, xp=np) for lay, v in zip(layouts, values)]
     return {dt: np.stack([r[dt] for r in rows]) for dt in width}

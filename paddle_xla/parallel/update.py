@@ -85,7 +85,8 @@ def apply(ctx: Context, config, configs, shared, P, Sh, O, Osh, gP, gSh, lr, zer
     caller will keep it (optim.apply)."""
     s = axis_index(ctx, "stage")
     if zero:
-        O = {dt: jax.lax.all_gather(x, "replica", axis=0, tiled=True) for dt, x in O.items()}
+        # NOTE: along the last dimension: a tensor-split key is [T, width] (pack.py)
+        O = {dt: jax.lax.all_gather(x, "replica", axis=x.ndim - 1, tiled=True) for dt, x in O.items()}
 
     def grads_of(k):
         return {**ctx.params[k].unpack(gP), **gSh}
@@ -109,7 +110,8 @@ def apply(ctx: Context, config, configs, shared, P, Sh, O, Osh, gP, gSh, lr, zer
     P, Sh, O, Osh = by_stage(ctx, [step(k) for k in range(ctx.stages)], s, P, Sh, O, Osh, gP, gSh)
     if zero:
         r = axis_index(ctx, "replica")
-        O = {dt: jax.lax.dynamic_slice_in_dim(x, r * (x.shape[0] // ctx.replicas), x.shape[0] // ctx.replicas)
+        O = {dt: jax.lax.dynamic_slice_in_dim(x, r * (x.shape[-1] // ctx.replicas), x.shape[-1] // ctx.replicas,
+                                              axis=x.ndim - 1)
              for dt, x in O.items()}
     return P, Sh, O, Osh
 

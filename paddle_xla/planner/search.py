@@ -116,11 +116,11 @@ class Plan:
 
 # ---- the search ----------------------------------------------------------------------------------
 def layouts(devices: int, global_batch: int, precisions=("bf16", "fp32")):
-    """Every layout the engines run: stages with tensor 1 and sharding <= 1; M >= S for pipelines."""
+    """Every layout the engines run: stages with sharding <= 1; M >= S for pipelines."""
     for r, s, t in _factorizations(devices):
         for sharding, m, recompute, schedule, precision in itertools.product(
                 (0, 1, 2, 3), _micro_batches(global_batch // r), (None, "layer"), ("gpipe", "1f1b"), precisions):
-            if (sharding and r == 1) or (s > 1 and (t > 1 or sharding > 1 or m < s)) \
+            if (sharding and r == 1) or (s > 1 and (sharding > 1 or m < s)) \
                     or (s == 1 and schedule != "gpipe") or global_batch % (r * m):
                 continue
             yield Layout(r, s, t, sharding, m, recompute, schedule, precision)
@@ -192,6 +192,7 @@ def predict(costs: ModelCosts, lay: Layout, profile: DeviceProfile, global_batch
     split = _activation_split(tplan, T)
     one = acts.per_sample * micro + acts.fixed         # the whole model's, for one micro-batch
     if S > 1:
+        one = acts.per_sample * micro * split + acts.fixed
         # NOTE: a pipeline's scan over a switch keeps residual slots for every stage's branch, unfused
         # (pipeline.py): GPipe about 1.5 x the whole model's per tick, 1F1B about two micro-batches' worth.
         # Fitted on XLA:CPU; the planner's table in benchmarks/README.md shows how well.

@@ -49,6 +49,31 @@ def test_layout_matches_one_device(kind, replicas, tensor, sharding, references)
         assert any("replica" in sh.spec for sh in params.values())
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_pipeline_of_split_layers_matches_one_device(kind, references):
+    # NOTE: (1, 4, 4): four stages, each layer split over four devices; the decoder's tied embedding is
+    # shared by the first and last stage, split over its vocab on both.
+    step = _check(kind, px.Strategy(stages=4, tensor=4, micro_batches=4), references)
+    engine = step._step.engine
+    split = [k for k, x in engine.place(step.state.params, step.state.buffers, step.state.opt_state)[0].items()
+             if k.endswith("|tensor")]
+    assert split, "no weight was packed as tensor slices"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pipeline_1f1b_bf16_of_split_layers_matches_one_device_bf16(kind, references):
+    _check(kind, px.Strategy(replicas=2, stages=2, tensor=4, micro_batches=2, schedule="1f1b", precision="bf16"),
+           references, precision="bf16", rtol=2e-3, wrtol=2e-2)
+
+
+def test_a_pipeline_of_split_layers_holds_a_quarter_of_the_weights():
+    whole = train_tensor("decoder", px.Strategy(stages=2, micro_batches=2), steps=1)[2]._step.engine
+    split = train_tensor("decoder", px.Strategy(stages=2, tensor=4, micro_batches=2), steps=1)[2]._step.engine
+    got, want = split.param_bytes_per_device(), whole.param_bytes_per_device()
+    assert got["params"] <= 0.35 * want["params"], (got, want)
+    assert got["optimizer"] <= 0.35 * want["optimizer"], (got, want)
+
+
 @pytest.mark.parametrize("sharding", [1, 2])
 def test_sharding_stages_1_and_2_match_one_device(sharding, references):
     step = _check("encoder", px.Strategy(replicas=4, tensor=2, sharding=sharding, micro_batches=2), references)
@@ -124,7 +149,7 @@ def test_a_rule_that_matches_no_layer_is_named():
     (dict(replicas=2, sharding=4), r"sharding must be one of \(0, 1, 2, 3\)"),
     (dict(tensor_plan={"*.linear1": "colwise"}), r"tensor_plan splits layers over the tensor axis, but tensor=1"),
     (dict(tensor=2, tensor_plan={"*.linear1": "diagonal"}), r"asks for 'diagonal'; use one of"),
-    (dict(tensor=2, stages=2, micro_batches=2), r"tensor=2 with stages=2 is not supported yet"),
+    (dict(replicas=2, tensor=2, stages=2, micro_batches=2, sharding=2), r"sharding=2 with pipeline stages"),
     (dict(tensor=32), r"replicas x stages x tensor = 1 x 1 x 32 = 32 devices, but only 16"),
 ])
 def test_an_invalid_strategy_says_what_to_change(fields, match):
