@@ -18,11 +18,15 @@ from .errors import CheckFailedError, LoweringError
 from .graph import Block, Graph, Op
 from .half import HALF, cast_operands
 from . import ops as _every_lowering  # noqa: F401  (importing the package registers them all)
+from .ops.data_dependent import refusal
 from .ops.registry import REGISTRY
 from .policy import LoweringPolicy
 
 
 # ---- coverage -------------------------------------------------------------------------------
+NO_LOWERING = "no lowering"
+
+
 @dataclass
 class Problem:
     op: str
@@ -47,7 +51,7 @@ class CoverageReport:
 
     @property
     def unsupported(self) -> list[str]:
-        return sorted({p.op for p in self.problems if p.reason == "no lowering"})
+        return sorted({p.op for p in self.problems if p.reason.startswith(NO_LOWERING)})
 
     def describe_missing(self) -> str:
         names = sorted({p.op for p in self.problems})
@@ -86,7 +90,7 @@ def check_graph(graph: Graph) -> CoverageReport:
         report.counts[op.name] += 1
         entry = resolve(op.name)
         if entry is None:
-            report.problems.append(Problem(op.name, op.scope, op.source, "no lowering"))
+            report.problems.append(Problem(op.name, op.scope, op.source, refusal(op.name) or NO_LOWERING))
             continue
         for reason in entry.attr_problems(op.attrs):
             report.problems.append(Problem(op.name, op.scope, op.source, reason))

@@ -72,6 +72,24 @@ def test_unsupported_ops_reported_all_at_once_with_source_lines():
     assert "paddle.unique(x)" in text
 
 
+class PlainNms(paddle.nn.Layer):
+    def forward(self, boxes, scores):
+        return paddle.vision.ops.nms(boxes, 0.5, scores)
+
+
+def test_data_dependent_ops_are_refused_with_the_way_round():
+    specs = [InputSpec([20, 4], "float32", "boxes"), InputSpec([20], "float32", "scores")]
+    report = px.check(PlainNms(), specs)
+    assert report.unsupported == ["pd_op.nms"]
+    with pytest.raises(px.UnsupportedOpsError) as err:
+        px.compile(PlainNms(), specs)
+    text = str(err.value)
+    assert "sizes known before the call" in text and "multiclass_nms" in text and "matrix_nms" in text
+    assert f"{os.path.basename(__file__)}:" in text and "paddle.vision.ops.nms(boxes, 0.5, scores)" in text
+    # NOTE: masked_select gets its own way round (where keeps the shape), not the NMS one
+    assert "paddle.where(mask, x, fill)" in px.check(Unsupported(), [InputSpec([3, 4], "float32", "x")]).describe()
+
+
 def test_unreadable_saved_model(tmp_path):
     with pytest.raises(px.ModelLoadError, match="No saved inference model"):
         px.load_inference_model(str(tmp_path / "nothing"))
