@@ -74,22 +74,53 @@ def from_layer(layer, input_spec, training: bool | None = None, weights: bool = 
 
 
 def _weight(p, graph: Graph) -> np.ndarray:
-    """A weight's value; one that dist.shard_tensor split over other processes' ranks is not all here."""
+    """A weight's value. One that dist.shard_tensor split over the ranks of several processes (one per
+    rank, as `paddle-xla launch` runs a script written for paddle.distributed.launch) is joined from
+    every process's slice."""
     try:
         return p.numpy()
     except RuntimeError as e:
         if not (hasattr(p, "is_dist") and p.is_dist()):
             raise
-        param = next((q for q in graph.params if q.name == p.name), None)
-        mesh = list(param.mesh_shape) if param is not None else "?"
+        mesh = p.process_mesh
+        if _processes() == mesh.size:
+            return _joined(p)
         raise CaptureError(
-            f"The weight {p.name!r} is split by paddle.distributed.shard_tensor over a process mesh of {mesh}, and "
-            f"this one process holds only its own slice ({list(p._local_value().shape)} of {list(p.shape)}; Paddle "
-            f"says: {str(e).strip().splitlines()[0][:120]}). paddle_xla does not yet join the slices that several "
-            "processes hold (one process per rank under `paddle-xla launch`). In one process, either build the model "
-            "unannotated and say what to split with Strategy(tensor=N, tensor_plan={'*.linear1': "
-            "dist.ColWiseParallel(), ...}), or annotate over a mesh of this process alone "
+            f"The weight {p.name!r} is split by paddle.distributed.shard_tensor over a process mesh of {list(mesh.shape)}, "
+            f"and this one process holds only its own slice ({list(p._local_value().shape)} of {list(p.shape)}; "
+            f"Paddle says: {str(e).strip().splitlines()[0][:120]}). Either run the script in one process per rank, "
+            f"`paddle-xla launch --nproc {mesh.size} script.py`, whose processes join their slices; or, in one "
+            "process, build the model unannotated and say what to split with Strategy(tensor=N, "
+            "tensor_plan={'*.linear1': dist.ColWiseParallel(), ...}), or annotate over a mesh of this process alone "
             "(dist.ProcessMesh([0], ...)): the split dimensions then set the tensor plan.") from None
+
+
+def _processes() -> int:
+    import jax
+    return jax.process_count()
+
+
+def _joined(p) -> np.ndarray:
+    """The whole weight from the slices every process holds: process r is Paddle's rank r (launch
+    numbers both alike), and its slice sits at its mesh coordinates along each Shard(d) placement."""
+    from jax.experimental import multihost_utils
+    local = np.asarray(p._local_value().numpy())
+    # NOTE: every process captures the same program, so all reach this gather in the same order
+    parts = np.asarray(multihost_utils.process_allgather(local))
+    mesh, placements = p.process_mesh, p.placements
+    whole = np.empty(tuple(p.shape), local.dtype)
+    for rank, part in enumerate(parts):
+        coords = np.unravel_index(list(mesh.process_ids).index(rank), tuple(mesh.shape))
+        where = [slice(None)] * whole.ndim
+        for mesh_dim, placement in enumerate(placements):
+            if placement.is_partial():
+                raise CaptureError(f"The weight {p.name!r} is a partial sum over the process mesh (Partial "
+                                   "placement); shard or replicate weights, as ColWise/RowWiseParallel do.")
+            if placement.is_shard():
+                d, n = placement.get_dim(), part.shape[placement.get_dim()]
+                where[d] = slice(coords[mesh_dim] * n, (coords[mesh_dim] + 1) * n)
+        whole[tuple(where)] = part
+    return whole
 
 
 def _shape_and_dtype(value) -> dict:

@@ -43,8 +43,12 @@ def _free_port() -> int:
 
 
 def child_env(rank: int, nproc: int, coordinator: str, cpu_devices: int | None) -> dict[str, str]:
+    # NOTE: Paddle's rank variables too, so that a script written for paddle.distributed.launch sees its
+    # rank (dist.shard_tensor keeps this rank's slice; capture joins them). No endpoints: nothing of
+    # Paddle's own communication is started.
     env = dict(os.environ, PADDLE_XLA_COORDINATOR=coordinator, PADDLE_XLA_NUM_PROCESSES=str(nproc),
-               PADDLE_XLA_PROCESS_ID=str(rank))
+               PADDLE_XLA_PROCESS_ID=str(rank), PADDLE_TRAINER_ID=str(rank), PADDLE_TRAINERS_NUM=str(nproc),
+               PADDLE_RANK_IN_NODE=str(rank))
     if cpu_devices:
         flags = [f for f in env.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
         env["XLA_FLAGS"] = " ".join(flags + [f"--xla_force_host_platform_device_count={cpu_devices}"])

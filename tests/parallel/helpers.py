@@ -53,9 +53,21 @@ def batches(kind: str, n: int, batch: int = 16, seed: int = 0):
     return out
 
 
-def train(kind: str, strategy=None, steps: int = 3, batch: int = 16, verbose=False):
-    """(per-step losses, {state_dict key: weight}, the TrainStep)."""
-    net, opt, specs = setup(kind)
+def annotated_mlp(mesh):
+    """setup("mlp") with Paddle's own annotations: l1 split by columns, l2 by rows over `mesh`."""
+    import paddle.distributed as dist
+    net, _, specs = setup("mlp")
+    net.l1.weight = dist.shard_tensor(net.l1.weight, mesh, [dist.Shard(1)])
+    net.l1.bias = dist.shard_tensor(net.l1.bias, mesh, [dist.Shard(0)])
+    net.l2.weight = dist.shard_tensor(net.l2.weight, mesh, [dist.Shard(0)])
+    opt = paddle.optimizer.Lamb(3e-3, parameters=net.parameters(), lamb_weight_decay=0.01,
+                                grad_clip=nn.ClipGradByGlobalNorm(0.5))
+    return net, opt, specs
+
+
+def train(kind: str, strategy=None, steps: int = 3, batch: int = 16, verbose=False, build=None):
+    """(per-step losses, {state_dict key: weight}, the TrainStep); `build` replaces setup(kind)."""
+    net, opt, specs = build() if build is not None else setup(kind)
     step = px.train_step(net, loss_fn(), opt, specs, LABEL, strategy=strategy)
     losses = [step(*x, *y) for x, y in batches(kind, steps, batch)]
     return losses, by_key(step), step

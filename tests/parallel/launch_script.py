@@ -13,8 +13,19 @@ import paddle_xla as px  # noqa: E402
 from parallel.helpers import train  # noqa: E402
 
 assert jax.process_count() == 2 and jax.device_count() == 16, (jax.process_count(), jax.device_count())
-LAYOUTS = {"pipeline": px.Strategy(replicas=4, stages=4, micro_batches=4), "tensor": px.Strategy(replicas=2, tensor=8)}
-losses, weights, _ = train("mlp", LAYOUTS[sys.argv[2] if len(sys.argv) > 2 else "pipeline"], steps=4)
+LAYOUTS = {"pipeline": px.Strategy(replicas=4, stages=4, micro_batches=4), "tensor": px.Strategy(replicas=2, tensor=8),
+           "annotated": px.Strategy(replicas=2, tensor=8)}
+layout = sys.argv[2] if len(sys.argv) > 2 else "pipeline"
+if layout == "annotated":
+    # NOTE: as a paddle.distributed script splits its model: over a mesh of both ranks (one per process),
+    # each process holding only its rank's slice of l1 (columns) and l2 (rows); capture joins them.
+    import paddle.distributed as dist
+    from parallel.helpers import annotated_mlp
+    mesh = dist.ProcessMesh([0, 1], dim_names=["mp"])
+    losses, weights, step = train("mlp", LAYOUTS[layout], steps=4, build=lambda: annotated_mlp(mesh))
+    assert step._step.engine.tensor_plan.how == "annotations"
+else:
+    losses, weights, _ = train("mlp", LAYOUTS[layout], steps=4)
 if jax.process_index() == 0:
     with open(sys.argv[1], "w") as f:
         json.dump({"losses": losses, "weights": {k: v.tolist() for k, v in weights.items()}}, f)

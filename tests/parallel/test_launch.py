@@ -10,7 +10,7 @@ import paddle_xla as px
 from parallel.helpers import assert_weights_close, train
 
 
-@pytest.mark.parametrize("layout,groups", [("pipeline", 16), ("tensor", 2)])
+@pytest.mark.parametrize("layout,groups", [("pipeline", 16), ("tensor", 2), ("annotated", 2)])
 def test_two_processes_match_one(tmp_path, layout, groups):
     out = tmp_path / "curve.json"
     script = __file__.replace("test_launch.py", "launch_script.py")

@@ -196,5 +196,5 @@ def test_an_annotation_over_other_processes_ranks_says_what_to_do():
     net, opt, specs, labels, loss = _annotated_encoder(dist.ProcessMesh([0, 1, 2, 3], dim_names=["mp"]))
     with pytest.raises(px.CaptureError, match=r"split by paddle.distributed.shard_tensor over a process mesh of "
                                               r"\[4\].*holds only its own slice \(\[32\] of \[128\].*"
-                                              r"dist.ColWiseParallel"):
+                                              r"paddle-xla launch --nproc 4.*dist.ColWiseParallel"):
         px.train_step(net, loss, opt, specs, labels, strategy=px.Strategy(tensor=4))
