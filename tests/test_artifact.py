@@ -179,13 +179,20 @@ def test_shape_arithmetic_exports_symbolic(tmp_path):
         assert art.mode == "exported", art.why
 
 
-@pytest.mark.parametrize("name", ["bert", "functional", "mobilenet_v2", "gpt_free_length"])
+@pytest.mark.parametrize("name", ["bert", "functional", "mobilenet_v2", "gpt_free_length", "bert_fixed_length"])
 def test_zoo_exports_once_for_every_batch_size(name, tmp_path):
     """One symbolic executable serves each batch size (and, for the GPT, sequence length) as Paddle does."""
     if name == "gpt_free_length":
         paddle.seed(0)
         net, specs = GPTDecoder(), [InputSpec([None, None], "int64", "ids")]
         make = lambda b: GPTDecoder.inputs(b, seq=3 + 2 * b, seed=b)   # noqa: E731
+    elif name == "bert_fixed_length":
+        # NOTE: a known length beside a free batch: arange(seq) reads a concrete size out of a symbolic shape
+        from paddle_xla.models.bert import BertConfig, BertForSequenceClassification, BertModel
+        paddle.seed(0)
+        net, specs = BertForSequenceClassification(BertConfig.tiny()), BertModel.input_spec(16)
+        ids = np.random.default_rng(0).integers(1, 100, (1, 16)).astype("int64")
+        make = lambda b: _rebatched([ids, np.zeros_like(ids)], b)   # noqa: E731
     else:
         net, specs, first = build(name)
         make = lambda b: _rebatched(first, b)   # noqa: E731

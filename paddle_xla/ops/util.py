@@ -106,7 +106,8 @@ def static_scalar(x):
     if is_symbol(x):
         return x
     v = np.asarray(x).reshape(-1)[0]
-    return v if is_symbol(v) else v.item()
+    # NOTE: an object array of a shape with symbols holds its known sizes as Python ints already
+    return v if is_symbol(v) or not isinstance(v, np.generic) else v.item()
 
 
 def axis_list(axis, ndim) -> tuple[int, ...]:
