@@ -510,3 +510,39 @@ def test_two_stage_ops_in_graph():
     specs = [InputSpec([50, 4], "float32", "rois"), InputSpec([4], "int32", "rois_num")]
     graph = capture.from_layer(DistributeFPN(**fpn.attrs), specs).graph
     assert "pd_op.distribute_fpn_proposals" in graph.op_names()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A one-stage detector end to end: conv head -> yolo_box -> multiclass_nms3, as a YOLO deploy export runs
+
+
+class TinyYolo(paddle.nn.Layer):
+    """Two convolutions and a YOLO head over one 8 x 8 map (3 anchors, 4 classes), decoded by yolo_box and
+    reduced by multiclass_nms3 the way PaddleDetection's post-processing calls it."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = paddle.nn.Sequential(paddle.nn.Conv2D(3, 8, 3, stride=2, padding=1), paddle.nn.ReLU(),
+                                         paddle.nn.Conv2D(8, 8, 3, stride=2, padding=1), paddle.nn.ReLU())
+        self.head = paddle.nn.Conv2D(8, 3 * (5 + 4), 1)
+
+    def forward(self, image, im_size):
+        boxes, scores = paddle.vision.ops.yolo_box(self.head(self.body(image)), im_size, [6, 8, 12, 14, 20, 22],
+                                                   class_num=4, conf_thresh=0.01, downsample_ratio=4)
+        return paddle._C_ops.multiclass_nms3(boxes, scores.transpose([0, 2, 1]), None, 0.05, 100, 20, 0.45,
+                                             False, 1.0, -1)
+
+
+def test_a_small_detector_with_nms_matches_paddle():
+    paddle.seed(3)
+    layer = TinyYolo()
+    layer.eval()
+    rng = np.random.default_rng(7)
+    image = rng.normal(size=(2, 3, 32, 32)).astype("float32")
+    im_size = np.array([[32, 32], [30, 28]], "int32")
+    want = layer(paddle.to_tensor(image), paddle.to_tensor(im_size))
+    specs = [InputSpec([2, 3, 32, 32], "float32", "image"), InputSpec([2, 2], "int32", "im_size")]
+    got = paddle_xla.compile(layer, specs)(image, im_size)
+    case = NMSCase("tiny_yolo", dict(keep_top_k=20, nms_top_k=100), n=2, m=3 * 8 * 8, c=4)
+    assert int(want[2].numpy().min()) > 0, "every image must keep detections"
+    _assert_matches(case, got, want)
