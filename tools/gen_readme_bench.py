@@ -79,6 +79,93 @@ def convergence_lines(d) -> list[str]:
                "run is needed for that." if d["paddle_accuracy"]["mlm"] < 0.1 else "")]
 
 
+MOBILE_NAMES = {"mobilenet_v3_large": "MobileNetV3-large", "mobilenet_v3_small": "MobileNetV3-small",
+                "pp_lcnet": "PP-LCNet x1.0", "picodet_s": "PicoDet-S (no NMS)", "ppocr_det": "PP-OCR DB detector",
+                "ppocr_rec": "PP-OCR CRNN recogniser"}
+
+
+def mobile_table(runs) -> list[str]:
+    """One row per mobile model and batch size: paddle_xla fp32 / bf16 against Paddle's best predictor."""
+    first = runs[0]
+    out = [f"Mobile CPU models (`{first['command'].split(' --out')[0]}`, and `--batch 8`; "
+           f"{first['timestamp'][:16]} UTC, {first['machine']['cpu_model']}, {first['machine']['nproc']} cores). "
+           "Paddle's best is the faster of its Paddle Inference predictors, with oneDNN and without (Paddle 3.3's "
+           "oneDNN executor refuses any program with a nearest-neighbour resize: PicoDet and the DB detector):", "",
+           "| model | batch | paddle_xla fp32 (ms) | paddle_xla bf16 (ms) | Paddle Inference oneDNN (ms) | "
+           "without oneDNN (ms) | fp32 vs Paddle's best | bf16 vs Paddle's best |", "|---|---|---|---|---|---|---|---|"]
+    for d in runs:
+        batch = d["settings"]["batch"]
+        for name, m in d["models"].items():
+            cfg = m.get("configs", {})
+            cell = [_ms(cfg.get(c)) for c in ("paddle_xla", "paddle_xla_bf16", "inference_onednn", "inference_plain")]
+            speed = m.get("speedup_vs_paddle_best", {})
+            out.append(f"| {MOBILE_NAMES.get(name, name)} | {batch} | {' | '.join(cell)} | "
+                       f"{_x(speed.get('paddle_xla'))} | {_x(speed.get('paddle_xla_bf16'))} |")
+    load = max(m.get("timing", {}).get("foreign_cpu_load", 0) for d in runs for m in d["models"].values())
+    out += ["", f"Other processes used up to {load:.0%} of the CPUs while these ran"
+            + (" (the timings are noisy)." if load > 0.1 else ".")]
+    return out
+
+
+def _ms(r) -> str:
+    if not r:
+        return "-"
+    if "median_ms" not in r.get("latency", {}):
+        return "refused" if r.get("status") == "error" else r.get("status", "-")
+    return f"{r['latency']['median_ms']:.1f}"
+
+
+def _x(v) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def train_mobile_lines(d) -> list[str]:
+    out = [f"Training a mobile CNN (`{d['command'].strip()}`, Momentum + L2, 224 x 224; Paddle's best is the faster "
+           "of eager and `to_static`):", "", "| model | configuration | step (s) | samples/s | vs Paddle's best |",
+           "|---|---|---|---|---|"]
+    for part, results in d["results"].items():
+        if not part.startswith("train_"):
+            continue
+        for name, r in results.items():
+            if "step_s" in r:
+                out.append(f"| {MOBILE_NAMES.get(part[6:], part[6:])} | {name} | {r['step_s']:.2f} | "
+                           f"{r['samples_per_s']:.1f} | {r.get('speedup_vs_paddle_best', 0):.2f}x |")
+    return out
+
+
+def serve_table(d) -> list[str]:
+    s = d["settings"]
+    out = [f"Serving (`{d['command'].strip()}`, {d['timestamp'][:16]} UTC, {d['machine']['nproc']} cores; "
+           f"`--max-batch-size {s['max_batch']} --max-queue-delay-us {s['delay_us']}`; closed-loop tritonclient.http "
+           "clients on the same machine, one-row requests, binary tensors; throughput in requests/s, latency "
+           "p50 / p99 in ms; every answer checked against the artifact's own for that input):", "",
+           "| model | clients | batched | p50 / p99 | no batching | p50 / p99 | Paddle Inference service | "
+           "p50 / p99 | batched vs Paddle |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, r in d["models"].items():
+        served = r["served"]
+        for c in map(str, s["concurrency"]):
+            on, off, pd = (served[k]["levels"][c] for k in ("paddle_xla_batching", "paddle_xla_no_batching",
+                                                            "paddle_inference"))
+            ratio = on["throughput_per_s"] / pd["throughput_per_s"] if pd["throughput_per_s"] else None
+            out.append(f"| {SERVE_NAMES.get(name, name)} | {c} | {on['throughput_per_s']:.1f} | {_lat(on)} | "
+                       f"{off['throughput_per_s']:.1f} | {_lat(off)} | {pd['throughput_per_s']:.1f} | {_lat(pd)} | "
+                       f"{_x(ratio)} |")
+    out += ["", "Offline, the same artifact called in-process: "
+            + "; ".join(f"{SERVE_NAMES.get(name, name)} " + ", ".join(f"batch {b} {t['rows_per_s']:.1f}/s" for b, t in r["offline"].items())
+                        for name, r in d["models"].items()) + ".", ""]
+    out += ["Goals (issue 16), from the same run:"]
+    out += [f"- {'PASS' if g['pass'] else 'MISS'} {SERVE_NAMES.get(name, name)}: {g['goal']}: {g['measured']:.1f} "
+            f"against {g['bound']:.1f} {g['unit']}" for name, r in d["models"].items() for g in r["goals"]]
+    return out
+
+
+SERVE_NAMES = {"bert": "BERT-Base, seq 128, bf16", "resnet50": "ResNet-50, 224², fp32"}
+
+
+def _lat(level) -> str:
+    return "-" if level.get("p50_ms") is None else f"{level['p50_ms']:.0f} / {level['p99_ms']:.0f}"
+
+
 def graphcore_lines() -> list[str]:
     """The reference, and the FLOP/s arithmetic, from paddle_xla.perf's count (not typed in)."""
     import sys
@@ -104,6 +191,13 @@ def section() -> str:
         path = RESULTS / fname
         if path.exists():
             lines += fn(json.loads(path.read_text())) + [""]
+    mobile = [RESULTS / f"inference_mobile_b{b}.json" for b in (1, 8)]
+    if all(p.exists() for p in mobile):
+        lines += mobile_table([json.loads(p.read_text()) for p in mobile]) + [""]
+    if (RESULTS / "train_mobile.json").exists():
+        lines += train_mobile_lines(json.loads((RESULTS / "train_mobile.json").read_text())) + [""]
+    if (RESULTS / "serve.json").exists():
+        lines += serve_table(json.loads((RESULTS / "serve.json").read_text())) + [""]
     lines += graphcore_lines() + [
               "`benchmarks/gpu.py` measures the same on a GPU from exported artifacts alone; no GPU figure is",
               "recorded yet (the device was not lent when this README was written).", END]
