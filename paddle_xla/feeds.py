@@ -39,18 +39,27 @@ def bind(feeds: Sequence[Tensor], args: Sequence[Any], kwargs: Mapping[str, Any]
     return bound
 
 
+def shape_problem(name: str, shape, expected, spec: str) -> str | None:
+    """What is wrong with an input's rank or fixed dimensions (-1 in `expected` is free), or None."""
+    shape, expected = list(shape), list(expected)
+    if len(shape) != len(expected):
+        return (f"Input {name!r} has rank {len(shape)} (shape {shape}), but the model expects rank "
+                f"{len(expected)}: {spec}.")
+    bad = [i for i, (got, want) in enumerate(zip(shape, expected)) if want >= 0 and got != want]
+    if bad:
+        return (f"Input {name!r} has shape {shape}, but dimension(s) {bad} must be {[expected[i] for i in bad]}: "
+                f"{spec}.")
+    return None
+
+
 def check(feed: Tensor, value) -> np.ndarray | Any:
     """Validate one input's rank, fixed dimensions and dtype; return it as an array."""
     arr = value if hasattr(value, "shape") and hasattr(value, "dtype") else np.asarray(value)
     shape = tuple(arr.shape)
     spec = _spec_text(feed)
-    if len(shape) != len(feed.shape):
-        raise FeedError(f"Input {feed.name!r} has rank {len(shape)} (shape {list(shape)}), but the model "
-                        f"expects rank {len(feed.shape)}: {spec}.")
-    bad = [i for i, (got, want) in enumerate(zip(shape, feed.shape)) if want >= 0 and got != want]
-    if bad:
-        raise FeedError(f"Input {feed.name!r} has shape {list(shape)}, but dimension(s) {bad} must be "
-                        f"{[feed.shape[i] for i in bad]}: {spec}.")
+    problem = shape_problem(feed.name, shape, feed.shape, spec)
+    if problem:
+        raise FeedError(problem)
     want = np.dtype(jax_dtype(feed.dtype))
     got = np.dtype(arr.dtype)
     if got == np.int32 and want == np.int64 and isinstance(arr, jax.Array):

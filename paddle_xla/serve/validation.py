@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ..feeds import shape_problem
 from .errors import bad_request
 from .protocol import InferRequest
 from .repository import ServedModel, TensorMeta
@@ -46,13 +47,9 @@ def requested_outputs(request: InferRequest, model: ServedModel) -> list[tuple[T
 def _check_one(meta: TensorMeta, datatype: str, shape: list[int]) -> None:
     if datatype != meta.datatype:
         raise bad_request(f"Input {meta.name!r} has datatype {datatype}, but the model expects {meta.describe()}.")
-    if len(shape) != len(meta.shape):
-        raise bad_request(f"Input {meta.name!r} has rank {len(shape)} (shape {shape}), but the model expects "
-                          f"rank {len(meta.shape)}: {meta.describe()}.")
-    fixed = [i for i, (got, want) in enumerate(zip(shape, meta.shape)) if want >= 0 and got != want]
-    if fixed:
-        raise bad_request(f"Input {meta.name!r} has shape {shape}, but dimension(s) {fixed} must be "
-                          f"{[meta.shape[i] for i in fixed]}: {meta.describe()}.")
+    problem = shape_problem(meta.name, shape, meta.shape, meta.describe())
+    if problem:
+        raise bad_request(problem)
     if 0 in shape:
         raise bad_request(f"Input {meta.name!r} has shape {shape}; every dimension must be at least 1: {meta.describe()}.")
 
