@@ -119,7 +119,8 @@ def idle_gap_sentence() -> str:
                r["paddle_xla"]["0.3"]["median_ms"] / r["paddle_xla"]["0.0"]["median_ms"]) for n, r in d["models"].items()]
     return (" Each timed call follows a 0.3 s idle gap (the configurations take turns). On this VM that gap alone "
             "slows paddle_xla's calls of 10-40 ms " + " and ".join(f"{s:.1f}x" for _, _, s in ratios)
-            + " and leaves Paddle Inference's as they are; back to back, at batch " + str(d["batch"]) + ", paddle_xla runs "
+            + " and leaves Paddle Inference's as they are (the VM parks idle vCPUs; XLA's worker threads sleep between"
+            " ops, Paddle's OpenMP threads spin); back to back, at batch " + str(d["batch"]) + ", paddle_xla runs "
             + " and ".join(f"{n} at {r:.2f}x" for n, r, _ in ratios) + " Paddle Inference (`benchmarks/idle_gap.py`, "
             "benchmarks/README.md).")
 
