@@ -405,6 +405,8 @@ def measure_model(model, configs, slots, args, n, progress, task, variants):
             continue
         results[cfg]["latency"] = common.latency_stats([x["wall_ms"] for x in s], [x["cpu_ms"] for x in s])
         try:
+            if args.back_to_back:
+                results[cfg]["latency_back_to_back"] = ask(cfg, "burst")
             results[cfg]["outputs"] = ask(cfg, "finish")["outputs"]
         except (common.WorkerError, KeyError) as e:
             results[cfg]["parity_error"] = str(e)
@@ -492,6 +494,13 @@ def summarise(name, settings, results, peak, timing):
         base = paddle_ok[best]["latency"]["median_ms"]
         out["speedup_vs_paddle_best"] = {c: base / r["latency"]["median_ms"] for c, r in timed.items()
                                          if not is_paddle(c)}
+        b2b = {c: r["latency_back_to_back"]["median_ms"] for c, r in timed.items() if "latency_back_to_back" in r}
+        paddle_b2b = [ms for c, ms in b2b.items() if is_paddle(c)]
+        if paddle_b2b:
+            # NOTE: Paddle's best back to back may be another configuration than its best in turns
+            out["back_to_back"] = {"paddle_best_median_ms": min(paddle_b2b),
+                                   "speedup_vs_paddle_best": {c: min(paddle_b2b) / ms for c, ms in b2b.items()
+                                                              if not is_paddle(c)}}
     return out
 
 
@@ -580,6 +589,8 @@ def parse_args(argv=None):
     p.add_argument("--gap", type=float, default=None,
                    help="seconds of rest between two turns, so that no worker's spinning threads (OpenMP "
                         "spins ~0.2 s after a parallel region) overlap the next one's call (default 0.3; 0.05 with --quick)")
+    p.add_argument("--back-to-back", action="store_true",
+                   help="after the rounds, also time each configuration alone, 10 calls back to back")
     p.add_argument("--quick", action="store_true", help="tiny configs for a CI smoke run (< 60 s)")
     p.add_argument("--out", default=None, help=f"JSON path (default {DEFAULT_OUT}; --quick: a *_quick.json beside it)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds allowed for any one request to a worker")
