@@ -31,7 +31,7 @@ from ..train.reduction import loss_reduction
 from . import profile, stages as stages_lib, update
 from .context import Context, axis_index, group_keys, pmean, pmin, psum, scan
 from .mesh import make_mesh, put as mesh_put, sharding, to_host
-from .pack import SPLIT, Layout, dtype_of, stack, widths
+from .pack import SPLIT, Layout, dtype_of, split_dim, stack, tensor_spec, widths
 from ..train.step import STEP_COMPILER_OPTIONS
 from . import pipeline, pipeline_1f1b
 from .placement import Placement
@@ -176,10 +176,8 @@ class Engine(EngineBase):
 
     def _tensor_spec(self, name: str, shape: tuple) -> P:
         """A whole (unpacked) weight's spec: "tensor" on its split dimension, if the plan splits it."""
-        d = self.tdim.get(name)
-        if d is None or d >= len(shape) or shape[d] % self.strategy.tensor:
-            return P()
-        return P(*("tensor" if k == d else None for k in range(len(shape))))
+        d = split_dim(shape, self.tdim.get(name), self.strategy.tensor)
+        return P() if d is None else P(*tensor_spec(len(shape), d))
 
     def _constrain(self, x, spec: tuple):
         return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(self.mesh, P(*spec)))

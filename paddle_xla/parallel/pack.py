@@ -28,6 +28,19 @@ def dtype_of(key: str) -> str:
     return key.split("|")[0]
 
 
+def split_dim(shape: tuple, d: int | None, tensor: int) -> int | None:
+    """The dimension a weight (or an accumulator of its shape) is split along: the plan's `d` where
+    the shape has it and `tensor` divides it, else None (kept whole)."""
+    if tensor == 1 or d is None or d >= len(shape) or shape[d] % tensor:
+        return None
+    return d
+
+
+def tensor_spec(ndim: int, d: int | None) -> tuple:
+    """A whole array's sharding spec: "tensor" on dimension d (none when d is None)."""
+    return tuple("tensor" if k == d else None for k in range(ndim))
+
+
 @dataclass(frozen=True)
 class Layout:
     """Where each leaf of a pytree lives in the per-dtype flat vectors."""
@@ -107,7 +120,7 @@ class Layout:
         rows = self._keep(rows, ("tensor", None)) if xp is jnp else rows
         x = xp.reshape(rows, (T,) + shape[:d] + (shape[d] // T,) + shape[d + 1:])
         x = xp.reshape(xp.moveaxis(x, 0, d), shape)
-        return self._keep(x, tuple("tensor" if k == d else None for k in range(len(shape)))) if xp is jnp else x
+        return self._keep(x, tensor_spec(len(shape), d)) if xp is jnp else x
 
     def _keep(self, x, spec: tuple):
         return self.constrain(x, spec) if self.constrain is not None else x
@@ -118,12 +131,7 @@ class Layout:
 
 
 def _split_of(path, shape: tuple, split_dims: Mapping[str, int], tensor: int) -> int | None:
-    if tensor == 1 or not path:
-        return None
-    d = split_dims.get(getattr(path[0], "key", None))
-    if d is None or d >= len(shape) or shape[d] % tensor:
-        return None
-    return d
+    return split_dim(shape, split_dims.get(getattr(path[0], "key", None)), tensor) if path else None
 
 
 @dataclass(frozen=True)

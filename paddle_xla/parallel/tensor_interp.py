@@ -34,7 +34,7 @@ class WholeBeforeSplit(Interpreter):
     def _whole(self, tree):
         whole = NamedSharding(self.mesh, P())
         return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, whole)
-                            if isinstance(x, jax.Array | jax.core.Tracer) else x, tree)
+                            if isinstance(x, jax.Array) else x, tree)   # NOTE: tracers are jax.Arrays too
 
 
 def whole_before_split(factory: InterpreterFactory, mesh: Mesh) -> InterpreterFactory:
