@@ -47,10 +47,22 @@ CONFIGS: dict[str, tuple[str, bool, str]] = {
     # "ConvertPirAttribute2RuntimeAttribute not support"); its plain CPU predictor still runs them.
     "inference_plain": ("inference", True, "Paddle Inference without oneDNN, cpu math threads = nproc, "
                                            "switch_ir_optim(True)"),
+    # NOTE: paddle_xla keeps freed host memory for reuse (paddle_xla/host_heap.py); Paddle gets the same
+    # malloc policy here, as GLIBC_TUNABLES, so that it is not compared at a disadvantage.
+    "inference_onednn_kept_heap": ("inference", True, "inference_onednn under paddle_xla's malloc policy "
+                                                      "(GLIBC_TUNABLES: one arena, no mmap, no trim)"),
+    "inference_plain_kept_heap": ("inference", True, "inference_plain under paddle_xla's malloc policy "
+                                                     "(GLIBC_TUNABLES: one arena, no mmap, no trim)"),
+    "paddle_xla_system_heap": ("xla", False, "paddle_xla with PADDLE_XLA_KEEP_HEAP=0: glibc's default malloc "
+                                             "(freed temporaries go back to the kernel; an A/B of host_heap.py)"),
 }
+KEPT_HEAP = ("inference_onednn_kept_heap", "inference_plain_kept_heap")
+# NOTE: an A/B configuration, run when named in --configs
+NOT_BY_DEFAULT = ("paddle_xla_system_heap",)
 QUICK_CONFIGS = ["paddle_xla", "eager_threads", "inference_onednn"]
 # outputs are compared with the first of these that ran
-REFERENCE = ("eager", "eager_threads", "to_static", "to_static_threads", "inference_onednn", "inference_plain")
+REFERENCE = ("eager", "eager_threads", "to_static", "to_static_threads", "inference_onednn", "inference_plain",
+             *KEPT_HEAP)
 
 
 def is_paddle(cfg: str) -> bool:
@@ -215,7 +227,7 @@ def setup_inference(name, settings, job):
     gc.collect()
     model_file = next(prefix + ext for ext in (".json", ".pdmodel") if os.path.exists(prefix + ext))
     config = pi.Config(model_file, prefix + ".pdiparams")
-    if job["config"] == "inference_onednn":
+    if job["config"].startswith("inference_onednn"):
         config.enable_mkldnn()
     else:
         config.disable_mkldnn()
@@ -295,6 +307,13 @@ def thread_env(threads: bool, n: int) -> dict[str, str | None]:
 def config_env(cfg: str, args, n: int, variants) -> dict[str, str | None]:
     kind, threads, _ = CONFIGS.get(cfg, ("xla", False, ""))
     env = thread_env(threads, n)
+    if is_paddle(cfg) or cfg == "paddle_xla_system_heap":
+        # NOTE: a Paddle worker imports paddle_xla too (this file's helpers, the mobile models), which
+        # would set paddle_xla's malloc policy in it: Paddle runs under glibc's defaults unless told
+        env["PADDLE_XLA_KEEP_HEAP"] = "0"
+    if cfg in KEPT_HEAP:
+        from paddle_xla.host_heap import GLIBC_TUNABLES
+        env["GLIBC_TUNABLES"] = GLIBC_TUNABLES
     if kind == "xla":
         env["PADDLE_XLA_CACHE"] = "1" if args.compile_cache else "0"   # NOTE: a cold compile, timed
         flags = variants.get(cfg, args.xla_flags)
@@ -614,7 +633,7 @@ def main(argv=None) -> int:
     console = Console(stderr=True)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     configs = [c.strip() for c in args.configs.split(",")] if args.configs else (
-        QUICK_CONFIGS if args.quick else list(CONFIGS))
+        QUICK_CONFIGS if args.quick else [c for c in CONFIGS if c not in NOT_BY_DEFAULT])
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
         raise SystemExit(f"Unknown configuration(s) {unknown}; choose from {list(CONFIGS)}.")

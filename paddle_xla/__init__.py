@@ -13,8 +13,11 @@ from .strategy import LossScale, Strategy  # noqa: F401
 __version__ = "0.1.0"
 
 from .cache import enable_compile_cache as _enable_compile_cache  # noqa: E402
+from .host_heap import keep_freed_memory as _keep_freed_memory  # noqa: E402
 
 _enable_compile_cache()
+# NOTE: before XLA starts its threads (host_heap.py says why, and what it costs)
+_keep_freed_memory()
 
 # public name -> the module that defines it (imported lazily: these modules import paddle)
 _LAZY = {
