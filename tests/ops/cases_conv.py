@@ -22,6 +22,15 @@ CASES = [
     OpCase("conv2d_same_nhwc", lambda x, w: F.conv2d(x, w, stride=(2, 3), padding="same", data_format="NHWC"),
            [XH, W], C2, **_CONV_TOL),
     OpCase("conv2d_valid", lambda x, w: F.conv2d(x, w, stride=2, padding="VALID"), [X, W], C2, **_CONV_TOL),
+    # NOTE: on XLA:CPU a conv of <= 36 products per output into <= 32 channels (these, and the cases above
+    # with X and W) runs as shifted multiply-adds (ops/depthwise.py); a wider one keeps the emitter.
+    OpCase("conv2d_rgb_stem", lambda x, w: F.conv2d(x, w, stride=2, padding=1), [Arg((2, 3, 16, 16)),
+                                                                                 Arg((16, 3, 3, 3))], C2, **_CONV_TOL),
+    OpCase("conv2d_rgb_stem_nhwc_same", lambda x, w: F.conv2d(x, w, stride=2, padding="SAME", data_format="NHWC"),
+           [Arg((2, 15, 16, 3)), Arg((8, 3, 3, 3))], C2, **_CONV_TOL),
+    OpCase("conv2d_wide_stride_pad", lambda x, w: F.conv2d(x, w, stride=2, padding=1), [Arg((2, 8, 9, 8)),
+                                                                                        Arg((6, 8, 3, 3))], C2,
+           **_CONV_TOL),
     OpCase("conv2d_groups2", lambda x, w: F.conv2d(x, w, groups=2, padding=1), [X, Arg((6, 2, 3, 3))], C2,
            **_CONV_TOL),
     OpCase("conv2d_f64", lambda x, w: F.conv2d(x, w, stride=2, padding=1),
