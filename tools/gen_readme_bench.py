@@ -84,25 +84,34 @@ MOBILE_NAMES = {"mobilenet_v3_large": "MobileNetV3-large", "mobilenet_v3_small":
                 "ppocr_rec": "PP-OCR CRNN recogniser"}
 
 
+PADDLE_NAMES = {"inference_onednn": "oneDNN", "inference_onednn_kept_heap": "oneDNN, kept heap",
+                "inference_plain": "plain", "inference_plain_kept_heap": "plain, kept heap"}
+
+
 def mobile_table(runs) -> list[str]:
     """One row per mobile model and batch size: paddle_xla fp32 / bf16 against Paddle's best predictor."""
     first = runs[0]
     out = [f"Mobile CPU models (`{first['command'].split(' --out')[0]}`, and `--batch 8`; "
            f"{first['timestamp'][:16]} UTC, {first['machine']['cpu_model']}, {first['machine']['nproc']} cores). "
-           "Paddle's best is the faster of its Paddle Inference predictors, with oneDNN and without (Paddle 3.3's "
-           "oneDNN executor refuses any program with a nearest-neighbour resize: PicoDet and the DB detector):", "",
+           "Paddle's best is the fastest of its Paddle Inference predictors: with oneDNN and without (Paddle 3.3's "
+           "oneDNN executor refuses any program with a nearest-neighbour resize: PicoDet and the DB detector), each "
+           "under glibc's default malloc and under the malloc policy paddle_xla sets for itself (\"kept heap\": "
+           "freed memory is kept for reuse, so large per-call buffers do not page-fault on every call; "
+           "`PADDLE_XLA_KEEP_HEAP`, benchmarks/README.md):", "",
            "| model | batch | paddle_xla fp32 (ms) | paddle_xla bf16 (ms) | Paddle Inference oneDNN (ms) | "
-           "without oneDNN (ms) | fp32 vs Paddle's best | (min vs min) | bf16 vs Paddle's best | fp32, back to back |",
+           "Paddle's best (ms) | fp32 vs Paddle's best | (min vs min) | bf16 vs Paddle's best | fp32, back to back |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     for d in runs:
         batch = d["settings"]["batch"]
         for name, m in d["models"].items():
             cfg = m.get("configs", {})
-            cell = [_ms(cfg.get(c)) for c in ("paddle_xla", "paddle_xla_bf16", "inference_onednn", "inference_plain")]
+            cell = [_ms(cfg.get(c)) for c in ("paddle_xla", "paddle_xla_bf16", "inference_onednn")]
+            best = m.get("paddle_best", {})
+            best_cell = f"{best['median_ms']:.1f} ({PADDLE_NAMES.get(best['config'], best['config'])})" if best else "-"
             speed = m.get("speedup_vs_paddle_best", {})
             by_min = m.get("paddle_xla_vs_paddle_best", {}).get("speedup_min")
             b2b = m.get("back_to_back", {}).get("speedup_vs_paddle_best", {}).get("paddle_xla")
-            out.append(f"| {MOBILE_NAMES.get(name, name)} | {batch} | {' | '.join(cell)} | "
+            out.append(f"| {MOBILE_NAMES.get(name, name)} | {batch} | {' | '.join(cell)} | {best_cell} | "
                        f"{_x(speed.get('paddle_xla'))} | {_x(by_min)} | {_x(speed.get('paddle_xla_bf16'))} | {_x(b2b)} |")
     load = max(m.get("timing", {}).get("foreign_cpu_load", 0) for d in runs for m in d["models"].values())
     out += ["", f"Other processes used up to {load:.0%} of the CPUs while these ran"
