@@ -3,7 +3,11 @@
 The event loop decodes a request, pads it to its sequence buckets and queues it, then awaits a
 future. The model's worker thread takes the oldest request and every queued request with the same
 non-batch shapes (its group) in arrival order while their rows fit in max_batch_size; it waits up
-to max_queue_delay after the oldest request's arrival for more, unless the batch is already full.
+to max_queue_delay for more, unless the batch is already full. The wait counts from the oldest
+request's arrival (Triton's rule) or from the end of the previous call, whichever is later: the
+clients that call just answered are about to send again, and closed-loop clients as many as
+max_batch_size otherwise settle into two alternating half batches (measured: BERT-Base, 32 clients,
+15 rows per call on average).
 It pads the rows to the nearest preferred batch size, makes ONE call, and hands each request its
 own rows. One thread per model because XLA already spreads a call over every core; a second call
 at once would only compete with it, and the event loop stays free to take requests meanwhile.
@@ -54,6 +58,7 @@ class ModelWorker:
         self._groups: dict[tuple, collections.deque[Job]] = {}
         self._queued = 0
         self._stopping = False
+        self._last_call_end = 0.0           # time.monotonic() when the previous call's answers went out
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._main, name=f"paddle-xla-serve {model.name}", daemon=True)
 
@@ -123,7 +128,7 @@ class ModelWorker:
                     continue
                 group = min(self._groups, key=lambda g: self._groups[g][0].enqueued)
                 jobs, full = self._fill(self._groups[group])
-                wait = jobs[0].enqueued + self._delay() - time.monotonic() if jobs else 0
+                wait = max(jobs[0].enqueued, self._last_call_end) + self._delay() - time.monotonic() if jobs else 0
                 if full or wait <= 0 or self._stopping:
                     self._take(group, jobs)
                     if jobs:
@@ -169,6 +174,8 @@ class ModelWorker:
             for job in jobs:
                 self._settle(job, None, error)
             return
+        finally:
+            self._last_call_end = time.monotonic()
         for job, answer in zip(jobs, answers):
             self._settle(job, answer, None)
 
