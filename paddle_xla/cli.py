@@ -220,7 +220,8 @@ def serve(models: str = typer.Argument(..., help="a folder of .pxa files; each *
           max_batch_size: int = typer.Option(16, "--max-batch-size", help="most rows in one model call; "
                                                                            "larger requests are refused (400)"),
           max_queue_delay_us: int = typer.Option(2000, "--max-queue-delay-us",
-                                                 help="how long a batch's first request waits for company"),
+                                                 help="how long a batch waits for company, from its first request or the previous "
+                                                      "call's end, whichever is later"),
           preferred_batch_sizes: Optional[str] = typer.Option(
               None, "--preferred-batch-sizes", help="batch sizes calls are padded up to, e.g. 4,8,16 "
                                                     "(default: powers of two; --max-batch-size is always one)"),
