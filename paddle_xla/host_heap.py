@@ -5,7 +5,8 @@ XLA:CPU allocates each call's temporaries (every intermediate activation, packed
 block that large back to the kernel at once (mmap/munmap, or by trimming a thread's heap), so the
 next call touches fresh pages and takes one page fault per 4 KiB: 12,800 faults, about 2 us each on
 this VM, 15-25 ms of a 35 ms call. Measured on 2 cores (in-process, median of 15 back-to-back calls):
-MobileNetV3-large b8 38.5 -> 20.5 ms, ResNet-50 b8 211 -> 193 ms. Paddle Inference's predictor pays the
+MobileNetV3-large b8 38.5 -> 20.5 ms, ResNet-50 b8 211 -> 193 ms; a MobileNetV3-large b32 training
+step (4 GB of temporaries, 1.1 million faults) 2225 -> 1160 ms. Paddle Inference's predictor pays the
 same toll under glibc's defaults (MobileNetV3-large b8 26.0 -> 16.7 ms with these settings given as
 GLIBC_TUNABLES); benchmarks/inference.py times Paddle both ways.
 
