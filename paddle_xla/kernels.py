@@ -36,7 +36,7 @@ class Context:
     hwio_filters: frozenset     # value ids of the filters the runtime holds as HWIO
 
 
-def _depthwise_conv(op, args, attrs, ctx: Context):
+def _conv_by_shifts(op, args, attrs, ctx: Context):
     # NOTE: XLA:CPU's grouped convolution runs depthwise filters 15-35x slower than fused shifted
     # multiply-adds (ops/depthwise.py has the figures); cuDNN's and TPU's own kernels are better there.
     if not (ctx.policy.on_cpu and op.name in CONV_OPS and is_float(args[0])):
@@ -100,7 +100,7 @@ def _fp32_1x1(x, w, *, strides, data_format="NCHW", **_same_as_is_pointwise):
 
 # NOTE: in order: a filter held as HWIO must be read as HWIO whatever else applies (the depthwise
 # form reads either layout).
-RULES = (_depthwise_conv, _hwio_conv, _half_matmul, _half_pointwise_conv, _half_gelu, _pointwise_conv)
+RULES = (_conv_by_shifts, _hwio_conv, _half_matmul, _half_pointwise_conv, _half_gelu, _pointwise_conv)
 
 
 def choose(op, args, attrs, ctx: Context) -> Kernel | None:

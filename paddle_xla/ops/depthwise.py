@@ -33,26 +33,18 @@ def is_depthwise(x, w, *, groups=1, data_format="NCHW", hwio=False, **_other_att
 def depthwise_by_shifts(x, w, *, hwio=False, strides, paddings, padding_algorithm="EXPLICIT", dilations=(),
                         groups=1, data_format="NCHW"):
     """conv(x, w) for a depthwise filter, OIHW [C*m, 1, kh, kw] (or HWIO [kh, kw, 1, C*m] when hwio)."""
-    last = channel_last(data_format)
     taps = w[:, :, 0, :] if hwio else jnp.transpose(w[:, 0], (1, 2, 0))      # [kh, kw, C*m]
     kh, kw, out_channels = taps.shape
-    c_axis, h_axis, w_axis = (3, 1, 2) if last else (1, 2, 3)
+    c_axis = _channel_axis(data_format)
     multiplier = out_channels // x.shape[c_axis]
     if multiplier > 1:
         # NOTE: output channel c*m + k reads input channel c (Paddle's group order).
         x = jnp.repeat(x, multiplier, axis=c_axis)
-    pads, dil = resolve_padding(paddings, dilations, padding_algorithm, spatial_shape(x, data_format),
-                                strides, (kh, kw))
     acc = jnp.promote_types(x.dtype, jnp.float32)
-    padded = _pad_spatial(x, pads, h_axis, w_axis)
-    out_hw = [(padded.shape[a] - d * (k - 1) - 1) // s + 1
-              for a, k, d, s in zip((h_axis, w_axis), (kh, kw), dil, strides)]
     total = None
-    for i in range(kh):
-        for j in range(kw):
-            window = _window(padded, (i * dil[0], j * dil[1]), out_hw, strides, h_axis, w_axis)
-            term = window.astype(acc) * _per_channel(taps[i, j].astype(acc), c_axis)
-            total = term if total is None else total + term
+    for (i, j), window in _tap_windows(x, kh, kw, strides, paddings, padding_algorithm, dilations, data_format):
+        term = window.astype(acc) * _per_channel(taps[i, j].astype(acc), c_axis)
+        total = term if total is None else total + term
     return total.astype(jnp.result_type(x.dtype, w.dtype))
 
 
@@ -73,25 +65,35 @@ def is_narrow(x, w, *, groups=1, data_format="NCHW", hwio=False, **_other_attrs)
 def narrow_conv_by_shifts(x, w, *, hwio=False, strides, paddings, padding_algorithm="EXPLICIT", dilations=(),
                           groups=1, data_format="NCHW"):
     """conv(x, w) for a narrow filter (is_narrow), OIHW [O, C, kh, kw] (or HWIO when hwio)."""
-    last = channel_last(data_format)
     taps = w if hwio else jnp.transpose(w, (2, 3, 1, 0))                       # [kh, kw, C, O]
     kh, kw, channels, _ = taps.shape
-    c_axis, h_axis, w_axis = (3, 1, 2) if last else (1, 2, 3)
+    c_axis = _channel_axis(data_format)
+    acc = jnp.promote_types(x.dtype, jnp.float32)
+    windows = _tap_windows(x, kh, kw, strides, paddings, padding_algorithm, dilations, data_format)
+    total = None
+    for c in range(channels):
+        for (i, j), window in windows:
+            term = lax.slice_in_dim(window, c, c + 1, axis=c_axis).astype(acc) * _per_channel(
+                taps[i, j, c].astype(acc), c_axis)
+            total = term if total is None else total + term
+    return total.astype(jnp.result_type(x.dtype, w.dtype))
+
+
+def _channel_axis(data_format):
+    return 3 if channel_last(data_format) else 1
+
+
+def _tap_windows(x, kh, kw, strides, paddings, padding_algorithm, dilations, data_format):
+    """[((i, j), the input pixels tap (i, j) meets at every output position)] in row-major tap order,
+    after the convolution's padding."""
+    h_axis, w_axis = (1, 2) if channel_last(data_format) else (2, 3)
     pads, dil = resolve_padding(paddings, dilations, padding_algorithm, spatial_shape(x, data_format),
                                 strides, (kh, kw))
-    acc = jnp.promote_types(x.dtype, jnp.float32)
     padded = _pad_spatial(x, pads, h_axis, w_axis)
     out_hw = [(padded.shape[a] - d * (k - 1) - 1) // s + 1
               for a, k, d, s in zip((h_axis, w_axis), (kh, kw), dil, strides)]
-    total = None
-    for c in range(channels):
-        channel = lax.slice_in_dim(padded, c, c + 1, axis=c_axis)
-        for i in range(kh):
-            for j in range(kw):
-                window = _window(channel, (i * dil[0], j * dil[1]), out_hw, strides, h_axis, w_axis)
-                term = window.astype(acc) * _per_channel(taps[i, j, c].astype(acc), c_axis)
-                total = term if total is None else total + term
-    return total.astype(jnp.result_type(x.dtype, w.dtype))
+    return [((i, j), _window(padded, (i * dil[0], j * dil[1]), out_hw, strides, h_axis, w_axis))
+            for i in range(kh) for j in range(kw)]
 
 
 def _pad_spatial(x, pads, h_axis, w_axis):
