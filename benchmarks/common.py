@@ -183,6 +183,15 @@ def _subjaxprs(params: Mapping[str, Any]):
 # ---- workers -----------------------------------------------------------------------------------
 
 
+def paddle_env(kept_heap: bool) -> dict[str, str]:
+    """Environment for a Paddle worker: glibc's default malloc, or paddle_xla's malloc policy
+    (host_heap.py) from the process's start, so that Paddle is not compared at a disadvantage. A
+    Paddle worker imports paddle_xla's helpers too, which would otherwise set the policy late."""
+    from paddle_xla.host_heap import GLIBC_TUNABLES
+    return {"PADDLE_XLA_KEEP_HEAP": "0", **({"GLIBC_TUNABLES": GLIBC_TUNABLES} if kept_heap else {})}
+
+
+
 def busy_cpu_seconds() -> float | None:
     """CPU seconds the whole machine has spent busy since boot (all processes, from /proc/stat)."""
     try:

@@ -70,10 +70,8 @@ def main(argv=None) -> int:
         for framework in ("paddle_xla", "inference_onednn"):
             env = {**os.environ, "OMP_NUM_THREADS": str(common.nproc()), "PADDLE_XLA_CACHE": "0"}
             if framework != "paddle_xla":
-                # NOTE: Paddle under the malloc policy paddle_xla sets for itself (host_heap.py), so that the
-                # two differ in the gap's effect only
-                from paddle_xla.host_heap import GLIBC_TUNABLES
-                env.update(GLIBC_TUNABLES=GLIBC_TUNABLES, PADDLE_XLA_KEEP_HEAP="0")
+                # NOTE: under paddle_xla's malloc policy, so that the two differ in the gap's effect only
+                env.update(common.paddle_env(kept_heap=True))
             done = subprocess.run([sys.executable, __file__, "--repeats", str(args.repeats), "--worker", model, framework,
                                    str(args.batch)], capture_output=True, text=True, env=env, timeout=1200)
             if done.returncode:

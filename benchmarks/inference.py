@@ -308,12 +308,7 @@ def config_env(cfg: str, args, n: int, variants) -> dict[str, str | None]:
     kind, threads, _ = CONFIGS.get(cfg, ("xla", False, ""))
     env = thread_env(threads, n)
     if is_paddle(cfg) or cfg == "paddle_xla_system_heap":
-        # NOTE: a Paddle worker imports paddle_xla too (this file's helpers, the mobile models), which
-        # would set paddle_xla's malloc policy in it: Paddle runs under glibc's defaults unless told
-        env["PADDLE_XLA_KEEP_HEAP"] = "0"
-    if cfg in KEPT_HEAP:
-        from paddle_xla.host_heap import GLIBC_TUNABLES
-        env["GLIBC_TUNABLES"] = GLIBC_TUNABLES
+        env.update(common.paddle_env(kept_heap=cfg in KEPT_HEAP))
     if kind == "xla":
         env["PADDLE_XLA_CACHE"] = "1" if args.compile_cache else "0"   # NOTE: a cold compile, timed
         flags = variants.get(cfg, args.xla_flags)

@@ -175,9 +175,8 @@ def bench_paddle(name, job, level, offline, workdir, env, args, progress) -> dic
     path = os.path.join(workdir, f"{name}_paddle.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump(paddle_job, f)
-    # NOTE: Paddle under the malloc policy paddle_xla's server runs with (paddle_xla/host_heap.py), from the start
-    from paddle_xla.host_heap import GLIBC_TUNABLES
-    env = {**env, "GLIBC_TUNABLES": GLIBC_TUNABLES, "PADDLE_XLA_KEEP_HEAP": "0"}
+    # NOTE: under the malloc policy paddle_xla's server runs with
+    env = {**env, **common.paddle_env(kept_heap=True)}
     service = Service([sys.executable, os.path.join(HERE, "serve_workers.py"), "paddle", path], env)
     single = next(float(m.group(1)) / 1e3 for line in service.lines if (m := SINGLE_CALL.search(line)))
     answers = load_pool(answers_path)
