@@ -13,9 +13,10 @@ GLIBC_TUNABLES); benchmarks/inference.py times Paddle both ways.
 The policy, set through mallopt: one malloc arena for all threads (XLA's worker threads would
 otherwise get heaps of their own, and glibc deletes a thread heap once it is empty), no mmap for large
 blocks, and no trimming of the heap's top. Freed memory then stays in the process and is reused;
-the cost is that the process's resident memory stays at its high-water mark, which the first calls
-raise by a few times one call's temporaries before the heap settles (a 64 MB temporary: 476 MB
-resident after 4 calls, then flat over 60; with 16 virtual devices 799 MB after 10 calls, then flat).
+the cost is that the process's resident memory stays at its high-water mark, and that the heap
+grows by one call's temporaries several times before freed blocks are always reusable (a 64 MB
+temporary with 16 virtual devices, 150 calls: 8-11 growths, most in the first calls, the last as
+late as call 110; 735-927 MB resident at the end, against 476 MB with one device).
 
 Process-wide, so it is applied once, when paddle_xla is imported (before XLA starts its threads: a
 thread that already has an arena keeps it), and only where programs will run on XLA:CPU. On a GPU or

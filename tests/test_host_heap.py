@@ -20,14 +20,14 @@ from paddle_xla import host_heap
 import jax, jax.numpy as jnp
 x = jnp.ones((4096, 1024), jnp.float32)
 f = jax.jit(lambda x: jnp.tanh(jnp.concatenate([x, x, x, x], 1) * 2.0).sum(0))
-# NOTE: the heap settles in a few calls (a freed block is not always reusable at once: the heap grows
-# by a few times one call's temporaries, then stops)
-for _ in range(10):
+# NOTE: a freed block is not always reusable at once: the heap grows by one call's temporaries some
+# 8-11 times in all (measured over 150 calls), most often early, the last as late as call 110
+for _ in range(5):
     jax.block_until_ready(f(x))
 start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(20):
+for _ in range(60):
     jax.block_until_ready(f(x))
-print(host_heap.keep_freed_memory(), (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start) // 20)
+print(host_heap.keep_freed_memory(), (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start) // 60)
 """
 
 glibc_only = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
@@ -45,8 +45,8 @@ def faults_per_call(**env) -> tuple[str, int]:
 @glibc_only
 def test_warm_calls_reuse_their_temporaries_instead_of_faulting_them_in():
     kept, faults = faults_per_call()
-    # NOTE: 64 MB of fresh pages is ~16,000 faults: a call that still grows the heap now and then is allowed
-    assert kept == "True" and faults < 2500, faults
+    # NOTE: 64 MB of fresh pages is ~16,000 faults; the heap's few late growths average under a quarter of that
+    assert kept == "True" and faults < 4096, faults
 
 
 @glibc_only
