@@ -97,20 +97,22 @@ def test_px_model_evaluates_with_statistics_from_accumulation_passes():
 
 # ---- bf16 convolutions as GEMMs over their patches ------------------------------------------------
 class ConvZoo(nn.Layer):
-    """Every shape of convolution _bf16_conv_as_gemm takes, and one (groups=2) it leaves to lax.conv."""
+    """Every shape of convolution _bf16_conv_as_gemm takes, one (groups=2) it leaves to lax.conv, and an RGB
+    stem whose patches would be thin runs of 3 channels (float32 emitter)."""
 
     def __init__(self):
         super().__init__()
-        self.stem = nn.Conv2D(3, 8, 7, stride=2, padding=3)
-        self.dilated = nn.Conv2D(8, 8, 3, padding=2, dilation=2)
-        self.same = nn.Conv2D(8, 8, 3, padding="SAME")
-        self.grouped = nn.Conv2D(8, 8, 3, padding=1, groups=2)
-        self.down = nn.Conv2D(8, 16, 1, stride=2)
-        self.nhwc = nn.Conv2D(16, 4, 3, stride=2, padding=[1, 0], data_format="NHWC")
+        self.stem = nn.Conv2D(3, 32, 7, stride=2, padding=3)
+        self.dilated = nn.Conv2D(32, 32, 3, padding=2, dilation=2)
+        self.same = nn.Conv2D(32, 32, 3, padding="SAME")
+        self.grouped = nn.Conv2D(32, 32, 3, padding=1, groups=2)
+        self.down = nn.Conv2D(32, 32, 1, stride=2)
+        self.nhwc = nn.Conv2D(32, 4, 3, stride=2, padding=[1, 0], data_format="NHWC")
+        self.small = nn.Conv2D(3, 48, 3, padding=1)       # a 27-value patch stays a GEMM
 
     def forward(self, x):
         h = self.down(self.grouped(self.same(self.dilated(self.stem(x)))))
-        return self.nhwc(h.transpose([0, 2, 3, 1]))
+        return self.nhwc(h.transpose([0, 2, 3, 1])), self.small(x)
 
 
 def test_bf16_convolutions_run_as_bf16_gemms():
@@ -120,14 +122,15 @@ def test_bf16_convolutions_run_as_bf16_gemms():
     spec = [InputSpec([None, 3, 19, 19], "float32", "x")]
     x = np.random.default_rng(1).standard_normal((2, 3, 19, 19)).astype("float32")
     bf16 = px.compile(net, spec, strategy=px.Strategy(precision="bf16"))
-    want = net(paddle.to_tensor(x)).numpy()
-    got = bf16(x)
-    assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, atol=2e-2 * np.abs(want).max())
+    for got, want in zip(bf16(x), [t.numpy() for t in net(paddle.to_tensor(x))]):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=2e-2 * np.abs(want).max())
     eqns = bf16.compiled.jaxpr(x).jaxpr.eqns
     convs = [e for e in eqns if e.primitive.name == "conv_general_dilated"]
     dots = [e for e in eqns if e.primitive.name == "dot_general"]
-    assert len(convs) == 1 and convs[0].params["feature_group_count"] == 2
+    assert sorted(c.params["feature_group_count"] for c in convs) == [1, 2]
+    stem = next(c for c in convs if c.params["feature_group_count"] == 1)
+    assert stem.invars[1].aval.shape == (7, 7, 3, 32) and all(v.aval.dtype == "float32" for v in stem.invars)
     assert len(dots) == 5 and all(v.aval.dtype == "bfloat16" for e in dots for v in e.invars)
 
 
@@ -266,3 +269,58 @@ def test_depthwise_and_stem_convs_run_as_shifted_sums_on_cpu_only():
     cpu, cuda = _stablehlo("cpu"), _stablehlo("cuda")
     assert "stablehlo.convolution" not in cpu
     assert "feature_group_count = 8" in cuda and cuda.count("stablehlo.convolution") == 2
+
+
+# ---- small max pools as shifted maxima (inference on CPU) ----------------------------------------------
+class Pools(nn.Layer):
+    """Max pools of the shapes CNNs use, each read by its own output; the 5x5 one keeps reduce_window."""
+
+    def forward(self, x):
+        F = nn.functional
+        relu = F.relu(x - 0.5)                   # ties: many zeros in one window
+        return (F.max_pool2d(relu, 3, 2, 1), F.max_pool2d(x, 3, 2, 1, ceil_mode=True),
+                F.max_pool2d(x, (3, 2), (2, 1), padding=[1, 2, 0, 1]), F.max_pool2d(x, 2, 2),
+                F.max_pool2d(x, 3, 2, padding="SAME"), F.max_pool2d(x.transpose([0, 2, 3, 1]), 3, 2, 1,
+                                                                     data_format="NHWC"),
+                F.max_pool2d(x, 5, 1, 2))
+
+
+def test_small_max_pools_are_shifted_maxima_with_paddles_values():
+    net = Pools()
+    spec = [InputSpec([None, 3, 11, 10], "float32", "x")]
+    x = np.random.default_rng(3).standard_normal((2, 3, 11, 10)).astype("float32")
+    model = px.compile(net, spec)
+    got, want = model(x), [t.numpy() for t in net(paddle.to_tensor(x))]
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+    windows = [e.params["window_dimensions"] for e in _live_eqns(model.compiled.jaxpr(x).jaxpr)
+               if e.primitive.name.startswith("reduce_window")]
+    assert [max(w) for w in windows] == [5]
+
+
+# ---- bf16 convolutions by shifts: float32 in memory, bf16 values --------------------------------------
+def test_half_values_by_shifts_equal_the_bf16_convolution_exactly():
+    import jax.numpy as jnp
+    from functools import partial
+    from paddle_xla.kernels import _on_half_values
+    from paddle_xla.ops.depthwise import depthwise_by_shifts, narrow_conv_by_shifts
+    rng = np.random.default_rng(4)
+    attrs = dict(strides=(2, 2), paddings=[1, 1], data_format="NHWC")
+    for form, w_shape in ((depthwise_by_shifts, (3, 3, 1, 24)), (narrow_conv_by_shifts, (3, 3, 3, 16))):
+        x = jnp.asarray(rng.standard_normal((2, 9, 9, 24 if w_shape[2] == 1 else 3)), jnp.float32)
+        w = jnp.asarray(rng.standard_normal(w_shape), jnp.float32)
+        got = _on_half_values(partial(form, hwio=True), x, w, half=jnp.bfloat16, **attrs)
+        want = form(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16), hwio=True, **attrs)
+        assert got.dtype == want.dtype == jnp.bfloat16
+        np.testing.assert_array_equal(np.asarray(got, "float32"), np.asarray(want, "float32"))
+
+
+def test_bf16_mobilenet_matches_paddle():
+    paddle.seed(0)
+    net = paddle.vision.models.mobilenet_v3_small(scale=0.5)
+    net.eval()
+    x = np.random.default_rng(5).standard_normal((2, 3, 64, 64)).astype("float32")
+    got = px.compile(net, [InputSpec([None, 3, 64, 64], "float32", "x")], strategy=px.Strategy(precision="bf16"))(x)
+    want = net(paddle.to_tensor(x)).numpy()
+    np.testing.assert_allclose(got, want, atol=3e-2 * np.abs(want).max())
