@@ -52,11 +52,12 @@ def model_settings(name: str, quick: bool, pool: int) -> dict:
         return {"config": "tiny" if quick else "base", "seq": 16 if quick else 128, "bf16": True, "pool": pool,
                 "description": f"BertForSequenceClassification(BertConfig.{'tiny' if quick else 'base'}()), "
                                f"seq {16 if quick else 128}, Strategy(precision='bf16')"}
-    if name == "resnet50":
-        size = 32 if quick else 224
-        return {"size": size, "bf16": False, "pool": pool,
-                "description": f"paddle.vision.models.resnet50(), 3x{size}x{size}, fp32"}
-    raise SystemExit(f"Unknown model {name!r}; choose bert or resnet50.")
+    if name in ("resnet50", "resnet50_bf16"):
+        size, bf16 = 32 if quick else 224, name.endswith("_bf16")
+        return {"arch": "resnet50", "size": size, "bf16": bf16, "pool": pool,
+                "description": f"paddle.vision.models.resnet50(), 3x{size}x{size}, "
+                               + ("Strategy(precision='bf16')" if bf16 else "fp32")}
+    raise SystemExit(f"Unknown model {name!r}; choose bert, resnet50 or resnet50_bf16.")
 
 
 # ---- the processes ---------------------------------------------------------------------------------
@@ -288,7 +289,7 @@ def _lat(level: dict) -> str:
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default="bert,resnet50", help="comma-separated: bert, resnet50")
+    p.add_argument("--models", default="bert,resnet50", help="comma-separated: bert, resnet50, resnet50_bf16")
     p.add_argument("--concurrency", default=None, help="client counts (default 1,8,32,128; --quick 1,4)")
     p.add_argument("--max-batch", type=int, default=None, help="the server's --max-batch-size (default 32; --quick 4)")
     p.add_argument("--delay-us", type=int, default=2000, help="the server's --max-queue-delay-us")

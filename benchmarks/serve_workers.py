@@ -39,7 +39,7 @@ def build(name: str, settings: dict):
         types = (np.arange(seq)[None, :] >= seq // 2).astype("int64").repeat(pool, 0)
         specs, inputs = BertModel.input_spec(seq), [ids, types]
     else:
-        net, size = getattr(paddle.vision.models, name)(), settings["size"]
+        net, size = getattr(paddle.vision.models, settings.get("arch", name))(), settings["size"]
         specs = [InputSpec([None, 3, size, size], "float32", "x")]
         inputs = [rng.standard_normal((pool, 3, size, size)).astype("float32")]
     net.eval()

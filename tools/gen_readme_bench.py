@@ -188,7 +188,8 @@ def serve_table(d) -> list[str]:
     return out
 
 
-SERVE_NAMES = {"bert": "BERT-Base, seq 128, bf16", "resnet50": "ResNet-50, 224², fp32"}
+SERVE_NAMES = {"bert": "BERT-Base, seq 128, bf16", "resnet50": "ResNet-50, 224², fp32",
+               "resnet50_bf16": "ResNet-50, 224², bf16"}
 
 
 def _lat(level) -> str:
