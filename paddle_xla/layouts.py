@@ -32,7 +32,7 @@ def conv_hwio(x, w, *, strides, paddings, padding_algorithm="EXPLICIT", dilation
     io = conv_ops.dimension_numbers(2, data_format)[0]
     if x.dtype == jnp.bfloat16 and (groups or 1) == 1 and data_format in ("NCHW", "NHWC") \
             and all(lo >= 0 and hi >= 0 for lo, hi in pads):
-        if _thin_patches(w):
+        if _emitter_wins(w):
             # NOTE: float32 holds every bf16 value and product exactly, so this is the same bf16
             # convolution, accumulated in float32 like the GEMM's, on XLA's convolution emitter.
             f32 = lax.conv_general_dilated(x.astype(jnp.float32), w.astype(x.dtype).astype(jnp.float32),
@@ -45,19 +45,25 @@ def conv_hwio(x, w, *, strides, paddings, padding_algorithm="EXPLICIT", dilation
                                     feature_group_count=groups or 1)
 
 
-# NOTE: im2col copies each tap's pixels as a run of C channels, and XLA:CPU's concatenate copies a run
-# of a few bf16 channels slowly: ResNet-50's stem (8x3x224², 7x7/2 -> 64, 1 core) takes 59 ms as
-# patches + GEMM against 14 ms on the float32 emitter (8x8x112², 3x3 -> 32: 10.9 vs 3.8 ms; 16 channels
-# at 56², 3x3 -> 64: 3.5 vs 3.0). With 32 channels both take the same time, and a small patch (3x3 over
-# RGB: 27 values, 6.2 vs 8.3 ms) stays a GEMM. ResNet-50 b8 bf16 inference, in-process A/B on 2 cores
-# (with the max pool as shifted maxima, kernels.py): 129.4 -> 119.7 ms.
-THIN_PATCH_CHANNELS, SMALL_PATCH = 32, 36
+# NOTE: im2col copies every tap's pixels, and XLA:CPU's concatenate copies a run of a few bf16 channels
+# slowly, so the GEMM wins only where many output channels share that copy. 1 core, bf16 im2col + GEMM
+# against the float32 emitter: ResNet-50's stem (8x3x224², 7x7/2 -> 64) 59 vs 14 ms; 8x8x112², 3x3 ->
+# 32: 10.9 vs 3.8; PicoDet's 5x5 head 8x96x40² -> 1: 46.8 vs 2.5; 8x96x40², 3x3 -> 4 / 32 / 96: 6.8 /
+# 7.2 / 9.0 vs 1.5 / 4.5 / 12.4; 8x64x80² -> 64: 40 vs 25, 8x64x56² -> 64: 11.2 vs 11.7; 8x128x20² ->
+# 128: 3.3 vs 5.4. A small patch (3x3 over RGB: 27 values, 6.2 vs 8.3 ms) stays a GEMM. ResNet-50 b8
+# bf16 inference, in-process A/B on 2 cores (its stem, with the max pool as shifted maxima, kernels.py):
+# 129.4 -> 119.7 ms; with few outputs too, bf16 b8: PicoDet-S 79.7 -> 58.7 ms, PP-OCR's DB detector
+# 519.5 -> 359.0 (ResNet-50, MobileNetV3 and CRNN unchanged).
+THIN_PATCH_CHANNELS, SMALL_PATCH, FEW_OUTPUTS = 32, 36, 64
 
 
-def _thin_patches(w) -> bool:
-    """An HWIO filter whose im2col patches would be long runs of few channels."""
-    kh, kw, c, _ = w.shape
-    return c < THIN_PATCH_CHANNELS and kh * kw * c > SMALL_PATCH
+def _emitter_wins(w) -> bool:
+    """Whether a bf16 convolution by this HWIO filter (one group) is faster on the float32 emitter than
+    as im2col + GEMM."""
+    kh, kw, c, o = w.shape
+    if kh * kw == 1 or kh * kw * c <= SMALL_PATCH:
+        return False
+    return c < THIN_PATCH_CHANNELS or o < FEW_OUTPUTS
 
 
 # NOTE: XLA:CPU's convolution emitter runs bf16 slower than float32 (ResNet-50 b8 inference: 558 vs

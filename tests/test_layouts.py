@@ -97,22 +97,23 @@ def test_px_model_evaluates_with_statistics_from_accumulation_passes():
 
 # ---- bf16 convolutions as GEMMs over their patches ------------------------------------------------
 class ConvZoo(nn.Layer):
-    """Every shape of convolution _bf16_conv_as_gemm takes, one (groups=2) it leaves to lax.conv, and an RGB
-    stem whose patches would be thin runs of 3 channels (float32 emitter)."""
+    """Every shape of convolution _bf16_conv_as_gemm takes, one (groups=2) it leaves to lax.conv, and two the
+    float32 emitter runs faster: an RGB stem (thin runs of 3 channels) and a head with few outputs."""
 
     def __init__(self):
         super().__init__()
-        self.stem = nn.Conv2D(3, 32, 7, stride=2, padding=3)
-        self.dilated = nn.Conv2D(32, 32, 3, padding=2, dilation=2)
-        self.same = nn.Conv2D(32, 32, 3, padding="SAME")
-        self.grouped = nn.Conv2D(32, 32, 3, padding=1, groups=2)
-        self.down = nn.Conv2D(32, 32, 1, stride=2)
-        self.nhwc = nn.Conv2D(32, 4, 3, stride=2, padding=[1, 0], data_format="NHWC")
+        self.stem = nn.Conv2D(3, 64, 7, stride=2, padding=3)
+        self.dilated = nn.Conv2D(64, 64, 3, padding=2, dilation=2)
+        self.same = nn.Conv2D(64, 64, 3, padding="SAME")
+        self.grouped = nn.Conv2D(64, 64, 3, padding=1, groups=2)
+        self.down = nn.Conv2D(64, 64, 1, stride=2)
+        self.nhwc = nn.Conv2D(64, 64, 3, stride=2, padding=[1, 0], data_format="NHWC")
+        self.head = nn.Conv2D(64, 4, 3, padding=1)
         self.small = nn.Conv2D(3, 48, 3, padding=1)       # a 27-value patch stays a GEMM
 
     def forward(self, x):
         h = self.down(self.grouped(self.same(self.dilated(self.stem(x)))))
-        return self.nhwc(h.transpose([0, 2, 3, 1])), self.small(x)
+        return self.nhwc(h.transpose([0, 2, 3, 1])), self.head(h), self.small(x)
 
 
 def test_bf16_convolutions_run_as_bf16_gemms():
@@ -128,9 +129,10 @@ def test_bf16_convolutions_run_as_bf16_gemms():
     eqns = bf16.compiled.jaxpr(x).jaxpr.eqns
     convs = [e for e in eqns if e.primitive.name == "conv_general_dilated"]
     dots = [e for e in eqns if e.primitive.name == "dot_general"]
-    assert sorted(c.params["feature_group_count"] for c in convs) == [1, 2]
-    stem = next(c for c in convs if c.params["feature_group_count"] == 1)
-    assert stem.invars[1].aval.shape == (7, 7, 3, 32) and all(v.aval.dtype == "float32" for v in stem.invars)
+    assert sorted(c.params["feature_group_count"] for c in convs) == [1, 1, 2]
+    on_emitter = [c for c in convs if c.params["feature_group_count"] == 1]
+    assert sorted(c.invars[1].aval.shape for c in on_emitter) == [(3, 3, 64, 4), (7, 7, 3, 64)]
+    assert all(v.aval.dtype == "float32" for c in on_emitter for v in c.invars)
     assert len(dots) == 5 and all(v.aval.dtype == "bfloat16" for e in dots for v in e.invars)
 
 
