@@ -31,8 +31,9 @@ def inference_table(d) -> list[str]:
     if best.get("fraction_of_fp32_peak"):
         out += ["", f"Why fp32 BERT does not beat Paddle Inference here: Paddle Inference (oneDNN) already runs "
                 f"the encoder at {best['fraction_of_fp32_peak']:.0%} of XLA's own measured fp32 matmul rate, so "
-                "even a program made only of XLA's GEMMs could not be 1.1x faster; bf16 (half the bytes, "
-                "twice the GEMM rate on avx512_bf16) is where XLA pulls ahead."]
+                "even a program made only of XLA's GEMMs could not be 1.1x faster; bf16 (half the bytes, and "
+                f"a bf16 x bf16 -> fp32 GEMM rate {d['matmul_peak']['bf16_f32acc_gflops'] / d['matmul_peak']['fp32_gflops']:.1f}x "
+                "the fp32 one on this CPU) is where XLA pulls ahead."]
     load = max(m.get("timing", {}).get("foreign_cpu_load", 0) for m in d["models"].values())
     out += ["", f"Other processes used up to {load:.0%} of the CPUs while this ran"
             + (" (the timings are noisy)." if load > 0.1 else ".")]
