@@ -27,6 +27,7 @@ from .cache import compile_progress
 from .errors import FeedError, ModelLoadError, PaddleXlaError
 from .interpreter import draws_random, fail_on_false_flags
 from .strategy import Strategy
+from .xla_options import has_convolutions, options_for
 
 
 # ---- running ----------------------------------------------------------------------------------
@@ -171,9 +172,16 @@ class Artifact:
         exe = self._runs.get(sig)
         if exe is None:
             with compile_progress(f"{os.path.basename(self.path)} for {shapes_of(feeds)}"):
-                exe = jax.jit(self.exported.call).lower(self.params, self.buffers, feeds, self.key_data).compile()
+                exe = jax.jit(self.exported.call).lower(self.params, self.buffers, feeds, self.key_data).compile(
+                    compiler_options=options_for(self._convolves()))
             self._runs[sig] = exe
         return exe
+
+    def _convolves(self) -> bool:
+        """Whether the program convolves: the manifest says (since LOWERING_VERSION 4's exports), else the Graph."""
+        if "convolutions" in self.manifest:
+            return bool(self.manifest["convolutions"])
+        return self.graph is not None and has_convolutions(self.graph)
 
     def _relowered_model(self):
         if self._relowered is None:

@@ -22,6 +22,7 @@ from .lower import checked_ops, lower
 from .policy import LoweringPolicy
 from .runtime import CompiledModel
 from .strategy import Strategy
+from .xla_options import has_convolutions
 
 
 @x64.enabled
@@ -64,6 +65,8 @@ def export(model, path: str, platforms: Sequence[str] = ("cpu",), example_inputs
                 "exported": {p: {"member": fmt.exported_member(p), **shapes} for p in platforms},
                 "lowering": fmt.lowering_record(policies, precision),
                 "checks": [check_message(op) for op in checked_ops(graph)],
+                # NOTE: so that a loader without the Graph still compiles with the same options
+                "convolutions": has_convolutions(graph),
                 **({"synthetic_weights": synthetic} if synthetic else {})}
     data, manifest = fmt.pack(members, manifest)
     atomic_write(path, data)

@@ -29,3 +29,19 @@ def test_conv_programs_get_the_option_and_keep_parity(monkeypatch):
 def test_matmul_programs_keep_xla_defaults():
     graph = _graph(paddle.nn.Linear(4, 3), [InputSpec([None, 4], "float32", "x")])
     assert inference_options(graph) is None
+
+
+def test_a_conv_artifact_compiles_with_the_same_options(tmp_path):
+    from paddle_xla import artifact
+    paddle.seed(0)
+    net = paddle.nn.Sequential(paddle.nn.Conv2D(16, 64, 3), paddle.nn.ReLU())
+    net.eval()
+    spec = [InputSpec([None, 16, 8, 8], "float32", "x")]
+    px.export(px.compile(net, spec), str(tmp_path / "conv.pxa"))
+    x = np.random.default_rng(1).standard_normal((2, 16, 8, 8)).astype("float32")
+    loaded = artifact.load(str(tmp_path / "conv.pxa"))
+    assert loaded.manifest["convolutions"] is True
+    np.testing.assert_allclose(loaded(x), net(paddle.to_tensor(x)).numpy(), rtol=1e-5, atol=1e-6)
+    (exe,) = loaded._runs.values()
+    hlo = exe.as_text()
+    assert "convolution(" in hlo and "ynn_fusion" not in hlo        # XLA's emitter, not a YNNPACK fusion
