@@ -23,13 +23,15 @@ def check_platforms(platforms: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(platforms))
 
 
-def export_all(make_f, graph: Graph, head: tuple, tail: tuple, platforms,
+def export_all(make_f, graph: Graph, head, tail: tuple, platforms,
                example_inputs) -> tuple[dict[str, bytes], dict]:
     """Serialized executables of make_f(platform)(*head, feeds, *tail) by platform, and how the feed
-    shapes were chosen."""
+    shapes were chosen. `head` may be a function of the platform (weights laid out per platform)."""
+    head_of = head if callable(head) else (lambda _p: head)
     feed_specs, shapes = _symbolic_specs(graph), "symbolic"
     try:
-        first = jax.export.export(make_f(platforms[0]), platforms=[platforms[0]])(*head, feed_specs, *tail)
+        first = jax.export.export(make_f(platforms[0]), platforms=[platforms[0]])(*head_of(platforms[0]),
+                                                                                   feed_specs, *tail)
     except Exception as e:  # NOTE: e.g. shape arithmetic kept in NumPy cannot take a symbolic dimension
         if example_inputs is None:
             raise ExportError(f"The program does not export with symbolic dimensions ({type(e).__name__}: "
@@ -40,7 +42,7 @@ def export_all(make_f, graph: Graph, head: tuple, tail: tuple, platforms,
     for p in platforms:
         try:
             exp = first if (first is not None and p == platforms[0]) else \
-                jax.export.export(make_f(p), platforms=[p])(*head, feed_specs, *tail)
+                jax.export.export(make_f(p), platforms=[p])(*head_of(p), feed_specs, *tail)
         except Exception as e:
             raise ExportError(f"Exporting for platform {p!r} failed: {type(e).__name__}: {e}") from e
         out[p] = bytes(exp.serialize())

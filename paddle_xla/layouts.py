@@ -8,6 +8,7 @@ Paddle-free."""
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from .channels_last import CONV_OPS
@@ -15,6 +16,13 @@ from .graph import Graph
 from .ops import conv as conv_ops
 
 OIHW_TO_HWIO = (2, 3, 1, 0)
+
+
+def hwio_shaped(value):
+    """A filter given as OIHW (Paddle's layout), as HWIO: a NumPy or device array, or its shape's stand-in."""
+    if hasattr(value, "transpose"):
+        return value.transpose(OIHW_TO_HWIO)
+    return np.transpose(value, OIHW_TO_HWIO)
 
 
 def hwio_filter_names(graph: Graph) -> set[str]:

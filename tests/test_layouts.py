@@ -59,6 +59,29 @@ def test_export_writes_paddle_layout(tmp_path):
     np.testing.assert_allclose(again(X), net(paddle.to_tensor(X)).numpy(), rtol=1e-5, atol=1e-6)
 
 
+
+def test_cpu_export_holds_filters_as_hwio(tmp_path):
+    net, model = _model()
+    px.export(model, str(tmp_path / "cnn.pxa"))
+    loaded = artifact.load(str(tmp_path / "cnn.pxa"))
+    assert loaded.manifest["exported"]["cpu"]["hwio_filters"] == sorted([net.conv.weight.name, net.dw.weight.name])
+    assert tuple(loaded.params[net.conv.weight.name].shape) == (3, 3, 3, 8)
+    np.testing.assert_allclose(loaded(X), net(paddle.to_tensor(X)).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_bf16_export_runs_the_same_kernel_forms_as_compile(tmp_path):
+    paddle.seed(0)
+    net = ConvZoo()
+    net.eval()
+    spec = [InputSpec([None, 3, 19, 19], "float32", "x")]
+    x = np.random.default_rng(1).standard_normal((2, 3, 19, 19)).astype("float32")
+    bf16 = px.compile(net, spec, strategy=px.Strategy(precision="bf16"))
+    px.export(bf16, str(tmp_path / "zoo.pxa"))
+    loaded = artifact.load(str(tmp_path / "zoo.pxa"))
+    assert loaded.mode == "exported"
+    for got, want in zip(loaded(x), bf16(x)):
+        np.testing.assert_array_equal(got, want)
+
 Y = np.array([1, 3], "int64")
 
 
