@@ -165,19 +165,19 @@ class Pointwise(paddle.nn.Layer):
 
 
 def test_each_platform_is_exported_with_its_own_policy(tmp_path):
-    """XLA:CPU's 1x1 convolution as a GEMM is the CPU executable's alone; the CUDA one keeps the
-    convolution for cuDNN."""
+    """XLA:CPU's forms are the CPU executable's alone: channels-last activations and filters held as HWIO
+    (XLA:CPU turns the 1x1 convolution into a GEMM itself); the CUDA one keeps Paddle's layouts for cuDNN."""
     path = str(tmp_path / "pw.pxa")
     manifest = px.export(px.compile(Pointwise(), [InputSpec([2, 8, 5, 5], "float32", "x")]), path,
                          platforms=["cpu", "cuda"])
     policies = manifest["lowering"]["policies"]
-    assert policies["cpu"]["target"] == "cpu" and policies["cpu"]["channels_last"]
+    assert policies["cpu"]["target"] == "cpu" and policies["cpu"]["channels_last"] and policies["cpu"]["hwio_filters"]
     assert policies["cuda"] == LoweringPolicy(target="cuda").to_dict()
     _, members = artifact.read(path)
     text = {p: str(jax.export.deserialize(bytearray(members[f"exported/{p}.bin"])).mlir_module())
             for p in ("cpu", "cuda")}
-    assert "stablehlo.convolution" not in text["cpu"] and "stablehlo.dot_general" in text["cpu"]
-    assert "stablehlo.convolution" in text["cuda"]
+    assert "x[0, 1, i, o]->[b, 0, 1, f]" in text["cpu"]             # NHWC activations, HWIO filter
+    assert "x[o, i, 0, 1]->[b, f, 0, 1]" in text["cuda"]            # Paddle's NCHW and OIHW
 
 
 def test_a_relowered_artifact_says_when_its_lowering_version_moved(tmp_path):
