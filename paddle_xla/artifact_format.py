@@ -26,7 +26,10 @@ from .errors import ModelLoadError
 from .graph import Graph, Tensor
 from .policy import LOWERING_VERSION, PLATFORMS, LoweringPolicy, live_platform  # noqa: F401  (PLATFORMS: export's)
 
-FORMAT_VERSION = 1
+# NOTE: 2: an inference executable for CPU reads the filters the manifest lists (exported.<p>.hwio_filters)
+# as HWIO; a reader of version 1 would feed them as OIHW (silently wrong where the shapes agree), so it
+# must refuse these.
+FORMAT_VERSION = 2
 MANIFEST, GRAPH, WEIGHTS, STRATEGY = "manifest.json", "graph.json", "weights.safetensors", "strategy.json"
 current_platform = live_platform
 

@@ -54,7 +54,7 @@ def export(model, path: str, platforms: Sequence[str] = ("cpu",), example_inputs
     # NOTE: an inference artifact holds its weights like CompiledModel: on CPU the conv filters as HWIO
     # (transposed once when loaded; the manifest lists them), so the same kernel forms apply (ResNet-50 b8
     # from a .pxa, 2 cores: bf16 185 -> 147 ms, fp32 237.7 -> 228.4).
-    policies = {p: LoweringPolicy.tuned(p, precision, holds_weights=True) for p in platforms}
+    policies = {p: LoweringPolicy.tuned(p, precision, inference=True) for p in platforms}
     hwio = {p: sorted(hwio_filter_names(graph)) if policies[p].hwio_filters else [] for p in platforms}
 
     def args(p):

@@ -52,21 +52,23 @@ def _conv_by_shifts(op, args, attrs, ctx: Context):
         form = narrow_conv_by_shifts
     if form is None:
         return None
-    if ctx.half is None:
+    # NOTE: an operand may be half already (a filter held so: half.half_weight_names); float64 keeps its path
+    if ctx.half is None or any(a.dtype not in (jnp.float32, ctx.half) for a in args[:2]):
         return Kernel(partial(form, hwio=hwio), cast=True)
     return Kernel(partial(_on_half_values, partial(form, hwio=hwio), half=ctx.half), cast=False)
 
 
 def _on_half_values(form, x, w, *, half, **attrs):
-    """An O1 white-list convolution by shifts: the operands rounded to half, the products summed in float32,
-    the result rounded to half, as a half convolution would give. The operands stay float32 in memory.
+    """An O1 white-list convolution by shifts: the operands (float32 or half) rounded to half, the products
+    summed in float32, the result rounded to half, as a half convolution would give. The operands stay
+    float32 in memory.
 
     NOTE: XLA:CPU widens a half operand to float32 at every tap; fed rounded float32 instead, a 3x3
     depthwise (8x72x56², 1 core) runs 2.6 -> 2.0 ms. In-process A/B, 2 cores, bf16 batch 8, two rounds:
     MobileNetV3-large 32.5 -> 27.7 ms, -small 15.5 -> 11.4, PP-LCNet 19.4 -> 15.4, CRNN 44.9 -> 38.9;
     MobileNetV3-large batch 1 8.0 -> 6.8."""
     def rounded(v):
-        return v.astype(half).astype(jnp.float32) if v.dtype == jnp.float32 else v.astype(jnp.float32)
+        return v.astype(half).astype(jnp.float32)
     return form(rounded(x), rounded(w), **attrs).astype(half)
 
 
@@ -118,10 +120,9 @@ def _fp32_1x1(x, w, *, strides, data_format="NCHW", **_same_as_is_pointwise):
 
 
 def _max_pool_by_shifts(op, args, attrs, ctx: Context):
-    # NOTE: forward programs only (an inference runtime is the policy that holds the filters): the
-    # shifted maxima's gradient would split ties, Paddle gives it to the window's first maximum.
-    # (ResNet-50 b8 fp32 inference, in-process A/B on 2 cores: 215.5 -> 212.5 ms)
-    if ctx.policy.on_cpu and ctx.policy.hwio_filters and op.name == "pd_op.pool2d" \
+    # NOTE: forward programs only: the shifted maxima's gradient would split ties, Paddle gives it to
+    # the window's first maximum. (ResNet-50 b8 fp32 inference, in-process A/B on 2 cores: 215.5 -> 212.5 ms)
+    if ctx.policy.on_cpu and ctx.policy.forward_only and op.name == "pd_op.pool2d" \
             and shifted_max_pool(*args, **attrs):
         return Kernel(max_pool_by_shifts, cast=True)
     return None

@@ -5,7 +5,9 @@
   measured faster on XLA:CPU only (1x1 convolutions as GEMMs, attention's dot layout) are chosen
   for "cpu" alone, so an export for another platform never carries them;
 - channels_last: CNN activations held NHWC between the ops that take them (channels_last.py);
-- hwio_filters: convolution filters arrive as HWIO, held so by an inference runtime (layouts.py).
+- hwio_filters: convolution filters arrive as HWIO, held so by an inference runtime (layouts.py);
+- forward_only: the function is evaluated, never differentiated (inference), so a kernel form whose
+  gradient would differ from Paddle's (a max pool as shifted maxima splits ties) may be chosen.
 
 One object, given to lower() and written into every artifact with LOWERING_VERSION, so a
 re-lowered artifact can say when its numbers may have moved. Paddle-free."""
@@ -38,6 +40,7 @@ class LoweringPolicy:
     target: str = "cpu"
     channels_last: bool = False
     hwio_filters: bool = False
+    forward_only: bool = False
 
     def __post_init__(self):
         if self.precision not in PRECISIONS:
@@ -46,17 +49,17 @@ class LoweringPolicy:
             raise LoweringError(f"LoweringPolicy.target must be one of {PLATFORMS}, not {self.target!r}.")
 
     @classmethod
-    def tuned(cls, target: str, precision: str = "fp32", holds_weights: bool = False) -> "LoweringPolicy":
+    def tuned(cls, target: str, precision: str = "fp32", inference: bool = False) -> "LoweringPolicy":
         """The measured best for `target`. On XLA:CPU: CNN activations channels-last (ResNet-50 b8
-        bf16 training step 1.81 -> 1.57 s) and, where the runtime holds the weights between calls
-        (inference), convolution filters as HWIO (ResNet-50 b8 inference 512 -> 451 ms)."""
+        bf16 training step 1.81 -> 1.57 s) and, for inference (the runtime holds the weights between
+        calls), convolution filters as HWIO (ResNet-50 b8 inference 512 -> 451 ms)."""
         cpu = target == "cpu"
-        return cls(precision, target, channels_last=cpu, hwio_filters=cpu and holds_weights)
+        return cls(precision, target, channels_last=cpu, hwio_filters=cpu and inference, forward_only=inference)
 
     @classmethod
-    def live(cls, precision: str = "fp32", holds_weights: bool = False) -> "LoweringPolicy":
+    def live(cls, precision: str = "fp32", inference: bool = False) -> "LoweringPolicy":
         """tuned() for the platform this process compiles for."""
-        return cls.tuned(live_platform(), precision, holds_weights)
+        return cls.tuned(live_platform(), precision, inference)
 
     @property
     def on_cpu(self) -> bool:

@@ -35,7 +35,7 @@ class CompiledModel:
         self.source_weights = weights          # as Paddle laid them out (export writes these)
         # NOTE: inference honours Strategy.precision only: half compute, float32 weights and outputs.
         precision = strategy.precision if strategy is not None else "fp32"
-        self.policy = policy or LoweringPolicy.live(precision, holds_weights=True)
+        self.policy = policy or LoweringPolicy.live(precision, inference=True)
         # NOTE: weights the executable reads in another precision or layout than Paddle's, prepared once
         # here, not on every call: matmul weights in half (BERT-Base bf16: -20 %), conv filters as HWIO
         # on CPU (ResNet-50 b8: 512 -> 451 ms). set_weights applies the same to new values.

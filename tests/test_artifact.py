@@ -308,11 +308,22 @@ def test_runs_where_paddle_is_not_importable(model, pxa_path, tmp_path):
 
 
 # ---- load errors ---------------------------------------------------------------------------------
+def test_version_1_artifact_still_loads(model, pxa_path, tmp_path):
+    """Version 1 wrote no filter list (its executables take OIHW filters); a newer reader runs it unchanged."""
+    m = manifest_of(pxa_path)
+    m["format_version"] = 1
+    for entry in m.get("exported", {}).values():
+        entry.pop("hwio_filters", None)
+    loaded = pxa.load(rewrite(pxa_path, tmp_path / "v1.pxa", manifest=m))
+    assert_same(loaded(*inputs(3)), model(*inputs(3)))
+
+
 def test_newer_format_version(pxa_path, tmp_path):
     m = manifest_of(pxa_path)
     m.update(format_version=pxa.FORMAT_VERSION + 1, paddle_xla_version="9.0.0")
     path = rewrite(pxa_path, tmp_path / "new.pxa", manifest=m)
-    with pytest.raises(px.ModelLoadError, match=r"format version 2 .*9\.0\.0.* reads format version 1 .*[Uu]pgrade"):
+    newer, ours = pxa.FORMAT_VERSION + 1, pxa.FORMAT_VERSION
+    with pytest.raises(px.ModelLoadError, match=rf"format version {newer} .*9\.0\.0.* reads format version {ours} .*[Uu]pgrade"):
         pxa.load(path)
 
 

@@ -70,12 +70,7 @@ def test_cpu_export_holds_filters_as_hwio(tmp_path):
 
 
 def test_bf16_export_runs_the_same_kernel_forms_as_compile(tmp_path):
-    paddle.seed(0)
-    net = ConvZoo()
-    net.eval()
-    spec = [InputSpec([None, 3, 19, 19], "float32", "x")]
-    x = np.random.default_rng(1).standard_normal((2, 3, 19, 19)).astype("float32")
-    bf16 = px.compile(net, spec, strategy=px.Strategy(precision="bf16"))
+    net, x, bf16 = _bf16_zoo()
     px.export(bf16, str(tmp_path / "zoo.pxa"))
     loaded = artifact.load(str(tmp_path / "zoo.pxa"))
     assert loaded.mode == "exported"
@@ -139,13 +134,17 @@ class ConvZoo(nn.Layer):
         return self.nhwc(h.transpose([0, 2, 3, 1])), self.head(h), self.small(x)
 
 
-def test_bf16_convolutions_run_as_bf16_gemms():
+def _bf16_zoo():
+    """(ConvZoo in eval mode, an input, the net compiled under bf16)."""
     paddle.seed(0)
     net = ConvZoo()
     net.eval()
-    spec = [InputSpec([None, 3, 19, 19], "float32", "x")]
     x = np.random.default_rng(1).standard_normal((2, 3, 19, 19)).astype("float32")
-    bf16 = px.compile(net, spec, strategy=px.Strategy(precision="bf16"))
+    return net, x, px.compile(net, [InputSpec([None, 3, 19, 19], "float32", "x")], strategy=px.Strategy(precision="bf16"))
+
+
+def test_bf16_convolutions_run_as_bf16_gemms():
+    net, x, bf16 = _bf16_zoo()
     for got, want in zip(bf16(x), [t.numpy() for t in net(paddle.to_tensor(x))]):
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, atol=2e-2 * np.abs(want).max())
@@ -322,6 +321,18 @@ def test_small_max_pools_are_shifted_maxima_with_paddles_values():
     windows = [e.params["window_dimensions"] for e in _live_eqns(model.compiled.jaxpr(x).jaxpr)
                if e.primitive.name.startswith("reduce_window")]
     assert [max(w) for w in windows] == [5]
+
+
+def test_training_keeps_max_pools_as_reduce_window():
+    """A differentiated program keeps reduce_window: the shifted maxima's gradient would split ties."""
+    import jax
+    from paddle_xla.lower import lower
+    from paddle_xla.policy import LoweringPolicy
+    x = np.random.default_rng(3).standard_normal((2, 3, 11, 10)).astype("float32")
+    graph = px.compile(Pools(), [InputSpec([None, 3, 11, 10], "float32", "x")]).graph
+    fn = lower(graph, LoweringPolicy.tuned("cpu"))
+    jaxpr = jax.make_jaxpr(fn)({}, {}, {"x": x}).jaxpr
+    assert len([e for e in _live_eqns(jaxpr) if e.primitive.name.startswith("reduce_window")]) == 7
 
 
 # ---- bf16 convolutions by shifts: float32 in memory, bf16 values --------------------------------------
