@@ -26,7 +26,7 @@ from .artifact_format import (FORMAT_VERSION, GRAPH, MANIFEST, STRATEGY, WEIGHTS
 from .cache import compile_progress
 from .errors import FeedError, ModelLoadError, PaddleXlaError
 from .interpreter import draws_random, fail_on_false_flags
-from .layouts import hwio_shaped
+from .held import HeldWeights
 from .strategy import Strategy
 from .xla_options import has_convolutions, options_for
 
@@ -115,9 +115,10 @@ class Artifact:
         (params, buffers, feeds, _), _ = jax.tree_util.tree_unflatten(self.exported.in_tree, self.exported.in_avals)
         # NOTE: the executable's own argument tree says which weights are params and which buffers,
         # so this works even with no Graph in the artifact.
-        # NOTE: filters the executable reads as HWIO (an inference export for CPU), transposed once here
-        hwio = set(self.manifest.get("exported", {}).get(self.platform, {}).get("hwio_filters", []))
-        laid_out = {k: hwio_shaped(v) if k in hwio else v for k, v in self.weights.items()}
+        # NOTE: weights the executable reads in another layout or precision (held.py), prepared once here
+        held = HeldWeights.from_manifest(self.manifest.get("exported", {}).get(self.platform, {}),
+                                         recorded_precision(self.manifest))
+        laid_out = held.all_prepared(self.weights)
         self.params = jax.device_put({k: laid_out[k] for k in params})
         self.buffers = jax.device_put({k: laid_out[k] for k in buffers})
         self.exported_shapes = {k: tuple(v.shape) for k, v in feeds.items()}

@@ -26,9 +26,9 @@ from .errors import ModelLoadError
 from .graph import Graph, Tensor
 from .policy import LOWERING_VERSION, PLATFORMS, LoweringPolicy, live_platform  # noqa: F401  (PLATFORMS: export's)
 
-# NOTE: 2: an inference executable for CPU reads the filters the manifest lists (exported.<p>.hwio_filters)
-# as HWIO; a reader of version 1 would feed them as OIHW (silently wrong where the shapes agree), so it
-# must refuse these.
+# NOTE: 2: an inference executable reads the weights its manifest lists (exported.<p>.hwio_filters,
+# .half_weights) as HWIO or in half (held.py). A version-1 reader would feed the filters as OIHW (silently
+# wrong where the shapes agree), so it must refuse these.
 FORMAT_VERSION = 2
 MANIFEST, GRAPH, WEIGHTS, STRATEGY = "manifest.json", "graph.json", "weights.safetensors", "strategy.json"
 current_platform = live_platform

@@ -17,7 +17,7 @@ from .errors import ExportError  # noqa: F401  (re-exported: export() raises it)
 from .exporting import avals, check_platforms, export_all
 from .graph import Graph
 from .io import atomic_write
-from .layouts import hwio_filter_names, hwio_shaped
+from .held import HeldWeights
 from .interpreter import check_message
 from .lower import checked_ops, lower
 from .policy import LoweringPolicy
@@ -51,14 +51,15 @@ def export(model, path: str, platforms: Sequence[str] = ("cpu",), example_inputs
     # precision for its own executable (runtime.CompiledModel), while the artifact lowers the Graph as is.
     weights = {k: np.asarray(compiled.source_weights[k]) for k in {**compiled.params, **compiled.buffers}}
     precision = compiled.policy.precision
-    # NOTE: an inference artifact holds its weights like CompiledModel: on CPU the conv filters as HWIO
-    # (transposed once when loaded; the manifest lists them), so the same kernel forms apply (ResNet-50 b8
-    # from a .pxa, 2 cores: bf16 185 -> 147 ms, fp32 237.7 -> 228.4).
+    # NOTE: an inference artifact holds its weights like CompiledModel (held.py): on CPU the conv filters
+    # as HWIO, under bf16/fp16 the white-list weights in half, prepared once when loaded (the manifest lists
+    # them), so the same kernel forms apply. ResNet-50 b8 from a .pxa, 2 cores: fp32 237.7 -> 228.4 ms
+    # (HWIO); bf16 185 -> 147 (HWIO), then 143.4 -> 130.1 (half; px.compile in the same run: 130.3).
     policies = {p: LoweringPolicy.tuned(p, precision, inference=True) for p in platforms}
-    hwio = {p: sorted(hwio_filter_names(graph)) if policies[p].hwio_filters else [] for p in platforms}
+    held = {p: HeldWeights.for_graph(graph, policies[p]) for p in platforms}
 
     def args(p):
-        laid_out = {k: hwio_shaped(v) if k in hwio[p] else v for k, v in weights.items()}
+        laid_out = held[p].all_prepared(weights)
         return (avals({k: laid_out[k] for k in compiled.params}), avals({k: laid_out[k] for k in compiled.buffers}))
     exported, shapes = export_all(lambda p: jax.jit(inference_fn(graph, policies[p])), graph, args, (key_data,),
                                   platforms, example_inputs)
@@ -70,7 +71,7 @@ def export(model, path: str, platforms: Sequence[str] = ("cpu",), example_inputs
                 "feeds": [fmt.tensor_spec(t) for t in graph.feeds],
                 "fetches": [fmt.tensor_spec(t) for t in graph.fetches],
                 "key_data": key_data.tolist(),
-                "exported": {p: {"member": fmt.exported_member(p), **shapes, "hwio_filters": hwio[p]}
+                "exported": {p: {"member": fmt.exported_member(p), **shapes, **held[p].to_manifest()}
                              for p in platforms},
                 "lowering": fmt.lowering_record(policies, precision),
                 "checks": [check_message(op) for op in checked_ops(graph)],

@@ -13,9 +13,8 @@ from . import feeds as feeds_mod
 from . import x64
 from .cache import compile_progress
 from .graph import Graph
-from .half import HALF, half_weight_names
+from .held import HeldWeights
 from .interpreter import check_message, draws_random, fail_on_false_flags, raise_failed_check
-from .layouts import OIHW_TO_HWIO, hwio_filter_names
 from .lower import checked_ops, lower
 from .policy import LoweringPolicy
 from .xla_options import inference_options
@@ -36,15 +35,12 @@ class CompiledModel:
         # NOTE: inference honours Strategy.precision only: half compute, float32 weights and outputs.
         precision = strategy.precision if strategy is not None else "fp32"
         self.policy = policy or LoweringPolicy.live(precision, inference=True)
-        # NOTE: weights the executable reads in another precision or layout than Paddle's, prepared once
-        # here, not on every call: matmul weights in half (BERT-Base bf16: -20 %), conv filters as HWIO
-        # on CPU (ResNet-50 b8: 512 -> 451 ms). set_weights applies the same to new values.
-        self._half_dtype = HALF.get(self.policy.precision)
-        self._half = half_weight_names(graph) if self._half_dtype is not None else set()
-        self._hwio = hwio_filter_names(graph) if self.policy.hwio_filters else set()
+        # NOTE: weights the executable reads in another precision or layout than Paddle's (held.py),
+        # prepared once here, not on every call; set_weights applies the same to new values.
+        self.held = HeldWeights.for_graph(graph, self.policy)
         self._fn = lower(graph, self.policy, checks=True)
         self._checks = checked_ops(graph)
-        params = {p.name: self._prepared(p.name, weights[p.name]) for p in graph.params}
+        params = {p.name: self.held.prepared(p.name, weights[p.name]) for p in graph.params}
         self.params = jax.device_put({k: v for k, v in params.items() if _is_trainable(graph, k)})
         self.buffers = jax.device_put({k: v for k, v in params.items() if not _is_trainable(graph, k)})
         self._key = key if key is not None else jax.random.key(seed)
@@ -54,14 +50,6 @@ class CompiledModel:
         self._compiled: dict[tuple, Any] = {}
         self.compile_seconds: dict[tuple, float] = {}
 
-    def _prepared(self, name: str, value):
-        xp = jnp if isinstance(value, jax.Array) else np       # NOTE: device values stay on the device
-        if name in self._half:
-            value = xp.asarray(value).astype(self._half_dtype)
-        if name in self._hwio:
-            value = xp.transpose(value, OIHW_TO_HWIO)
-        return value
-
     def set_weights(self, values: Mapping[str, Any]) -> None:
         """Replace weights by name, given as Paddle lays them out (e.g. a train step's current ones).
 
@@ -70,7 +58,7 @@ class CompiledModel:
         mine = {k: jnp.copy(v) if isinstance(v, jax.Array) else v
                 for k, v in values.items() if k in self.params or k in self.buffers}
         self.source_weights = {**self.source_weights, **mine}
-        prepared = jax.device_put({k: self._prepared(k, v) for k, v in mine.items()})
+        prepared = jax.device_put(self.held.all_prepared(mine))
         self.params = {**self.params, **{k: v for k, v in prepared.items() if k in self.params}}
         self.buffers = {**self.buffers, **{k: v for k, v in prepared.items() if k in self.buffers}}
 

@@ -76,6 +76,10 @@ def test_bf16_export_runs_the_same_kernel_forms_as_compile(tmp_path):
     assert loaded.mode == "exported"
     for got, want in zip(loaded(x), bf16(x)):
         np.testing.assert_array_equal(got, want)
+    # the weights are held as the live model holds them: half where only white-list ops read them
+    held = sorted(k for k, v in bf16.compiled.params.items() if v.dtype == "bfloat16")
+    assert held and loaded.manifest["exported"]["cpu"]["half_weights"] == held
+    assert {k: str(v.dtype) for k, v in loaded.params.items()} == {k: str(v.dtype) for k, v in bf16.compiled.params.items()}
 
 Y = np.array([1, 3], "int64")
 
