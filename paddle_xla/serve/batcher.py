@@ -8,8 +8,9 @@ request's arrival (Triton's rule) or from the end of the previous call, whicheve
 clients that call just answered are about to send again, and closed-loop clients as many as
 max_batch_size otherwise settle into two alternating half batches (measured: BERT-Base, 32 clients,
 15 rows per call on average).
-It pads the rows to the nearest preferred batch size, makes ONE call, and hands each request its
-own rows. One thread per model because XLA already spreads a call over every core; a second call
+It pads the rows to the nearest preferred batch size and makes ONE call, or, where warm-up measured
+smaller calls to be cheaper per row (plan.py; --no-split-batches turns it off), runs the rows as
+those calls in turn; each request gets back its own rows. One thread per model because XLA already spreads a call over every core; a second call
 at once would only compete with it, and the event loop stays free to take requests meanwhile.
 
 A model without a batch dimension, or --no-batching, runs one request per call (still padded to a
@@ -28,7 +29,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import CheckFailedError, FeedError
-from . import padding
+from . import padding, plan
 from .errors import RequestError, unavailable
 from .metrics import Metrics
 from .repository import ServedModel
@@ -59,6 +60,7 @@ class ModelWorker:
         self._queued = 0
         self._stopping = False
         self._last_call_end = 0.0           # time.monotonic() when the previous call's answers went out
+        self._plans: dict[tuple, dict[int, plan.Plan]] = {}   # measured at warm-up (plan.py)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._main, name=f"paddle-xla-serve {model.name}", daemon=True)
 
@@ -110,13 +112,30 @@ class ModelWorker:
     # ---- the worker thread ----
     def _main(self) -> None:
         try:
-            warm_up(self.model, self.settings, self.log, lambda: self._stopping)
+            timings = warm_up(self.model, self.settings, self.log, lambda: self._stopping,
+                              time_calls=self.settings.split_batches and self.settings.batching)
+            self._plans = self._measured_plans(timings)
         except Exception as e:   # NOTE: a model that cannot run stops the server (see server.py)
             self.on_failure(f"{self.model.name}: warm-up failed: {type(e).__name__}: {e}")
             return
         self.ready = True
         while (jobs := self._next_batch()) is not None:
             self._run(jobs)
+
+    def _measured_plans(self, timings) -> dict[tuple, dict[int, plan.Plan]]:
+        """Per request group, the cheapest calls for each row count; a group is planned only when every
+        padded size was timed (else it keeps one padded call)."""
+        sizes, plans = set(self.settings.preferred_batch_sizes), {}
+        for group, seconds in timings.items():
+            if set(seconds) == sizes:
+                plans[group] = plan.cheapest_plans(seconds, self.settings.max_batch_size)
+                if said := plan.describe(plans[group], seconds):
+                    self.log(f"{self.model.name}: runs {said}")
+        return plans
+
+    def _plan(self, group: tuple, rows: int) -> plan.Plan:
+        planned = self._plans.get(group)
+        return planned[rows] if planned else plan.padded_plan(rows, self.settings.preferred_batch_sizes)
 
     def _next_batch(self) -> list[Job] | None:
         with self._cond:
@@ -182,20 +201,31 @@ class ModelWorker:
     def _call(self, jobs: list[Job]) -> list[dict[str, np.ndarray]]:
         name, rows = self.model.name, [job.rows for job in jobs]
         if self.batched:
-            size = padding.padded_size(sum(rows), self.settings.preferred_batch_sizes)
-            feeds = padding.stack([job.inputs for job in jobs], size)
+            calls = self._plan(jobs[0].group, sum(rows))
+            feeds = padding.stack([job.inputs for job in jobs], sum(calls))
             self.metrics.batch_rows.labels(name).observe(sum(rows))
-            self.metrics.batch_padded.labels(name).observe(size)
+            self.metrics.batch_padded.labels(name).observe(sum(calls))
         else:
-            feeds = jobs[0].inputs
+            calls, feeds = (), jobs[0].inputs
         self.metrics.batch_requests.labels(name).observe(len(jobs))
         start = time.perf_counter()
-        outputs = [np.asarray(o) for o in self.model.artifact.run(**feeds)]
+        outputs = self._run_calls(feeds, calls)
         self.metrics.compute.labels(name).observe(time.perf_counter() - start)
         named = dict(zip(self.model.outputs, outputs))
         if not self.batched:
             return [named]
         return padding.unstack(named, rows, [job.lengths for job in jobs], self.model.layout)
+
+    def _run_calls(self, feeds: dict[str, np.ndarray], calls: plan.Plan) -> list[np.ndarray]:
+        """The outputs for `feeds`, from one call, or from one call per planned size (rows in order)."""
+        if len(calls) <= 1:
+            return [np.asarray(o) for o in self.model.artifact.run(**feeds)]
+        parts, start = [], 0
+        for size in calls:
+            part = {k: v[start:start + size] for k, v in feeds.items()}
+            parts.append([np.asarray(o) for o in self.model.artifact.run(**part)])
+            start += size
+        return [np.concatenate(column) for column in zip(*parts)]
 
     def _request_error(self, e: Exception) -> RequestError:
         if isinstance(e, (FeedError, CheckFailedError)):

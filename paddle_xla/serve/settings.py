@@ -14,6 +14,7 @@ class Settings:
     preferred_batch_sizes: tuple[int, ...] = ()   # () -> powers of two up to max_batch_size
     seq_buckets: tuple[int, ...] = ()   # lengths free non-batch dims are padded up to; () -> none
     batching: bool = True
+    split_batches: bool = True          # run a batch as the calls warm-up measured cheapest (plan.py)
     max_queue_size: int = 256           # queued requests per model before 503
     request_timeout_ms: int = 60_000    # 0 -> no server-side timeout
     max_body_mb: float = 64.0

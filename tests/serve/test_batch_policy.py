@@ -38,7 +38,7 @@ def test_closed_loop_clients_share_full_batches(model_dirs, artifacts):
     model = load_model(os.path.join(model_dirs["small"], "twoheads.pxa"), batching=True, buckets=False)
     slow = SlowArtifact(model.artifact)
     model = dataclasses.replace(model, artifact=slow)
-    settings = Settings(max_batch_size=2 * GROUP, max_queue_delay_us=int(DELAY_S * 1e6))
+    settings = Settings(max_batch_size=2 * GROUP, max_queue_delay_us=int(DELAY_S * 1e6), split_batches=False)
     rng = np.random.default_rng(0)
     answers = []
 
