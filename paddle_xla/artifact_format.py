@@ -27,8 +27,9 @@ from .graph import Graph, Tensor
 from .policy import LOWERING_VERSION, PLATFORMS, LoweringPolicy, live_platform  # noqa: F401  (PLATFORMS: export's)
 
 # NOTE: 2: an inference executable reads the weights its manifest lists (exported.<p>.hwio_filters,
-# .half_weights) as HWIO or in half (held.py). A version-1 reader would feed the filters as OIHW (silently
-# wrong where the shapes agree), so it must refuse these.
+# .half_weights) as HWIO or in half (held.py). Version 1 had no half_weights, and hwio_filters only in its
+# last release: an older reader would feed the filters as OIHW (silently wrong where the shapes agree), so
+# it must refuse these.
 FORMAT_VERSION = 2
 MANIFEST, GRAPH, WEIGHTS, STRATEGY = "manifest.json", "graph.json", "weights.safetensors", "strategy.json"
 current_platform = live_platform

@@ -35,7 +35,8 @@ class HeldWeights:
 
     @classmethod
     def from_manifest(cls, entry: Mapping, precision: str) -> "HeldWeights":
-        """From an artifact's `exported.<platform>` entry (format version 1 lists neither: nothing held)."""
+        """From an artifact's `exported.<platform>` entry. Format version 1 lists no half weights, and
+        lists HWIO filters only from its last release on (before that: nothing held)."""
         return cls(hwio=frozenset(entry.get("hwio_filters", ())), half=frozenset(entry.get("half_weights", ())),
                    half_dtype=HALF.get(precision))
 

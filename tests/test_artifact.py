@@ -309,11 +309,12 @@ def test_runs_where_paddle_is_not_importable(model, pxa_path, tmp_path):
 
 # ---- load errors ---------------------------------------------------------------------------------
 def test_version_1_artifact_still_loads(model, pxa_path, tmp_path):
-    """Version 1 wrote no filter list (its executables take OIHW filters); a newer reader runs it unchanged."""
+    """Version 1 listed no half weights, and at first no HWIO filters; a newer reader runs it unchanged."""
     m = manifest_of(pxa_path)
     m["format_version"] = 1
     for entry in m.get("exported", {}).values():
         entry.pop("hwio_filters", None)
+        entry.pop("half_weights", None)
     loaded = pxa.load(rewrite(pxa_path, tmp_path / "v1.pxa", manifest=m))
     assert_same(loaded(*inputs(3)), model(*inputs(3)))
 

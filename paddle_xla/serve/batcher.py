@@ -8,9 +8,10 @@ request's arrival (Triton's rule) or from the end of the previous call, whicheve
 clients that call just answered are about to send again, and closed-loop clients as many as
 max_batch_size otherwise settle into two alternating half batches (measured: BERT-Base, 32 clients,
 15 rows per call on average).
-It pads the rows to the nearest preferred batch size and makes ONE call, or, where warm-up measured
-smaller calls to be cheaper per row (plan.py; --no-split-batches turns it off), runs the rows as
-those calls in turn; each request gets back its own rows. One thread per model because XLA already spreads a call over every core; a second call
+It pads the rows to the nearest preferred batch size and makes ONE call; each request gets back its
+own rows. Where warm-up measured smaller calls to be cheaper per row (plan.py; --no-split-batches
+turns it off), a batch takes no more rows than the largest call any plan makes, and a request bigger
+than that runs as the planned calls in turn. One thread per model because XLA already spreads a call over every core; a second call
 at once would only compete with it, and the event loop stays free to take requests meanwhile.
 
 A model without a batch dimension, or --no-batching, runs one request per call (still padded to a
@@ -61,6 +62,7 @@ class ModelWorker:
         self._stopping = False
         self._last_call_end = 0.0           # time.monotonic() when the previous call's answers went out
         self._plans: dict[tuple, dict[int, plan.Plan]] = {}   # measured at warm-up (plan.py)
+        self._row_limits: dict[tuple, int] = {}                # the largest call any plan makes, per group
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._main, name=f"paddle-xla-serve {model.name}", daemon=True)
 
@@ -129,8 +131,9 @@ class ModelWorker:
         for group, seconds in timings.items():
             if set(seconds) == sizes:
                 plans[group] = plan.cheapest_plans(seconds, self.settings.max_batch_size)
+                self._row_limits[group] = plan.largest_call(plans[group])
                 if said := plan.describe(plans[group], seconds):
-                    self.log(f"{self.model.name}: runs {said}")
+                    self.log(f"{self.model.name}: {said}")
         return plans
 
     def _plan(self, group: tuple, rows: int) -> plan.Plan:
@@ -146,7 +149,7 @@ class ModelWorker:
                     self._cond.wait()
                     continue
                 group = min(self._groups, key=lambda g: self._groups[g][0].enqueued)
-                jobs, full = self._fill(self._groups[group])
+                jobs, full = self._fill(self._groups[group], self._row_limits.get(group, self.settings.max_batch_size))
                 wait = max(jobs[0].enqueued, self._last_call_end) + self._delay() - time.monotonic() if jobs else 0
                 if full or wait <= 0 or self._stopping:
                     self._take(group, jobs)
@@ -158,18 +161,20 @@ class ModelWorker:
     def _delay(self) -> float:
         return self.settings.max_queue_delay_us / 1e6 if self.settings.batching and self.batched else 0.0
 
-    def _fill(self, queue: collections.deque[Job]) -> tuple[list[Job], bool]:
-        """The jobs a call would take from this group now, and whether nothing more could join."""
+    def _fill(self, queue: collections.deque[Job], limit: int) -> tuple[list[Job], bool]:
+        """The jobs a batch would take from this group now, and whether nothing more could join: rows up
+        to `limit` (max_batch_size, or less where warm-up timed smaller calls cheaper per row: plan.py),
+        and always the oldest job (one request may bring up to max_batch_size rows; its plan splits it)."""
         live = [job for job in queue if not job.abandoned]
         if not (self.settings.batching and self.batched):
             return live[:1], True
         jobs, rows = [], 0
         for job in live:
-            if rows + job.rows > self.settings.max_batch_size:
+            if jobs and rows + job.rows > limit:
                 return jobs, True
             jobs.append(job)
             rows += job.rows
-        return jobs, rows == self.settings.max_batch_size
+        return jobs, rows >= limit
 
     def _take(self, group: tuple, jobs: list[Job]) -> None:
         taken = {id(job) for job in jobs}

@@ -49,7 +49,8 @@ def padded_size(rows: int, sizes: Sequence[int]) -> int:
 
 
 def group_of(arrays: Mapping[str, np.ndarray]) -> tuple:
-    return tuple((name, array.shape[1:]) for name, array in arrays.items())
+    # NOTE: by name, not in the order a client sent the inputs: the same shapes are one group (and one plan)
+    return tuple(sorted((name, array.shape[1:]) for name, array in arrays.items()))
 
 
 def stack(requests: Sequence[Mapping[str, np.ndarray]], size: int) -> dict[str, np.ndarray]:

@@ -59,14 +59,15 @@ class TimedArtifact:
         return self.artifact.run(**feeds)
 
 
-def _serve_eight_rows(model_dirs, artifacts, split: bool):
+def _serve(model_dirs, artifacts, sizes, split: bool):
+    """Requests of `sizes` rows sent together; (rows per call, the worker's log lines)."""
     model = load_model(os.path.join(model_dirs["small"], "twoheads.pxa"), batching=True, buckets=False)
     timed = TimedArtifact(model.artifact)
     model = dataclasses.replace(model, artifact=timed)
     config = Settings(max_batch_size=8, max_queue_delay_us=200_000, split_batches=split)
     rng = np.random.default_rng(0)
     requests = [(rng.standard_normal((n, 8)).astype("float32"), rng.standard_normal((n, 4)).astype("float32"))
-                for n in (3, 1, 2, 2)]
+                for n in sizes]
     lines = []
 
     async def main():
@@ -86,12 +87,17 @@ def _serve_eight_rows(model_dirs, artifacts, split: bool):
     return timed.rows, lines
 
 
-def test_the_batcher_splits_a_batch_that_warm_up_timed_cheaper_in_parts(model_dirs, artifacts):
-    rows, lines = _serve_eight_rows(model_dirs, artifacts, split=True)
+def test_batches_stop_at_the_largest_call_warm_up_timed_cheaper(model_dirs, artifacts):
+    rows, lines = _serve(model_dirs, artifacts, (3, 1, 2, 2), split=True)
     assert rows == [4, 4], rows
-    assert any("8 rows as 4+4" in line for line in lines), lines
+    assert any("batches of at most 4 rows" in line and "8 rows as 4+4" in line for line in lines), lines
+
+
+def test_a_request_bigger_than_that_runs_as_its_planned_calls(model_dirs, artifacts):
+    rows, _ = _serve(model_dirs, artifacts, (7,), split=True)
+    assert rows == [4, 4], rows       # 7 rows and a padding row, as two calls of 4
 
 
 def test_no_split_batches_keeps_one_padded_call(model_dirs, artifacts):
-    rows, _ = _serve_eight_rows(model_dirs, artifacts, split=False)
+    rows, _ = _serve(model_dirs, artifacts, (3, 1, 2, 2), split=False)
     assert rows == [8], rows
