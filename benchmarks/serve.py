@@ -161,7 +161,7 @@ def bench_model(name: str, args, workdir: str, env: dict, progress) -> dict:
             expected = expected_latency_s(c, offline["batches"], args.max_batch if batching else 1)
             levels[str(c)] = measure(server.url, level, c, expected, answers, tol, args, progress, f"{name} {key}")
         # NOTE: the server's own account of how it splits a batch (measured at its warm-up, plan.py)
-        plans = [line.split(": runs ", 1)[1] for line in server.lines if ": runs " in line]
+        plans = [line.split(": ", 2)[-1] for line in server.lines if ": batches of at most " in line]
         result["served"][key] = {"flags": flags, "ready_s": server.ready_s, "levels": levels, "batch_plan": plans,
                                  "exit_status": server.stop()}
     result["served"]["paddle_inference"] = bench_paddle(name, job, level, offline, workdir, env, args, progress)
