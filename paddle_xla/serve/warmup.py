@@ -36,10 +36,11 @@ def warm_up(model: ServedModel, settings: Settings, log: Callable[[str], None], 
             return timings   # NOTE: SIGTERM during warm-up: stop now, not after compiling every shape
         start = time.perf_counter()
         feeds = {name: np.zeros(s, model.inputs[name].dtype) for name, s in shape.items()}
-        # NOTE: with one batch size there is nothing to choose between
-        if _warm_one(model, feeds, log) and time_calls and model.layout.batch and len(settings.preferred_batch_sizes) > 1:
-            timings.setdefault(group_of(feeds), {})[len(next(iter(feeds.values())))] = _best_call(model, feeds)
+        ran = _warm_one(model, feeds, log)
         log(f"{model.name}: compiled {_describe(shape)} ({i}/{len(shapes)}, {time.perf_counter() - start:.1f} s)")
+        # NOTE: with one batch size there is nothing to choose between
+        if ran and time_calls and model.layout.batch and len(settings.preferred_batch_sizes) > 1:
+            timings.setdefault(group_of(feeds), {})[len(next(iter(feeds.values())))] = _best_call(model, feeds)
     return timings
 
 
