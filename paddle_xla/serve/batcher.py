@@ -11,8 +11,9 @@ max_batch_size otherwise settle into two alternating half batches (measured: BER
 It pads the rows to the nearest preferred batch size and makes ONE call; each request gets back its
 own rows. Where warm-up measured smaller calls to be cheaper per row (plan.py; --no-split-batches
 turns it off), a batch takes no more rows than the largest call any plan makes, and a request bigger
-than that runs as the planned calls in turn. One thread per model because XLA already spreads a call over every core; a second call
-at once would only compete with it, and the event loop stays free to take requests meanwhile.
+than that runs as the planned calls in turn. One thread per model because XLA already spreads a
+call over every core; a second call at once would only compete with it, and the event loop stays
+free to take requests meanwhile.
 
 A model without a batch dimension, or --no-batching, runs one request per call (still padded to a
 preferred size, so that it never waits for a compile). Every padded shape is compiled at warm-up,
