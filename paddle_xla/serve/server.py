@@ -42,6 +42,8 @@ def run(folder: str, settings: Settings) -> int:
         server.should_exit = True
 
     workers = {name: ModelWorker(model, settings, metrics, log, on_failure) for name, model in models.items()}
+    # NOTE: uvicorn's http="auto" parses with httptools (a serve dependency) rather than h11: A/B on 2 cores,
+    # ResNet-50 bf16 (600 KB binary requests) at 8 / 32 clients 50.3 / 54.2 -> 55.6 / 55.6 req/s
     config = uvicorn.Config(build_app(models, workers, settings, metrics, state, log), lifespan="off",
                             log_level="warning", access_log=False, timeout_graceful_shutdown=drain_s)
     server = DrainingServer(config, state, lambda: [worker.drain() for worker in workers.values()])
