@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # NOTE: the peak and BERT FLOPs live in the package, so `paddle-xla bench` and these scripts agree.
-from paddle_xla.perf import best_rate, bert_flops, matmul_peak, matmul_rate  # noqa: E402,F401
+from paddle_xla.cli.perf import best_rate, bert_flops, matmul_peak, matmul_rate  # noqa: E402,F401
 
 # ---- timing ------------------------------------------------------------------------------------
 
@@ -187,7 +187,7 @@ def paddle_env(kept_heap: bool) -> dict[str, str]:
     """Environment for a Paddle worker: glibc's default malloc, or paddle_xla's malloc policy
     (host_heap.py) from the process's start, so that Paddle is not compared at a disadvantage. A
     Paddle worker imports paddle_xla's helpers too, which would otherwise set the policy late."""
-    from paddle_xla.host_heap import GLIBC_TUNABLES
+    from paddle_xla.runtime.host_heap import GLIBC_TUNABLES
     return {"PADDLE_XLA_KEEP_HEAP": "0", **({"GLIBC_TUNABLES": GLIBC_TUNABLES} if kept_heap else {})}
 
 

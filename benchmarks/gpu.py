@@ -175,8 +175,8 @@ def mfu(flops: float | None, seconds: float, precision: str, sheet, measured: di
 
 # ---- the sections ------------------------------------------------------------------------------
 def infer(ctx: dict, precision: str) -> dict[str, Any]:
-    from paddle_xla import artifact as pxa
-    from paddle_xla.lower import lower
+    from paddle_xla.artifact import reader as pxa
+    from paddle_xla.lowering.lower import lower
     path = ctx["paths"]["infer"]
     meta = ctx["meta"]
     start = time.perf_counter()
@@ -189,7 +189,7 @@ def infer(ctx: dict, precision: str) -> dict[str, Any]:
     else:
         # NOTE: the artifact's executable is float32; bf16 re-lowers its Graph with Paddle's AMP O1 cast
         # policy (half.py), on the weights it loaded.
-        from paddle_xla.policy import LoweringPolicy
+        from paddle_xla.lowering.policy import LoweringPolicy
         fn = jax.jit(lower(art.graph, LoweringPolicy.live(precision)))
         params, buffers = jax.device_put(_split(art))
         key = jax.random.wrap_key_data(art.key_data)
@@ -214,7 +214,7 @@ def _split(art) -> tuple[dict, dict]:
 
 
 def train(ctx: dict, precision: str) -> dict[str, Any]:
-    from paddle_xla import artifact as pxa
+    from paddle_xla.artifact import reader as pxa
     from paddle_xla.strategy import Strategy
     meta, paths = ctx["meta"], ctx["paths"]
     own = precision == "bf16" and os.path.exists(paths["train-bf16"])
@@ -230,7 +230,7 @@ def train(ctx: dict, precision: str) -> dict[str, Any]:
     # NOTE: each step returns the loss as a Python float, so each call syncs; that is how a training
     # loop runs too (one host round trip per step).
     t = throughput(lambda: losses.append(s(**feeds)), lambda _: None, ctx["min_seconds"], 200)
-    from paddle_xla.train_artifact import step_fn
+    from paddle_xla.artifact.train_artifact import step_fn
     st = s.state
     flops = counted_flops(ctx, "train", step_fn(s.graph, s.config), avals(dict(st.params)), avals(dict(st.buffers)),
                           avals(st.opt_state), avals(feeds), np.zeros(2, np.uint32), np.float32(0)) \

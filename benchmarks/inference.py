@@ -47,7 +47,7 @@ CONFIGS: dict[str, tuple[str, bool, str]] = {
     # "ConvertPirAttribute2RuntimeAttribute not support"); its plain CPU predictor still runs them.
     "inference_plain": ("inference", True, "Paddle Inference without oneDNN, cpu math threads = nproc, "
                                            "switch_ir_optim(True)"),
-    # NOTE: paddle_xla keeps freed host memory for reuse (paddle_xla/host_heap.py); Paddle gets the same
+    # NOTE: paddle_xla keeps freed host memory for reuse (paddle_xla/runtime/host_heap.py); Paddle gets the same
     # malloc policy here, as GLIBC_TUNABLES, so that it is not compared at a disadvantage.
     "inference_onednn_kept_heap": ("inference", True, "inference_onednn under paddle_xla's malloc policy "
                                                       "(GLIBC_TUNABLES: one arena, no mmap, no trim)"),

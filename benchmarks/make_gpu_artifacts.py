@@ -31,7 +31,7 @@ import paddle  # noqa: E402
 import common  # noqa: E402
 import paddle_xla as px  # noqa: E402
 # NOTE: not px.export: once the submodule paddle_xla.export is imported, it shadows that lazy name.
-from paddle_xla.export import export  # noqa: E402
+from paddle_xla.artifact.writer import export  # noqa: E402
 from paddle_xla.models.bert import BertConfig, BertForPretraining, BertModel  # noqa: E402
 from paddle_xla.models.bert_data import synthetic_batch  # noqa: E402
 

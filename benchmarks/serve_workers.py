@@ -50,7 +50,7 @@ def prepare(job: dict) -> dict:
     import paddle
 
     import paddle_xla as px
-    from paddle_xla.export import export
+    from paddle_xla.artifact.writer import export
     net, specs, inputs = build(job["model"], job["settings"])
     strategy = px.Strategy(precision="bf16") if job["settings"]["bf16"] else None
     start = time.perf_counter()
@@ -77,7 +77,7 @@ def rows_of(pool: list[np.ndarray], batch: int) -> list[np.ndarray]:
 
 def offline(job: dict) -> dict:
     """The artifact called in-process, as the server calls it (artifact.run, then NumPy)."""
-    from paddle_xla import artifact as pxa
+    from paddle_xla.artifact import reader as pxa
     model = pxa.load(job["artifact"])
     pool = load_pool(job["pool"])
     answers = [[np.asarray(o) for o in model.run(*[x[i:i + 1] for x in pool])] for i in range(len(pool[0]))]

@@ -122,7 +122,7 @@ def main() -> None:
     ap.add_argument("--models", default="bert,resnet50", help=f"comma-separated: bert, {', '.join(CNNS)}")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "train.json"))
     args = ap.parse_args()
-    from paddle_xla import bench as b
+    from paddle_xla.cli import bench as b
     s = b.BenchSettings(config=args.config, batch=args.batch, seq=args.seq, repeats=args.repeats, parts=("train",),
                         max_predictions=args.max_predictions)
     models = args.models.split(",")

@@ -1,7 +1,7 @@
 """paddle_xla: PaddlePaddle models on any XLA device, with no change to the model's code.
 
 The Paddle-facing names (compile, check, train_step, Model, ...) load on first use, so that the
-Paddle-free parts (paddle_xla.artifact, graph, lower, ops, train, parallel) import where Paddle is
+Paddle-free parts (paddle_xla.artifact, graph, lowering, ops, train, parallel, runtime) import where Paddle is
 not installed."""
 from importlib import import_module as _import_module
 
@@ -12,8 +12,8 @@ from .strategy import LossScale, Strategy  # noqa: F401
 
 __version__ = "0.1.0"
 
-from .cache import enable_compile_cache as _enable_compile_cache  # noqa: E402
-from .host_heap import keep_freed_memory as _keep_freed_memory  # noqa: E402
+from .runtime.compile_cache import enable_compile_cache as _enable_compile_cache  # noqa: E402
+from .runtime.host_heap import keep_freed_memory as _keep_freed_memory  # noqa: E402
 
 _enable_compile_cache()
 # NOTE: before XLA starts its threads (host_heap.py says why, and what it costs)
@@ -24,13 +24,14 @@ _LAZY = {
     "compile": "api", "check": "api", "load_inference_model": "api", "XlaModel": "api",
     "train_step": "training", "TrainStep": "training",
     "supported_ops": "ops.registry",
-    "stage": "stage",
+    "stage": "capture.stage_markers",
     "plan": "planning",
     "Model": "hapi",
-    "load_artifact": ("artifact", "load"),
+    "load_artifact": ("artifact.reader", "load"),
+    "export": "artifact.writer",
 }
 
-__all__ = sorted([*_LAZY, "export", "Graph", "Strategy", "LossScale", "PaddleXlaError", "CaptureError",
+__all__ = sorted([*_LAZY, "Graph", "Strategy", "LossScale", "PaddleXlaError", "CaptureError",
                   "CheckFailedError", "CheckpointError",
                   "FeedError", "LoweringError", "ModelLoadError", "StrategyError", "TrainingError",
                   "UnsupportedOpsError"])
@@ -49,7 +50,3 @@ def __getattr__(name):
 def __dir__():
     return __all__
 
-
-# NOTE: imported eagerly (it is Paddle-free): a lazy `export` would be shadowed by the submodule
-# paddle_xla.export as soon as anything imported it, and px.export would become a module.
-from .export import export  # noqa: E402,F401

@@ -11,9 +11,9 @@ import paddle
 from . import capture, x64
 from .errors import UnsupportedOpsError
 from .graph import Graph
-from .checking import lowering_problems
-from .lower import CoverageReport, check_graph
-from .runtime import CompiledModel
+from .lowering.checking import lowering_problems
+from .lowering.lower import CoverageReport, check_graph
+from .runtime.compiled import CompiledModel
 
 
 @x64.methods

@@ -185,14 +185,14 @@ def _decode_graph(d) -> Graph:
 # ---- graph + weights on disk ----------------------------------------------------------
 def save(path: str, graph: Graph, weights: Mapping[str, np.ndarray]) -> None:
     """Write `path/graph.json` and `path/weights.safetensors`, each atomically."""
-    from .io import atomic_write, save_weights
+    from .files import atomic_write, save_weights
     os.makedirs(path, exist_ok=True)
     atomic_write(os.path.join(path, "graph.json"), graph.to_json().encode())
     save_weights(os.path.join(path, "weights.safetensors"), weights)
 
 
 def load(path: str) -> tuple[Graph, dict[str, np.ndarray]]:
-    from .io import load_weights
+    from .files import load_weights
     gpath = os.path.join(path, "graph.json")
     try:
         with open(gpath, encoding="utf-8") as f:
@@ -217,3 +217,22 @@ def upstream_values(block: Block, targets: set[int]) -> set[int]:
         for sub in op.blocks:
             needed.update(v for inner in sub.walk() for v in inner.inputs if v is not None)
     return needed
+
+
+# ---- data flow: which values an op reads ----
+def block_reads(block: Block) -> set[int]:
+    """Values a block reads from outside itself (PIR blocks read outer values by closure)."""
+    defined = set(block.args)
+    reads: set[int] = set()
+    for op in block.ops:
+        reads |= {v for v in op_reads(op) if v not in defined}
+        defined |= set(op.outputs)
+    return reads
+
+
+def op_reads(op: Op) -> set[int]:
+    """Every outer value an op reads: its operands and what its sub-blocks read by closure."""
+    reads = {v for v in op.inputs if v is not None}
+    for b in op.blocks:
+        reads |= block_reads(b)
+    return reads

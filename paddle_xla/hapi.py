@@ -11,9 +11,9 @@ import paddle
 from paddle.static import InputSpec
 
 from . import capture, x64
-from .runtime import CompiledModel
+from .runtime.compiled import CompiledModel
 from .training import TrainStep
-from .wrap import net_with_loss
+from .capture.wrap import net_with_loss
 
 
 def _to_list(x) -> list:

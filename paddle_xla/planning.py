@@ -10,11 +10,11 @@ import paddle
 
 from . import capture
 from .errors import StrategyError
-from .interop import optim as optim_interop
+from .interop import paddle_optimizer as optim_interop
 from .planner import costs as costs_lib
 from .planner import search
 from .planner.profiles import profile
-from .wrap import net_with_loss
+from .capture.wrap import net_with_loss
 
 
 def plan(net: paddle.nn.Layer, input_spec: Sequence, label_spec: Sequence = (), optimizer=None, *,

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -173,7 +174,6 @@ class Strategy:
             kinds[rule] = kind
         # NOTE: stored by name, so the Strategy stays plain data (to_dict, artifacts).
         object.__setattr__(self, "tensor_plan", kinds)
-        from .parallel.rules import parse_rule
         for rule in kinds:
             for alternative in rule.split("|"):
                 parse_rule(alternative)
@@ -195,7 +195,6 @@ class Strategy:
         if bad:
             raise StrategyError(f"placement rules {bad} name stages outside 0..{self.stages - 1}; "
                                 f"with stages={self.stages} use stage numbers 0 to {self.stages - 1}.")
-        from .parallel.rules import parse_rule
         for rule in p:
             parse_rule(rule)
 
@@ -249,3 +248,43 @@ class Strategy:
         if isinstance(d.get("loss_scale"), Mapping):
             d["loss_scale"] = LossScale(**d["loss_scale"])
         return Strategy(**d)
+
+
+# ---- layer-path rules (Strategy.placement, Strategy.tensor_plan) ----------------------------------
+# NOTE: the syntax of the keys of Strategy.placement and tensor_plan, checked here so that a bad rule
+# fails when the Strategy is built; parallel/rules.py says how a rule matches weights.
+_RANGE = re.compile(r"^(\d+)-(\d+|\*)$")
+
+
+@dataclass(frozen=True)
+class Rule:
+    text: str
+    parts: tuple[str, ...]
+
+    def matches(self, key: str) -> bool:
+        names = key.split(".")
+        n = len(self.parts)
+        return any(all(_part_matches(p, k) for p, k in zip(self.parts, names[i:i + n]))
+                   for i in range(len(names) - n + 1))
+
+
+def _part_matches(part: str, name: str) -> bool:
+    if part == "*" or part == name:
+        return True
+    m = _RANGE.match(part)
+    if m and name.isdigit():
+        hi = m[2]
+        return int(m[1]) <= int(name) and (hi == "*" or int(name) <= int(hi))
+    return False
+
+
+def parse_rule(text) -> Rule:
+    if not isinstance(text, str) or not text.strip():
+        raise StrategyError(f"A placement rule must be a layer path such as 'encoder.layers.0-3', got {text!r}.")
+    parts = tuple(text.strip().strip(".").split("."))
+    for part in parts:
+        m = _RANGE.match(part)
+        if not part or (m and m[2] != "*" and int(m[1]) > int(m[2])):
+            raise StrategyError(f"Placement rule {text!r} has a bad part {part!r}: use names, '*', N or N-M "
+                                "with N <= M, joined by dots, e.g. 'encoder.layers.0-3'.")
+    return Rule(text, parts)

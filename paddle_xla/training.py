@@ -12,16 +12,16 @@ import paddle
 
 from . import capture, x64
 from .errors import CheckFailedError, TrainingError, UnsupportedOpsError
-from .feeds import bind, check
-from .interop import optim as optim_interop
-from .interpreter import check_message, fail_on_false_flags, raise_failed_check
-from .lower import check_graph, checked_ops
+from .runtime.feeds import bind, check
+from .interop import paddle_optimizer as optim_interop
+from .lowering.interpreter import check_message, fail_on_false_flags, raise_failed_check
+from .lowering.lower import check_graph, checked_ops
 from .train import checkpoint, optim
 from .parallel.tensor_plan import tensor_plan_for
-from .stage import placement_for
-from .step_runner import StepRunner
+from .capture.stage_markers import markers
+from .runtime.step_runner import StepRunner
 from .train.step import TrainState, split_weights
-from .wrap import net_with_loss
+from .capture.wrap import net_with_loss
 
 
 @x64.methods
@@ -187,3 +187,21 @@ def train_step(net, loss_fn, optimizer, input_spec, label_spec=(), **kw) -> Trai
     """Compile one training step of `net` (and `loss_fn(outputs..., labels...)`, or None when
     net's first output is the loss) with `optimizer`'s exact Paddle update rule."""
     return TrainStep(net, loss_fn, optimizer, input_spec, label_spec, **kw)
+
+
+def placement_for(captured, strategy, verbose: bool = True):
+    """The stage of every op of a captured program under `strategy` (None without stages), with
+    the plan printed before compiling."""
+    if strategy is None or strategy.stages == 1:
+        return None
+    from .parallel import placement as pl
+    from .parallel import report
+    graph = captured.graph
+    values = report.stand_in_values(graph, strategy.precision)
+    cost, cut_bytes = report.costs(graph, values)
+    result = pl.place(graph, strategy.stages, strategy.placement, markers(graph), captured.state_keys,
+                      cost, cut_bytes)
+    result.plan = report.describe(graph, result, values)
+    if verbose:
+        print(result.plan)
+    return result

@@ -14,9 +14,9 @@ import pytest
 from paddle.static import InputSpec
 
 import paddle_xla as px
-from paddle_xla import artifact as pxa
-from paddle_xla import cache
-from paddle_xla.export import ExportError, export
+from paddle_xla.artifact import reader as pxa
+from paddle_xla.runtime import compile_cache as cache
+from paddle_xla.artifact.writer import ExportError, export
 from zoo import GPTDecoder, build
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -467,7 +467,7 @@ def test_progress_spinner_on_a_terminal():
 def test_cli_run(model, pxa_path, tmp_path):
     from typer.testing import CliRunner
 
-    from paddle_xla.cli import app
+    from paddle_xla.cli.main import app
     x, y = inputs(3)
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
@@ -489,7 +489,7 @@ def test_cli_run(model, pxa_path, tmp_path):
 def test_cli_hides_start_up_noise_unless_verbose(tmp_path):
     """Paddle's glog and ccache lines and JAX's TPU probe say nothing about the user's model."""
     (tmp_path / "tiny.py").write_text("import paddle\n\ndef net():\n    return paddle.nn.Linear(4, 2)\n")
-    cmd = [sys.executable, "-c", "from paddle_xla.cli import app; app()"]
+    cmd = [sys.executable, "-c", "from paddle_xla.cli.main import app; app()"]
     args = ["check", "tiny:net", "--input-spec", "x:float32[-1,4]"]
     env = {k: v for k, v in os.environ.items() if k != "GLOG_minloglevel"}
     env["PYTHONPATH"] = ROOT

@@ -6,8 +6,8 @@ import pytest
 from typer.testing import CliRunner
 
 import paddle_xla as px
-from paddle_xla import bench
-from paddle_xla.cli import app
+from paddle_xla.cli import bench
+from paddle_xla.cli.main import app
 
 
 def test_parse_strategy():

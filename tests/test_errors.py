@@ -150,7 +150,7 @@ def test_capture_failure_is_a_capture_error():
 def test_check_finds_every_lowering_that_fails_with_its_layer_and_line():
     """check's abstract evaluation: two independent failures reported at once, what depends on a failed op
     skipped, the rest of the program checked."""
-    from paddle_xla.checking import lowering_problems
+    from paddle_xla.lowering.checking import lowering_problems
     from paddle_xla.graph import Block, Graph, Op, Tensor
     mm = {"transpose_x": False, "transpose_y": False}
     ops = (Op("pd_op.matmul", (0, 1), (3,), mm, scope="/Linear/", source="net.py:5 in forward", index=1),
@@ -221,7 +221,7 @@ def test_a_false_assert_raises_naming_its_line_in_a_model_and_its_artifact(tmp_p
         model(BAD)
     path = str(tmp_path / "assert.pxa")
     px.export(model, path)
-    from paddle_xla import artifact
+    from paddle_xla.artifact import reader as artifact
     art = artifact.load(path)
     assert art.mode == "exported"
     np.testing.assert_allclose(art(GOOD), model(GOOD), rtol=1e-6)

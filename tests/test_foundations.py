@@ -17,11 +17,12 @@ import pytest
 from paddle.static import InputSpec
 
 import paddle_xla as px
-from paddle_xla import artifact, x64
+from paddle_xla.artifact import reader as artifact
+from paddle_xla import x64
 from paddle_xla.errors import LoweringError, ModelLoadError, StrategyError, TrainingError
 from paddle_xla.graph import Block, Graph, Op, Tensor
-from paddle_xla.lower import lower
-from paddle_xla.policy import LOWERING_VERSION, LoweringPolicy
+from paddle_xla.lowering.lower import lower
+from paddle_xla.lowering.policy import LOWERING_VERSION, LoweringPolicy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -285,7 +286,7 @@ def test_an_unreadable_loss_under_split_batches_asks_for_loss_reduction():
 def test_common_losses_read_as_paddle_reduces_them():
     from paddle_xla import capture
     from paddle_xla.train.reduction import loss_reduction
-    from paddle_xla.wrap import net_with_loss
+    from paddle_xla.capture.wrap import net_with_loss
     nn, F = paddle.nn, paddle.nn.functional
     label = {"int": InputSpec([None], "int64", "y"), "float": InputSpec([None, 3], "float32", "y")}
     cases = [(nn.CrossEntropyLoss(), "int", "mean"), (nn.CrossEntropyLoss(reduction="sum"), "int", "sum"),
@@ -323,7 +324,7 @@ def test_graph_format_reads_any_minor_and_refuses_a_newer_major():
 def test_a_planted_wrapper_module_is_never_run(tmp_path):
     """Before, train_step imported <tmp>/paddle_xla_wrappers/net_with_loss_<sha1>.py if it existed."""
     import hashlib
-    from paddle_xla import wrap
+    from paddle_xla.capture import wrap
     src = wrap._TEMPLATE.format(args="x", inputs="x", labels="")
     folder = os.path.join(tempfile.gettempdir(), "paddle_xla_wrappers")
     os.makedirs(folder, exist_ok=True)

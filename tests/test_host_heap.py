@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from paddle_xla import host_heap
+from paddle_xla.runtime import host_heap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

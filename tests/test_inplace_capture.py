@@ -177,7 +177,7 @@ def test_inplace_writes_inside_a_while_loop_carry_over_iterations():
         captured = capture.from_program(main, fetch_list=fetches)
     finally:
         paddle.disable_static()
-    from paddle_xla.runtime import CompiledModel
+    from paddle_xla.runtime.compiled import CompiledModel
     model = CompiledModel(captured.graph, captured.weights)
     assert not np.allclose(want[-1][0], x)        # the loop did write acc
     for f, w in zip(feeds, want):
@@ -198,7 +198,7 @@ class _FakeOp:
 
 def test_an_attribute_of_unknown_type_is_refused_not_stringified():
     from paddle_xla.errors import CaptureError
-    from paddle_xla.pir_reader import _attrs
+    from paddle_xla.capture.pir_reader import _attrs
     assert _attrs(_FakeOp({"axis": [1, 2], "struct_name": "/L/"})) == {"axis": [1, 2]}
     with pytest.raises(CaptureError, match=r"pd_op.fancy has attribute 'mode' of type object"):
         _attrs(_FakeOp({"mode": object()}))

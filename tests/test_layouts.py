@@ -7,7 +7,7 @@ import paddle.nn as nn
 from paddle.static import InputSpec
 
 import paddle_xla as px
-from paddle_xla import artifact
+from paddle_xla.artifact import reader as artifact
 
 
 class Net(nn.Layer):
@@ -165,7 +165,7 @@ def test_bf16_convolutions_run_as_bf16_gemms():
 def test_bf16_conv_as_gemm_equals_the_convolution_of_the_same_bf16_values():
     import jax.numpy as jnp
     from jax import lax
-    from paddle_xla.layouts import _bf16_conv_as_gemm
+    from paddle_xla.lowering.layouts import _bf16_conv_as_gemm
     rng = np.random.default_rng(0)
     for k, stride, pads, dil in [(7, 2, [(3, 3), (3, 3)], 1), (3, 1, [(2, 1), (0, 2)], 2), (1, 2, [(0, 0)] * 2, 1)]:
         x = jnp.asarray(rng.standard_normal((2, 5, 13, 11)), jnp.bfloat16)
@@ -251,8 +251,8 @@ class MixedLogits(nn.Layer):
 
 def test_channels_last_training_matches_paddle():
     """The live train step on CPU holds activations channels-last, BatchNorm in train mode included."""
-    from paddle_xla.lower import plan
-    from paddle_xla.policy import LoweringPolicy
+    from paddle_xla.lowering.lower import plan
+    from paddle_xla.lowering.policy import LoweringPolicy
 
     def losses(use_px):
         paddle.seed(0)
@@ -279,8 +279,8 @@ def test_channels_last_training_matches_paddle():
 
 def _stablehlo(target):
     from paddle_xla import capture
-    from paddle_xla.lower import lower
-    from paddle_xla.policy import LoweringPolicy
+    from paddle_xla.lowering.lower import lower
+    from paddle_xla.lowering.policy import LoweringPolicy
     paddle.seed(0)
     net = Net()
     net.eval()
@@ -332,8 +332,8 @@ def test_training_keeps_max_pools_as_reduce_window():
     import dataclasses
 
     import jax
-    from paddle_xla.lower import lower
-    from paddle_xla.policy import LoweringPolicy
+    from paddle_xla.lowering.lower import lower
+    from paddle_xla.lowering.policy import LoweringPolicy
     x = np.random.default_rng(3).standard_normal((2, 3, 11, 10)).astype("float32")
     graph = px.compile(Pools(), [InputSpec([None, 3, 11, 10], "float32", "x")]).graph
     # an inference policy in all but forward_only: HWIO filters alone must not bring the shifted form
@@ -346,7 +346,7 @@ def test_training_keeps_max_pools_as_reduce_window():
 def test_half_values_by_shifts_equal_the_bf16_convolution_exactly():
     import jax.numpy as jnp
     from functools import partial
-    from paddle_xla.kernels import _on_half_values
+    from paddle_xla.lowering.kernels import _on_half_values
     from paddle_xla.ops.depthwise import depthwise_by_shifts, narrow_conv_by_shifts
     rng = np.random.default_rng(4)
     attrs = dict(strides=(2, 2), paddings=[1, 1], data_format="NHWC")

@@ -60,7 +60,7 @@ def test_static_program():
         xs = np.random.default_rng(0).standard_normal((3, 6)).astype("float32")
         (want,) = exe.run(main, feed={"x": xs}, fetch_list=[out])
         from paddle_xla import capture
-        from paddle_xla.runtime import CompiledModel
+        from paddle_xla.runtime.compiled import CompiledModel
         cap = capture.from_program(main, ["x"], [out])
         got = CompiledModel(cap.graph, cap.weights)(xs)
     finally:
@@ -70,7 +70,7 @@ def test_static_program():
 
 def test_graph_round_trips_through_disk(tmp_path):
     from paddle_xla import capture, graph as graph_mod
-    from paddle_xla.runtime import CompiledModel
+    from paddle_xla.runtime.compiled import CompiledModel
     net, specs, inputs = build("functional")
     net.eval()
     cap = capture.from_layer(net, specs)

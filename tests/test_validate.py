@@ -7,7 +7,7 @@ import pytest
 from rich.console import Console
 
 from paddle_xla.models.bert_data import DataError, PretrainingData, check_vocab, corpus_sentences, train_tokenizer
-from paddle_xla.validate import run
+from paddle_xla.cli.validate import run
 
 
 def test_bert_tiny_pretraining_matches_paddle(tmp_path):

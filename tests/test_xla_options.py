@@ -5,7 +5,7 @@ import paddle
 from paddle.static import InputSpec
 
 import paddle_xla as px
-from paddle_xla.xla_options import YNN_TYPES, inference_options
+from paddle_xla.runtime.xla_options import YNN_TYPES, inference_options
 
 
 def _graph(net, spec):
@@ -32,7 +32,7 @@ def test_matmul_programs_keep_xla_defaults():
 
 
 def test_a_conv_artifact_compiles_with_the_same_options(tmp_path):
-    from paddle_xla import artifact
+    from paddle_xla.artifact import reader as artifact
     paddle.seed(0)
     net = paddle.nn.Sequential(paddle.nn.Conv2D(16, 64, 3), paddle.nn.ReLU())
     net.eval()

@@ -201,7 +201,7 @@ def graphcore_lines() -> list[str]:
     """The reference, and the FLOP/s arithmetic, from paddle_xla.perf's count (not typed in)."""
     import sys
     sys.path.insert(0, str(ROOT))
-    from paddle_xla.perf import bert_pretraining_flops
+    from paddle_xla.cli.perf import bert_pretraining_flops
     per_sample = bert_pretraining_flops(layers=12, hidden=768, intermediate=3072, vocab=30522, batch=1, seq=128,
                                         head_tokens=20)
     total = 11_700 * per_sample

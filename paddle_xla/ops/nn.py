@@ -1,6 +1,6 @@
 """Neural-network building blocks: embedding, dropout, softmax, pixel/channel shuffles, im2col
 (unfold/fold), label smoothing, temporal shift, gumbel softmax. (affine_grid and grid_sample
-live with the other resampling ops in interp.py.)
+live with the other resampling ops in interpolate.py.)
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@
   stages.py     a placement made runnable for one micro-batch shape: per-stage programs and sends
   program.py    running a piece of a Graph, optionally rematerialising each layer
   pack.py       unlike trees packed into like arrays (one flat vector per dtype; split weights as tensor slices)
-  tensor_interp.py  the stages' interpreter with a tensor axis: split operands gathered whole first
+  tensor_interpreter.py  the stages' interpreter with a tensor axis: split operands gathered whole first
   context.py    what the per-device functions share; collectives that vanish over size-one axes
   data.py       one stage: data parallelism and gradient accumulation
   pipeline.py   several stages: the GPipe schedule (and why SPMD, not host-driven MPMD)

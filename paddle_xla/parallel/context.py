@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from ..graph import Graph
-from ..lower import InterpreterFactory
+from ..lowering.lower import InterpreterFactory
 from .pack import Layout
 from .program import SubProgram, run
 

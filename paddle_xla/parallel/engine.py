@@ -21,8 +21,8 @@ from dataclasses import replace
 
 from .. import x64
 from ..graph import Graph
-from ..lower import interpreter_factory
-from ..policy import LoweringPolicy
+from ..lowering.lower import interpreter_factory
+from ..lowering.policy import LoweringPolicy
 from ..strategy import Strategy
 from ..train import optim
 from ..errors import StrategyError
@@ -35,7 +35,7 @@ from .pack import SPLIT, Layout, dtype_of, split_dim, stack, tensor_spec, widths
 from ..train.step import STEP_COMPILER_OPTIONS
 from . import pipeline, pipeline_1f1b
 from .placement import Placement
-from .tensor_interp import whole_before_split
+from .tensor_interpreter import whole_before_split
 from .state import PackedView
 
 

@@ -6,25 +6,7 @@ import re
 from collections import defaultdict
 from typing import Iterable, Sequence
 
-from ..graph import Block, Graph, Op
-
-
-def block_reads(block: Block) -> set[int]:
-    """Values a block reads from outside itself (PIR blocks read outer values by closure)."""
-    defined = set(block.args)
-    reads: set[int] = set()
-    for op in block.ops:
-        reads |= {v for v in op_reads(op) if v not in defined}
-        defined |= set(op.outputs)
-    return reads
-
-
-def op_reads(op: Op) -> set[int]:
-    """Every outer value an op reads: its operands and what its sub-blocks read by closure."""
-    reads = {v for v in op.inputs if v is not None}
-    for b in op.blocks:
-        reads |= block_reads(b)
-    return reads
+from ..graph import Graph, Op, op_reads
 
 
 class DataFlow:
@@ -115,10 +97,3 @@ def layer_runs(ops: Sequence[Op]) -> list[tuple[str, list[int]]]:
             runs.append((key, [i]))
     return runs
 
-
-def live_after(ops: Sequence[Op], start: int, keep: set[int]) -> set[int]:
-    """Values read by ops[start:] or kept (fetches, buffer writes)."""
-    live = set(keep)
-    for op in ops[start:]:
-        live |= op_reads(op)
-    return live

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 
 from ..graph import Graph, Op
-from ..lower import InterpreterFactory, bind, interpreter_factory
+from ..lowering.lower import InterpreterFactory, bind, interpreter_factory
 from ..ops.util import is_static
 
 

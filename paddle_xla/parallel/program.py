@@ -9,9 +9,10 @@ from typing import Any, Mapping, Sequence
 import jax
 
 from ..graph import Block, Graph, Op
-from ..lower import InterpreterFactory, bind, interpreter_factory
+from ..lowering.lower import InterpreterFactory, bind, interpreter_factory
 from ..ops.util import is_static
-from .graphs import layer_runs, op_reads
+from ..graph import op_reads
+from .graphs import layer_runs
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ import jax
 import numpy as np
 
 from ..graph import Graph
-from ..lower import interpreter_factory
-from ..policy import LoweringPolicy
+from ..lowering.lower import interpreter_factory
+from ..lowering.policy import LoweringPolicy
 from .graphs import DataFlow
 from .placement import Placement
 from .profile import ValueInfo, op_flops, trace_values

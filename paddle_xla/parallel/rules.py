@@ -4,50 +4,13 @@ A rule is a dotted path of the model's own attribute names, as in `net.state_dic
 matches a weight when its parts match consecutive parts of the weight's key, anywhere in it, so
 "encoder.layers.0-3" matches "bert.encoder.layers.2.linear1.weight". A part is a name, `*` (any one
 part), an index `N`, or an index range `N-M` (inclusive; `N-*` is open-ended). When several rules
-match one weight, the one with the most parts wins."""
+match one weight, the one with the most parts wins. The syntax is parsed by strategy.parse_rule."""
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from typing import Mapping
 
 from ..errors import StrategyError
-
-_RANGE = re.compile(r"^(\d+)-(\d+|\*)$")
-
-
-@dataclass(frozen=True)
-class Rule:
-    text: str
-    parts: tuple[str, ...]
-
-    def matches(self, key: str) -> bool:
-        names = key.split(".")
-        n = len(self.parts)
-        return any(all(_part_matches(p, k) for p, k in zip(self.parts, names[i:i + n]))
-                   for i in range(len(names) - n + 1))
-
-
-def _part_matches(part: str, name: str) -> bool:
-    if part == "*" or part == name:
-        return True
-    m = _RANGE.match(part)
-    if m and name.isdigit():
-        hi = m[2]
-        return int(m[1]) <= int(name) and (hi == "*" or int(name) <= int(hi))
-    return False
-
-
-def parse_rule(text) -> Rule:
-    if not isinstance(text, str) or not text.strip():
-        raise StrategyError(f"A placement rule must be a layer path such as 'encoder.layers.0-3', got {text!r}.")
-    parts = tuple(text.strip().strip(".").split("."))
-    for part in parts:
-        m = _RANGE.match(part)
-        if not part or (m and m[2] != "*" and int(m[1]) > int(m[2])):
-            raise StrategyError(f"Placement rule {text!r} has a bad part {part!r}: use names, '*', N or N-M "
-                                "with N <= M, joined by dots, e.g. 'encoder.layers.0-3'.")
-    return Rule(text, parts)
+from ..strategy import parse_rule
 
 
 def stages_of_weights(rules: Mapping[str, int], keys: Mapping[str, str]) -> dict[str, int]:

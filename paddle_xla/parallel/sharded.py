@@ -29,8 +29,8 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from .. import x64
-from ..lower import interpreter_factory
-from ..policy import LoweringPolicy
+from ..lowering.lower import interpreter_factory
+from ..lowering.policy import LoweringPolicy
 from ..train import optim
 from ..train.precision import scaler_update
 from ..train.step import STEP_COMPILER_OPTIONS

@@ -21,7 +21,7 @@ from typing import Mapping
 from ..errors import StrategyError
 from ..graph import Graph
 from .graphs import DataFlow
-from .rules import parse_rule
+from ..strategy import parse_rule
 
 # NOTE: ops that normalise or mix the hidden dimension as a whole: a colwise output must not cross them.
 _STOP = frozenset(f"pd_op.{n}" for n in ("layer_norm", "rms_norm", "batch_norm", "batch_norm_", "group_norm",

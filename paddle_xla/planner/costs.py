@@ -13,10 +13,10 @@ from jax._src.ad_checkpoint import saved_residuals
 
 from .. import x64
 from ..graph import Graph
-from ..lower import interpreter_factory
+from ..lowering.lower import interpreter_factory
 from ..parallel.profile import op_flops, trace_values
 from ..parallel.program import run, whole
-from ..policy import LoweringPolicy
+from ..lowering.policy import LoweringPolicy
 from ..train import optim
 from ..train.step import loss_value
 

@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from .. import artifact as pxa
+from ..artifact import reader as pxa
 from ..errors import ModelLoadError
 from .datatypes import kserve_name, numpy_dtype
 from .layout import Layout, layout_of

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..feeds import shape_problem
+from ..runtime.feeds import shape_problem
 from .errors import bad_request
 from .protocol import InferRequest
 from .repository import ServedModel, TensorMeta

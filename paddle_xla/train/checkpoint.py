@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from ..errors import CheckpointError
-from ..io import atomic_write
+from ..files import atomic_write
 from .step import TrainState
 
 FORMAT = "paddle_xla.checkpoint/1"

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from ..graph import Graph
-from ..lower import lower
+from ..lowering.lower import lower
 
 # (params, grads, state, lr, accept): accept is the traced keep-or-drop flag of the step (optim.apply)
 UpdateFn = Callable[[dict, dict, Any, jax.Array, jax.Array], tuple[dict, Any]]

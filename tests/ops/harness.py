@@ -17,7 +17,7 @@ import paddle
 from paddle.static import InputSpec
 
 from paddle_xla import capture, x64
-from paddle_xla.lower import lower
+from paddle_xla.lowering.lower import lower
 
 FLOATS = ("float16", "bfloat16", "float32", "float64")
 

@@ -5,7 +5,7 @@ import pytest
 from paddle.static import InputSpec
 
 from paddle_xla import capture
-from paddle_xla.lower import lower
+from paddle_xla.lowering.lower import lower
 
 
 class _Net(paddle.nn.Layer):

@@ -15,7 +15,7 @@ from paddle.static import InputSpec
 
 import paddle_xla
 from paddle_xla import capture, x64
-from paddle_xla.lower import lower
+from paddle_xla.lowering.lower import lower
 
 
 class MulticlassNMS(paddle.nn.Layer):

@@ -16,7 +16,7 @@ import pytest
 from paddle.base.layer_helper import LayerHelper
 
 from paddle_xla import capture, x64
-from paddle_xla.lower import lower
+from paddle_xla.lowering.lower import lower
 
 _C = paddle._C_ops
 F32 = dict(rtol=1e-5, atol=1e-5)            # float32 sums (attention, norms) in another order

@@ -8,7 +8,7 @@ import paddle
 import pytest
 
 from paddle_xla import x64
-from paddle_xla.lower import check_graph, lower
+from paddle_xla.lowering.lower import check_graph, lower
 
 from .harness import Arg, OpCase, capture_case
 

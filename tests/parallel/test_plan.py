@@ -72,7 +72,7 @@ def test_an_unknown_device_lists_the_profiles():
 
 def test_the_shell_plans_a_model_given_as_module_and_factory(monkeypatch):
     from typer.testing import CliRunner
-    from paddle_xla.cli import app
+    from paddle_xla.cli.main import app
     import os
     monkeypatch.chdir(os.path.dirname(os.path.dirname(__file__)))
     result = CliRunner().invoke(app, ["plan", "parallel.tensor_models:plan_target", "--device", "tpu-v5e",

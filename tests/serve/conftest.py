@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from paddle_xla import artifact as pxa
+from paddle_xla.artifact import reader as pxa
 
 from .harness import ServeProcess
 
@@ -22,7 +22,7 @@ def _export_models(folder):
     from paddle.static import InputSpec
 
     import paddle_xla as px
-    from paddle_xla.export import export
+    from paddle_xla.artifact.writer import export
     from test_artifact import SPECS, TwoHeads
     from zoo import BertLikeEncoder
 

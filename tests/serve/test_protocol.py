@@ -117,7 +117,7 @@ def test_server_never_imports_paddle():
 def test_cli_names_the_missing_extra(monkeypatch):
     from typer.testing import CliRunner
 
-    from paddle_xla.cli import app
+    from paddle_xla.cli.main import app
     monkeypatch.setitem(sys.modules, "uvicorn", None)   # NOTE: find_spec then reports it missing
     result = CliRunner().invoke(app, ["serve", "models"])
     assert result.exit_code == 1 and "pip install 'paddle_xla[serve]'" in result.output
@@ -126,6 +126,6 @@ def test_cli_names_the_missing_extra(monkeypatch):
 def test_cli_checks_flags():
     from typer.testing import CliRunner
 
-    from paddle_xla.cli import app
+    from paddle_xla.cli.main import app
     result = CliRunner().invoke(app, ["serve", "models", "--max-batch-size", "8", "--preferred-batch-sizes", "4,32"])
     assert result.exit_code == 2 and "--preferred-batch-sizes [32] must lie in 1..8" in result.output

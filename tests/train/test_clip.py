@@ -4,7 +4,7 @@ import numpy as np
 import paddle
 import pytest
 
-from paddle_xla.interop.optim import optimizer_config
+from paddle_xla.interop.paddle_optimizer import optimizer_config
 from paddle_xla.train import clip as clip_lib
 from paddle_xla.train import optim
 

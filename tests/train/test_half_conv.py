@@ -7,7 +7,7 @@ import pytest
 from jax import lax
 
 from paddle_xla.ops.conv import is_pointwise_conv
-from paddle_xla.half import half_pointwise_conv
+from paddle_xla.lowering.half import half_pointwise_conv
 
 
 def _round(x):

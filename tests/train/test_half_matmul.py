@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from paddle_xla.half import half_matmul
+from paddle_xla.lowering.half import half_matmul
 
 CASES = [  # x shape, y shape, transpose_x, transpose_y
     ((2, 5, 6), (6, 7), False, False),        # weight matmul on [B, S, K]

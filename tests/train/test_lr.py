@@ -6,7 +6,7 @@ import numpy as np
 import paddle
 import pytest
 
-from paddle_xla.interop.optim import schedule_config, schedule_state
+from paddle_xla.interop.paddle_optimizer import schedule_config, schedule_state
 from paddle_xla.train import lr as lr_lib
 
 S = paddle.optimizer.lr

@@ -15,7 +15,7 @@ import numpy as np
 import paddle
 import pytest
 
-from paddle_xla.interop.optim import (from_paddle_state_dict, optimizer_config, schedule_state,
+from paddle_xla.interop.paddle_optimizer import (from_paddle_state_dict, optimizer_config, schedule_state,
                                       to_paddle_state_dict)
 from paddle_xla.train import clip as clip_lib
 from paddle_xla.train import lr as lr_lib

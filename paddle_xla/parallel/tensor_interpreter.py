@@ -12,8 +12,8 @@ import functools
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ..interpreter import Interpreter
-from ..lower import InterpreterFactory
+from ..lowering.interpreter import Interpreter
+from ..lowering.lower import InterpreterFactory
 
 SPLITS = frozenset({"pd_op.split", "pd_op.split_with_num"})
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .errors import StrategyError
+from ..errors import StrategyError
 from .perf import bert_flops, bert_pretraining_flops, matmul_peak
 
 PARTS = ("train", "infer")
@@ -76,20 +76,20 @@ def time_calls(fn: Callable[[], Any], repeats: int) -> dict[str, float]:
 
 def _bert(s: BenchSettings, head: bool):
     import paddle
-    from .models.bert import BertConfig, BertForPretraining, BertModel
+    from ..models.bert import BertConfig, BertForPretraining, BertModel
     paddle.seed(0)
     cfg = BertConfig.named(s.config).without_dropout()
     return cfg, (BertForPretraining(cfg) if head else BertModel(cfg))
 
 
 def _pretraining_batch(cfg, s: BenchSettings) -> list[np.ndarray]:
-    from .models.bert_data import synthetic_batch
+    from ..models.bert_data import synthetic_batch
     batch = synthetic_batch(cfg, s.batch, s.seq)
     return batch.with_masked_positions(s.max_predictions) if s.max_predictions else batch.as_list()
 
 
 def _pretraining_spec(s: BenchSettings):
-    from .models.bert import BertForPretraining
+    from ..models.bert import BertForPretraining
     return BertForPretraining.input_spec(s.seq, s.max_predictions)
 
 
@@ -187,7 +187,7 @@ def paddle_inference(s: BenchSettings) -> dict[str, Any]:
     """Paddle Inference from paddle.jit.save: oneDNN, cpu math threads = nproc, IR optimisation on."""
     import paddle
     import paddle.inference as pi
-    from .models.bert import BertModel
+    from ..models.bert import BertModel
     cfg, net = _bert(s, head=False)
     net.eval()
     inputs = _encoder_inputs(cfg, s)
@@ -219,7 +219,7 @@ def xla_inference(s: BenchSettings) -> dict[str, Any]:
     import jax
 
     import paddle_xla as px
-    from .models.bert import BertModel
+    from ..models.bert import BertModel
     cfg, net = _bert(s, head=False)
     net.eval()
     precision = s.strategy.get("precision", "fp32")
@@ -261,7 +261,7 @@ def threads_and_peak() -> dict[str, Any]:
 
 def run(s: BenchSettings, on_start: Callable[[str, str], None] = lambda part, cfg: None) -> dict[str, Any]:
     """Every configuration of `plan`, the matmul peak, and the ratios; one failure does not lose the rest."""
-    from .models.bert import BertConfig
+    from ..models.bert import BertConfig
     on_start("peak", "matmul")
     peak = threads_and_peak()
     results: dict[str, dict[str, Any]] = {p: {} for p in s.parts}
@@ -278,7 +278,7 @@ def run(s: BenchSettings, on_start: Callable[[str, str], None] = lambda part, cf
 def run_interleaved(s: BenchSettings, builders: Mapping[str, Callable[[], Callable[[], Any]]],
                     rounds: int) -> dict[str, Any]:
     """Training configurations timed in interleaved rounds (time_interleaved), with the matmul peak."""
-    from .models.bert import BertConfig
+    from ..models.bert import BertConfig
     peak = threads_and_peak()
     return summarise(s, BertConfig.named(s.config), peak, {"train": time_interleaved(builders, rounds)})
 
@@ -328,7 +328,7 @@ def _parity(infer: dict[str, dict[str, Any]]) -> None:
 
 
 def write(report: Mapping[str, Any], path: str) -> None:
-    from .io import atomic_write
+    from ..files import atomic_write
     atomic_write(path, json.dumps(report, indent=1).encode())
 
 

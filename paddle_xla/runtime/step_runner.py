@@ -11,13 +11,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import x64
-from .graph import Graph
-from .interpreter import check_message
-from .lower import checked_ops, lower
-from .policy import LoweringPolicy
-from .train import optim
-from .train.step import STEP_COMPILER_OPTIONS, TrainState, make_grads, make_step
+from .. import x64
+from ..graph import Graph
+from ..lowering.interpreter import check_message
+from ..lowering.lower import checked_ops, lower
+from ..lowering.policy import LoweringPolicy
+from ..train import optim
+from ..train.step import STEP_COMPILER_OPTIONS, TrainState, make_grads, make_step
 
 
 # ---- the step under a Strategy ------------------------------------------------------------------
@@ -45,7 +45,7 @@ class StepRunner:
     (replicas x tensor, sharding), parallel/engine.py for pipelines."""
 
     def __init__(self, graph: Graph, config, strategy=None, placement=None, tensor_plan=None):
-        from .strategy import Strategy
+        from ..strategy import Strategy
         self.graph = graph
         self.strategy = strategy if strategy is not None else Strategy()
         self.engine = None
@@ -55,10 +55,10 @@ class StepRunner:
             self._jit = jax.jit(make_step(graph, update, forward=_live_forward(graph)), donate_argnums=(0, 2),
                                 compiler_options=STEP_COMPILER_OPTIONS)
         elif self.strategy.stages == 1:
-            from .parallel.sharded import ShardedEngine
+            from ..parallel.sharded import ShardedEngine
             self.engine = ShardedEngine(graph, config, self.strategy, placement, tensor_plan)
         else:
-            from .parallel.engine import Engine
+            from ..parallel.engine import Engine
             self.engine = Engine(graph, config, self.strategy, placement, tensor_plan)
 
     @property
@@ -100,7 +100,7 @@ class StepRunner:
         for name, x in [*enumerate(args), *kwargs.items()]:
             n = len(x) if isinstance(x, (list, tuple)) else (x.shape[0] if getattr(x, "ndim", 0) else None)
             if n != k:
-                from .errors import FeedError
+                from ..errors import FeedError
                 raise FeedError(f"With steps_per_call={k}, each input holds {k} batches: stack them as "
                                 f"[{k}, batch, ...] or pass a list of {k}; input {name!r} has {n}.")
         return [([a[i] for a in args], {n: v[i] for n, v in kwargs.items()}) for i in range(k)]
@@ -121,7 +121,7 @@ class StepRunner:
     def backward(self, s: TrainState, feeds, accumulated, micro: int):
         """One forward and backward pass without an update -> (loss, fetches, buffers, summed grads)."""
         if self.engine is not None:
-            from .errors import TrainingError
+            from ..errors import TrainingError
             raise TrainingError("Accumulating gradients over calls (update=False) works with the default "
                                 "Strategy only; with a layout, use Strategy(micro_batches=...) instead.")
         if self._grads_jit is None:

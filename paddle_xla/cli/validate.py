@@ -45,9 +45,9 @@ def run(config: str = "tiny", steps: int = 30, batch: int = 8, seq: int = 64, lr
     from rich.console import Console
     from rich.progress import Progress
 
-    from .models.bert import BertConfig, BertForPretraining
-    from .models.bert_data import PretrainingData, check_vocab, corpus_sentences, train_tokenizer
-    from .training import train_step
+    from ..models.bert import BertConfig, BertForPretraining
+    from ..models.bert_data import PretrainingData, check_vocab, corpus_sentences, train_tokenizer
+    from ..training import train_step
 
     console = console or Console()
     cfg = BertConfig.named(config)
@@ -182,7 +182,7 @@ def _acc(d) -> str:
 
 
 def write(r: Report, out_dir: str) -> None:
-    from .io import atomic_write
+    from ..files import atomic_write
     os.makedirs(out_dir, exist_ok=True)
     data = {**asdict(r), "speedup": r.speedup}
     atomic_write(os.path.join(out_dir, "report.json"), json.dumps(data, indent=2).encode())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from .graph import Graph
-from .ops.util import on_xla_cpu
+from ..graph import Graph
+from ..ops.util import on_xla_cpu
 
 CONVOLUTIONS = frozenset(f"pd_op.{n}" for n in (
     "conv2d", "depthwise_conv2d", "conv3d", "conv2d_transpose", "depthwise_conv2d_transpose", "conv3d_transpose",

@@ -14,12 +14,12 @@ import jax.numpy as jnp
 
 from . import kernels
 from .channels_last import Tracker
-from .errors import CheckFailedError, LoweringError
-from .graph import Block, Graph, Op
+from ..errors import CheckFailedError, LoweringError
+from ..graph import Block, Graph, Op
 from .half import HALF, cast_operands
-from . import ops as _every_lowering  # noqa: F401  (importing the package registers them all)
-from .ops.data_dependent import refusal
-from .ops.registry import REGISTRY
+from .. import ops as _every_lowering  # noqa: F401  (importing the package registers them all)
+from ..ops.data_dependent import refusal
+from ..ops.registry import REGISTRY
 from .policy import LoweringPolicy
 
 

@@ -6,9 +6,9 @@ from typing import Any, Mapping, Sequence
 import jax
 import numpy as np
 
-from .errors import FeedError
-from .graph import Tensor
-from .ops.util import dtype as jax_dtype
+from ..errors import FeedError
+from ..graph import Tensor
+from ..ops.util import dtype as jax_dtype
 
 
 def bind(feeds: Sequence[Tensor], args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,10 +17,10 @@ import jax.numpy as jnp
 from .channels_last import CONV_OPS
 from .half import half_matmul, half_pointwise_conv, is_float
 from .layouts import conv_hwio
-from .ops.activation import gelu_by_erf
-from .ops.conv import is_pointwise_conv, pointwise_conv
-from .ops.depthwise import depthwise_by_shifts, is_depthwise, is_narrow, narrow_conv_by_shifts
-from .ops.pool import max_pool_by_shifts, shifted_max_pool
+from ..ops.activation import gelu_by_erf
+from ..ops.conv import is_pointwise_conv, pointwise_conv
+from ..ops.depthwise import depthwise_by_shifts, is_depthwise, is_narrow, narrow_conv_by_shifts
+from ..ops.pool import max_pool_by_shifts, shifted_max_pool
 from .policy import LoweringPolicy
 
 

@@ -10,13 +10,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import feeds as feeds_mod
-from . import x64
-from .cache import compile_progress
-from .graph import Graph
+from .. import x64
+from .compile_cache import compile_progress
+from ..graph import Graph
 from .held import HeldWeights
-from .interpreter import check_message, draws_random, fail_on_false_flags, raise_failed_check
-from .lower import checked_ops, lower
-from .policy import LoweringPolicy
+from ..lowering.interpreter import check_message, draws_random, fail_on_false_flags, raise_failed_check
+from ..lowering.lower import checked_ops, lower
+from ..lowering.policy import LoweringPolicy
 from .xla_options import inference_options
 
 

@@ -18,7 +18,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 def _options(verbose: bool = typer.Option(False, "--verbose", "-v",
                                           help="Show Paddle's and JAX's start-up logs and warnings too")):
     if not verbose:
-        from .quiet import quiet_start_up_noise
+        from ..quiet import quiet_start_up_noise
         quiet_start_up_noise()
 
 
@@ -124,7 +124,7 @@ def bench(model: str = typer.Argument("bert-base", help="bert-base | bert-small 
         flags = os.environ.get("XLA_FLAGS", "")
         os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={cpu_devices}".strip()
     from . import bench as b
-    from .errors import PaddleXlaError
+    from ..errors import PaddleXlaError
     name = model.lower().removeprefix("bert-").removeprefix("bert")
     if name not in ("base", "small", "tiny"):
         raise typer.BadParameter(f"{model!r}: choose bert-base, bert-small or bert-tiny", param_hint="MODEL")
@@ -184,8 +184,8 @@ def run_artifact(artifact: str = typer.Argument(..., help="a .pxa file written b
     """Run an exported artifact on .npy inputs. Needs JAX only, not Paddle."""
     import numpy as np
 
-    from . import artifact as pxa
-    from .errors import PaddleXlaError
+    from ..artifact import reader as pxa
+    from ..errors import PaddleXlaError
     args, kwargs = [], {}
     for item in inputs:
         name, sep, path = item.rpartition("=") if "=" in item else ("", "", item)
@@ -243,12 +243,12 @@ def serve(models: str = typer.Argument(..., help="a folder of .pxa files; each *
     Prometheus /metrics. Needs JAX only, not Paddle."""
     from importlib.util import find_spec
 
-    from .serve import INSTALL_HINT, REQUIRED_MODULES
+    from ..serve import INSTALL_HINT, REQUIRED_MODULES
     missing = [m for m in REQUIRED_MODULES if find_spec(m) is None]
     if missing:
         typer.echo(f"error: paddle-xla serve needs {', '.join(missing)}: {INSTALL_HINT}", err=True)
         raise typer.Exit(1)
-    from .serve.settings import Settings, parse_sizes
+    from ..serve.settings import Settings, parse_sizes
     try:
         settings = Settings(host=host, port=port, max_batch_size=max_batch_size, max_queue_delay_us=max_queue_delay_us,
                             preferred_batch_sizes=parse_sizes(preferred_batch_sizes, "--preferred-batch-sizes"),
@@ -258,7 +258,7 @@ def serve(models: str = typer.Argument(..., help="a folder of .pxa files; each *
                             max_body_mb=max_body_mb, token=token or None)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
-    from .serve.server import run
+    from ..serve.server import run
     raise typer.Exit(run(models, settings))
 
 
@@ -270,9 +270,6 @@ def launch(ctx: typer.Context,
                                                      help="virtual CPU devices per process (CPU only)"),
            port: Optional[int] = typer.Option(None, "--port", help="coordinator port (default: a free one)")):
     """Run SCRIPT in NPROC processes joined with jax.distributed, as one multi-host program."""
-    from .parallel.launch import launch as run_processes
+    from ..parallel.launch import launch as run_processes
     raise typer.Exit(run_processes(script, list(ctx.args), nproc, cpu_devices, port))
 
-
-if __name__ == "__main__":
-    app()

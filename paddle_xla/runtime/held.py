@@ -14,10 +14,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .graph import Graph
-from .half import HALF, half_weight_names
-from .layouts import hwio_filter_names, hwio_shaped
-from .policy import LoweringPolicy
+from ..graph import Graph
+from ..lowering.half import HALF, half_weight_names
+from ..lowering.layouts import hwio_filter_names, hwio_shaped
+from ..lowering.policy import LoweringPolicy
 
 
 @dataclass(frozen=True)

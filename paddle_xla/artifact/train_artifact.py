@@ -1,6 +1,6 @@
 """Paddle-free training artifacts: a train step exported with its whole state, continued anywhere.
 
-`px.export(train_step, "bert-train.pxa")` writes the members of an inference artifact (artifact.py:
+`px.export(train_step, "bert-train.pxa")` writes the members of an inference artifact (reader.py:
 graph.json, weights.safetensors with params and buffers, strategy.json = Strategy.to_dict()) and:
   optimizer.json           {"config": optim.config_to_dict(config), "schedule": schedule.to_dict()}
   train_state.safetensors  the optimizer state and the RNG key, named as train/checkpoint.py names
@@ -27,22 +27,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import artifact_format as fmt
-from . import feeds as feeds_mod
-from . import synthetic_weights, x64
-from .cache import compile_progress
-from .errors import CheckFailedError, ExportError, FeedError, ModelLoadError, PaddleXlaError, TrainingError
-from .exporting import avals, check_platforms, export_all
-from .graph import Graph
-from .io import atomic_write
-from .ops.util import dtype as jax_dtype
-from .strategy import Strategy
-from .train import checkpoint, optim
-from .train import lr as lr_lib
-from .interpreter import check_message, fail_on_false_flags
-from .lower import checked_ops, lower
-from .policy import LoweringPolicy
-from .train.step import TrainState, make_step
+from . import container as fmt
+from ..runtime import feeds as feeds_mod
+from . import synthetic_weights
+from .. import x64
+from ..runtime.compile_cache import compile_progress
+from ..errors import CheckFailedError, ExportError, FeedError, ModelLoadError, PaddleXlaError, TrainingError
+from .jax_export import avals, check_platforms, export_all
+from ..graph import Graph
+from ..files import atomic_write
+from ..ops.util import dtype as jax_dtype
+from ..strategy import Strategy
+from ..train import checkpoint, optim
+from ..train import lr as lr_lib
+from ..lowering.interpreter import check_message, fail_on_false_flags
+from ..lowering.lower import checked_ops, lower
+from ..lowering.policy import LoweringPolicy
+from ..train.step import TrainState, make_step
 
 OPTIMIZER, TRAIN_STATE = "optimizer.json", "train_state.safetensors"
 EXPORTABLE_PRECISIONS = ("fp32", "bf16")
@@ -240,7 +241,7 @@ class TrainArtifact:
                                                 f"not for this machine's {self.platform!r}")
         try:
             exported = jax.export.deserialize(bytearray(members[member]))
-            exported.mlir_module()  # NOTE: parse now, so a newer jax's StableHLO falls back here (artifact.py)
+            exported.mlir_module()  # NOTE: parse now, so a newer jax's StableHLO falls back here (reader.py)
         except Exception as e:
             return None, *self._relower_or_fail(
                 f"its {member}, written by jax {self.manifest.get('jax_version', '?')}, cannot be read by this "
@@ -319,8 +320,8 @@ class TrainArtifact:
         if self._runner is None:
             # NOTE: TrainStep's own runner, so a re-lowered step gives the in-process losses under
             # every Strategy (the SPMD engine for anything but the default).
-            from .parallel.tensor_plan import tensor_plan_for
-            from .step_runner import StepRunner
+            from ..parallel.tensor_plan import tensor_plan_for
+            from ..runtime.step_runner import StepRunner
             try:
                 plan = tensor_plan_for(self.graph, self.stable_names(), self.strategy)
                 self._runner = StepRunner(self.graph, self.config, self.strategy, None, plan)

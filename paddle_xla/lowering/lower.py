@@ -15,8 +15,8 @@ from typing import Any, Callable, Mapping
 import jax
 
 from .channels_last import can_hold_channels_last, conv_filters
-from .errors import UnsupportedOpsError
-from .graph import Graph, Op
+from ..errors import UnsupportedOpsError
+from ..graph import Graph, Op
 from .half import restore
 from .interpreter import (CoverageReport, GraphPlan, Interpreter, Problem, bind, check_graph,  # noqa: F401
                           resolve)

@@ -1,4 +1,4 @@
-"""A PIR Program -> Graph, op by op. With capture.py, the only code that reads Paddle's IR.
+"""A PIR Program -> Graph, op by op. With sources.py, the only code that reads Paddle's IR.
 
 In-place ops (PIR names ending in "_") write one of their operands: Paddle's own op definitions say
 which output holds the new value of which operand (`get_op_inplace_info`), so there is no table of
@@ -22,8 +22,8 @@ import paddle
 from paddle.base.libpaddle import pir
 from paddle.jit.dy2static.origin_info import global_origin_info_map
 
-from .errors import CaptureError
-from .graph import Block, Graph, Op, Param, Tensor
+from ..errors import CaptureError
+from ..graph import Block, Graph, Op, Param, Tensor
 
 # Attributes every op carries that say nothing about what it computes. Dropped in this one place,
 # so a lowering never sees them and every other attribute it does not expect is an error.

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import jax
 
-from .errors import LoweringError
+from ..errors import LoweringError
 
 # NOTE: bump whenever a lowering's numbers may change (a new kernel form, a new cast), so that an
 # artifact re-lowered by a later paddle_xla says its results may differ from the exported ones.

@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .graph import Graph
-from .ops.conv import from_nhwc, to_pixels
+from ..graph import Graph
+from ..ops.conv import from_nhwc, to_pixels
 
 HALF = {"bf16": jnp.bfloat16, "fp16": jnp.float16}
 

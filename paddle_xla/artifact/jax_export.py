@@ -8,11 +8,11 @@ from typing import Any, Mapping, Sequence
 import jax
 import numpy as np
 
-from . import feeds as feeds_mod
-from .artifact_format import PLATFORMS
-from .errors import ExportError
-from .graph import Graph
-from .ops.util import dtype as jax_dtype
+from ..runtime import feeds as feeds_mod
+from .container import PLATFORMS
+from ..errors import ExportError
+from ..graph import Graph
+from ..ops.util import dtype as jax_dtype
 
 
 def check_platforms(platforms: Sequence[str]) -> list[str]:

@@ -12,8 +12,8 @@ import numpy as np
 from jax import lax
 
 from .channels_last import CONV_OPS
-from .graph import Graph
-from .ops import conv as conv_ops
+from ..graph import Graph
+from ..ops import conv as conv_ops
 
 OIHW_TO_HWIO = (2, 3, 1, 0)
 

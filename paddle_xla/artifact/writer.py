@@ -10,20 +10,20 @@ from typing import Mapping, Sequence
 import jax
 import numpy as np
 
-from . import artifact_format as fmt
+from . import container as fmt
 from . import synthetic_weights as synthetic_lib
-from . import x64
-from .errors import ExportError  # noqa: F401  (re-exported: export() raises it)
-from .exporting import avals, check_platforms, export_all
-from .graph import Graph
-from .io import atomic_write
-from .held import HeldWeights
-from .interpreter import check_message
-from .lower import checked_ops, lower
-from .policy import LoweringPolicy
-from .runtime import CompiledModel
-from .strategy import Strategy
-from .xla_options import has_convolutions
+from .. import x64
+from ..errors import ExportError  # noqa: F401  (re-exported: export() raises it)
+from .jax_export import avals, check_platforms, export_all
+from ..graph import Graph
+from ..files import atomic_write
+from ..runtime.held import HeldWeights
+from ..lowering.interpreter import check_message
+from ..lowering.lower import checked_ops, lower
+from ..lowering.policy import LoweringPolicy
+from ..runtime.compiled import CompiledModel
+from ..strategy import Strategy
+from ..runtime.xla_options import has_convolutions
 
 
 @x64.enabled

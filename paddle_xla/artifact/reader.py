@@ -1,6 +1,6 @@
 """Paddle-free exported artifacts (`*.pxa`): load one and run it where only JAX is installed.
 
-A .pxa (artifact_format.py) holds the Graph, the weights, the Strategy and one jax.export executable
+A .pxa (container.py) holds the Graph, the weights, the Strategy and one jax.export executable
 per platform it was exported for; its manifest records how each was lowered. A model exported in
 bf16 runs in bf16 wherever it is loaded, re-lowered or not. A train step's artifact (kind "train")
 opens as a train_artifact.TrainArtifact. One exported with synthetic_weights stores only its small
@@ -18,17 +18,18 @@ from typing import Any, Mapping, Sequence
 import jax
 import numpy as np
 
-from . import feeds as feeds_mod
-from . import synthetic_weights, x64
-from .artifact_format import (FORMAT_VERSION, GRAPH, MANIFEST, STRATEGY, WEIGHTS, current_platform,  # noqa: F401
+from ..runtime import feeds as feeds_mod
+from . import synthetic_weights
+from .. import x64
+from .container import (FORMAT_VERSION, GRAPH, MANIFEST, STRATEGY, WEIGHTS, current_platform,  # noqa: F401
                               exported_member, graph_of, lowering_moved, misfit, read, recorded_precision,
                               shapes_of, sha256, tensors_of, weights_of)
-from .cache import compile_progress
-from .errors import FeedError, ModelLoadError, PaddleXlaError
-from .interpreter import draws_random, fail_on_false_flags
-from .held import HeldWeights
-from .strategy import Strategy
-from .xla_options import has_convolutions, options_for
+from ..runtime.compile_cache import compile_progress
+from ..errors import FeedError, ModelLoadError, PaddleXlaError
+from ..lowering.interpreter import draws_random, fail_on_false_flags
+from ..runtime.held import HeldWeights
+from ..strategy import Strategy
+from ..runtime.xla_options import has_convolutions, options_for
 
 
 # ---- running ----------------------------------------------------------------------------------
@@ -190,7 +191,7 @@ class Artifact:
 
     def _relowered_model(self):
         if self._relowered is None:
-            from .runtime import CompiledModel
+            from ..runtime.compiled import CompiledModel
             try:
                 # NOTE: in the precision it was exported in; its keys come from this artifact's calls.
                 model = CompiledModel(self.graph, self.weights, key=jax.random.wrap_key_data(self.key_data),
@@ -216,7 +217,7 @@ def _key_data(manifest: Mapping, seed: int | None, key) -> np.ndarray:
 # ---- outputs on disk (the CLI's `run`) ----------------------------------------------------------
 def save_outputs(path: str, outputs: Sequence[np.ndarray], names: Sequence[str]) -> list[str]:
     """One output -> `path`; several -> an .npz keyed by output name, or path_0.npy, path_1.npy, ..."""
-    from .io import atomic_write
+    from ..files import atomic_write
     if path.endswith(".npz"):
         buf = _io.BytesIO()
         np.savez(buf, **dict(zip(names, outputs)))

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .errors import ExportError, ModelLoadError
+from ..errors import ExportError, ModelLoadError
 
 DEFAULTS = {"std": 0.02, "seed": 0, "min_ndim": 2}
 

@@ -10,13 +10,12 @@ from typing import Any
 
 import jax
 
-from . import x64
-from .errors import LoweringError
-from .graph import Graph
+from .. import x64
+from ..errors import LoweringError
+from ..graph import Graph, op_reads
 from .interpreter import Problem, bind, resolve
 from .lower import interpreter_factory
-from .ops.util import dtype as jax_dtype
-from .parallel.graphs import op_reads
+from ..ops.util import dtype as jax_dtype
 from .policy import LoweringPolicy
 
 FREE_DIM = 4      # what an InputSpec's None dimension becomes while checking

@@ -8,14 +8,12 @@ between its entry and exit (by `Operation.id()`, stable within a program). After
 {position of a top-level Graph op: stage}. Nested blocks: the innermost one wins."""
 from __future__ import annotations
 
-import sys
-import types
 from dataclasses import dataclass
 
 import paddle
 
-from .errors import StrategyError
-from .graph import Graph
+from ..errors import StrategyError
+from ..graph import Graph
 
 # NOTE: programs whose ops the capture reader skips (they become params, feeds and fetches).
 _SKIPPED = frozenset({"builtin.parameter", "pd_op.data", "pd_op.feed", "pd_op.fetch"})
@@ -89,32 +87,3 @@ def markers(graph: Graph) -> dict[int, int]:
                         out.setdefault(position[op_id], r.stage)
         return out
     return {}
-
-
-class _CallableModule(types.ModuleType):
-    """`px.stage(k)` works even where `paddle_xla.stage` resolved to this module, not the class:
-    importing a submodule sets the package attribute of the same name to the module."""
-
-    def __call__(self, k: int) -> stage:
-        return stage(k)
-
-
-sys.modules[__name__].__class__ = _CallableModule
-
-
-def placement_for(captured, strategy, verbose: bool = True):
-    """The stage of every op of a captured program under `strategy` (None without stages), with
-    the plan printed before compiling."""
-    if strategy is None or strategy.stages == 1:
-        return None
-    from .parallel import placement as pl
-    from .parallel import report
-    graph = captured.graph
-    values = report.stand_in_values(graph, strategy.precision)
-    cost, cut_bytes = report.costs(graph, values)
-    result = pl.place(graph, strategy.stages, strategy.placement, markers(graph), captured.state_keys,
-                      cost, cut_bytes)
-    result.plan = report.describe(graph, result, values)
-    if verbose:
-        print(result.plan)
-    return result

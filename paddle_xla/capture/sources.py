@@ -13,8 +13,8 @@ from typing import Sequence
 import numpy as np
 import paddle
 
-from .errors import CaptureError, ModelLoadError
-from .graph import Graph, Tensor
+from ..errors import CaptureError, ModelLoadError
+from ..graph import Graph, Tensor
 from .pir_reader import dtype_name, program_to_graph, shape_of
 from .to_static_help import hint, leave_accessors_to_python, recursion_culprit
 

@@ -1,6 +1,6 @@
 """The .pxa container: one zip file of members, each with its sha256 in the manifest, and the versions
-that say who can read it. Both artifact kinds (artifact.py: inference; train_artifact.py: a train
-step) are written and read through this module; export.py writes them.
+that say who can read it. Both artifact kinds (reader.py: inference; train_artifact.py: a train
+step) are written and read through this module; writer.py writes them.
 
   manifest.json            format version, versions, kind, feeds/fetches, sha256 of every other member,
                            and `lowering`: the lowering version and each platform's LoweringPolicy
@@ -22,9 +22,9 @@ from typing import Any, Mapping
 import jax
 import numpy as np
 
-from .errors import ModelLoadError
-from .graph import Graph, Tensor
-from .policy import LOWERING_VERSION, PLATFORMS, LoweringPolicy, live_platform  # noqa: F401  (PLATFORMS: export's)
+from ..errors import ModelLoadError
+from ..graph import Graph, Tensor
+from ..lowering.policy import LOWERING_VERSION, PLATFORMS, LoweringPolicy, live_platform  # noqa: F401  (PLATFORMS: export's)
 
 # NOTE: 2: an inference executable reads the weights its manifest lists (exported.<p>.hwio_filters,
 # .half_weights) as HWIO or in half (held.py). Version 1 had no half_weights, and hwio_filters only in its

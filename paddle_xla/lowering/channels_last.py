@@ -13,8 +13,8 @@ from dataclasses import replace
 
 import jax.numpy as jnp
 
-from .graph import Graph
-from .ops.conv import from_nhwc, to_nhwc
+from ..graph import Graph
+from ..ops.conv import from_nhwc, to_nhwc
 
 CONV_OPS = frozenset({"pd_op.conv2d", "pd_op.depthwise_conv2d"})
 # NOTE: ops that read and write NCHW activations elementwise; their output keeps their input's layout.

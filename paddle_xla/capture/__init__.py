@@ -1,0 +1,9 @@
+"""Paddle -> Graph: the only package that reads Paddle's IR (PIR). An edge: it imports paddle.
+
+  sources.py         the three sources: a Layer with InputSpecs, a static Program, a saved inference model
+  pir_reader.py      a PIR Program -> Graph, op by op (in-place ops resolved, blocks nested)
+  to_static_help.py  what paddle.jit.to_static should leave to Python, and what to say when it fails
+  wrap.py            a network and its loss joined into one forward, so that one capture sees both
+  stage_markers.py   `with px.stage(k):` in model code, read back as op -> stage after capture
+"""
+from .sources import Captured, from_inference_model, from_layer, from_program  # noqa: F401

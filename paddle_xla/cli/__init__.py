@@ -1,0 +1,1 @@
+"""`paddle-xla`, the command line (main.py), and the jobs it runs: demo, bench, validate."""
