@@ -230,7 +230,7 @@ def train(ctx: dict, precision: str) -> dict[str, Any]:
     # NOTE: each step returns the loss as a Python float, so each call syncs; that is how a training
     # loop runs too (one host round trip per step).
     t = throughput(lambda: losses.append(s(**feeds)), lambda _: None, ctx["min_seconds"], 200)
-    from paddle_xla.artifact.train_artifact import step_fn
+    from paddle_xla.artifact.train_writer import step_fn
     st = s.state
     flops = counted_flops(ctx, "train", step_fn(s.graph, s.config), avals(dict(st.params)), avals(dict(st.buffers)),
                           avals(st.opt_state), avals(feeds), np.zeros(2, np.uint32), np.float32(0)) \

@@ -12,7 +12,7 @@ import paddle
 
 from . import capture, x64
 from .errors import CheckFailedError, TrainingError, UnsupportedOpsError
-from .runtime.feeds import bind, check
+from .runtime.feeds import checked
 from .interop import paddle_optimizer as optim_interop
 from .lowering.interpreter import check_message, fail_on_false_flags, raise_failed_check
 from .lowering.lower import check_graph, checked_ops
@@ -85,8 +85,7 @@ class TrainStep:
     def feeds(self, args, kwargs) -> dict[str, Any]:
         args = [a.numpy() if isinstance(a, paddle.Tensor) else a for a in args]
         kwargs = {k: v.numpy() if isinstance(v, paddle.Tensor) else v for k, v in kwargs.items()}
-        bound = bind(self.graph.feeds, args, kwargs)
-        return {f.name: check(f, bound[f.name]) for f in self.graph.feeds}
+        return checked(self.graph.feeds, args, kwargs)
 
     def accumulate(self, *args, **kwargs) -> float:
         """Forward and backward without an update: the gradients add up, and the next step(...) applies

@@ -385,7 +385,7 @@ def test_unequal_shared_dimension_falls_back(model, pxa_path):
 # ---- compile cache and progress -------------------------------------------------------------------
 CACHE_PROBE = """
 import sys, time
-from paddle_xla.cache import enable_compile_cache
+from paddle_xla.runtime.compile_cache import enable_compile_cache
 print(enable_compile_cache())
 import jax, jax.numpy as jnp
 hits = []

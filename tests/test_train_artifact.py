@@ -285,7 +285,7 @@ def test_lambda_decay_cannot_travel(tmp_path):
 def test_synthetic_weights(run, tmp_path):
     s = pxa.load(run["path"])
     path = str(tmp_path / "synth.pxa")
-    from paddle_xla.artifact.train_artifact import export_train
+    from paddle_xla.artifact.train_writer import export_train
     manifest = export_train(s, path, synthetic={"std": 0.5, "seed": 1})
     assert manifest["train"]["opt_state"] == "fresh"
     assert sorted(manifest["synthetic_weights"]["weights"]) == ["linear_0.w_0", "linear_1.w_0"]

@@ -198,7 +198,7 @@ def _lat(level) -> str:
 
 
 def graphcore_lines() -> list[str]:
-    """The reference, and the FLOP/s arithmetic, from paddle_xla.perf's count (not typed in)."""
+    """The reference, and the FLOP/s arithmetic, from paddle_xla.cli.perf's count (not typed in)."""
     import sys
     sys.path.insert(0, str(ROOT))
     from paddle_xla.cli.perf import bert_pretraining_flops

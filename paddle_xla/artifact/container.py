@@ -1,6 +1,6 @@
 """The .pxa container: one zip file of members, each with its sha256 in the manifest, and the versions
-that say who can read it. Both artifact kinds (reader.py: inference; train_artifact.py: a train
-step) are written and read through this module; writer.py writes them.
+that say who can read it. Both artifact kinds (inference: writer.py, reader.py; a train step:
+train_writer.py, train_reader.py) are written (`write`) and read (`read`) through this module.
 
   manifest.json            format version, versions, kind, feeds/fetches, sha256 of every other member,
                            and `lowering`: the lowering version and each platform's LoweringPolicy
@@ -23,7 +23,10 @@ import jax
 import numpy as np
 
 from ..errors import ModelLoadError
+from ..files import atomic_write
 from ..graph import Graph, Tensor
+from ..lowering.interpreter import check_message
+from ..lowering.lower import checked_ops
 from ..lowering.policy import LOWERING_VERSION, PLATFORMS, LoweringPolicy, live_platform  # noqa: F401  (PLATFORMS: export's)
 
 # NOTE: 2: an inference executable reads the weights its manifest lists (exported.<p>.hwio_filters,
@@ -94,6 +97,30 @@ def pack(members: Mapping[str, bytes], manifest: Mapping[str, Any]) -> tuple[byt
             kind = zipfile.ZIP_DEFLATED if name.endswith(".json") else zipfile.ZIP_STORED
             z.writestr(name, data, compress_type=kind)
     return buf.getvalue(), manifest
+
+
+def write(path: str, kind: str, graph: Graph, weights: Mapping[str, np.ndarray], strategy_json: bytes,
+          exported: Mapping[str, bytes], entries: Mapping[str, dict], policies: Mapping[str, LoweringPolicy],
+          precision: str, synthetic: Mapping | None = None, members: Mapping[str, bytes] | None = None,
+          **fields) -> dict:
+    """Write an artifact of either kind, atomically, and return its manifest: the members every
+    artifact has (the Graph, the weights, the Strategy, one executable per exported platform) plus
+    `members`; the manifest fields every artifact has plus `fields`. `entries` is the manifest's
+    per-platform record ("exported"), each with its member's name added."""
+    every = {GRAPH: graph.to_json().encode(), WEIGHTS: weights_bytes(weights), STRATEGY: strategy_json,
+             **(members or {})}
+    every.update({exported_member(p): data for p, data in exported.items()})
+    manifest = {"kind": kind,
+                "feeds": [tensor_spec(t) for t in graph.feeds],
+                "fetches": [tensor_spec(t) for t in graph.fetches],
+                "exported": {p: {"member": exported_member(p), **entry} for p, entry in entries.items()},
+                "lowering": lowering_record(policies, precision),
+                "checks": [check_message(op) for op in checked_ops(graph)],
+                **fields,
+                **({"synthetic_weights": synthetic} if synthetic else {})}
+    data, manifest = pack(every, manifest)
+    atomic_write(path, data)
+    return manifest
 
 
 def sha256(data: bytes) -> str:

@@ -3,7 +3,7 @@
 A .pxa (container.py) holds the Graph, the weights, the Strategy and one jax.export executable
 per platform it was exported for; its manifest records how each was lowered. A model exported in
 bf16 runs in bf16 wherever it is loaded, re-lowered or not. A train step's artifact (kind "train")
-opens as a train_artifact.TrainArtifact. One exported with synthetic_weights stores only its small
+opens as a train_reader.TrainArtifact. One exported with synthetic_weights stores only its small
 weights: see synthetic_weights.py.
 
 This module never imports paddle: the Graph, lowering and runtime it uses are Paddle-free.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import io as _io
 import itertools
 import os
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import jax
 import numpy as np
@@ -21,10 +21,11 @@ import numpy as np
 from ..runtime import feeds as feeds_mod
 from . import synthetic_weights
 from .. import x64
+from . import choice
 from .container import (FORMAT_VERSION, GRAPH, MANIFEST, STRATEGY, WEIGHTS, current_platform,  # noqa: F401
-                              exported_member, graph_of, lowering_moved, misfit, read, recorded_precision,
-                              shapes_of, sha256, tensors_of, weights_of)
-from ..runtime.compile_cache import compile_progress
+                        graph_of, lowering_moved, misfit, read, recorded_precision, shapes_of, sha256, tensors_of,
+                        weights_of)
+from ..runtime.executables import ExecutableCache, shapes_text
 from ..errors import FeedError, ModelLoadError, PaddleXlaError
 from ..lowering.interpreter import draws_random, fail_on_false_flags
 from ..runtime.held import HeldWeights
@@ -38,10 +39,10 @@ def load(path: str, prefer_graph: bool = False, seed: int | None = None, key=Non
     """Open a .pxa. It runs its serialized executable when one was exported for this platform
     (`mode == "exported"`), else re-lowers its Graph (`mode == "relowered"`); `why` says why.
     Random ops draw anew on every call, starting from the exporter's key, or from `seed` / `key`.
-    A train step's artifact opens as a train_artifact.TrainArtifact (`train_options` go to it)."""
+    A train step's artifact opens as a train_reader.TrainArtifact (`train_options` go to it)."""
     manifest, members = read(path)
     if manifest.get("kind") == "train":
-        from .train_artifact import TrainArtifact
+        from .train_reader import TrainArtifact
         return TrainArtifact(path, manifest, members, prefer_graph, **train_options)
     return Artifact(path, manifest, members, prefer_graph, seed=seed, key=key)
 
@@ -66,11 +67,12 @@ class Artifact:
         self._random = draws_random(self.graph) if self.graph is not None else True
         self._calls = itertools.count()
         self._relowered = None
-        self.exported, self.mode, self.why = self._pick(members, prefer_graph)
+        self.exported, self.mode, self.why = choice.pick(path, manifest, members, self.platform,
+                                                         self.graph is not None, prefer_graph)
         self._exported_why = self.why
         if self.exported is not None:
             self._exported_state()
-            self._runs: dict[tuple, Any] = {}
+            self._runs = ExecutableCache()
 
     @property
     def input_names(self) -> list[str]:
@@ -83,34 +85,6 @@ class Artifact:
     @property
     def exported_platforms(self) -> list[str]:
         return sorted(self.manifest.get("exported", {}))
-
-    # -- choosing how to run --
-    def _pick(self, members, prefer_graph: bool):
-        member = exported_member(self.platform)
-        if prefer_graph and self.graph is not None:
-            why = "re-lowering from the Graph, as asked (prefer_graph=True)"
-            return None, "relowered", why + lowering_moved(self.manifest)
-        if member not in members:
-            return None, *self._relower_or_fail(f"it was exported for {self.exported_platforms or 'no platform'}, "
-                                                f"not for this machine's {self.platform!r}")
-        try:
-            exported = jax.export.deserialize(bytearray(members[member]))
-            # NOTE: the StableHLO inside is parsed only when first compiled; parse it now, so that one
-            # written by a newer jax (seen: 0.11.2's, read by 0.10.2) falls back to the Graph here.
-            exported.mlir_module()
-        except Exception as e:
-            made_by = self.manifest.get("jax_version", "?")
-            return None, *self._relower_or_fail(
-                f"its {member}, written by jax {made_by}, cannot be read by this jax {jax.__version__} "
-                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
-        return exported, "exported", f"running the {self.platform} executable exported in {member}"
-
-    def _relower_or_fail(self, reason: str) -> tuple[str, str]:
-        if self.graph is None:
-            raise ModelLoadError(
-                f"Cannot run {self.path!r} here: {reason}, and it holds no Graph to re-lower from. Export it "
-                f"again with platforms=(..., {self.platform!r}) and keep the Graph in it.")
-        return "relowered", f"re-lowering from the Graph: {reason}{lowering_moved(self.manifest)}"
 
     def _exported_state(self):
         (params, buffers, feeds, _), _ = jax.tree_util.tree_unflatten(self.exported.in_tree, self.exported.in_avals)
@@ -126,8 +100,7 @@ class Artifact:
 
     # -- calling --
     def check_feeds(self, args, kwargs) -> dict[str, np.ndarray]:
-        bound = feeds_mod.bind(self.feeds_spec, args, kwargs)
-        return {f.name: feeds_mod.check(f, bound[f.name]) for f in self.feeds_spec}
+        return feeds_mod.checked(self.feeds_spec, args, kwargs)
 
     def call_key_data(self) -> np.ndarray:
         """The raw key of the next call: a fresh one per call when the program draws random numbers."""
@@ -174,14 +147,10 @@ class Artifact:
             return None, f"the exported program's symbolic shapes do not take {shapes_of(feeds)} ({first})"
 
     def _executable(self, feeds):
-        sig = tuple((k, tuple(v.shape), str(v.dtype)) for k, v in sorted(feeds.items()))
-        exe = self._runs.get(sig)
-        if exe is None:
-            with compile_progress(f"{os.path.basename(self.path)} for {shapes_of(feeds)}"):
-                exe = jax.jit(self.exported.call).lower(self.params, self.buffers, feeds, self.key_data).compile(
-                    compiler_options=options_for(self._convolves()))
-            self._runs[sig] = exe
-        return exe
+        return self._runs.get(
+            feeds, lambda: jax.jit(self.exported.call).lower(self.params, self.buffers, feeds, self.key_data).compile(
+                compiler_options=options_for(self._convolves())),
+            lambda sig: f"{os.path.basename(self.path)} for {shapes_text(sig)}")
 
     def _convolves(self) -> bool:
         """Whether the program convolves: the manifest says (since LOWERING_VERSION 4's exports), else the Graph."""

@@ -16,10 +16,8 @@ from .. import x64
 from ..errors import ExportError  # noqa: F401  (re-exported: export() raises it)
 from .jax_export import avals, check_platforms, export_all
 from ..graph import Graph
-from ..files import atomic_write
 from ..runtime.held import HeldWeights
-from ..lowering.interpreter import check_message
-from ..lowering.lower import checked_ops, lower
+from ..lowering.lower import lower
 from ..lowering.policy import LoweringPolicy
 from ..runtime.compiled import CompiledModel
 from ..strategy import Strategy
@@ -35,13 +33,13 @@ def export(model, path: str, platforms: Sequence[str] = ("cpu",), example_inputs
     artifact holds jax.export's serialized StableHLO. The None dimensions of the InputSpecs stay
     symbolic when the program allows it; otherwise the executables are for the shapes of
     `example_inputs` (a list in forward()'s order, or a dict by input name). A train step
-    (px.train_step) is written with its optimizer, LR schedule and state (see train_artifact).
+    (px.train_step) is written with its optimizer, LR schedule and state (see train_writer.py).
     `synthetic_weights={"std": 0.02, "seed": 0}` leaves the weights of 2 or more dimensions out; the
     loader draws them as normal(0, std) (see synthetic_weights.py). Each platform's executable is
     lowered with the policy tuned for that platform, in the model's precision; the manifest records
     them (`lowering`). Returns the manifest."""
     if _is_train_step(model):
-        from .train_artifact import export_train
+        from .train_writer import export_train
         return export_train(model, path, platforms, example_inputs, synthetic_weights)
     compiled = _compiled_model(model)
     platforms = check_platforms(platforms)
@@ -64,23 +62,11 @@ def export(model, path: str, platforms: Sequence[str] = ("cpu",), example_inputs
     exported, shapes = export_all(lambda p: jax.jit(inference_fn(graph, policies[p])), graph, args, (key_data,),
                                   platforms, example_inputs)
     weights, synthetic = synthetic_lib.leave_out(weights, synthetic_weights)
-    members = {fmt.GRAPH: graph.to_json().encode(), fmt.WEIGHTS: fmt.weights_bytes(weights),
-               fmt.STRATEGY: json.dumps(Strategy(precision=precision).to_dict()).encode()}
-    members.update({fmt.exported_member(p): data for p, data in exported.items()})
-    manifest = {"kind": "inference",
-                "feeds": [fmt.tensor_spec(t) for t in graph.feeds],
-                "fetches": [fmt.tensor_spec(t) for t in graph.fetches],
-                "key_data": key_data.tolist(),
-                "exported": {p: {"member": fmt.exported_member(p), **shapes, **held[p].to_manifest()}
-                             for p in platforms},
-                "lowering": fmt.lowering_record(policies, precision),
-                "checks": [check_message(op) for op in checked_ops(graph)],
-                # NOTE: so that a loader without the Graph still compiles with the same options
-                "convolutions": has_convolutions(graph),
-                **({"synthetic_weights": synthetic} if synthetic else {})}
-    data, manifest = fmt.pack(members, manifest)
-    atomic_write(path, data)
-    return manifest
+    return fmt.write(path, "inference", graph, weights, json.dumps(Strategy(precision=precision).to_dict()).encode(),
+                     exported, {p: {**shapes, **held[p].to_manifest()} for p in platforms}, policies, precision,
+                     synthetic, key_data=key_data.tolist(),
+                     # NOTE: so that a loader without the Graph still compiles with the same options
+                     convolutions=has_convolutions(graph))
 
 
 def _is_train_step(model) -> bool:

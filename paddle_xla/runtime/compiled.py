@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import itertools
-import time
 from typing import Any, Mapping
 
 import jax
@@ -11,7 +10,7 @@ import numpy as np
 
 from . import feeds as feeds_mod
 from .. import x64
-from .compile_cache import compile_progress
+from .executables import ExecutableCache, shapes_text
 from ..graph import Graph
 from .held import HeldWeights
 from ..lowering.interpreter import check_message, draws_random, fail_on_false_flags, raise_failed_check
@@ -47,8 +46,7 @@ class CompiledModel:
         self._random = draws_random(graph)
         self._calls = itertools.count()
         self._jitted = jax.jit(self._fn)
-        self._compiled: dict[tuple, Any] = {}
-        self.compile_seconds: dict[tuple, float] = {}
+        self._executables = ExecutableCache()
 
     def set_weights(self, values: Mapping[str, Any]) -> None:
         """Replace weights by name, given as Paddle lays them out (e.g. a train step's current ones).
@@ -81,23 +79,19 @@ class CompiledModel:
     def output_names(self) -> list[str]:
         return [f.name for f in self.graph.fetches]
 
+    @property
+    def compile_seconds(self) -> dict[tuple, float]:
+        return self._executables.compile_seconds
+
     def feeds(self, args, kwargs) -> dict[str, Any]:
-        bound = feeds_mod.bind(self.graph.feeds, args, kwargs)
-        return {f.name: feeds_mod.check(f, bound[f.name]) for f in self.graph.feeds}
+        return feeds_mod.checked(self.graph.feeds, args, kwargs)
 
     def executable(self, feeds: Mapping[str, Any]):
         """The compiled executable for these input shapes (compiled on first use)."""
-        sig = tuple((k, tuple(v.shape), str(v.dtype)) for k, v in sorted(feeds.items()))
-        exe = self._compiled.get(sig)
-        if exe is None:
-            start = time.perf_counter()
-            shapes = {k: list(s) for k, s, _ in sig}
-            with compile_progress(f"{self.graph.meta.get('source', 'model')} for {shapes}"):
-                exe = self._jitted.lower(self.params, self.buffers, feeds, self._key).compile(
-                    compiler_options=inference_options(self.graph))
-            self.compile_seconds[sig] = time.perf_counter() - start
-            self._compiled[sig] = exe
-        return exe
+        return self._executables.get(
+            feeds, lambda: self._jitted.lower(self.params, self.buffers, feeds, self._key).compile(
+                compiler_options=inference_options(self.graph)),
+            lambda sig: f"{self.graph.meta.get('source', 'model')} for {shapes_text(sig)}")
 
     def run(self, *args, **kwargs) -> list[jax.Array]:
         """Outputs as device arrays (no host copy)."""

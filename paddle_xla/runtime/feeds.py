@@ -39,6 +39,13 @@ def bind(feeds: Sequence[Tensor], args: Sequence[Any], kwargs: Mapping[str, Any]
     return bound
 
 
+def checked(feeds: Sequence[Tensor], args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The inputs of one call bound to the Graph's feeds (bind) and each checked (check): what every
+    runnable does with its arguments before XLA sees them."""
+    bound = bind(feeds, args, kwargs)
+    return {f.name: check(f, bound[f.name]) for f in feeds}
+
+
 def shape_problem(name: str, shape, expected, spec: str) -> str | None:
     """What is wrong with an input's rank or fixed dimensions (-1 in `expected` is free), or None."""
     shape, expected = list(shape), list(expected)

@@ -17,7 +17,7 @@ from ..lowering.interpreter import check_message
 from ..lowering.lower import checked_ops, lower
 from ..lowering.policy import LoweringPolicy
 from ..train import optim
-from ..train.step import STEP_COMPILER_OPTIONS, TrainState, make_grads, make_step
+from ..train.step import STEP_COMPILER_OPTIONS, TrainState, make_grads, make_step, not_finite_message
 
 
 # ---- the step under a Strategy ------------------------------------------------------------------
@@ -115,7 +115,7 @@ class StepRunner:
         done = k if self.engine.scaler_cfg is not None or res.finite.all() else int(np.argmin(res.finite))
         new = TrainState(res.params, res.buffers, res.opt_state, state.step + done, state.key)
         losses = [float(x) for x in res.losses]
-        error = None if done == k else _not_finite(state.step + done, losses[done])
+        error = None if done == k else not_finite_message(state.step + done, losses[done])
         return StepResult(new, losses, list(res.fetches), error)
 
     def backward(self, s: TrainState, feeds, accumulated, micro: int):
@@ -140,11 +140,6 @@ class StepRunner:
         if not bool(finite):
             failed = [check_message(op) for op, ok in zip(checked_ops(self.graph), fetches[n:]) if not bool(ok)]
             return StepResult(TrainState(params, s.buffers, opt_state, s.step, s.key), [loss], [],
-                              failed[0] if failed else _not_finite(s.step, loss), failed=bool(failed))
+                              failed[0] if failed else not_finite_message(s.step, loss), failed=bool(failed))
         return StepResult(TrainState(params, buffers, opt_state, s.step + 1, s.key), [loss], list(fetches[1:n]))
 
-
-def _not_finite(step: int, loss: float) -> str:
-    return (f"The loss or a gradient is not finite at step {step} (loss = {loss}); the weights and "
-            "optimizer state were left as they were before this step. Lower the learning rate, check "
-            "the inputs for NaN/Inf, or use precision='fp16' loss scaling, which skips such steps.")

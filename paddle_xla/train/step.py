@@ -88,3 +88,10 @@ def make_step(graph: Graph, update: UpdateFn, loss_index: int = 0, forward: Call
 def all_finite(tree) -> jax.Array:
     leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+
+
+def not_finite_message(step: int, loss: float) -> str:
+    """What a step whose loss or gradient is not finite says (it keeps the weights it had)."""
+    return (f"The loss or a gradient is not finite at step {step} (loss = {loss}); the weights and "
+            "optimizer state were left as they were before this step. Lower the learning rate, check "
+            "the inputs for NaN/Inf, or use precision='fp16' loss scaling, which skips such steps.")
