@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # NOTE: the peak and BERT FLOPs live in the package, so `paddle-xla bench` and these scripts agree.
-from paddle_xla.cli.perf import best_rate, bert_flops, matmul_peak, matmul_rate  # noqa: E402,F401
+from paddle_xla.planner.perf import best_rate, bert_flops, matmul_peak, matmul_rate  # noqa: E402,F401
 
 # ---- timing ------------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ configuration the same drift.
 The MLM head scores the masked positions only, 20 per sequence (BERT's max_predictions_per_seq at
 seq 128, as in PaddleNLP, Google's, NVIDIA's and Graphcore's pretraining); --max-predictions 0 scores
 every token. Model FLOPs per step = 3 x forward, the forward being the encoder plus the MLM head over
-the scored tokens: 6 x matmul params x tokens + attention (paddle_xla.perf.bert_pretraining_flops). The
+the scored tokens: 6 x matmul params x tokens + attention (paddle_xla.planner.perf.bert_pretraining_flops). The
 steps are paddle_xla.bench's (the `paddle-xla bench` command), run here with a fixed set of configurations."""
 from __future__ import annotations
 

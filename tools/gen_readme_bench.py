@@ -198,10 +198,10 @@ def _lat(level) -> str:
 
 
 def graphcore_lines() -> list[str]:
-    """The reference, and the FLOP/s arithmetic, from paddle_xla.cli.perf's count (not typed in)."""
+    """The reference, and the FLOP/s arithmetic, from paddle_xla.planner.perf's count (not typed in)."""
     import sys
     sys.path.insert(0, str(ROOT))
-    from paddle_xla.cli.perf import bert_pretraining_flops
+    from paddle_xla.planner.perf import bert_pretraining_flops
     per_sample = bert_pretraining_flops(layers=12, hidden=768, intermediate=3072, vocab=30522, batch=1, seq=128,
                                         head_tokens=20)
     total = 11_700 * per_sample

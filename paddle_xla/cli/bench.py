@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..errors import StrategyError
-from .perf import bert_flops, bert_pretraining_flops, matmul_peak
+from ..planner.perf import bert_flops, bert_pretraining_flops, matmul_peak
 
 PARTS = ("train", "infer")
 

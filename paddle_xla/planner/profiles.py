@@ -48,7 +48,7 @@ PROFILES = {
 
 def measured_cpu(devices: int) -> DeviceProfile:
     """This machine, measured on the spot: its matmul peak and memory shared by `devices` XLA devices."""
-    from ..cli.perf import matmul_peak
+    from .perf import matmul_peak
     peak = matmul_peak(sizes=(1024,), repeats=3)
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     # NOTE: virtual CPU devices share the cores and the memory; "links" are memory copies (~10 GB/s, assumed).

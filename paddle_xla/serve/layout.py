@@ -23,7 +23,7 @@ Dim = Union[int, str]   # a fixed size, or the name of a symbolic dimension
 
 
 @dataclasses.dataclass(frozen=True)
-class Layout:
+class BatchLayout:
     inputs: dict[str, tuple[Dim, ...]]
     outputs: dict[str, tuple[Dim, ...]] | None   # None: unknown (the artifact re-lowers here)
     batch: str | None                            # None: each request runs alone, as given
@@ -38,22 +38,23 @@ class Layout:
         return list(dict.fromkeys(d for dims in self.inputs.values() for d in dims if isinstance(d, str)))
 
 
-def layout_of(artifact, batching_wanted: bool, buckets_wanted: bool) -> Layout:
+def layout_of(artifact, batching_wanted: bool, buckets_wanted: bool) -> BatchLayout:
     inputs, outputs = _symbols(artifact)
     batch, why_not = _batch_symbol(inputs, outputs, artifact)
     notes = [] if batch or not batching_wanted else [f"served unbatched: {why_not}"]
     buckets: tuple[str, ...] = ()
     if buckets_wanted and batch:
-        free = [s for s in Layout(inputs, outputs, batch).free_symbols() if s != batch]
+        free = [s for s in BatchLayout(inputs, outputs, batch).free_symbols() if s != batch]
         buckets = tuple(s for s in free if outputs is not None and _sliceable(s, outputs))
         if outputs is None and free:
             notes.append("--seq-buckets off: this artifact re-lowers here, so its output shapes are unknown")
         notes += [f"--seq-buckets off for dimension {s}: an output uses it other than as a whole dimension"
                   for s in free if s not in buckets and outputs is not None]
-    return Layout(inputs, outputs, batch, buckets, tuple(notes))
+    return BatchLayout(inputs, outputs, batch, buckets, tuple(notes))
 
 
-def warmup_shapes(layout: Layout, batch_sizes: Sequence[int], buckets: Sequence[int]) -> list[dict[str, tuple]]:
+def warmup_shapes(layout: BatchLayout, batch_sizes: Sequence[int],
+                  buckets: Sequence[int]) -> list[dict[str, tuple]]:
     """Every input shape a served request can be padded to: batch sizes x buckets. [] when a free
     dimension is neither batch nor bucketed: its sizes are only known when requests come."""
     if set(layout.free_symbols()) - {layout.batch, *layout.buckets}:

@@ -16,10 +16,10 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .layout import Layout
+from .layout import BatchLayout
 
 
-def pad_to_buckets(arrays: Mapping[str, np.ndarray], layout: Layout, buckets: Sequence[int]
+def pad_to_buckets(arrays: Mapping[str, np.ndarray], layout: BatchLayout, buckets: Sequence[int]
                    ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """(padded arrays, {symbol: the request's own size}). A length past the largest bucket stays as
     it is (compiled when first seen)."""
@@ -66,7 +66,7 @@ def stack(requests: Sequence[Mapping[str, np.ndarray]], size: int) -> dict[str, 
 
 
 def unstack(outputs: Mapping[str, np.ndarray], rows: Sequence[int], lengths: Sequence[Mapping[str, int]],
-            layout: Layout) -> list[dict[str, np.ndarray]]:
+            layout: BatchLayout) -> list[dict[str, np.ndarray]]:
     """Each request's own outputs: its rows, and its own size in every bucketed dimension."""
     answers, start = [], 0
     for n, own in zip(rows, lengths):

@@ -14,7 +14,7 @@ import numpy as np
 from ..artifact import reader as pxa
 from ..errors import ModelLoadError
 from .datatypes import kserve_name, numpy_dtype
-from .layout import Layout, layout_of
+from .layout import BatchLayout, layout_of
 
 VERSION = "1"   # NOTE: one file is one version; KServe clients still ask for versions by name
 
@@ -38,7 +38,7 @@ class ServedModel:
     name: str
     path: str
     artifact: pxa.Artifact
-    layout: Layout
+    layout: BatchLayout
     inputs: dict[str, TensorMeta]
     outputs: dict[str, TensorMeta]
 
