@@ -5,6 +5,10 @@ Paddle-free parts (paddle_xla.artifact, graph, lowering, ops, train, parallel, r
 not installed."""
 from importlib import import_module as _import_module
 
+from .quiet import quiet_library_noise as _quiet_library_noise
+
+_quiet_library_noise()   # NOTE: first, so that Paddle's glog level is set if Paddle is not loaded yet
+
 from .errors import (CaptureError, CheckFailedError, CheckpointError, FeedError, LoweringError, ModelLoadError,  # noqa: F401
                      PaddleXlaError, StrategyError, TrainingError, UnsupportedOpsError)
 from .graph import Graph  # noqa: F401

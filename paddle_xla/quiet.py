@@ -1,19 +1,62 @@
-"""What the command line hides unless asked (--verbose): start-up noise that says nothing about the
-user's model. Paddle's glog lines and its ccache/deprecation warnings, and JAX's report that it found no
-TPU on a machine that has none. Warnings about the user's model (paddle_xla's own) still show."""
+"""Start-up noise that says nothing about the user's model, hidden unless asked: Paddle's glog lines
+and its ccache warning, JAX's report that it found no TPU on a machine that has none, matplotlib's
+font-cache notice. `PADDLE_XLA_VERBOSE=1` (or the CLI's --verbose) shows them all again.
+
+Two levels. Importing paddle_xla hides only those named lines, so a library user's own warnings,
+and Paddle's warnings about their model, still show. The command line hides every Paddle
+user/deprecation warning too: there the user's code is not running."""
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
 
 # NOTE: Paddle reads GLOG_minloglevel once, when it is imported: this must run before that.
 _GLOG_WARNINGS_AND_UP = "2"
+_NOISY_LOGGERS = ("jax._src.xla_bridge",      # "Unable to initialize backend 'tpu'" (INFO, while probing)
+                  "matplotlib.font_manager")  # "generated new fontManager" (INFO, first import)
+
+
+_ADDED: list = []          # the warning filters added here, so that --verbose can take them back
+
+
+def _ignore(**match) -> None:
+    warnings.filterwarnings("ignore", **match)
+    _ADDED.append(warnings.filters[0])
+
+
+def verbose() -> bool:
+    return os.environ.get("PADDLE_XLA_VERBOSE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def quiet_library_noise() -> None:
+    """What importing paddle_xla hides: the named start-up lines only."""
+    if verbose():
+        return
+    if "paddle" not in sys.modules:     # NOTE: too late once Paddle is loaded; say so in the README
+        os.environ.setdefault("GLOG_minloglevel", _GLOG_WARNINGS_AND_UP)
+    _ignore(message=r"No ccache found", category=UserWarning)
+    for name in _NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def quiet_start_up_noise() -> None:
-    os.environ.setdefault("GLOG_minloglevel", _GLOG_WARNINGS_AND_UP)
+    """What the command line hides: the above, and every Paddle user/deprecation warning."""
+    quiet_library_noise()
+    if verbose():
+        return
     for category in (UserWarning, DeprecationWarning, FutureWarning):
-        warnings.filterwarnings("ignore", category=category, module=r"paddle(\.|$)")
-    # "Unable to initialize backend 'tpu'" and friends, logged at INFO while JAX probes for plugins
-    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+        _ignore(category=category, module=r"paddle(\.|$)")
+
+
+def show_everything() -> None:
+    """Take back what was hidden here (the CLI's --verbose; paddle_xla was imported before it ran).
+    Lines Paddle printed, or skipped, at its own import stay as they were."""
+    os.environ["PADDLE_XLA_VERBOSE"] = "1"
+    for f in _ADDED:
+        if f in warnings.filters:
+            warnings.filters.remove(f)
+    _ADDED.clear()
+    for name in _NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET)

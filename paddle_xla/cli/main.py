@@ -17,9 +17,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 @app.callback()
 def _options(verbose: bool = typer.Option(False, "--verbose", "-v",
                                           help="Show Paddle's and JAX's start-up logs and warnings too")):
-    if not verbose:
-        from ..quiet import quiet_start_up_noise
-        quiet_start_up_noise()
+    from .. import quiet
+    quiet.show_everything() if verbose else quiet.quiet_start_up_noise()
 
 
 _SPEC = re.compile(r"^(?P<name>\w+):(?P<dtype>\w+)\[(?P<dims>[-\d,\s]*)\]$")
