@@ -57,7 +57,8 @@ class TrainStep:
         # NOTE: the Strategy's layout (replicas, stages, precision, ...) lives in the step runner;
         # the plan of a pipeline is printed here, before anything compiles.
         self._step = StepRunner(self.graph, self.config, strategy, placement_for(self.captured, strategy),
-                                tensor_plan_for(self.graph, self.captured.state_keys, strategy))
+                                tensor_plan_for(self.graph, self.captured.state_keys, strategy),
+                                name=type(net).__name__)
         self.loss_scale, self.skipped_steps = self._step.loss_scale, 0
         self.last_outputs: list[jax.Array] = []
         self._accumulated, self._micro = None, 0      # gradients of accumulate() calls since the last step

@@ -5,6 +5,8 @@ Environment:
   PADDLE_XLA_CACHE_DIR=DIR  where compiled executables are kept
                             (default $XDG_CACHE_HOME/paddle_xla/jax, else ~/.cache/paddle_xla/jax)
   PADDLE_XLA_PROGRESS=0     never print compile progress
+  PADDLE_XLA_PROGRESS_DELAY=S  in a log (not a terminal), announce a compile once it has taken S seconds
+                            (default 2)
 """
 from __future__ import annotations
 
@@ -60,13 +62,15 @@ def enable_compile_cache(path: str | None = None, min_compile_secs: float = MIN_
 
 # ---- progress ---------------------------------------------------------------------------------
 @contextmanager
-def compile_progress(what: str, delay: float = PROGRESS_DELAY_SECS, stream: TextIO | None = None) -> Iterator[None]:
+def compile_progress(what: str, delay: float | None = None, stream: TextIO | None = None) -> Iterator[None]:
     """Show that `what` is compiling: a spinner with the elapsed time on a terminal, else one line
     once it has taken `delay` seconds (and one when it ends). Quick compiles print nothing in logs."""
     stream = stream or sys.stderr
     if os.environ.get("PADDLE_XLA_PROGRESS", "1").strip().lower() in _OFF:
         yield
         return
+    if delay is None:
+        delay = float(os.environ.get("PADDLE_XLA_PROGRESS_DELAY", PROGRESS_DELAY_SECS))
     shown = _Spinner(what, stream) if _is_tty(stream) else _LogLine(what, stream, delay)
     try:
         yield

@@ -3,6 +3,7 @@ default Strategy, the SPMD engine (parallel/engine.py) for any other. It stands 
 neither imports the other. Paddle-free."""
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
 from typing import Callable
@@ -18,6 +19,8 @@ from ..lowering.lower import checked_ops, lower
 from ..lowering.policy import LoweringPolicy
 from ..train import optim
 from ..train.step import STEP_COMPILER_OPTIONS, TrainState, make_grads, make_step, not_finite_message
+from .compile_cache import compile_progress
+from .executables import shapes_text, signature
 
 
 # ---- the step under a Strategy ------------------------------------------------------------------
@@ -44,12 +47,14 @@ class StepRunner:
     SPMD engines over the ("replica", "stage", "tensor") mesh: parallel/sharded.py for one stage
     (replicas x tensor, sharding), parallel/engine.py for pipelines."""
 
-    def __init__(self, graph: Graph, config, strategy=None, placement=None, tensor_plan=None):
+    def __init__(self, graph: Graph, config, strategy=None, placement=None, tensor_plan=None, name: str | None = None):
         from ..strategy import Strategy
         self.graph = graph
+        self.name = name or graph.meta.get("source", "model")     # what the compile progress line calls it
         self.strategy = strategy if strategy is not None else Strategy()
         self.engine = None
         self._grads_jit = None
+        self._seen: set[tuple] = set()      # signatures compiled so far (jax.jit caches the executables)
         if self.strategy.is_default:
             update = functools.partial(optim.apply, config)
             self._jit = jax.jit(make_step(graph, update, forward=_live_forward(graph)), donate_argnums=(0, 2),
@@ -111,7 +116,8 @@ class StepRunner:
         k = len(feeds)
         keys = jax.vmap(lambda i: jax.random.fold_in(state.key, i))(state.step + jnp.arange(k))
         stacked = {n: np.stack([np.asarray(f[n]) for f in feeds]) for n in feeds[0]}
-        res = self.engine(state.params, state.buffers, state.opt_state, stacked, keys, lrs)
+        with self._compiling("train step", stacked):
+            res = self.engine(state.params, state.buffers, state.opt_state, stacked, keys, lrs)
         done = k if self.engine.scaler_cfg is not None or res.finite.all() else int(np.argmin(res.finite))
         new = TrainState(res.params, res.buffers, res.opt_state, state.step + done, state.key)
         losses = [float(x) for x in res.losses]
@@ -128,14 +134,16 @@ class StepRunner:
             self._grads_jit = jax.jit(make_grads(self.graph, forward=_live_forward(self.graph)))
         # NOTE: each accumulated pass draws its own random numbers (dropout), as Paddle's would.
         key = jax.random.fold_in(jax.random.fold_in(s.key, s.step), micro + 1)
-        return self._grads_jit(s.params, s.buffers, feeds, key, *([accumulated] if accumulated is not None else []))
+        with self._compiling("forward and backward", feeds, accumulated is not None):
+            return self._grads_jit(s.params, s.buffers, feeds, key, *([accumulated] if accumulated is not None else []))
 
     def _plain(self, s: TrainState, feeds, lr, accumulated=None) -> StepResult:
         key = jax.random.fold_in(s.key, s.step)
-        params, buffers, opt_state, loss, fetches, finite = self._jit(
-            s.params, s.buffers, s.opt_state, feeds, key, jnp.asarray(lr, jnp.float32),
-            *([accumulated] if accumulated is not None else []))
-        loss = float(loss)
+        with self._compiling("train step", feeds, accumulated is not None):
+            params, buffers, opt_state, loss, fetches, finite = self._jit(
+                s.params, s.buffers, s.opt_state, feeds, key, jnp.asarray(lr, jnp.float32),
+                *([accumulated] if accumulated is not None else []))
+            loss = float(loss)
         n = len(self.graph.fetches)
         if not bool(finite):
             failed = [check_message(op) for op, ok in zip(checked_ops(self.graph), fetches[n:]) if not bool(ok)]
@@ -143,3 +151,12 @@ class StepRunner:
                               failed[0] if failed else not_finite_message(s.step, loss), failed=bool(failed))
         return StepResult(TrainState(params, buffers, opt_state, s.step + 1, s.key), [loss], list(fetches[1:n]))
 
+    def _compiling(self, what: str, feeds, *variant):
+        """The progress line of px.compile around the first call of each signature, which compiles
+        (a long one shows; its time includes that first step)."""
+        sig = (what, signature(feeds), *variant)
+        if sig in self._seen:
+            return contextlib.nullcontext()
+        self._seen.add(sig)
+        layout = "" if self.strategy.is_default else f" ({self.strategy.devices} devices)"
+        return compile_progress(f"{self.name} {what}{layout} for {shapes_text(sig[1])}")
