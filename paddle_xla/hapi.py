@@ -34,6 +34,31 @@ def _specs(specs, prefix) -> list[InputSpec]:
     return out
 
 
+def _fits(spec: InputSpec, arr: np.ndarray) -> bool:
+    dims = list(spec.shape)
+    return len(dims) == arr.ndim and all(d in (None, -1) or d == n for d, n in zip(dims, arr.shape))
+
+
+def _for_batch(specs: list[InputSpec], arrays: list[np.ndarray], prefix: str) -> list[InputSpec]:
+    """The specs to capture with for this batch. paddle.Model in dynamic mode checks no shape or dtype
+    against its InputSpecs: the network sees the batch as the DataLoader made it (labels of shape [32]
+    under a [None, 1] spec train). So a spec the batch does not fit is replaced by the batch's own,
+    with a free batch dimension, and a missing spec is taken from the batch."""
+    out = []
+    for i, arr in enumerate(arrays):
+        spec = specs[i] if i < len(specs) else None
+        if spec is not None and _fits(spec, arr) and _same_dtype(spec.dtype, arr.dtype):
+            out.append(spec)
+            continue
+        shape = [None, *arr.shape[1:]] if arr.ndim else []
+        out.append(InputSpec(shape, str(arr.dtype), spec.name if spec is not None else f"{prefix}{i}"))
+    return out
+
+
+def _same_dtype(spec_dtype, dtype) -> bool:
+    return str(spec_dtype).replace("paddle.", "") == str(np.dtype(dtype))
+
+
 @x64.methods
 class XlaAdapter:
     """What paddle.Model calls for each batch, backed by a TrainStep and compiled eval/predict programs."""
@@ -62,8 +87,9 @@ class XlaAdapter:
     # ---- the three batch entry points ------------------------------------------------------
     def train_batch(self, inputs, labels=None, update=True):
         self.mode = "train"
-        step = self.train_step()
         xs, ys = [_numpy(x) for x in _to_list(inputs)], [_numpy(y) for y in _to_list(labels)]
+        self._resolve(xs, ys)
+        step = self.train_step()
         # NOTE: update=False is Paddle's backward without optimizer.step(): gradients add up until the
         # next update=True call (fit(accumulate_grad_batches=N) drives it this way).
         loss = step(*xs, *ys) if update else step.accumulate(*xs, *ys)
@@ -73,6 +99,7 @@ class XlaAdapter:
     def eval_batch(self, inputs, labels=None):
         self.mode = "eval"
         xs, ys = [_numpy(x) for x in _to_list(inputs)], [_numpy(y) for y in _to_list(labels)]
+        self._resolve(xs, ys)
         if self.model._loss is None:
             outs = self._run(self.predict_program(), xs)
             return self._with_metrics(None, [paddle.to_tensor(o) for o in outs], ys)
@@ -81,7 +108,18 @@ class XlaAdapter:
 
     def predict_batch(self, inputs):
         self.mode = "test"
-        return self._run(self.predict_program(), [_numpy(x) for x in _to_list(inputs)])
+        xs = [_numpy(x) for x in _to_list(inputs)]
+        self._resolve(xs, None)
+        return self._run(self.predict_program(), xs)
+
+    def _resolve(self, xs, ys):
+        """Specs the first batch fits (_for_batch), taken before the programs that read them are
+        captured; later batches are checked against those programs as usual."""
+        m = self.model
+        if self._step is None and self._eval is None and self._predict is None:
+            m._inputs = _for_batch(m._inputs, xs, "input")
+        if ys is not None and self._step is None and self._eval is None:
+            m._labels = _for_batch(m._labels, ys, "label")
 
     # ---- programs ------------------------------------------------------------------------------
     def train_step(self) -> TrainStep:

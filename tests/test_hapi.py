@@ -84,3 +84,25 @@ def test_fit_with_gradient_accumulation_matches_paddle():
     ours._adapter.train_step().sync_to(ours.network)
     for (k, a), b in zip(ours.network.state_dict().items(), theirs.network.state_dict().values()):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+def _fit_loose_specs(model_cls, inputs, labels):
+    """A script as Paddle users write it: labels of shape [batch] under a [None, 1] spec."""
+    net = _net()
+    model = model_cls(net, inputs, labels)
+    model.prepare(paddle.optimizer.SGD(0.1, parameters=net.parameters()), nn.CrossEntropyLoss(),
+                  paddle.metric.Accuracy())
+    rec = Recorder()
+    model.fit(Blobs(), Blobs(32, seed=1), epochs=2, batch_size=16, shuffle=False, verbose=0, callbacks=[rec])
+    return rec
+
+
+def test_specs_the_batches_do_not_fit_train_as_in_paddle():
+    cases = [([InputSpec([None, 10], "float32", "x")], [InputSpec([None, 1], "int64", "label")]),
+             (None, None)]                         # NOTE: paddle.Model in dynamic mode needs no specs
+    for inputs, labels in cases:
+        ours, theirs = _fit_loose_specs(px.Model, inputs, labels), _fit_loose_specs(paddle.Model, inputs, labels)
+        assert len(ours.train) == len(theirs.train) == 2
+        for a, b in zip(ours.train + ours.eval, theirs.train + theirs.eval):
+            np.testing.assert_allclose(_num(a["loss"]), _num(b["loss"]), rtol=1e-4)
+            np.testing.assert_allclose(a["acc"], b["acc"], rtol=1e-6)
