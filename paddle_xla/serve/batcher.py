@@ -129,11 +129,13 @@ class ModelWorker:
         """Per request group, the cheapest calls for each row count; a group is planned only when every
         padded size was timed (else it keeps one padded call)."""
         sizes, plans = set(self.settings.preferred_batch_sizes), {}
-        for group, seconds in timings.items():
-            if set(seconds) == sizes:
-                plans[group] = plan.cheapest_plans(seconds, self.settings.max_batch_size)
+        for group, timed in timings.items():
+            if set(timed) == sizes:
+                seconds = {n: t.best for n, t in timed.items()}
+                noise = max(t.spread for t in timed.values())
+                plans[group] = plan.cheapest_plans(seconds, self.settings.max_batch_size, noise)
                 self._row_limits[group] = plan.largest_call(plans[group])
-                if said := plan.describe(plans[group], seconds):
+                if said := plan.describe(plans[group], seconds, noise):
                     self.log(f"{self.model.name}: {said}")
         return plans
 

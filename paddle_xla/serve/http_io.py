@@ -68,6 +68,14 @@ async def on_request_error(request: Request, exc: RequestError) -> JSONResponse:
 async def on_http_exception(request: Request, exc: HTTPException) -> JSONResponse:
     message = exc.detail
     if exc.status_code == 404:
-        message = (f"No route {request.url.path!r}. The KServe v2 routes are /v2, /v2/health/live, "
-                   "/v2/health/ready, /v2/models/NAME, /v2/models/NAME/ready, /v2/models/NAME/infer (POST).")
+        message = f"No route {request.url.path!r}. The routes are: {routes_text(request.app.routes)}."
     return JSONResponse({"error": message}, exc.status_code, headers=exc.headers)
+
+
+def routes_text(routes) -> str:
+    """Every route the app serves, from its own table (so the list cannot go stale)."""
+    def one(route) -> str:
+        methods = sorted(set(route.methods or ()) - {"HEAD"})
+        path = route.path.replace("{name}", "NAME").replace("{version}", "VERSION")
+        return path if methods in ([], ["GET"]) else f"{path} ({', '.join(methods)})"
+    return ", ".join(one(r) for r in routes)

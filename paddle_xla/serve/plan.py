@@ -27,10 +27,12 @@ def padded_plan(rows: int, sizes: Sequence[int]) -> Plan:
 MIN_SAVING = 0.05
 
 
-def cheapest_plans(seconds: Mapping[int, float], max_rows: int) -> dict[int, Plan]:
+def cheapest_plans(seconds: Mapping[int, float], max_rows: int, noise: float = 0.0) -> dict[int, Plan]:
     """For every row count 1..max_rows, the sequence of sizes (largest first) whose calls, timed as
     `seconds`, hold those rows in the least time; of equal times, the one with fewer calls. A plan of
-    several calls is kept only where it saves MIN_SAVING of the one padded call's time."""
+    several calls is kept only where it saves MIN_SAVING of the one padded call's time, and more
+    than `noise` seconds (the spread of repeated timings of one call, measured at warm-up): for a
+    model of sub-millisecond calls a split would follow the timer's jitter."""
     sizes = sorted(seconds)
     best: list[tuple[float, int, Plan]] = [(0.0, 0, ())]
     for n in range(1, max_rows + 1):
@@ -42,7 +44,9 @@ def cheapest_plans(seconds: Mapping[int, float], max_rows: int) -> dict[int, Pla
     plans = {}
     for n in range(1, max_rows + 1):
         padded = padded_plan(n, sizes) if n <= sizes[-1] else best[n][2]
-        plans[n] = best[n][2] if best[n][0] <= (1 - MIN_SAVING) * sum(seconds[s] for s in padded) else padded
+        padded_time = sum(seconds[s] for s in padded)
+        saves = best[n][0] <= (1 - MIN_SAVING) * padded_time and padded_time - best[n][0] > noise
+        plans[n] = best[n][2] if saves else padded
     return plans
 
 
@@ -51,11 +55,15 @@ def largest_call(plans: Mapping[int, Plan]) -> int:
     return max(max(p) for p in plans.values())
 
 
-def describe(plans: Mapping[int, Plan], seconds: Mapping[int, float]) -> str:
+def describe(plans: Mapping[int, Plan], seconds: Mapping[int, float], noise: float = 0.0) -> str:
     """How batches run, when some size is never called whole: '' when every plan is one call."""
     split = [f"{n} rows as {'+'.join(map(str, plans[n]))}" for n in sorted(seconds) if n in plans and len(plans[n]) > 1]
     if not split:
         return ""
-    timed = ", ".join(f"b{n} {t * 1e3:.0f} ms" for n, t in sorted(seconds.items()))
+    timed = ", ".join(f"b{n} {_ms(t)}" for n, t in sorted(seconds.items()))
     return (f"batches of at most {largest_call(plans)} rows, a larger request in parts ({'; '.join(split)}): "
-            f"measured {timed}")
+            f"measured {timed} (timing noise {_ms(noise)})")
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.0f} ms" if seconds >= 0.01 else f"{seconds * 1e3:.2f} ms"

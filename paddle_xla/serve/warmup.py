@@ -1,12 +1,12 @@
 """Warm-up: every shape a request can be padded to is compiled (or read from the persistent compile
 cache) in the model's worker thread before the model reports ready, so no request waits for a compile.
-With `time_calls`, each batched shape is also timed (the best of two calls after the compiling one), so
-that the batcher can run a batch as its cheapest calls (plan.py)."""
+With `time_calls`, each batched shape is also timed (the best of TIMED_CALLS calls after the compiling
+one, and their spread as the noise), so that the batcher can run a batch as its cheapest calls (plan.py)."""
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -17,7 +17,15 @@ from .repository import ServedModel
 from .settings import Settings
 
 
-Timings = dict[tuple, dict[int, float]]     # {request group (padding.group_of): {batch size: seconds}}
+TIMED_CALLS = 3    # NOTE: after the compiling call; their spread is the noise a batch plan must beat
+
+
+class Timed(NamedTuple):
+    best: float        # the fastest of the timed calls, seconds
+    spread: float      # the slowest minus the fastest: how far one timing can be off
+
+
+Timings = dict[tuple, dict[int, Timed]]     # {request group (padding.group_of): {batch size: Timed}}
 
 
 def warm_up(model: ServedModel, settings: Settings, log: Callable[[str], None], stopping: Callable[[], bool],
@@ -44,13 +52,13 @@ def warm_up(model: ServedModel, settings: Settings, log: Callable[[str], None], 
     return timings
 
 
-def _best_call(model: ServedModel, feeds: dict[str, np.ndarray]) -> float:
+def _best_call(model: ServedModel, feeds: dict[str, np.ndarray]) -> Timed:
     times = []
-    for _ in range(2):
+    for _ in range(TIMED_CALLS):
         start = time.perf_counter()
         [np.asarray(o) for o in model.artifact.run(**feeds)]
         times.append(time.perf_counter() - start)
-    return min(times)
+    return Timed(min(times), max(times) - min(times))
 
 
 def _warm_one(model: ServedModel, feeds: dict[str, np.ndarray], log: Callable[[str], None]) -> bool:

@@ -101,3 +101,11 @@ def test_a_request_bigger_than_that_runs_as_its_planned_calls(model_dirs, artifa
 def test_no_split_batches_keeps_one_padded_call(model_dirs, artifacts):
     rows, _ = _serve(model_dirs, artifacts, (3, 1, 2, 2), split=False)
     assert rows == [8], rows
+
+
+def test_a_split_within_the_timing_noise_is_not_kept():
+    # NOTE: seen on a model of sub-millisecond calls: "4 rows as 1+1+1+1: measured b1 0 ms, b2 0 ms, b4 6 ms"
+    seconds = {1: 0.0001, 2: 0.0002, 4: 0.006}
+    assert cheapest_plans(seconds, 4)[4] == (2, 2)
+    assert cheapest_plans(seconds, 4, noise=0.01)[4] == (4,)
+    assert cheapest_plans(seconds, 4, noise=0.001)[4] == (2, 2)     # NOTE: 5.6 ms saved beats 1 ms noise
