@@ -236,6 +236,8 @@ def serve(models: str = typer.Argument(..., help="a folder of .pxa files; each *
           request_timeout_ms: int = typer.Option(60000, "--request-timeout-ms",
                                                  help="answer 504 after this long (0: never)"),
           max_body_mb: float = typer.Option(64.0, "--max-body-mb", help="larger request bodies get 413"),
+          body_timeout_s: float = typer.Option(30.0, "--body-timeout-s",
+                                               help="a request body not all received by then gets 408"),
           token: Optional[str] = typer.Option(None, "--token", envvar="PADDLE_XLA_SERVE_TOKEN", show_default=False,
                                               help="require 'Authorization: Bearer TOKEN' (all but health)")):
     """Serve every *.pxa in MODELS over HTTP: KServe v2 / Open Inference Protocol, dynamic batching,
@@ -254,7 +256,7 @@ def serve(models: str = typer.Argument(..., help="a folder of .pxa files; each *
                             seq_buckets=parse_sizes(seq_buckets, "--seq-buckets"), batching=not no_batching,
                             split_batches=split_batches,
                             max_queue_size=max_queue_size, request_timeout_ms=request_timeout_ms,
-                            max_body_mb=max_body_mb, token=token or None)
+                            max_body_mb=max_body_mb, body_timeout_s=body_timeout_s, token=token or None)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
     from ..serve.server import run

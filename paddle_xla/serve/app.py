@@ -112,7 +112,7 @@ class Handlers:
         worker = self.workers[model.name]
         if not worker.ready:
             raise unavailable(f"Model {model.name!r} is still compiling its preferred shapes; retry shortly.")
-        body = await read_body(request, self.settings.max_body_bytes)
+        body = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout_s)
         parsed = protocol.parse(body, request.headers.get(protocol.HEADER_LENGTH))
         validation.check_inputs(parsed, model, self.settings.max_batch_size)
         wanted = validation.requested_outputs(parsed, model)

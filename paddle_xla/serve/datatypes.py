@@ -1,6 +1,8 @@
 """KServe v2 datatypes <-> the dtypes an artifact records (Paddle's names: float32, int64, ...)."""
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 
@@ -34,7 +36,15 @@ def json_kinds(dtype: np.dtype) -> str:
 
 
 def to_json_list(array: np.ndarray) -> list:
-    """A tensor's values, flat in row-major order, as JSON-ready Python numbers."""
+    """A tensor's values, flat in row-major order, as JSON-ready Python numbers; a non-finite float
+    as the string "NaN", "Infinity" or "-Infinity" (protocol.py says why)."""
     if array.dtype == ml_dtypes.bfloat16:
         array = array.astype(np.float32)   # NOTE: bfloat16 scalars are not JSON-serializable as they are
-    return array.ravel().tolist()
+    values = array.ravel().tolist()
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        values = [v if math.isfinite(v) else _NON_FINITE[math.copysign(1, v) if math.isinf(v) else 0]
+                  for v in values]
+    return values
+
+
+_NON_FINITE = {0: "NaN", 1: "Infinity", -1: "-Infinity"}

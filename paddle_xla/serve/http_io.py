@@ -1,6 +1,7 @@
 """HTTP plumbing around the routes: the bearer token, the body size limit, KServe's JSON errors."""
 from __future__ import annotations
 
+import asyncio
 import hmac
 
 from starlette.datastructures import Headers
@@ -31,9 +32,11 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
     """The whole body, refused with 413 as soon as it is known to pass `limit` bytes: from
-    Content-Length before reading, and by counting while reading a chunked one."""
+    Content-Length before reading, and by counting while reading a chunked one; and with 408 when it
+    has not all arrived `timeout_s` after the headers (a body shorter than its Content-Length, an
+    unfinished chunked one), so that a stalled client holds no handler for long."""
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
     if encoding != "identity":
         raise RequestError(415, f"Content-Encoding {encoding!r} is not supported; send the body uncompressed.")
@@ -41,8 +44,18 @@ async def read_body(request: Request, limit: int) -> bytes:
     if declared.isdigit() and int(declared) > limit:
         raise too_large(limit)
     chunks, size = [], 0
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    stream = request.stream().__aiter__()
     try:
-        async for chunk in request.stream():
+        while True:
+            try:
+                chunk = await asyncio.wait_for(stream.__anext__(), deadline - asyncio.get_running_loop().time())
+            except StopAsyncIteration:
+                break
+            except asyncio.TimeoutError:
+                raise RequestError(408, f"The request body did not arrive within {timeout_s:g} s "
+                                        f"({size} bytes came); send the whole body (as its Content-Length "
+                                        "says) promptly.", headers={"Connection": "close"}) from None
             size += len(chunk)
             if size > limit:
                 raise too_large(limit)

@@ -35,10 +35,16 @@ def parse(body: bytes, header_length: str | None) -> InferRequest:
     """The request's JSON header, checked for form (not yet against the model), and its binary part."""
     header, binary = _split(body, header_length)
     try:
-        request = json.loads(bytes(header))
+        request = json.loads(bytes(header), parse_constant=_no_constant)
+    except _NonFinite as e:
+        raise bad_request(f"The request body holds the literal {e}, which is not JSON (RFC 8259 has no NaN or "
+                          "Infinity); send finite numbers, or the tensor in binary (parameters.binary_data_size).") from None
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:   # NOTE: RecursionError: [[[[...]]]]
         raise bad_request(f"The request body is not valid JSON ({e}). Send a KServe v2 inference request: "
                           '{"inputs": [{"name": ..., "shape": [...], "datatype": ..., "data": [...]}]}.') from None
+    except ValueError as e:   # NOTE: an integer of more digits than Python converts (sys.int_info)
+        raise bad_request(f"The request body holds a number this server cannot read ({e}); integers must fit "
+                          "their datatype (INT64: at most 19 digits).") from None
     if not isinstance(request, dict):
         raise bad_request("The request body must be a JSON object with an \"inputs\" list.")
     params = _object(request.get("parameters", {}), "the request's \"parameters\"")
@@ -79,10 +85,12 @@ def encode(model: str, request_id: str | None, outputs: list[tuple[TensorMeta, n
             blobs.append(blob)
         else:
             item["data"] = to_json_list(np.asarray(array, dtype=meta.dtype))
+            item.update(_non_finite_note(array))
         items.append(item)
     response = {"model_name": model, "model_version": "1", **({"id": request_id} if request_id is not None else {}),
                 "outputs": items}
-    header = json.dumps(response, separators=(",", ":")).encode()
+    # NOTE: allow_nan=False: a bare NaN would make the body unreadable to a strict JSON parser
+    header = json.dumps(response, separators=(",", ":"), allow_nan=False).encode()
     return (header + b"".join(blobs), len(header)) if blobs else (header, None)
 
 
@@ -164,6 +172,15 @@ def _json_tensor(data, meta: TensorMeta, shape: tuple[int, ...]) -> np.ndarray:
     if count and values.dtype.kind not in json_kinds(meta.dtype):
         raise bad_request(f"The data of input {meta.name!r} holds {_kind_name(values)} values, which "
                           f"{meta.datatype} cannot take: {meta.describe()}.")
+    if count and values.dtype.kind == "f" and not np.isfinite(values).all():
+        raise bad_request(f"The data of input {meta.name!r} has a number too large for JSON's doubles "
+                          f"(read as infinity); send finite values in {meta.datatype}'s range.")
+    if count and meta.dtype.kind in "fV" and values.dtype.kind == "f":
+        top = float(np.finfo(meta.dtype).max)
+        if np.abs(values).max() > top:
+            raise bad_request(f"The data of input {meta.name!r} has values outside {meta.datatype}'s range "
+                              f"[-{top:.6g}, {top:.6g}]: they would become infinity. Send values that fit, "
+                              "or a wider datatype if the model takes one.")
     if count and meta.dtype.kind in "iu":
         info = np.iinfo(meta.dtype)
         if values.min() < info.min or values.max() > info.max:
@@ -184,6 +201,24 @@ def _binary_tensor(blob: memoryview, meta: TensorMeta, shape: tuple[int, ...], s
     if meta.dtype == np.bool_ and array.size and array.view(np.uint8).max() > 1:
         raise bad_request(f"Input {meta.name!r} is BOOL, but its bytes hold values other than 0 and 1.")
     return array
+
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _no_constant(literal: str):
+    raise _NonFinite(literal)
+
+
+# NOTE: strict JSON has no NaN or Infinity. Non-finite output values are written as the strings "NaN",
+# "Infinity" and "-Infinity", as the proto3 JSON mapping of KServe's gRPC protocol writes floats;
+# the output says so in parameters.non_finite, so a client can tell them from data.
+def _non_finite_note(array: np.ndarray) -> dict:
+    values = np.asarray(array)
+    if values.dtype.kind not in "fV" or np.isfinite(values.astype(np.float32)).all():
+        return {}
+    return {"parameters": {"non_finite": "NaN, Infinity and -Infinity are sent as JSON strings"}}
 
 
 def _kind_name(values: np.ndarray) -> str:

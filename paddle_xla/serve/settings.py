@@ -18,6 +18,7 @@ class Settings:
     max_queue_size: int = 256           # queued requests per model before 503
     request_timeout_ms: int = 60_000    # 0 -> no server-side timeout
     max_body_mb: float = 64.0
+    body_timeout_s: float = 30.0        # a request body not all here by then gets 408
     token: str | None = None
 
     def __post_init__(self):
@@ -29,6 +30,8 @@ class Settings:
                 raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, not {getattr(self, name)}.")
         if self.max_body_mb <= 0:
             raise ValueError(f"--max-body-mb must be positive, not {self.max_body_mb}.")
+        if self.body_timeout_s <= 0:
+            raise ValueError(f"--body-timeout-s must be positive, not {self.body_timeout_s}.")
         if any(b < 1 for b in self.seq_buckets):
             raise ValueError(f"--seq-buckets must all be at least 1, not {list(self.seq_buckets)}.")
         object.__setattr__(self, "preferred_batch_sizes", padded_sizes(self.max_batch_size, self.preferred_batch_sizes))

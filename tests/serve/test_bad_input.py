@@ -17,7 +17,7 @@ X_SPEC, Y_SPEC = "'x' (FP32, shape [-1, 8])", "'y' (FP32, shape [-1, 4])"
 @pytest.fixture(scope="module")
 def server(model_dirs):
     s = ServeProcess(model_dirs["all"], "--max-batch-size", "4", "--preferred-batch-sizes", "4",
-                     "--max-body-mb", str(LIMIT_MB), env={"PADDLE_XLA_SERVE_TOKEN": TOKEN})
+                     "--max-body-mb", str(LIMIT_MB), "--body-timeout-s", "1", env={"PADDLE_XLA_SERVE_TOKEN": TOKEN})
     yield s
     s.stop()
 
@@ -79,6 +79,15 @@ CASES = {
     "binary shorter than header says": (INFER, *binary_body(64, 28), 400, ["4 bytes short of input 'y'"]),
     "binary longer than header says": (INFER, *binary_body(64, 40), 400, ["add up to 96"]),
     "compressed body": (INFER, inputs(), {"Content-Encoding": "gzip"}, 415, ["Content-Encoding 'gzip'"]),
+    "NaN literal": (INFER, json.dumps(inputs(x={"data": [float("nan")] * 16})).encode(), {}, 400,
+                    ["literal NaN", "not JSON"]),
+    "Infinity literal": (INFER, json.dumps(inputs(x={"data": [float("-inf")] * 16})).encode(), {}, 400,
+                         ["literal -Infinity"]),
+    "integer of 5000 digits": (INFER, json.dumps(inputs(x={"data": [0] * 15})).replace("[0", "[" + "9" * 5000, 1).encode(),
+                               {}, 400, ["cannot read", "INT64: at most 19 digits"]),
+    "past JSON's doubles": (INFER, json.dumps(inputs(x={"data": [0.5] * 16})).replace("0.5", "1e400", 1).encode(), {},
+                            400, ["'x' has a number too large for JSON's doubles"]),
+    "past FP32's range": (INFER, inputs(x={"data": [1e300] * 16}), {}, 400, ["'x' has values outside FP32's range"]),
 }
 
 
@@ -103,6 +112,30 @@ def test_body_over_the_limit_413(server, artifacts):
     status, _, answer = request(server.port, "POST", INFER, chunks, {**AUTH, "Transfer-Encoding": "chunked"}, chunked=True)
     assert status == 413 and "--max-body-mb" in json.loads(answer)["error"]
     assert_good_request_works(server, artifacts)
+
+
+def test_stalled_body_gets_408_and_others_are_served(server, artifacts):
+    """A body shorter than its Content-Length, and a chunked body that never ends, are answered 408
+    once --body-timeout-s (1 s here) has passed, while other clients are served meanwhile."""
+    import socket
+    import time
+    good = json.dumps(inputs()).encode()
+    heads = [f"POST {INFER} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+             f"Content-Length: {len(good)}\r\n\r\n".encode() + good[:20],
+             f"POST {INFER} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+             "Transfer-Encoding: chunked\r\n\r\n14\r\n".encode() + good[:20] + b"\r\n"]
+    stalled = []
+    for head in heads:
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        sock.sendall(head)
+        stalled.append((sock, time.monotonic()))
+    assert_good_request_works(server, artifacts)        # NOTE: while both stall
+    for sock, start in stalled:
+        answer = sock.recv(65536).decode(errors="replace")
+        took = time.monotonic() - start
+        sock.close()
+        assert answer.startswith("HTTP/1.1 408"), answer[:200]
+        assert "did not arrive within 1 s" in answer and took < 10, (answer[-300:], took)
 
 
 def test_wrong_method_is_a_json_error(server):

@@ -129,3 +129,20 @@ def test_cli_checks_flags():
     from paddle_xla.cli.main import app
     result = CliRunner().invoke(app, ["serve", "models", "--max-batch-size", "8", "--preferred-batch-sizes", "4,32"])
     assert result.exit_code == 2 and "--preferred-batch-sizes [32] must lie in 1..8" in result.output
+
+
+def test_non_finite_outputs_are_strict_json():
+    """NaN and infinities go out as the strings "NaN", "Infinity", "-Infinity" (proto3's JSON mapping),
+    marked in the output's parameters, so a strict parser reads the body; finite outputs are unmarked."""
+    from paddle_xla.serve.protocol import encode
+    from paddle_xla.serve.repository import TensorMeta
+    meta = TensorMeta("out", "FP32", (-1, 2), np.dtype("float32"))
+    arr = np.array([[np.nan, np.inf], [-np.inf, 1.5]], np.float32)
+    body, header_len = encode("m", None, [(meta, arr, False), (meta, np.ones((1, 2), np.float32), False)])
+
+    def refuse(literal):
+        raise AssertionError(f"bare {literal} in the body")
+    out = json.loads(body, parse_constant=refuse)["outputs"]
+    assert header_len is None
+    assert out[0]["data"] == ["NaN", "Infinity", "-Infinity", 1.5] and "non_finite" in out[0]["parameters"]
+    assert out[1]["data"] == [1.0, 1.0] and "parameters" not in out[1]
