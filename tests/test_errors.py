@@ -280,3 +280,38 @@ def test_a_config_with_its_own_accessors_captures():
     x = np.random.default_rng(0).random((2, 8), "float32")
     got = px.compile(net, [InputSpec([2, 8], "float32", "x")])(x)
     np.testing.assert_allclose(got, net(paddle.to_tensor(x)).numpy(), rtol=1e-6, atol=1e-6)
+
+
+UNSTACK_ALONG_NONE = """
+import paddle, paddle_xla as px
+from paddle.static import InputSpec
+
+
+class Unstack(paddle.nn.Layer):
+    def forward(self, x):
+        return paddle.unstack(x, axis=0)[0]
+
+
+class UnstackFixed(paddle.nn.Layer):
+    def forward(self, x):
+        return paddle.unstack(x, axis=1)[0]
+
+
+try:
+    px.compile(Unstack(), [InputSpec([None, 3], "float32", "x")])
+except px.CaptureError as e:
+    print("CaptureError:", e)
+print(list(px.compile(UnstackFixed(), [InputSpec([None, 3], "float32", "x")])(paddle.ones([2, 3])).shape))
+"""
+
+
+def test_unstack_along_a_none_dim_is_a_capture_error_not_an_abort(tmp_path):
+    # NOTE: in a child process: without the guard, Paddle's to_static aborts the interpreter here
+    script = tmp_path / "unstack.py"
+    script.write_text(UNSTACK_ALONG_NONE)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("CaptureError: paddle.unstack along dimension 0 of shape [-1, 3]")
+    assert f"({script}:8)" in first and "fixed size in the InputSpec" in first
+    assert proc.stdout.splitlines()[1] == "[2]"      # NOTE: a fixed dimension still unstacks

@@ -14,6 +14,7 @@ import numpy as np
 import paddle
 
 from ..errors import CaptureError, ModelLoadError
+from .aborts import guarded, located
 from ..graph import Graph, Tensor
 from .pir_reader import dtype_name, program_to_graph, shape_of
 from .to_static_help import hint, leave_accessors_to_python, recursion_culprit
@@ -160,28 +161,37 @@ def _concrete_program(layer, specs):
     had_own = "forward" in layer.__dict__
     own = layer.__dict__.get("forward")
     leave_accessors_to_python(layer)
+    found: list[str] = []
     try:
-        static = paddle.jit.to_static(layer, input_spec=specs, full_graph=True)
-        return static.forward.concrete_program
-    except OSError as e:
-        raise CaptureError(
-            f"Paddle could not read the source of {type(layer).__name__}.forward ({e}). to_static needs "
-            "the model defined in a file, not in exec'd code or on stdin.") from None
-    except RecursionError as e:
-        culprit = recursion_culprit(e) or "a function forward calls"
-        raise CaptureError(
-            f"paddle.jit.to_static recursed without end while converting {culprit} for "
-            f"{type(layer).__name__}.forward. Leave it to Python: decorate it with @paddle.jit.not_to_static "
-            f"(or call paddle.jit.not_to_static on it) before capturing.") from None
+        with guarded() as found:
+            static = paddle.jit.to_static(layer, input_spec=specs, full_graph=True)
+            return static.forward.concrete_program
     except Exception as e:
-        detail = str(e).strip()
-        raise CaptureError(f"paddle.jit.to_static could not capture {type(layer).__name__}.forward "
-                           f"({type(e).__name__}):\n{detail[-3000:]}{hint(detail)}") from e
+        if found:   # NOTE: a pattern that would have aborted the process (aborts.py)
+            raise located(found[0], e) from None
+        _raise_capture_error(layer, e)
     finally:
         if had_own:
             layer.__dict__["forward"] = own
         else:
             layer.__dict__.pop("forward", None)
+
+
+def _raise_capture_error(layer, e: Exception):
+    """What to_static's failure means for the user, as a CaptureError."""
+    name = type(layer).__name__
+    if isinstance(e, OSError):
+        raise CaptureError(f"Paddle could not read the source of {name}.forward ({e}). to_static needs the "
+                           "model defined in a file, not in exec'd code or on stdin.") from None
+    if isinstance(e, RecursionError):
+        culprit = recursion_culprit(e) or "a function forward calls"
+        raise CaptureError(
+            f"paddle.jit.to_static recursed without end while converting {culprit} for {name}.forward. "
+            "Leave it to Python: decorate it with @paddle.jit.not_to_static (or call "
+            "paddle.jit.not_to_static on it) before capturing.") from None
+    detail = str(e).strip()
+    raise CaptureError(f"paddle.jit.to_static could not capture {name}.forward "
+                       f"({type(e).__name__}):\n{detail[-3000:]}{hint(detail)}") from e
 
 
 def _check_weights(graph: Graph, weights) -> None:
