@@ -483,7 +483,7 @@ def test_cli_run(model, pxa_path, tmp_path):
     npz = np.load(tmp_path / "out.npz")
     assert_same([npz[n] for n in model.compiled.output_names], want)
     res = runner.invoke(app, ["run", pxa_path, "-i", f"x={tmp_path / 'x.npy'}"])
-    assert res.exit_code == 1 and "Missing input(s) ['y']" in res.output
+    assert res.exit_code == 2 and "Missing input(s) ['y']" in res.output
 
 
 def test_cli_hides_start_up_noise_unless_verbose(tmp_path):

@@ -135,7 +135,7 @@ def read(path: str) -> tuple[dict, dict[str, bytes]]:
             manifest = _manifest(path, z)
             return manifest, {name: _member(path, z, name, info) for name, info in manifest["members"].items()}
     except FileNotFoundError:
-        raise ModelLoadError(f"No artifact at {path!r}. Write one with paddle_xla.export.export(model, "
+        raise ModelLoadError(f"No artifact at {path!r}. Write one with px.export(model, "
                              f"{path!r}).") from None
     except (zipfile.BadZipFile, EOFError, OSError) as e:
         raise ModelLoadError(f"{path!r} is truncated or is not a paddle_xla artifact ({e}). "

@@ -5,5 +5,6 @@
   to_static_help.py  what paddle.jit.to_static should leave to Python, and what to say when it fails
   wrap.py            a network and its loss joined into one forward, so that one capture sees both
   stage_markers.py   `with px.stage(k):` in model code, read back as op -> stage after capture
+  aborts.py          patterns that make Paddle abort the process, raised as CaptureErrors first
 """
 from .sources import Captured, from_inference_model, from_layer, from_program  # noqa: F401

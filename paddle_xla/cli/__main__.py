@@ -1,4 +1,4 @@
 """`python -m paddle_xla.cli ...` runs the `paddle-xla` command."""
-from .main import app
+from .main import main
 
-app()
+main()

@@ -1,4 +1,7 @@
-"""`paddle-xla`: check, plan, validate, bench, demo, run, serve, launch."""
+"""`paddle-xla`: check, export, plan, validate, bench, demo, run, serve, launch.
+
+A user's mistake (a PaddleXlaError, a bad MODULE:FACTORY, a missing extra) ends in one line on
+stderr that names the fix, and exit status 2; --verbose shows the traceback too (main)."""
 from __future__ import annotations
 
 import importlib
@@ -11,6 +14,37 @@ import typer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Run PaddlePaddle models on any XLA device.")
+SPEC_HELP = "NAME:DTYPE[d0,d1,...], -1 = any size, e.g. x:float32[-1,3,224,224] (once per input)"
+_SPEC_OPTION_HELP = SPEC_HELP.replace("[", "\\[")     # NOTE: rich reads [...] in --help as markup
+# NOTE: what each optional part needs, for the one line a missing module gets
+_EXTRAS = {"paddle": "pip install 'paddle_xla[paddle]' (capture needs Paddle; running a .pxa does not)",
+           "starlette": "pip install 'paddle_xla[serve]'", "uvicorn": "pip install 'paddle_xla[serve]'",
+           "prometheus_client": "pip install 'paddle_xla[serve]'"}
+
+
+class TargetError(Exception):
+    """A MODULE:FACTORY that cannot be loaded: the one-line message names the fix."""
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    """The `paddle-xla` command: the typer app, with a user's mistakes answered in one line."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from ..errors import PaddleXlaError
+    try:
+        app(args=argv, prog_name="paddle-xla")
+    except (PaddleXlaError, TargetError, ModuleNotFoundError) as e:
+        if "--verbose" in argv or "-v" in argv:
+            raise
+        typer.echo(f"error: {_one_line(e)}", err=True)
+        sys.exit(2)
+
+
+def _one_line(e: Exception) -> str:
+    if isinstance(e, ModuleNotFoundError) and (e.name or "").split(".")[0] in _EXTRAS:
+        top = e.name.split(".")[0]
+        return f"this needs {top!r}, which is not installed: {_EXTRAS[top]}"
+    text = " ".join(str(e).split())
+    return text if len(text) <= 400 else text[:400] + " ... (--verbose shows all)"
 
 
 
@@ -37,21 +71,53 @@ def parse_input_spec(text: str):
 def load_target(target: str):
     """'pkg.module:factory' -> the object factory() returns (or the attribute itself if not callable)."""
     module_name, _, attr = target.partition(":")
-    if not attr:
-        raise typer.BadParameter(f"{target!r} is not MODULE:ATTRIBUTE, e.g. mypkg.models:build_model")
+    if not attr or not module_name:
+        raise TargetError(f"{target!r} is not MODULE:FACTORY, e.g. paddle.vision.models:resnet18 (a colon "
+                          "between the module and the function that builds the model)")
     sys.path.insert(0, ".")
-    obj = getattr(importlib.import_module(module_name), attr)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] in _EXTRAS:
+            raise
+        raise TargetError(f"cannot import {module_name!r} (from {target!r}): {e}. Give MODULE:FACTORY with a "
+                          "module on the Python path (the current folder is on it)") from None
+    if not hasattr(module, attr):
+        raise TargetError(f"module {module_name!r} has no {attr!r} (from {target!r}); give MODULE:FACTORY, "
+                          f"e.g. {module_name}:{_a_callable(module) or 'build_model'}")
+    obj = getattr(module, attr)
     return obj() if callable(obj) and not hasattr(obj, "forward") else obj
+
+
+def _a_callable(module) -> str | None:
+    return next((n for n, v in vars(module).items() if callable(v) and not n.startswith("_")), None)
+
+
+def _model_or_saved(target: str):
+    """MODULE:FACTORY -> the Layer; anything else must be a saved inference model's path prefix."""
+    if ":" in target:
+        return load_target(target)
+    if not any(os.path.exists(target + ext) for ext in (".json", ".pdmodel")):
+        raise TargetError(f"{target!r} is neither MODULE:FACTORY (e.g. paddle.vision.models:resnet18: note the "
+                          "colon) nor the path prefix of a saved inference model (PREFIX.json or PREFIX.pdmodel, "
+                          "with PREFIX.pdiparams)")
+    return target
+
+
+def _specs_for(target: str, input_spec: Optional[List[str]]):
+    specs = [parse_input_spec(s) for s in input_spec or []]
+    if ":" in target and not specs:
+        raise TargetError(f"{target} is a Layer, so its inputs need describing: add --input-spec {SPEC_HELP}")
+    return specs
 
 
 @app.command()
 def check(target: str = typer.Argument(..., help="MODULE:FACTORY returning a paddle.nn.Layer, or a saved model's path prefix"),
-          input_spec: Optional[List[str]] = typer.Option(None, "--input-spec", help="NAME:DTYPE[dims], -1 = any"),
+          input_spec: Optional[List[str]] = typer.Option(None, "--input-spec", help=_SPEC_OPTION_HELP),
           train: bool = typer.Option(False, help="capture in train mode")):
     """Coverage report: every op the model uses, and each unsupported one with its source line."""
     import paddle_xla as px
-    model = target if ":" not in target else load_target(target)
-    specs = [parse_input_spec(s) for s in input_spec or []]
+    model, specs = _model_or_saved(target), _specs_for(target, input_spec)
     report = px.check(model, specs, training=train if ":" in target else None)
     typer.echo(report.describe())
     raise typer.Exit(0 if report.ok else 1)
@@ -63,7 +129,7 @@ def plan(target: str = typer.Argument(..., help="MODULE:FACTORY returning a padd
          device: str = typer.Option("cpu", help="device profile: ipu-gc200 | ipu-bow | h200 | tpu-v5e | tpu-v5p | cpu"),
          devices: int = typer.Option(8, help="devices to spread the model over"),
          global_batch: int = typer.Option(..., "--global-batch", help="samples per optimizer step"),
-         input_spec: Optional[List[str]] = typer.Option(None, "--input-spec", help="NAME:DTYPE[dims], -1 = the batch"),
+         input_spec: Optional[List[str]] = typer.Option(None, "--input-spec", help=_SPEC_OPTION_HELP),
          top: int = typer.Option(12, help="rows of the table")):
     """Rank the layouts that fit the model on DEVICES x DEVICE: bytes per device, predicted step time."""
     import paddle
@@ -174,8 +240,40 @@ def demo():
     run()
 
 
+@app.command("export")
+def export_model(target: str = typer.Argument(..., help="MODULE:FACTORY returning a paddle.nn.Layer, or a saved "
+                                                         "inference model's path prefix"),
+                 output: str = typer.Option(..., "--output", "-o", help="the .pxa file to write"),
+                 input_spec: Optional[List[str]] = typer.Option(None, "--input-spec", help=_SPEC_OPTION_HELP),
+                 precision: str = typer.Option("fp32", help="fp32 | bf16 | fp16 (Paddle AMP O1: half compute)"),
+                 platform: Optional[List[str]] = typer.Option(None, "--platform",
+                                                              help="cpu | cuda | rocm | tpu, once each (default: cpu)"),
+                 example_input: Optional[List[str]] = typer.Option(
+                     None, "--example-input", help="NAME=FILE.npy: export for these shapes where the program's "
+                                                   "None dimensions cannot stay symbolic")):
+    """Capture a model and write it as a Paddle-free .pxa: `paddle-xla run` and `paddle-xla serve` take it."""
+    import numpy as np
+
+    import paddle_xla as px
+    model, specs = _model_or_saved(target), _specs_for(target, input_spec)
+    examples = None
+    if example_input:
+        examples = {}
+        for item in example_input:
+            name, sep, path = item.partition("=")
+            if not sep:
+                raise typer.BadParameter(f"{item!r} is not NAME=FILE.npy", param_hint="--example-input")
+            examples[name] = np.load(path, allow_pickle=False)
+    compiled = px.compile(model, specs, strategy=px.Strategy(precision=precision)) if specs else \
+        px.compile(model, strategy=px.Strategy(precision=precision))
+    manifest = px.export(compiled, output, platforms=tuple(platform or ("cpu",)), example_inputs=examples)
+    shapes = {p: e.get("shapes", "?") for p, e in manifest["exported"].items()}
+    typer.echo(f"wrote {output}: {len(manifest['feeds'])} input(s), exported for {shapes} "
+               f"({precision}); run it with: paddle-xla run {output} --input ...")
+
+
 @app.command("run")
-def run_artifact(artifact: str = typer.Argument(..., help="a .pxa file written by paddle_xla.export.export"),
+def run_artifact(artifact: str = typer.Argument(..., help="a .pxa file written by px.export or paddle-xla export"),
                  inputs: List[str] = typer.Option(..., "--input", "-i",
                                                   help="NAME=FILE.npy, or FILE.npy in the model's input order"),
                  output: str = typer.Option("out.npy", "--output", "-o",
@@ -201,11 +299,11 @@ def run_artifact(artifact: str = typer.Argument(..., help="a .pxa file written b
         if model.manifest.get("kind") == "train":
             typer.echo("error: this is a train artifact; continue it from Python: "
                        "s = paddle_xla.artifact.load(path); loss = s(x, y)", err=True)
-            raise typer.Exit(1)
+            raise typer.Exit(2)
         outs = model(*args, **kwargs)
     except PaddleXlaError as e:  # NOTE: a clear message, not a traceback, is the CLI's whole answer
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(1) from None
+        typer.echo(f"error: {_one_line(e)}", err=True)
+        raise typer.Exit(2) from None
     outs = outs if isinstance(outs, list) else [outs]
     for path in pxa.save_outputs(output, outs, model.output_names):
         typer.echo(f"wrote {path}")
@@ -248,7 +346,7 @@ def serve(models: str = typer.Argument(..., help="a folder of .pxa files; each *
     missing = [m for m in REQUIRED_MODULES if find_spec(m) is None]
     if missing:
         typer.echo(f"error: paddle-xla serve needs {', '.join(missing)}: {INSTALL_HINT}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(2)
     from ..serve.settings import Settings, parse_sizes
     try:
         settings = Settings(host=host, port=port, max_batch_size=max_batch_size, max_queue_delay_us=max_queue_delay_us,

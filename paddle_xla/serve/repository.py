@@ -56,7 +56,7 @@ def scan(folder: str, batching: bool, buckets: bool, progress: Callable[[str], N
                              "your *.pxa files, e.g. paddle-xla serve models/.")
     files = sorted(f for f in os.listdir(folder) if f.endswith(".pxa") and os.path.isfile(os.path.join(folder, f)))
     if not files:
-        raise ModelLoadError(f"No *.pxa files in {folder!r}. Write one with paddle_xla.export.export(model, "
+        raise ModelLoadError(f"No *.pxa files in {folder!r}. Write one with px.export(model, "
                              f"'{os.path.join(folder, 'name.pxa')}').")
     models = {}
     for file in files:
@@ -73,7 +73,7 @@ def load_model(path: str, batching: bool, buckets: bool) -> ServedModel:
     artifact = pxa.load(path)
     if artifact.manifest.get("kind") == "train":
         raise ModelLoadError(f"{path!r} is a train-step artifact; serve inference artifacts "
-                             "(paddle_xla.export.export of a compiled model), or move it out of the folder.")
+                             "(px.export of a compiled model), or move it out of the folder.")
     try:
         inputs = {t.name: _meta(t) for t in artifact.feeds_spec}
         outputs = {t.name: _meta(t) for t in artifact.fetches_spec}

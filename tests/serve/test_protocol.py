@@ -120,7 +120,7 @@ def test_cli_names_the_missing_extra(monkeypatch):
     from paddle_xla.cli.main import app
     monkeypatch.setitem(sys.modules, "uvicorn", None)   # NOTE: find_spec then reports it missing
     result = CliRunner().invoke(app, ["serve", "models"])
-    assert result.exit_code == 1 and "pip install 'paddle_xla[serve]'" in result.output
+    assert result.exit_code == 2 and "pip install 'paddle_xla[serve]'" in result.output
 
 
 def test_cli_checks_flags():
