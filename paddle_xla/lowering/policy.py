@@ -20,11 +20,11 @@ from typing import Any, Mapping
 import jax
 
 from ..errors import LoweringError
+from ..strategy import PRECISIONS
 
 # NOTE: bump whenever a lowering's numbers may change (a new kernel form, a new cast), so that an
 # artifact re-lowered by a later paddle_xla says its results may differ from the exported ones.
 LOWERING_VERSION = 4
-PRECISIONS = ("fp32", "bf16", "fp16")
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")   # jax.export's platform names
 
 
