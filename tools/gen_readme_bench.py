@@ -12,8 +12,8 @@ BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
 def inference_table(d) -> list[str]:
     peak = d["matmul_peak"]["fp32_gflops"]
-    out = [f"Inference (`{d['command']}`, {d['timestamp'][:16]} UTC, {d['machine']['cpu_model']}, "
-           f"{d['machine']['nproc']} cores; fp32 matmul peak {peak:.0f} GFLOP/s, bf16 "
+    out = [f"Inference (`{d['command']}`, batch {d['settings']['batch']}, {d['timestamp'][:16]} UTC, "
+           f"{d['machine']['cpu_model']}, {d['machine']['nproc']} cores; fp32 matmul peak {peak:.0f} GFLOP/s, bf16 "
            f"{d['matmul_peak']['bf16_f32acc_gflops']:.0f} GFLOP/s, measured in the same run):", "",
            "| model | configuration | median latency (ms) | GFLOP/s | of fp32 peak |", "|---|---|---|---|---|"]
     for name, m in d["models"].items():
@@ -40,12 +40,35 @@ def inference_table(d) -> list[str]:
     return out
 
 
+def _when(d, fname: str) -> str:
+    """The run's time: its JSON's timestamp, or (older results without one) the commit that added it."""
+    if d.get("timestamp"):
+        return f"{d['timestamp'][:16]} UTC"
+    import subprocess
+    date = subprocess.run(["git", "log", "-1", "--format=%cd", "--date=format:%Y-%m-%d", "--",
+                           f"benchmarks/results/{fname}"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    return f"committed {date}" if date else "date not recorded"
+
+
+def _other_machine(d) -> str:
+    """Say so when this table's machine is not the inference table's: their peaks then differ."""
+    inference = RESULTS / "inference.json"
+    if not inference.exists():
+        return ""
+    other = json.loads(inference.read_text())
+    if other["machine"]["cpu_model"] == d["machine"]["cpu_model"]:
+        return ""
+    return (f"; another machine than the inference table's ({other['machine']['cpu_model']}, fp32 peak "
+            f"{other['matmul_peak']['fp32_gflops']:.0f}), so read each table's ratios within it")
+
+
 def train_table(d) -> list[str]:
     peak = d["matmul_peak"]
     scored = d["settings"].get("max_predictions") or d["seq"]
-    out = [f"Training (`{d['command'].strip()}`, batch {d['batch']}; matmul peak "
+    out = [f"Training (`{d['command'].strip()}`, batch {d['batch']}, {_when(d, 'train.json')}, "
+           f"{d['machine']['cpu_model']}, {d['machine']['nproc']} cores; matmul peak "
            f"{peak['fp32_gflops']:.0f} GFLOP/s fp32, {peak['bf16_f32acc_gflops']:.0f} bf16, measured in the same "
-           f"run). {d['model']} at seq {d['seq']}, the MLM head on {scored} masked positions per sequence "
+           f"run{_other_machine(d)}). {d['model']} at seq {d['seq']}, the MLM head on {scored} masked positions per sequence "
            f"(max_predictions_per_seq), AdamW: {d['flops_per_step']['train'] / 1e9:.0f} GFLOP per step = 6 x "
            "matmul params x tokens + attention. ResNet-50 (`paddle.vision.models.resnet50()`, 224 x 224, "
            "Momentum + L2): 3 x 8.2 GFLOP per image.",
@@ -165,7 +188,8 @@ def train_mobile_lines(d) -> list[str]:
 
 def serve_table(d) -> list[str]:
     s = d["settings"]
-    out = [f"Serving (`{d['command'].strip()}`, {d['timestamp'][:16]} UTC, {d['machine']['nproc']} cores; "
+    out = [f"Serving (`{d['command'].strip()}`, {d['timestamp'][:16]} UTC, {d['machine']['cpu_model']}, "
+           f"{d['machine']['nproc']} cores; "
            f"`--max-batch-size {s['max_batch']} --max-queue-delay-us {s['delay_us']}`; closed-loop tritonclient.http "
            "clients on the same machine, one-row requests, binary tensors; throughput in requests/s, latency "
            "p50 / p99 in ms; every answer checked against the artifact's own for that input):", "",
