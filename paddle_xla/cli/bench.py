@@ -185,6 +185,14 @@ def _encoder_inputs(cfg, s: BenchSettings) -> list[np.ndarray]:
 
 def paddle_inference(s: BenchSettings) -> dict[str, Any]:
     """Paddle Inference from paddle.jit.save: oneDNN, cpu math threads = nproc, IR optimisation on."""
+    call = paddle_inference_call(s)
+    result = time_calls(call, s.repeats)
+    result["output"] = call()
+    return result
+
+
+def paddle_inference_call(s: BenchSettings) -> Callable[[], np.ndarray]:
+    """One call of the Paddle Inference predictor (see paddle_inference), ready to time."""
     import paddle
     import paddle.inference as pi
     from ..models.bert import BertModel
@@ -209,13 +217,20 @@ def paddle_inference(s: BenchSettings) -> dict[str, Any]:
             h.copy_from_cpu(x)
         predictor.run()
         return out.copy_to_cpu()
-    result = time_calls(call, s.repeats)
-    result["output"] = call()
-    return result
+    return call
 
 
 def xla_inference(s: BenchSettings) -> dict[str, Any]:
     """paddle_xla's compiled encoder forward; the Strategy's precision applies (fp32 | bf16 | fp16)."""
+    call = xla_inference_call(s)
+    result = time_calls(call, s.repeats)
+    result["precision"] = s.strategy.get("precision", "fp32")
+    result["output"] = np.asarray(call()[0])
+    return result
+
+
+def xla_inference_call(s: BenchSettings) -> Callable[[], Any]:
+    """One call of the compiled encoder (see xla_inference), blocking until its outputs are ready."""
     import jax
 
     import paddle_xla as px
@@ -225,10 +240,7 @@ def xla_inference(s: BenchSettings) -> dict[str, Any]:
     precision = s.strategy.get("precision", "fp32")
     model = px.compile(net, BertModel.input_spec(s.seq), strategy=px.Strategy(precision=precision))
     feeds = [jax.device_put(x) for x in _encoder_inputs(cfg, s)]
-    result = time_calls(lambda: jax.block_until_ready(model.compiled.run(*feeds)), s.repeats)
-    result["precision"] = precision
-    result["output"] = np.asarray(model.compiled.run(*feeds)[0])
-    return result
+    return lambda: jax.block_until_ready(model.compiled.run(*feeds))
 
 
 # ---- the run ------------------------------------------------------------------------------------

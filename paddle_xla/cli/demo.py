@@ -43,38 +43,42 @@ def run(batch: int = 8, seq: int = 128) -> None:
     console.print("report: validate_out/report.json, plot: validate_out/report.png")
 
 
-REPEATS = 7   # NOTE: timed calls per configuration, after one untimed one; the median is reported
+ROUNDS = 7   # NOTE: timed calls per configuration, interleaved, after one untimed call each
 
 
 def _inference_timings(config: str, batch: int, seq: int) -> dict[str, float]:
-    """Median seconds per call of each configuration, in this process, the same warm-up for each:
+    """Median seconds per call of each configuration, in this process and with the same warm-up:
     Paddle eager and Paddle Inference (oneDNN, threads = cores: Paddle's fastest on a CPU), and
-    paddle_xla in fp32 and bf16."""
+    paddle_xla in fp32 and bf16. The configurations take turns, one call each per round, so that a
+    machine whose speed drifts (other work on it) slows them all alike."""
     from . import bench as b
-    s = b.BenchSettings(config=config, batch=batch, seq=seq, repeats=REPEATS)
-    out = {"Paddle eager": _paddle_eager(s)["median_s"],
-           "Paddle Inference (oneDNN)": b.paddle_inference(s)["median_s"],
-           "paddle_xla fp32": b.xla_inference(s)["median_s"]}
-    bf16 = b.BenchSettings(config=config, batch=batch, seq=seq, repeats=REPEATS, strategy={"precision": "bf16"})
-    out["paddle_xla bf16"] = b.xla_inference(bf16)["median_s"]
-    return out
+    s = b.BenchSettings(config=config, batch=batch, seq=seq)
+    bf16 = b.BenchSettings(config=config, batch=batch, seq=seq, strategy={"precision": "bf16"})
+    timed = b.time_interleaved({"Paddle eager": lambda: _paddle_eager_call(s),
+                                "Paddle Inference (oneDNN)": lambda: b.paddle_inference_call(s),
+                                "paddle_xla fp32": lambda: b.xla_inference_call(s),
+                                "paddle_xla bf16": lambda: b.xla_inference_call(bf16)}, ROUNDS)
+    return {k: r["median_s"] for k, r in timed.items() if "median_s" in r}
 
 
-def _paddle_eager(s) -> dict:
+def _paddle_eager_call(s):
     import paddle
     from . import bench as b
     cfg, net = b._bert(s, head=False)
     net.eval()
     ids, types = (paddle.to_tensor(x) for x in b._encoder_inputs(cfg, s))
-    with paddle.no_grad():
-        return b.time_calls(lambda: net(ids, types)[0].numpy(), s.repeats)
+
+    def call():
+        with paddle.no_grad():
+            return net(ids, types)[0].numpy()
+    return call
 
 
 def _print_timings(console, timings: dict[str, float], name: str, batch: int, seq: int) -> None:
     best_name = min((k for k in timings if k.startswith("Paddle")), key=timings.get)
     best = timings[best_name]
-    table = Table(title=f"BERT-{name} inference, batch {batch}, seq {seq}: median of {REPEATS} calls after one "
-                        f"untimed, each configuration in this process")
+    table = Table(title=f"BERT-{name} inference, batch {batch}, seq {seq}: median of {ROUNDS} calls, the "
+                        f"configurations taking turns in this process after one untimed call each")
     for col in ("configuration", "latency (ms)", f"vs Paddle's best ({best_name}, fp32)"):
         table.add_column(col)
     for k, t in timings.items():
