@@ -14,16 +14,18 @@ from dataclasses import replace
 import jax.numpy as jnp
 
 from ..graph import Graph
+from .. import ops as _every_lowering  # noqa: F401  (the queries below read every declaration)
 from ..ops.conv import from_nhwc, to_nhwc
+from ..ops.registry import ops_where
 
-CONV_OPS = frozenset({"pd_op.conv2d", "pd_op.depthwise_conv2d"})
+# NOTE: each op declares its class where it is registered (`@lowering(..., layout="conv")`;
+# ops.registry.LAYOUT_CLASSES says what each means); these are queries on the registry.
+CONV_OPS = ops_where(layout="conv")
 # NOTE: ops that read and write NCHW activations elementwise; their output keeps their input's layout.
-ELEMENTWISE_UNARY = frozenset(f"pd_op.{n}" for n in (
-    "relu", "relu_", "relu6", "sigmoid", "silu", "swish", "hardswish", "hardsigmoid", "leaky_relu", "gelu",
-    "tanh", "elu", "mish", "cast", "assign"))
-ELEMENTWISE_BINARY = frozenset(f"pd_op.{n}" for n in ("add", "add_", "subtract", "multiply", "maximum", "minimum"))
+ELEMENTWISE_UNARY = ops_where(layout="unary")
+ELEMENTWISE_BINARY = ops_where(layout="binary")
 # NOTE: ops with a data_format attribute that take NHWC as Paddle defines it (output 0 is the activation).
-CHANNELS_ATTR = frozenset({"pd_op.batch_norm", "pd_op.batch_norm_", "pd_op.pool2d"})
+CHANNELS_ATTR = ops_where(layout="data_format")
 
 
 def can_hold_channels_last(graph: Graph) -> bool:

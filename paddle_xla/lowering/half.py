@@ -20,19 +20,17 @@ import numpy as np
 from jax import lax
 
 from ..graph import Graph
+from .. import ops as _every_lowering  # noqa: F401  (the queries below read every declaration)
 from ..ops.conv import from_nhwc, to_pixels
+from ..ops.registry import ops_where
 
 HALF = {"bf16": jnp.bfloat16, "fp16": jnp.float16}
 
-# NOTE: Paddle's AutoMixedPrecisionLists (paddle.static.amp.fp16_lists) under PIR op names.
-WHITE = frozenset(f"pd_op.{n}" for n in (
-    "matmul", "conv2d", "depthwise_conv2d", "conv2d_transpose", "conv3d", "einsum", "bmm", "mv", "addmm"))
-BLACK = frozenset(f"pd_op.{n}" for n in (
-    "softmax", "log_softmax", "cross_entropy_with_softmax", "cross_entropy_with_softmax_", "layer_norm",
-    "group_norm", "batch_norm", "batch_norm_", "sync_batch_norm_", "instance_norm", "mean", "sum", "prod",
-    "cumsum", "cumprod", "exp", "expm1", "log", "log2", "log10", "log1p", "pow", "square", "rsqrt",
-    "reciprocal", "softplus", "logsumexp", "p_norm", "frobenius_norm", "sigmoid_cross_entropy_with_logits",
-    "nll_loss", "huber_loss", "margin_cross_entropy", "embedding", "mean_all", "bce_loss", "kldiv_loss"))
+# NOTE: Paddle's AutoMixedPrecisionLists (paddle.static.amp.fp16_lists) under PIR op names, as each op
+# declares them where it is registered (`@lowering(..., amp="white")`; ops_where includes the in-place
+# twins an op declares, and ops Paddle lists that have no lowering here, declared with ops.registry.declare).
+WHITE = ops_where(amp="white")
+BLACK = ops_where(amp="black")
 
 
 def cast_floats(x: Any, to) -> Any:

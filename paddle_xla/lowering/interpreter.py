@@ -19,7 +19,7 @@ from ..graph import Block, Graph, Op
 from .half import HALF, cast_operands
 from .. import ops as _every_lowering  # noqa: F401  (importing the package registers them all)
 from ..ops.data_dependent import refusal
-from ..ops.registry import REGISTRY
+from ..ops.registry import REGISTRY, properties
 from .policy import LoweringPolicy
 
 
@@ -103,11 +103,13 @@ def draws_random(graph: Graph) -> bool:
 
 
 def _draws(op: Op) -> bool:
-    # NOTE: an inference program's dropout (is_test) passes values through and draws nothing; a fresh
-    # key per call for it cost MobileNetV3 ~0.9 ms of its 14.
-    if op.name == "pd_op.dropout" and op.attrs.get("is_test"):
+    # NOTE: an op declares `draws_unless` for an attribute that makes it draw nothing: an inference
+    # program's dropout (is_test) passes values through; a fresh key per call for it cost MobileNetV3
+    # ~0.9 ms of its 14. (Read from the op's own properties: an in-place twin has them only if declared.)
+    unless = properties(op.name).draws_unless
+    if unless is not None and op.attrs.get(unless):
         return False
-    return getattr(resolve(op.name), "kind", None) == "random"
+    return getattr(resolve(op.name), "random", False)
 
 
 # ---- the environment a program starts from ---------------------------------------------------------

@@ -26,12 +26,12 @@ def _at_most(x, t):
     return jnp.where(x > t, t, x)
 
 
-@lowering("pd_op.relu")
+@lowering("pd_op.relu", layout="unary", inplace=True)
 def relu(x):
     return _passing(x, x > 0, jnp.zeros_like(x))
 
 
-@lowering("pd_op.relu6")
+@lowering("pd_op.relu6", layout="unary")
 def relu6(x):
     # NOTE: gradient where 0 < out < 6 (Relu6GradFunctor).
     return _passing(x, (x > 0) & (x < 6), jnp.clip(x, 0, 6))
@@ -43,7 +43,7 @@ def hardtanh(x, *, t_min, t_max):
     return _passing(x, (x > lo) & (x < hi), jnp.clip(x, lo, hi))
 
 
-@lowering("pd_op.leaky_relu")
+@lowering("pd_op.leaky_relu", layout="unary")
 def leaky_relu(x, *, negative_slope):
     # NOTE: slope 1 at x == 0 (LeakyReluGradFunctor uses x >= 0).
     return jnp.where(x >= 0, x, _c(negative_slope, x) * x)
@@ -66,7 +66,7 @@ def softshrink(x, *, threshold):
     return jnp.where(x > t, x - t, jnp.where(x < -t, x + t, lax.stop_gradient(jnp.zeros_like(x))))
 
 
-@lowering("pd_op.sigmoid")
+@lowering("pd_op.sigmoid", layout="unary")
 def sigmoid(x):
     return jax.nn.sigmoid(x)
 
@@ -76,12 +76,12 @@ def logsigmoid(x):
     return jax.nn.log_sigmoid(x)
 
 
-@lowering("pd_op.silu", "pd_op.swish")
+@lowering("pd_op.silu", "pd_op.swish", layout="unary")
 def silu(x):
     return x * jax.nn.sigmoid(x)
 
 
-@lowering("pd_op.gelu")
+@lowering("pd_op.gelu", layout="unary")
 def gelu(x, *, approximate):
     return jax.nn.gelu(x, approximate=bool(approximate))
 
@@ -97,7 +97,7 @@ def gelu_by_erf(x, *, approximate):
     return 0.5 * x * (1 + lax.erf(x * _c(0.7071067811865476, x)))
 
 
-@lowering("pd_op.hardswish")
+@lowering("pd_op.hardswish", layout="unary")
 def hardswish(x):
     # NOTE: Paddle's fixed threshold 6, scale 6, offset 3; gradient 1 once x + 3 >= 6.
     t = x + 3
@@ -105,13 +105,13 @@ def hardswish(x):
     return jnp.where(t > 0, gate, lax.stop_gradient(jnp.zeros_like(x)))
 
 
-@lowering("pd_op.hardsigmoid")
+@lowering("pd_op.hardsigmoid", layout="unary")
 def hardsigmoid(x, *, slope, offset):
     y = x * _c(slope, x) + _c(offset, x)
     return _passing(y, (y > 0) & (y < 1), jnp.clip(y, 0, 1))
 
 
-@lowering("pd_op.elu")
+@lowering("pd_op.elu", layout="unary")
 def elu(x, *, alpha):
     return jnp.where(x > 0, x, _c(alpha, x) * jnp.expm1(_at_most(x, 0)))
 
@@ -128,7 +128,7 @@ def celu(x, *, alpha):
     return jnp.where(x > 0, x, a * jnp.expm1(_at_most(x, 0) / a))
 
 
-@lowering("pd_op.softplus")
+@lowering("pd_op.softplus", amp="black")
 def softplus(x, *, beta, threshold):
     b, t = _c(beta, x), _c(threshold, x)
     xb = x * b
@@ -169,7 +169,7 @@ def _keyword_attr(fn, name, default):
     return fn
 
 
-lowering("pd_op.mish")(_keyword_attr(_mish, "lambda", 20.0))
+lowering("pd_op.mish", layout="unary")(_keyword_attr(_mish, "lambda", 20.0))
 
 
 @lowering("pd_op.prelu")

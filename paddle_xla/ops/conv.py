@@ -66,7 +66,8 @@ def conv_nd(x, w, strides, paddings, padding_algorithm, dilations, groups, data_
         dimension_numbers=dimension_numbers(nd, data_format), feature_group_count=groups)
 
 
-@lowering("pd_op.conv2d", "pd_op.conv3d", "pd_op.depthwise_conv2d", ignore=_IGNORED)
+@lowering("pd_op.conv2d", "pd_op.depthwise_conv2d", ignore=_IGNORED, amp="white", layout="conv")
+@lowering("pd_op.conv3d", ignore=_IGNORED, amp="white")
 def conv(x, w, *, strides, paddings, padding_algorithm="EXPLICIT", dilations=(), groups=1,
          data_format="NCHW"):
     return conv_nd(x, w, strides, paddings, padding_algorithm, dilations, groups or 1, data_format)
@@ -134,7 +135,8 @@ def conv_transpose_nd(x, w, strides, paddings, output_padding, output_size, padd
         dimension_numbers=dimension_numbers(nd, data_format), feature_group_count=groups)
 
 
-@lowering("pd_op.conv2d_transpose", "pd_op.depthwise_conv2d_transpose", ignore=_IGNORED)
+@lowering("pd_op.conv2d_transpose", ignore=_IGNORED, amp="white")
+@lowering("pd_op.depthwise_conv2d_transpose", ignore=_IGNORED)
 def conv2d_transpose(x, w, output_size=None, *, strides, paddings, output_padding=(),
                      padding_algorithm="EXPLICIT", groups=1, dilations=(), data_format="NCHW"):
     size = static_ints(output_size) if output_size is not None else []

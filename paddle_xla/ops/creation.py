@@ -97,6 +97,7 @@ def _symbolic_arange(bounds, dtype):
     return jnp.arange(*ints).astype(dtype)
 
 
-@lowering("pd_op.assign", "pd_op.assign_out_")
+@lowering("pd_op.assign", layout="unary")
+@lowering("pd_op.assign_out_")
 def assign(x, *out):
     return x

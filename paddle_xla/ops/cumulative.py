@@ -38,12 +38,12 @@ def _cumlogsumexp(x, axis, reverse):
     return lax.cumlogsumexp(x, axis=axis, reverse=reverse)
 
 
-@lowering("pd_op.cumsum")
+@lowering("pd_op.cumsum", amp="black")
 def cumsum(x, axis, *, flatten=False, exclusive=False, reverse=False):
     return _scan(_cumsum, x, int(static_scalar(axis)), flatten, exclusive, reverse, 0)
 
 
-@lowering("pd_op.cumprod")
+@lowering("pd_op.cumprod", amp="black")
 def cumprod(x, *, dim, exclusive=False, reverse=False):
     return _scan(_cumprod, x, dim, False, exclusive, reverse, 1)
 

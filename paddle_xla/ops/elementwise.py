@@ -34,8 +34,8 @@ def _is_int(a) -> bool:
     return _kind(a) in "biu"
 
 
-def _binary(name, fn):
-    @lowering(name)
+def _binary(name, fn, **declared):
+    @lowering(name, **declared)
     def binary(x, y):
         x, y = align(x, y)
         return fn(xp(x, y), x, y)
@@ -43,12 +43,12 @@ def _binary(name, fn):
     return binary
 
 
-_binary("pd_op.add", lambda m, x, y: m.add(x, y))
-_binary("pd_op.subtract", lambda m, x, y: m.subtract(x, y))
-_binary("pd_op.multiply", lambda m, x, y: m.multiply(x, y))
+_binary("pd_op.add", lambda m, x, y: m.add(x, y), layout="binary", inplace=True)
+_binary("pd_op.subtract", lambda m, x, y: m.subtract(x, y), layout="binary")
+_binary("pd_op.multiply", lambda m, x, y: m.multiply(x, y), layout="binary")
 # NOTE: maximum/minimum split the gradient evenly on ties, as jnp's do and as Paddle's kernels do.
-_binary("pd_op.maximum", lambda m, x, y: m.maximum(x, y))
-_binary("pd_op.minimum", lambda m, x, y: m.minimum(x, y))
+_binary("pd_op.maximum", lambda m, x, y: m.maximum(x, y), layout="binary")
+_binary("pd_op.minimum", lambda m, x, y: m.minimum(x, y), layout="binary")
 _binary("pd_op.remainder", lambda m, x, y: m.remainder(x, y))
 _binary("pd_op.atan2", lambda m, x, y: m.arctan2(*_float_pair(x, y)))
 
@@ -118,7 +118,7 @@ def elementwise_pow(x, y):
     return jnp.power(x, y)
 
 
-@lowering("pd_op.pow")
+@lowering("pd_op.pow", amp="black")
 def pow_(x, *, y):
     if _is_int(x):
         # NOTE: on integers Paddle truncates the exponent to an integer first (x ** 2.7 == x ** 2).
@@ -157,7 +157,7 @@ def scale(x, s, *, bias, bias_after_scale):
     return out.astype(x.dtype)
 
 
-@lowering("pd_op.cast")
+@lowering("pd_op.cast", layout="unary")
 def cast(x, *, dtype):
     dt = jax_dtype(dtype)
     if is_symbolic(x):

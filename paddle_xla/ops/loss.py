@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .registry import lowering
+from .registry import declare, lowering
 
 sg = lax.stop_gradient
 
@@ -22,7 +22,11 @@ def _take_label(x, label, axis):
     return jnp.take_along_axis(x, idx, axis=axis)
 
 
-@lowering("pd_op.cross_entropy_with_softmax")
+# NOTE: in Paddle AMP's black list, with no lowering here (a model-parallel loss).
+declare("pd_op.margin_cross_entropy", where=__name__, amp="black")
+
+
+@lowering("pd_op.cross_entropy_with_softmax", amp="black", inplace=True)
 def cross_entropy_with_softmax(logits, label, *, soft_label, use_softmax, numeric_stable_mode=True,
                                ignore_index=-100, axis=-1):
     axis = axis % logits.ndim
@@ -52,7 +56,7 @@ def _paddle_soft_grad(loss, logits, softmax, label, axis):
     return sg(loss - surrogate) + surrogate
 
 
-@lowering("pd_op.nll_loss")
+@lowering("pd_op.nll_loss", amp="black")
 def nll_loss(x, label, weight=None, *, ignore_index=-100, reduction="mean"):
     # x: (N, C) or (N, C, d1, ...); label: (N,) or (N, d1, ...)
     w = jnp.ones((x.shape[1],), x.dtype) if weight is None else sg(weight).astype(x.dtype)
@@ -69,7 +73,7 @@ def nll_loss(x, label, weight=None, *, ignore_index=-100, reduction="mean"):
     return jnp.sum(out) / total, total
 
 
-@lowering("pd_op.bce_loss")
+@lowering("pd_op.bce_loss", amp="black")
 def bce_loss(x, label):
     label = sg(label).astype(x.dtype)
     # NOTE: Paddle clamps each log at -100, so a saturated probability gives a finite loss.
@@ -82,7 +86,7 @@ def bce_loss(x, label):
     return sg(loss) + (x - sg(x)) * sg(grad)
 
 
-@lowering("pd_op.sigmoid_cross_entropy_with_logits")
+@lowering("pd_op.sigmoid_cross_entropy_with_logits", amp="black")
 def sigmoid_cross_entropy_with_logits(x, label, pos_weight=None, *, normalize=False, ignore_index=-100):
     label = sg(label).astype(x.dtype)
     softplus_neg = jnp.log1p(jnp.exp(-jnp.abs(x))) + jnp.maximum(-x, 0)      # log(1 + e^-x), stable
@@ -100,7 +104,7 @@ def sigmoid_cross_entropy_with_logits(x, label, pos_weight=None, *, normalize=Fa
     return loss
 
 
-@lowering("pd_op.huber_loss")
+@lowering("pd_op.huber_loss", amp="black")
 def huber_loss(x, label, *, delta):
     residual = label - x
     a = jnp.abs(residual)
@@ -109,7 +113,7 @@ def huber_loss(x, label, *, delta):
     return out, sg(residual)
 
 
-@lowering("pd_op.kldiv_loss")
+@lowering("pd_op.kldiv_loss", amp="black")
 def kldiv_loss(x, label, *, reduction="mean", log_target=False):
     label = sg(label).astype(x.dtype)
     if log_target:

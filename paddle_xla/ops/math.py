@@ -6,7 +6,7 @@ import jax.numpy as jnp
 from .registry import lowering
 
 
-@lowering("pd_op.matmul")
+@lowering("pd_op.matmul", amp="white")
 def matmul(x, y, *, transpose_x=False, transpose_y=False):
     # NOTE: Paddle treats 1-D operands like NumPy's matmul does, after the optional transposes.
     if transpose_x and x.ndim >= 2:
@@ -16,7 +16,7 @@ def matmul(x, y, *, transpose_x=False, transpose_y=False):
     return jnp.matmul(x, y)
 
 
-@lowering("pd_op.bmm")
+@lowering("pd_op.bmm", amp="white")
 def bmm(x, y):
     return jnp.matmul(x, y)
 
@@ -27,12 +27,12 @@ def dot(x, y):
     return jnp.sum(x * y, axis=-1)
 
 
-@lowering("pd_op.mv")
+@lowering("pd_op.mv", amp="white")
 def mv(x, vec):
     return jnp.matmul(x, vec)
 
 
-@lowering("pd_op.einsum")
+@lowering("pd_op.einsum", amp="white")
 def einsum(operands, *, equation):
     # NOTE: PIR also declares inner_cache and xshape outputs (lists, one entry per operand) that only
     # Paddle's own backward reads.
@@ -46,7 +46,7 @@ def kron(x, y):
     return jnp.kron(x, y)
 
 
-@lowering("pd_op.addmm")
+@lowering("pd_op.addmm", amp="white")
 def addmm(input, x, y, *, beta=1.0, alpha=1.0):
     prod = jnp.matmul(x, y)
     return jnp.asarray(beta, prod.dtype) * input + jnp.asarray(alpha, prod.dtype) * prod

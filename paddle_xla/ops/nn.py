@@ -14,7 +14,7 @@ from .util import is_static, static_scalar
 
 
 # ---- embedding ----------------------------------------------------------------------------------
-@lowering("pd_op.embedding")
+@lowering("pd_op.embedding", amp="black")
 def embedding(ids, weight, *, padding_idx=-1, sparse=False):
     # NOTE: `sparse` only picks Paddle's SelectedRows gradient; the values are the same.
     out = jnp.take(weight, ids, axis=0)
@@ -32,7 +32,7 @@ def _keep_prob(p, dtype):
     return 1.0 - lax.stop_gradient(jnp.reshape(p, ())).astype(dtype)
 
 
-@lowering("pd_op.dropout", kind="random")
+@lowering("pd_op.dropout", kind="random", draws_unless="is_test")
 def dropout(key, x, seed_tensor=None, p=0.5, *, is_test, mode, seed=0, fix_seed=False):
     # NOTE: seed/fix_seed pick Paddle's own generator; here randomness comes from the step key.
     keep = _keep_prob(p, x.dtype)
@@ -54,12 +54,12 @@ def _inverse_keep(keep, dtype):
 
 
 # ---- softmax ------------------------------------------------------------------------------------
-@lowering("pd_op.softmax", ignore=("use_cudnn",))
+@lowering("pd_op.softmax", ignore=("use_cudnn",), amp="black")
 def softmax(x, *, axis=-1):
     return jax.nn.softmax(x, axis=axis)
 
 
-@lowering("pd_op.log_softmax")
+@lowering("pd_op.log_softmax", amp="black")
 def log_softmax(x, *, axis=-1):
     return jax.nn.log_softmax(x, axis=axis)
 

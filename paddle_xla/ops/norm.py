@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .registry import lowering
+from .registry import declare, lowering
 from .util import dim_product
 
 _IGNORED = ("use_mkldnn", "fuse_with_relu", "is_test_mkldnn")
@@ -72,7 +72,11 @@ def _affine(x, mean, inv_std, scale, bias, axis):
     return (x - _bcast(mean, x.ndim, axis)) * _bcast(inv_std * scale, x.ndim, axis) + _bcast(bias, x.ndim, axis)
 
 
-@lowering("pd_op.batch_norm_", "pd_op.batch_norm", ignore=_IGNORED)
+# NOTE: in Paddle AMP's black list, with no lowering here (multi-device batch norm).
+declare("pd_op.sync_batch_norm_", where=__name__, amp="black")
+
+
+@lowering("pd_op.batch_norm_", "pd_op.batch_norm", ignore=_IGNORED, amp="black", layout="data_format")
 def batch_norm(x, mean, variance, scale, bias, *, is_test, momentum, epsilon, data_format, use_global_stats,
                trainable_statistics):
     return batch_norm_impl(x, mean, variance, scale, bias, is_test, momentum, epsilon, data_format,
@@ -80,7 +84,7 @@ def batch_norm(x, mean, variance, scale, bias, *, is_test, momentum, epsilon, da
 
 
 # ---- layer / group / instance norm ------------------------------------------------------------------
-@lowering("pd_op.layer_norm", ignore=_IGNORED)
+@lowering("pd_op.layer_norm", ignore=_IGNORED, amp="black")
 def layer_norm(x, scale, bias, *, epsilon, begin_norm_axis):
     # NOTE: normalise over the trailing axes in x's own shape. A reshape to [left, right] and back made
     # XLA:CPU recompute every earlier layer's residual stream inside later fusions (BERT-Base
@@ -101,7 +105,7 @@ def layer_norm(x, scale, bias, *, epsilon, begin_norm_axis):
             lax.stop_gradient(var.reshape(left)))
 
 
-@lowering("pd_op.group_norm", ignore=_IGNORED)
+@lowering("pd_op.group_norm", ignore=_IGNORED, amp="black")
 def group_norm(x, scale, bias, *, epsilon, groups, data_format="NCHW"):
     axis = _channel_axis(x, data_format)
     ct = compute_dtype(x)
@@ -119,7 +123,7 @@ def group_norm(x, scale, bias, *, epsilon, groups, data_format="NCHW"):
     return y, lax.stop_gradient(mean), lax.stop_gradient(var)
 
 
-@lowering("pd_op.instance_norm", ignore=_IGNORED)
+@lowering("pd_op.instance_norm", ignore=_IGNORED, amp="black")
 def instance_norm(x, scale, bias, *, epsilon):
     ct = compute_dtype(x)
     n, c = x.shape[:2]
@@ -178,7 +182,7 @@ def p_norm_impl(x, porder, axis, epsilon, keepdim):
     return f(x)
 
 
-@lowering("pd_op.p_norm")
+@lowering("pd_op.p_norm", amp="black")
 def p_norm(x, *, porder, axis, epsilon, keepdim, asvector):
     if asvector:
         out = p_norm_impl(x.reshape(-1), float(porder), 0, epsilon, False)

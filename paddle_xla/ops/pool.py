@@ -166,7 +166,7 @@ def adaptive_axis(x, axis, o, pooling_type, norm_type):
     return total / count.astype(x.dtype)
 
 
-@lowering("pd_op.pool2d", ignore=_IGNORED)
+@lowering("pd_op.pool2d", ignore=_IGNORED, layout="data_format")
 def pool2d(x, kernel_size, *, strides, paddings, ceil_mode, exclusive, data_format, pooling_type,
            global_pooling, adaptive, padding_algorithm):
     return pool_nd(x, static_ints(kernel_size), strides, paddings, ceil_mode, exclusive, data_format, pooling_type,

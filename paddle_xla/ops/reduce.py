@@ -29,7 +29,7 @@ def _lib(x):
     return np if is_static(x) and _int_like(x) else jnp
 
 
-@lowering("pd_op.sum")
+@lowering("pd_op.sum", amp="black")
 def sum_(x, axis, *, dtype=None, keepdim=False):
     dt = jax_dtype(dtype)
     if dt is None and _int_like(x) and x.dtype not in (jnp.int64, jnp.uint64):
@@ -38,7 +38,7 @@ def sum_(x, axis, *, dtype=None, keepdim=False):
     return _lib(x).sum(x, axis=_axes(x, axis), dtype=dt, keepdims=keepdim)
 
 
-@lowering("pd_op.mean")
+@lowering("pd_op.mean", amp="black")
 def mean(x, axis, *, keepdim=False):
     axes = _axes(x, axis)
     if _int_like(x):
@@ -49,7 +49,7 @@ def mean(x, axis, *, keepdim=False):
     return jnp.mean(x, axis=axes, keepdims=keepdim)
 
 
-@lowering("pd_op.mean_all")
+@lowering("pd_op.mean_all", amp="black")
 def mean_all(x):
     return jnp.mean(x)
 
@@ -75,7 +75,7 @@ def amin(x, *, axis, keepdim=False):
     return _lib(x).min(x, axis=_axes(x, axis), keepdims=keepdim)
 
 
-@lowering("pd_op.prod")
+@lowering("pd_op.prod", amp="black")
 def prod(x, axis, *, keepdim=False, reduce_all=False):
     return _lib(x).prod(x, axis=_axes(x, axis, reduce_all), keepdims=keepdim)
 
@@ -90,7 +90,7 @@ def any_(x, *, axis, keepdim=False):
     return _lib(x).any(x, axis=_axes(x, axis), keepdims=keepdim)
 
 
-@lowering("pd_op.logsumexp")
+@lowering("pd_op.logsumexp", amp="black")
 def logsumexp(x, *, axis, keepdim=False, reduce_all=False):
     return jax.nn.logsumexp(x, axis=_axes(x, axis, reduce_all), keepdims=keepdim)
 
@@ -122,7 +122,7 @@ def _l2(x, axes, keepdims):
     return jnp.where(nonzero, jnp.sqrt(jnp.where(nonzero, s, 1)), 0)
 
 
-@lowering("pd_op.frobenius_norm")
+@lowering("pd_op.frobenius_norm", amp="black")
 def frobenius_norm(x, axis, *, keep_dim=False, reduce_all=False):
     return _l2(x, _axes(x, axis, reduce_all), keep_dim)
 
