@@ -95,3 +95,45 @@ def test_fp16_checkpoint_keeps_the_loss_scaler(tmp_path):
     got += [resumed(*x, *y) for x, y in data[6:]]
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert (resumed.loss_scale, resumed.skipped_steps) == (straight.loss_scale, straight.skipped_steps)
+
+
+def _sgd_mlp(lr):
+    net, _, specs = setup("mlp")
+    return net, paddle.optimizer.SGD(lr, parameters=net.parameters()), specs
+
+
+def test_fp16_loss_curve_follows_fp32():
+    """With plain SGD (no clipping, no Adam-like normalisation, both of which hide a constant factor in
+    the gradients), a loss scale left in the gradients would multiply every step by it."""
+    curves = {}
+    for precision in ("fp32", "fp16"):
+        net, opt, specs = _sgd_mlp(0.1)
+        strategy = px.Strategy(precision=precision, loss_scale=px.LossScale(init=2.0 ** 10)) \
+            if precision == "fp16" else None
+        step = px.train_step(net, loss_fn(), opt, specs, LABEL, strategy=strategy)
+        data = batches("mlp", 5)
+        curves[precision] = [step(*data[i % 5][0], *data[i % 5][1]) for i in range(30)]
+        if precision == "fp16":
+            assert step.skipped_steps == 0 and step.loss_scale >= 2.0 ** 10
+    np.testing.assert_allclose(curves["fp16"], curves["fp32"], rtol=2e-2)
+    assert curves["fp32"][-1] < 0.8 * curves["fp32"][0]                  # it did learn
+
+
+def test_fp16_unscaled_gradients_equal_fp32s():
+    """One SGD step of lr 1 moves each weight by exactly its gradient: under fp16 with a loss scale of
+    2^12 that move must equal fp32's within float16's rounding (a scale left in would be 4096x)."""
+    moved = {}
+    for precision in ("fp32", "fp16"):
+        net, opt, specs = _sgd_mlp(1.0)
+        strategy = px.Strategy(precision=precision, loss_scale=px.LossScale(init=2.0 ** 12)) \
+            if precision == "fp16" else None
+        step = px.train_step(net, loss_fn(), opt, specs, LABEL, strategy=strategy)
+        before = by_key(step)
+        x, y = batches("mlp", 1)[0]
+        step(*x, *y)
+        moved[precision] = {k: before[k] - v for k, v in by_key(step).items()}
+    for k, g32 in moved["fp32"].items():
+        scale = np.abs(g32).max()
+        assert scale > 0, k
+        # NOTE: float16 keeps ~3 decimal digits of each product and sum; gradients of this size agree to ~1e-2
+        np.testing.assert_allclose(moved["fp16"][k], g32, rtol=0, atol=2e-2 * scale, err_msg=k)
