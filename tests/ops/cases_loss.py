@@ -1,7 +1,7 @@
 import paddle
 import paddle.nn.functional as F
 
-from .harness import Arg, OpCase
+from .harness import Arg, OpCase, Values
 
 _C = paddle._C_ops
 CE = ["pd_op.cross_entropy_with_softmax"]
@@ -9,6 +9,11 @@ LOGITS = Arg((4, 5))
 HARD = Arg((4, 1), "int64", 0, 5)
 PROB = Arg((4, 5), low=0.05, high=0.95)
 LABEL01 = Arg((4, 5), low=0.0, high=1.0)
+# NOTE: labels that hit ignore_index=2 (rows 1 and 3) and miss it elsewhere: a lowering that ignored
+# ignore_index would count those rows, and the cases would fail.
+IGNORED = (0, 2, 4, 2, 1, 3)
+HIT_2 = Values((6, 1), "int64", values=IGNORED)
+HIT_2_FLAT = Values((6,), "int64", values=IGNORED)
 
 
 def _ce(soft=False, use_softmax=True, ignore_index=-100, axis=-1):
@@ -18,7 +23,17 @@ def _ce(soft=False, use_softmax=True, ignore_index=-100, axis=-1):
 CASES = [
     # ---- softmax cross entropy (outputs: softmax, loss) ----
     OpCase("ce_hard", _ce(), [LOGITS, HARD], CE),
-    OpCase("ce_hard_ignore", _ce(ignore_index=2), [Arg((6, 5)), Arg((6, 1), "int64", 0, 5)], CE),
+    OpCase("ce_hard_ignore", _ce(ignore_index=2), [Arg((6, 5)), HIT_2], CE),
+    OpCase("ce_hard_ignore_mean_api", lambda x, y: F.cross_entropy(x, y, ignore_index=2, reduction="mean"),
+           [Arg((6, 5)), HIT_2_FLAT], CE),
+    OpCase("ce_hard_ignore_sum_api", lambda x, y: F.cross_entropy(x, y, ignore_index=2, reduction="sum"),
+           [Arg((6, 5)), HIT_2], CE),
+    OpCase("ce_hard_ignore_weighted_mean_api",
+           lambda x, y, w: F.cross_entropy(x, y, weight=w, ignore_index=2, reduction="mean"),
+           [Arg((6, 5)), HIT_2_FLAT, Arg((5,), low=0.5, high=1.5, grad=False)], CE),
+    # NOTE: soft labels have no class index: ignore_index must change nothing
+    OpCase("ce_soft_ignore_index_unused", _ce(soft=True, ignore_index=2),
+           [Arg((6, 5)), Arg((6, 5), low=0.0, high=0.4)], CE),
     OpCase("ce_soft", _ce(soft=True), [LOGITS, Arg((4, 5), low=0.0, high=0.4)], CE),
     OpCase("ce_axis1", _ce(axis=1), [Arg((3, 5, 4)), Arg((3, 1, 4), "int64", 0, 5)], CE),
     OpCase("ce_no_softmax", _ce(use_softmax=False), [PROB, HARD], CE),
@@ -32,7 +47,11 @@ CASES = [
     OpCase("nll_loss_mean", lambda x, y: _C.nll_loss(x, y, None, -100, "mean"), [LOGITS, Arg((4,), "int64", 0, 5)],
            ["pd_op.nll_loss"]),
     OpCase("nll_loss_weight_ignore_sum", lambda x, y, w: _C.nll_loss(x, y, w, 2, "sum"),
-           [Arg((6, 5)), Arg((6,), "int64", 0, 5), Arg((5,), low=0.5, high=1.5)], ["pd_op.nll_loss"]),
+           [Arg((6, 5)), HIT_2_FLAT, Arg((5,), low=0.5, high=1.5)], ["pd_op.nll_loss"]),
+    OpCase("nll_loss_ignore_mean", lambda x, y: _C.nll_loss(x, y, None, 2, "mean"), [Arg((6, 5)), HIT_2_FLAT],
+           ["pd_op.nll_loss"]),
+    OpCase("nll_loss_weight_ignore_mean", lambda x, y, w: _C.nll_loss(x, y, w, 2, "mean"),
+           [Arg((6, 5)), HIT_2_FLAT, Arg((5,), low=0.5, high=1.5)], ["pd_op.nll_loss"]),
     OpCase("nll_loss_none_4d", lambda x, y, w: _C.nll_loss(x, y, w, 1, "none"),
            [Arg((2, 5, 3, 2)), Arg((2, 3, 2), "int64", 0, 5), Arg((5,), low=0.5, high=1.5)], ["pd_op.nll_loss"],
            outputs=[0]),

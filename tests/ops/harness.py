@@ -43,6 +43,15 @@ class Arg:
         return rng.integers(lo, hi, self.shape).astype(self.dtype)
 
 
+@dataclass(frozen=True)
+class Values(Arg):
+    """An input of exactly these values (e.g. labels that must hit an ignore_index), not random ones."""
+    values: tuple = ()
+
+    def make(self, rng: np.random.Generator) -> np.ndarray:
+        return np.asarray(self.values, dtype=_np_dtype(self.dtype)).reshape(self.shape)
+
+
 def _np_dtype(name):
     return np.dtype(jnp.bfloat16) if name == "bfloat16" else np.dtype(name)
 
@@ -211,6 +220,7 @@ def assert_close(case: OpCase, got, want, what, rtol, atol):
         if w is None:
             continue
         assert g.shape == w.shape, f"{case.id}: {what}[{i}] shape {g.shape} vs Paddle's {w.shape}"
+        assert g.dtype == w.dtype, f"{case.id}: {what}[{i}] dtype {g.dtype} vs Paddle's {w.dtype}"
         if w.dtype.kind in "biu":
             np.testing.assert_array_equal(g, w, err_msg=f"{case.id}: {what}[{i}]")
         else:

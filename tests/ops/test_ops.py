@@ -35,3 +35,12 @@ def test_every_lowering_has_a_case():
     covered |= {op for t in TABLES for op in getattr(t, "COVERED", [])}
     untested = sorted(set(supported_ops()) - covered)
     assert not untested, f"lowerings with no parity case: {untested}"
+
+
+def test_ignore_index_cases_feed_labels_that_hit_it():
+    # NOTE: random labels missed the ignore_index once, so an ignored ignore_index passed every case
+    ignoring = [c for c in CASES if "ignore" in c.id and any(a.dtype.startswith("int") for a in c.args)]
+    assert ignoring
+    random_labels = [c.id for c in ignoring
+                     if not any(isinstance(a, harness.Values) for a in c.args if a.dtype.startswith("int"))]
+    assert not random_labels, f"give these cases labels that hit their ignore_index (harness.Values): {random_labels}"
