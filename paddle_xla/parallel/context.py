@@ -1,5 +1,6 @@
 """What the per-device step functions share: the stages, how weights are packed, the precision and
-recomputation choices. Built on the host once per input shape; read inside shard_map."""
+recomputation choices. Built on the host once per input shape; read inside shard_map. Built by keyword
+only (14 fields, several of the same type: a positional slip would go unnoticed)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from .pack import Layout
 from .program import SubProgram, run
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Context:
     graph: Graph
     subs: tuple[SubProgram, ...]          # one per stage

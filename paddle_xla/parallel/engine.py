@@ -231,9 +231,10 @@ class Engine(EngineBase):
         info = stages_lib.build(self.graph, self.placement, values)
         self.stage_info[_signature(feeds)] = info
         templates = tuple(_template(values[f.value]) for f in self.graph.fetches[1:])
-        ctx = Context(self.graph, info.subs, self.param_layouts, self.buffer_layouts, self.opt_layouts,
-                      {**self.widths, "box": dict(info.box)}, info.sends, st.replicas, st.stages, st.micro_batches,
-                      weight, interp, st.recompute)
+        ctx = Context(graph=self.graph, subs=info.subs, params=self.param_layouts, buffers=self.buffer_layouts,
+                      opt=self.opt_layouts, widths={**self.widths, "box": dict(info.box)}, sends=info.sends,
+                      replicas=st.replicas, stages=st.stages, micro_batches=st.micro_batches, loss_weight=weight,
+                      interpreter=interp, recompute=st.recompute)
         return ctx, templates
 
     def _body(self, ctx: Context, templates):

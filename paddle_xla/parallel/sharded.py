@@ -105,9 +105,10 @@ class ShardedEngine(EngineBase):
         st = self.strategy
         interp = interpreter_factory(self.graph, LoweringPolicy.live(st.precision))
         weight = 1.0 / st.groups if self.reduction == "mean" else 1.0
-        ctx = Context(self.graph, (whole(self.graph),), self.param_layouts, self.buffer_layouts, self.opt_layouts,
-                      {**self.widths, "box": {}}, (), st.replicas, 1, st.micro_batches, weight, interp,
-                      st.recompute)
+        ctx = Context(graph=self.graph, subs=(whole(self.graph),), params=self.param_layouts,
+                      buffers=self.buffer_layouts, opt=self.opt_layouts, widths={**self.widths, "box": {}}, sends=(),
+                      replicas=st.replicas, stages=1, micro_batches=st.micro_batches, loss_weight=weight,
+                      interpreter=interp, recompute=st.recompute)
         if st.sharding >= 3:
             ctx = replace(ctx, weights_in=self._gather(ctx))
         return ctx, ()
