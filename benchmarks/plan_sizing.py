@@ -24,7 +24,7 @@ from paddle_xla.errors import StrategyError  # noqa: E402
 from paddle_xla.models.bert import BertConfig, BertForPretraining  # noqa: E402
 from paddle_xla.models.gpt import GPT, GPTConfig  # noqa: E402
 from paddle_xla.models.llama import LlamaConfig, LlamaForCausalLM  # noqa: E402
-from paddle_xla.planner.search import Layout  # noqa: E402
+from paddle_xla.planner.search import describe, planned  # noqa: E402
 
 MACHINES = [("ipu-gc200", 16, "IPU-POD16 (GC200)"), ("h200", 8, "8 x H200"), ("tpu-v5e", 16, "TPU v5e-16")]
 
@@ -67,7 +67,7 @@ def plan_one(build, device: str, devices: int) -> dict:
     try:
         best = result.best
         row = next(r for r in result.rows if r.fits)
-        out.update(best=row.layout.describe(), strategy=best.to_dict(), gb_per_device=round(row.total_bytes / 1e9, 3),
+        out.update(best=describe(row.layout), strategy=best.to_dict(), gb_per_device=round(row.total_bytes / 1e9, 3),
                    samples_per_s=round(row.samples_per_second, 1), bytes=row.bytes)
     except StrategyError as e:
         out.update(best=None, why=str(e))
@@ -79,12 +79,12 @@ def plan_one(build, device: str, devices: int) -> dict:
 def graphcore_bert_large(result) -> dict:
     """Graphcore's published BERT-Large layout on a POD16: 4 replicas x 4 pipelined IPUs (layers 3/7/7/7),
     fp16, replicated tensor sharding, optimizer state off-chip, predicted by the same model."""
-    layout = Layout(4, 4, 1, 1, 16, None, "1f1b", "fp16")
+    layout = planned(replicas=4, stages=4, sharding=1, micro_batches=16, schedule="1f1b", precision="fp16")
     row = next((r for r in result.rows if r.layout == layout), None)
     if row is None:
-        return {"layout": layout.describe(), "note": "not among the planned layouts"}
+        return {"layout": describe(layout), "note": "not among the planned layouts"}
     on_chip = row.total_bytes - row.bytes["optimizer"]
-    return {"layout": layout.describe(), "gb_per_device": round(row.total_bytes / 1e9, 3),
+    return {"layout": describe(layout), "gb_per_device": round(row.total_bytes / 1e9, 3),
             "gb_without_optimizer_state": round(on_chip / 1e9, 3), "fits_with_state_off_chip": on_chip <= 0.9e9,
             "samples_per_s": round(row.samples_per_second, 1)}
 

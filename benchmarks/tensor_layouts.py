@@ -27,14 +27,14 @@ from paddle_xla.parallel.engine import memory_analysis
 from paddle_xla.parallel.tensor_plan import make_plan
 from paddle_xla.planner.costs import model_costs
 from paddle_xla.planner.profiles import measured_cpu
-from paddle_xla.planner.search import Layout, predict
+from paddle_xla.planner.search import describe, planned, predict
 from paddle_xla.planning import _stage_bytes
 
 BATCH, SEQ = 32, 64
-LAYOUTS = [Layout(16, 1, 1, 0, 1, None, "gpipe", "fp32"), Layout(8, 1, 2, 0, 1, None, "gpipe", "fp32"),
-           Layout(4, 1, 4, 0, 1, None, "gpipe", "fp32"), Layout(16, 1, 1, 3, 1, None, "gpipe", "fp32"),
-           Layout(4, 1, 4, 3, 1, None, "gpipe", "fp32"), Layout(4, 1, 1, 2, 2, None, "gpipe", "fp32"),
-           Layout(4, 1, 4, 0, 1, None, "gpipe", "bf16"), Layout(2, 4, 1, 0, 8, None, "1f1b", "fp32")]
+LAYOUTS = [planned(replicas=16), planned(replicas=8, tensor=2), planned(replicas=4, tensor=4),
+           planned(replicas=16, sharding=3), planned(replicas=4, tensor=4, sharding=3),
+           planned(replicas=4, sharding=2, micro_batches=2), planned(replicas=4, tensor=4, precision="bf16"),
+           planned(replicas=2, stages=4, micro_batches=8, schedule="1f1b")]
 
 
 class LM(nn.Layer):
@@ -66,12 +66,11 @@ def _batch(kind, seed):
     return [ids, np.roll(ids, -1, axis=1)]
 
 
-def run(kind: str, layout: Layout, profile, repeats: int = 3) -> dict:
+def run(kind: str, layout: px.Strategy, profile, repeats: int = 3) -> dict:
     net, specs, labels, loss = _model(kind)
     opt = paddle.optimizer.AdamW(1e-4, parameters=net.parameters(), grad_clip=nn.ClipGradByGlobalNorm(1.0))
     with contextlib.redirect_stdout(io.StringIO()):
-        st = layout.strategy()
-        st = px.Strategy(**{**st.to_dict(), "loss_reduction": "mean"})
+        st = px.Strategy(**{**layout.to_dict(), "loss_reduction": "mean"})
         step = px.train_step(net, loss, opt, specs, labels, strategy=st)
     start = time.perf_counter()
     step(*_batch(kind, 0))
@@ -89,7 +88,7 @@ def run(kind: str, layout: Layout, profile, repeats: int = 3) -> dict:
     tplan = make_plan(step.graph, keys, None, layout.tensor) if layout.tensor > 1 else None
     pred = predict(costs, layout, profile, BATCH, tplan, _stage_bytes(step.graph, keys, costs))
     measured = mem["argument_bytes"] + mem["temp_bytes"]
-    return {"model": kind, "layout": layout.describe(), "first_call_s": round(first, 2),
+    return {"model": kind, "layout": describe(layout), "first_call_s": round(first, 2),
             "step_s": round(statistics.median(times), 4), "memory_analysis": mem, "measured_bytes": measured,
             "predicted_bytes": round(pred.total_bytes), "predicted_bytes_error": round(pred.total_bytes / measured - 1, 3),
             "predicted_breakdown": {k: round(v) for k, v in pred.bytes.items()},

@@ -18,10 +18,10 @@ layout moves (gradient all-reduce, sharding's gathers, tensor all-reduces, stage
 profile's links, none of it overlapped."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from typing import Mapping
-
 
 from ..errors import StrategyError
 from ..parallel.tensor_plan import TensorPlan, make_plan
@@ -34,42 +34,33 @@ from .profiles import GB, DeviceProfile
 ACTIVATION_KEPT = 0.25
 
 
-@dataclass(frozen=True)
-class Layout:
-    replicas: int
-    stages: int
-    tensor: int
-    sharding: int
-    micro_batches: int
-    recompute: str | None
-    schedule: str
-    precision: str
+def planned(tensor_plan=None, **fields) -> Strategy:
+    """A layout the planner proposes, as the Strategy that runs it on the machine planned (whose devices
+    this process need not have): the "auto" placement with pipeline stages, `tensor_plan` with tensor > 1."""
+    stages, tensor = fields.get("stages", 1), fields.get("tensor", 1)
+    with planned_elsewhere():
+        return Strategy(**fields, placement="auto" if stages > 1 else None,
+                        tensor_plan=tensor_plan if tensor > 1 else None)
 
-    def strategy(self, tensor_plan=None) -> Strategy:
-        """The layout as a Strategy, for whatever machine it was planned for."""
-        with planned_elsewhere():
-            return Strategy(replicas=self.replicas, stages=self.stages, tensor=self.tensor, sharding=self.sharding,
-                            micro_batches=self.micro_batches, recompute=self.recompute, schedule=self.schedule,
-                            precision=self.precision, tensor_plan=tensor_plan if self.tensor > 1 else None,
-                            placement="auto" if self.stages > 1 else None)
 
-    def describe(self) -> str:
-        parts = [f"{self.replicas}x{self.stages}x{self.tensor}"]
-        if self.sharding:
-            parts.append(f"sharding={self.sharding}")
-        if self.micro_batches > 1:
-            parts.append(f"M={self.micro_batches}")
-        if self.stages > 1:
-            parts.append(self.schedule)
-        if self.recompute:
-            parts.append(f"recompute={self.recompute}")
-        parts.append(self.precision)
-        return " ".join(parts)
+def describe(layout: Strategy) -> str:
+    """A layout in one short line: replicas x stages x tensor, then what differs from the plain step."""
+    parts = [f"{layout.replicas}x{layout.stages}x{layout.tensor}"]
+    if layout.sharding:
+        parts.append(f"sharding={layout.sharding}")
+    if layout.micro_batches > 1:
+        parts.append(f"M={layout.micro_batches}")
+    if layout.stages > 1:
+        parts.append(layout.schedule)
+    if layout.recompute:
+        parts.append(f"recompute={layout.recompute}")
+    parts.append(layout.precision)
+    return " ".join(parts)
 
 
 @dataclass
 class Prediction:
-    layout: Layout
+    layout: Strategy                      # as planned() builds it (no tensor_plan rules: Plan.best adds them)
     bytes: dict[str, float]               # per device: weights, gradients, optimizer, activations, other
     step_seconds: float
     samples_per_second: float
@@ -96,10 +87,14 @@ class Plan:
             need = min(self.rows, key=lambda r: r.total_bytes)
             raise StrategyError(
                 f"No layout of {self.devices} x {self.profile.name} fits a global batch of {self.global_batch}: the "
-                f"smallest needs {need.total_bytes / GB:.2f} GB per device ({need.layout.describe()}), and a "
+                f"smallest needs {need.total_bytes / GB:.2f} GB per device ({describe(need.layout)}), and a "
                 f"{self.profile.name} has {self.profile.memory_bytes / GB:.2f} GB. Use more devices, a smaller "
                 "batch, or a device with more memory.")
-        return fitting[0].layout.strategy(self.rules)
+        best = fitting[0].layout
+        if self.rules is None or best.tensor == 1:
+            return best
+        with planned_elsewhere():
+            return dataclasses.replace(best, tensor_plan=self.rules)
 
     def table(self, top: int = 12) -> str:
         head = (f"{'layout (replicas x stages x tensor)':44s} {'GB/device':>9s} {'weights':>8s} {'grads':>7s} "
@@ -108,7 +103,7 @@ class Plan:
                  f"global batch {self.global_batch}", head]
         for r in self.rows[:top]:
             b = r.bytes
-            lines.append(f"{r.layout.describe():44s} {r.total_bytes / GB:9.3f} {b['weights'] / GB:8.3f} "
+            lines.append(f"{describe(r.layout):44s} {r.total_bytes / GB:9.3f} {b['weights'] / GB:8.3f} "
                          f"{b['gradients'] / GB:7.3f} {b['optimizer'] / GB:7.3f} {b['activations'] / GB:7.3f} "
                          f"{r.step_seconds:8.4f} {r.samples_per_second:10.1f}  {'yes' if r.fits else 'NO'}")
         return "\n".join(lines)
@@ -116,14 +111,18 @@ class Plan:
 
 # ---- the search ----------------------------------------------------------------------------------
 def layouts(devices: int, global_batch: int, precisions=("bf16", "fp32")):
-    """Every layout the engines run: stages with sharding <= 1; M >= S for pipelines."""
+    """Every layout the engines run, as Strategies: each combination Strategy accepts (stages with
+    sharding <= 1, M >= S for pipelines, a schedule only with stages) whose groups split the batch."""
     for r, s, t in _factorizations(devices):
         for sharding, m, recompute, schedule, precision in itertools.product(
                 (0, 1, 2, 3), _micro_batches(global_batch // r), (None, "layer"), ("gpipe", "1f1b"), precisions):
-            if (sharding and r == 1) or (s > 1 and (sharding > 1 or m < s)) \
-                    or (s == 1 and schedule != "gpipe") or global_batch % (r * m):
+            try:
+                layout = planned(replicas=r, stages=s, tensor=t, sharding=sharding, micro_batches=m,
+                                 recompute=recompute, schedule=schedule, precision=precision)
+                layout.check_batch(global_batch)
+            except StrategyError:
                 continue
-            yield Layout(r, s, t, sharding, m, recompute, schedule, precision)
+            yield layout
 
 
 def _factorizations(n: int):
@@ -166,7 +165,7 @@ def _tensor_plan(costs: ModelCosts, keys, rules, tensor: int) -> TensorPlan | No
         return None          # NOTE: this degree splits no head or dimension evenly; the layout is not offered
 
 
-def predict(costs: ModelCosts, lay: Layout, profile: DeviceProfile, global_batch: int,
+def predict(costs: ModelCosts, lay: Strategy, profile: DeviceProfile, global_batch: int,
             tplan: TensorPlan | None = None, stage_bytes=None) -> Prediction:
     R, S, T, M = lay.replicas, lay.stages, lay.tensor, lay.micro_batches
     dims = dict(tplan.dims) if tplan is not None else {}
@@ -225,7 +224,7 @@ def _activation_split(tplan: TensorPlan | None, tensor: int) -> float:
     return 0.25 + 0.75 / tensor
 
 
-def step_seconds(costs: ModelCosts, lay: Layout, profile: DeviceProfile, global_batch: int, grads: float,
+def step_seconds(costs: ModelCosts, lay: Strategy, profile: DeviceProfile, global_batch: int, grads: float,
                  tplan: TensorPlan | None) -> float:
     R, S, T, M = lay.replicas, lay.stages, lay.tensor, lay.micro_batches
     passes = 4 if lay.recompute else 3

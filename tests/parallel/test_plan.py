@@ -11,18 +11,18 @@ from paddle_xla.parallel.engine import memory_analysis
 from paddle_xla.parallel.tensor_plan import make_plan
 from paddle_xla.planner.costs import model_costs
 from paddle_xla.planner.profiles import PROFILES
-from paddle_xla.planner.search import Layout, predict
+from paddle_xla.planner.search import describe, planned, predict
 from paddle_xla.planning import _stage_bytes
 from parallel.helpers import tensor_batches, train_tensor
 from parallel.tensor_models import setup
 
-LAYOUTS = [Layout(16, 1, 1, 0, 1, None, "gpipe", "fp32"), Layout(4, 1, 4, 0, 1, None, "gpipe", "fp32"),
-           Layout(16, 1, 1, 3, 1, None, "gpipe", "fp32"), Layout(4, 1, 4, 3, 1, None, "gpipe", "fp32"),
-           Layout(4, 1, 1, 2, 1, None, "gpipe", "fp32"), Layout(2, 4, 1, 0, 8, None, "1f1b", "fp32")]
+LAYOUTS = [planned(replicas=16), planned(replicas=4, tensor=4), planned(replicas=16, sharding=3),
+           planned(replicas=4, tensor=4, sharding=3), planned(replicas=4, sharding=2),
+           planned(replicas=2, stages=4, micro_batches=8, schedule="1f1b")]
 
 
 def _measured_and_predicted(kind, layout):
-    _, _, step = train_tensor(kind, layout.strategy(), steps=1)
+    _, _, step = train_tensor(kind, layout, steps=1)
     feeds = {f.name: np.stack([x]) for f, x in zip(step.graph.feeds, tensor_batches(kind, 1)[0])}
     s = step.state
     m = memory_analysis(step._step.engine, s.params, s.buffers, s.opt_state, feeds)
@@ -39,7 +39,7 @@ def test_predicted_bytes_per_device_follow_memory_analysis():
     for kind in ("encoder", "decoder"):
         for layout in LAYOUTS:
             measured, predicted = _measured_and_predicted(kind, layout)
-            errors[(kind, layout.describe())] = predicted / measured - 1
+            errors[(kind, describe(layout))] = predicted / measured - 1
     within = [k for k, e in errors.items() if abs(e) <= 0.2]
     assert len(within) >= 10 and all(abs(e) <= 0.35 for e in errors.values()), errors
 
