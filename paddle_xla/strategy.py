@@ -33,7 +33,7 @@ import contextlib
 import contextvars
 import dataclasses
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .errors import StrategyError
@@ -99,7 +99,6 @@ class Strategy:
     tensor: int = 1
     tensor_plan: Any = None               # None | "auto" | {layer-path rule: "colwise" | "rowwise" | "vocab"}
     sharding: int = 0                     # 0 | 1 (optimizer state) | 2 (+ gradients) | 3 (+ parameters)
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         for name in ("replicas", "stages", "micro_batches", "steps_per_call", "tensor"):
@@ -245,6 +244,8 @@ class Strategy:
     @staticmethod
     def from_dict(d: Mapping) -> "Strategy":
         d = dict(d)
+        # NOTE: artifacts written before Strategy.extra was removed (never read) carry "extra": {}.
+        d.pop("extra", None)
         if isinstance(d.get("loss_scale"), Mapping):
             d["loss_scale"] = LossScale(**d["loss_scale"])
         return Strategy(**d)
