@@ -310,34 +310,26 @@ def run_artifact(artifact: str = typer.Argument(..., help="a .pxa file written b
     typer.echo(f"mode: {model.mode} ({model.why})")
 
 
+def _with_settings_flags(command):
+    """`command(models, **flags)` with one option per serve Settings field, built from Settings.flags(), so
+    each flag's default and help are written once (serve/settings.py)."""
+    import inspect
+
+    from ..serve.settings import Settings
+    models = typer.Argument(..., help="a folder of .pxa files; each *.pxa is a model, named by its file stem")
+    params = [inspect.Parameter("models", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=models, annotation=str)]
+    for f in Settings.flags():
+        option = typer.Option(f.cli_default, *f.decls, help=f.help, envvar=f.envvar, show_default=f.show_default)
+        params.append(inspect.Parameter(f.param, inspect.Parameter.KEYWORD_ONLY, default=option,
+                                        annotation=f.cli_type))
+    command.__signature__ = inspect.Signature(params)
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    return command
+
+
 @app.command()
-def serve(models: str = typer.Argument(..., help="a folder of .pxa files; each *.pxa is a model, named by its file stem"),
-          host: str = typer.Option("127.0.0.1", help="address to bind (0.0.0.0: reachable from other machines)"),
-          port: int = typer.Option(8000, help="0: a free port (the 'listening on' line says which)"),
-          max_batch_size: int = typer.Option(16, "--max-batch-size", help="most rows in one model call; "
-                                                                           "larger requests are refused (400)"),
-          max_queue_delay_us: int = typer.Option(2000, "--max-queue-delay-us",
-                                                 help="how long a batch waits for company, from its first request or the previous "
-                                                      "call's end, whichever is later"),
-          preferred_batch_sizes: Optional[str] = typer.Option(
-              None, "--preferred-batch-sizes", help="batch sizes calls are padded up to, e.g. 4,8,16 "
-                                                    "(default: powers of two; --max-batch-size is always one)"),
-          seq_buckets: Optional[str] = typer.Option(
-              None, "--seq-buckets", help="pad free non-batch dims (sequence lengths) with zeros up to these, "
-                                          "e.g. 32,64,128; only for models that mask padding (attention masks)"),
-          no_batching: bool = typer.Option(False, "--no-batching", help="run each request alone"),
-          split_batches: bool = typer.Option(True, "--split-batches/--no-split-batches",
-                                             help="run a batch as several smaller calls where warm-up timed them "
-                                                  "cheaper per row (e.g. 32 rows as 4 x 8 on a small CPU)"),
-          max_queue_size: int = typer.Option(256, "--max-queue-size",
-                                             help="queued requests per model; more are refused with 503"),
-          request_timeout_ms: int = typer.Option(60000, "--request-timeout-ms",
-                                                 help="answer 504 after this long (0: never)"),
-          max_body_mb: float = typer.Option(64.0, "--max-body-mb", help="larger request bodies get 413"),
-          body_timeout_s: float = typer.Option(30.0, "--body-timeout-s",
-                                               help="a request body not all received by then gets 408"),
-          token: Optional[str] = typer.Option(None, "--token", envvar="PADDLE_XLA_SERVE_TOKEN", show_default=False,
-                                              help="require 'Authorization: Bearer TOKEN' (all but health)")):
+@_with_settings_flags
+def serve(models: str, **flags):
     """Serve every *.pxa in MODELS over HTTP: KServe v2 / Open Inference Protocol, dynamic batching,
     Prometheus /metrics. Needs JAX only, not Paddle."""
     from importlib.util import find_spec
@@ -347,14 +339,9 @@ def serve(models: str = typer.Argument(..., help="a folder of .pxa files; each *
     if missing:
         typer.echo(f"error: paddle-xla serve needs {', '.join(missing)}: {INSTALL_HINT}", err=True)
         raise typer.Exit(2)
-    from ..serve.settings import Settings, parse_sizes
+    from ..serve.settings import Settings
     try:
-        settings = Settings(host=host, port=port, max_batch_size=max_batch_size, max_queue_delay_us=max_queue_delay_us,
-                            preferred_batch_sizes=parse_sizes(preferred_batch_sizes, "--preferred-batch-sizes"),
-                            seq_buckets=parse_sizes(seq_buckets, "--seq-buckets"), batching=not no_batching,
-                            split_batches=split_batches,
-                            max_queue_size=max_queue_size, request_timeout_ms=request_timeout_ms,
-                            max_body_mb=max_body_mb, body_timeout_s=body_timeout_s, token=token or None)
+        settings = Settings.from_flags(**flags)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
     from ..serve.server import run

@@ -1,25 +1,91 @@
-"""The server's settings, as the CLI's flags give them, checked once at start-up."""
+"""The server's settings, as the CLI's flags give them, checked once at start-up.
+
+Each field is written once, here: its default, and with it (`flag(...)`) its `paddle-xla serve` flag's
+help text and how the flag differs from a plain --field-name option. cli/main.py builds the serve
+command's options from `Settings.flags()` and the Settings from their values (`Settings.from_flags`)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Any, Optional, Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """How one Settings field is given on the command line."""
+    name: str                           # the field
+    default: Any                        # the field's default
+    help: str
+    kind: str = "value"                 # "value" | "sizes": text '1,2,4' -> a tuple | "negated": --no-NAME sets NAME False
+    decls: tuple[str, ...] = ()         # the flag's names, when not --field-name
+    envvar: Optional[str] = None
+    show_default: bool = True
+
+    @property
+    def param(self) -> str:
+        """The serve command's parameter name."""
+        return f"no_{self.name}" if self.kind == "negated" else self.name
+
+    @property
+    def cli_default(self) -> Any:
+        return {"negated": not self.default, "sizes": None}.get(self.kind, self.default)
+
+    @property
+    def cli_type(self) -> type:
+        if self.kind == "negated":
+            return bool
+        return Optional[str] if self.kind == "sizes" or self.default is None else type(self.default)
+
+    def value(self, given: Any) -> Any:
+        """The field's value from the flag's."""
+        if self.kind == "negated":
+            return not given
+        if self.kind == "sizes":
+            return parse_sizes(given, "--" + self.name.replace("_", "-"))
+        return given if given or self.default is not None else None
+
+
+def flag(default: Any, help: str, **how: Any) -> Any:
+    """A Settings field with its CLI flag (Flag's fields other than name and default)."""
+    return dataclasses.field(default=default, metadata={"flag": how | {"help": help}})
 
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    host: str = "127.0.0.1"
-    port: int = 8000
-    max_batch_size: int = 16            # rows (the sum of the requests' batch dims) in one call
-    max_queue_delay_us: int = 2000      # how long the first request of a batch waits for company
-    preferred_batch_sizes: tuple[int, ...] = ()   # () -> powers of two up to max_batch_size
-    seq_buckets: tuple[int, ...] = ()   # lengths free non-batch dims are padded up to; () -> none
-    batching: bool = True
-    split_batches: bool = True          # run a batch as the calls warm-up measured cheapest (plan.py)
-    max_queue_size: int = 256           # queued requests per model before 503
-    request_timeout_ms: int = 60_000    # 0 -> no server-side timeout
-    max_body_mb: float = 64.0
-    body_timeout_s: float = 30.0        # a request body not all here by then gets 408
-    token: str | None = None
+    host: str = flag("127.0.0.1", "address to bind (0.0.0.0: reachable from other machines)")
+    port: int = flag(8000, "0: a free port (the 'listening on' line says which)")
+    # rows (the sum of the requests' batch dims) in one call
+    max_batch_size: int = flag(16, "most rows in one model call; larger requests are refused (400)")
+    max_queue_delay_us: int = flag(2000, "how long a batch waits for company, from its first request or the "
+                                         "previous call's end, whichever is later")
+    # () -> powers of two up to max_batch_size
+    preferred_batch_sizes: tuple[int, ...] = flag(
+        (), "batch sizes calls are padded up to, e.g. 4,8,16 (default: powers of two; --max-batch-size is always "
+            "one)", kind="sizes")
+    # lengths free non-batch dims are padded up to; () -> none
+    seq_buckets: tuple[int, ...] = flag(
+        (), "pad free non-batch dims (sequence lengths) with zeros up to these, e.g. 32,64,128; only for models "
+            "that mask padding (attention masks)", kind="sizes")
+    batching: bool = flag(True, "run each request alone", kind="negated", decls=("--no-batching",))
+    # run a batch as the calls warm-up measured cheapest (plan.py)
+    split_batches: bool = flag(True, "run a batch as several smaller calls where warm-up timed them cheaper per "
+                                     "row (e.g. 32 rows as 4 x 8 on a small CPU)",
+                               decls=("--split-batches/--no-split-batches",))
+    max_queue_size: int = flag(256, "queued requests per model; more are refused with 503")
+    request_timeout_ms: int = flag(60_000, "answer 504 after this long (0: never)")
+    max_body_mb: float = flag(64.0, "larger request bodies get 413")
+    body_timeout_s: float = flag(30.0, "a request body not all received by then gets 408")
+    token: str | None = flag(None, "require 'Authorization: Bearer TOKEN' (all but health)",
+                             envvar="PADDLE_XLA_SERVE_TOKEN", show_default=False)
+
+    @classmethod
+    def flags(cls) -> list[Flag]:
+        """The CLI flag of each field, in field order."""
+        return [Flag(f.name, f.default, **f.metadata["flag"]) for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_flags(cls, **given: Any) -> "Settings":
+        """Settings from the serve command's flag values, keyed by Flag.param."""
+        return cls(**{f.name: f.value(given[f.param]) for f in cls.flags()})
 
     def __post_init__(self):
         for name in ("max_batch_size", "max_queue_size"):
