@@ -1,5 +1,5 @@
-"""BERT in plain paddle.nn (the layout of PaddleNLP's BertModel), with pretraining, classification
-and span-extraction heads. Weights use Paddle's usual BERT init: normal(0, 0.02), LayerNorm 1/0."""
+"""BERT in plain paddle.nn (the layout of PaddleNLP's BertModel), with pretraining and classification
+heads. Weights use Paddle's usual BERT init: normal(0, 0.02), LayerNorm 1/0."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -166,18 +166,3 @@ class BertForSequenceClassification(nn.Layer):
     def forward(self, input_ids, token_type_ids):
         _, pooled = self.bert(input_ids, token_type_ids)
         return self.classifier(self.dropout(pooled))
-
-
-class BertForQuestionAnswering(nn.Layer):
-    """SQuAD-style span extraction: start and end logits per token."""
-
-    def __init__(self, cfg: BertConfig):
-        super().__init__()
-        self.bert = BertModel(cfg)
-        self.span = nn.Linear(cfg.hidden_size, 2)
-        _init_weights(self.span, cfg.initializer_range)
-
-    def forward(self, input_ids, token_type_ids):
-        seq, _ = self.bert(input_ids, token_type_ids)
-        start, end = paddle.unbind(self.span(seq), axis=-1)
-        return start, end
