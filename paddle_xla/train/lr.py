@@ -8,18 +8,18 @@ optimizer uses at a step is `schedule.lr_at(last_epoch)`.
 - `lr_at(step)` is a host float, computed with the same float64 arithmetic, in the same order,
   as Paddle's `get_lr`, so it equals `scheduler.last_lr` bit for bit. Recursive schedules
   (CosineAnnealingDecay, LinearLR, CosineAnnealingWarmRestarts) replay Paddle's recursion from
-  step 0 (memoised), because the recursion and the closed form differ in the last bits.
-- `lr_table(first_step, count)` gives the float32 learning rates of `count` consecutive steps, to
-  feed a device loop (`lax.scan`) with Paddle's exact values.
-- `jnp_lr_at(step)` is a float32 jnp version of closed-form schedules, for a traced step inside a
-  device loop. It can differ from Paddle's value by an ulp or so; use `lr_table` for exactness.
+  step 0 (memoised), because the recursion and the closed form differ in the last bits. The
+  training step asks it on the host for every step it runs (a device loop of several steps is
+  fed their learning rates as an array), so the device never evaluates a schedule.
+- `explicit_lr_at(step)` is the lr after Paddle's `scheduler.step(epoch=step)`, as LinearWarmup
+  steps the schedule it wraps.
 - `paddle_state(step)` is the dict Paddle's `scheduler.state_dict()` holds at that step, and
   `to_dict()` / `schedule_from_dict()` serialise a schedule for checkpoints.
 
-Host-evaluated schedules: LambdaDecay and MultiplicativeDecay call a user's Python function on the
-host at every step, so they have `lr_at` and `lr_table` but no `jnp_lr_at`, and their function is
-not serialised (pass it again to `schedule_from_dict`). ReduceOnPlateau depends on a metric the
-host sees after each step: its lr lives in a `PlateauState`, advanced on the host by
+Host-evaluated schedules (`host_only`): LambdaDecay and MultiplicativeDecay call a user's Python
+function at every step, and their function is not serialised (pass it again to
+`schedule_from_dict`), so a train artifact cannot carry them. ReduceOnPlateau depends on a metric
+the host sees after each step: its lr lives in a `PlateauState`, advanced on the host by
 `plateau_step(schedule, state, metric)`.
 """
 from __future__ import annotations
@@ -28,9 +28,6 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
-
-import jax.numpy as jnp
-import numpy as np
 
 
 class Schedule:
@@ -45,13 +42,6 @@ class Schedule:
     def explicit_lr_at(self, step: int) -> float:
         """The lr after Paddle's `scheduler.step(epoch=step)` (LinearWarmup steps its inner schedule so)."""
         return self.lr_at(step)
-
-    def lr_table(self, first_step: int, count: int) -> np.ndarray:
-        return np.asarray([self.lr_at(first_step + i) for i in range(count)], np.float32)
-
-    def jnp_lr_at(self, step):
-        raise NotImplementedError(f"{type(self).__name__} has no closed form for a traced step; "
-                                  "feed the device loop `lr_table(first_step, count)` instead")
 
     def paddle_state(self, step: int) -> dict:
         return {"last_epoch": int(step), "last_lr": self.lr_at(step)}
@@ -94,9 +84,6 @@ class Constant(Schedule):
     def lr_at(self, step):
         return float(self.learning_rate)
 
-    def jnp_lr_at(self, step):
-        return jnp.float32(self.learning_rate)
-
 
 @dataclass(frozen=True)
 class NoamDecay(Schedule):
@@ -109,12 +96,6 @@ class NoamDecay(Schedule):
         a = 1 if step == 0 else step ** -0.5
         b = self.warmup_steps ** -1.5 * step
         return self.learning_rate * (self.d_model ** -0.5) * min(a, b)
-
-    def jnp_lr_at(self, step):
-        s = jnp.asarray(step, jnp.float32)
-        a = jnp.where(s == 0, 1.0, jnp.maximum(s, 1.0) ** -0.5)
-        b = self.warmup_steps ** -1.5 * s
-        return (self.learning_rate * self.d_model ** -0.5 * jnp.minimum(a, b)).astype(jnp.float32)
 
 
 @dataclass(frozen=True)
@@ -132,10 +113,6 @@ class PiecewiseDecay(Schedule):
                 return value
         return self.values[-1]
 
-    def jnp_lr_at(self, step):
-        idx = jnp.searchsorted(jnp.asarray(self.boundaries), step, side="right")
-        return jnp.asarray(self.values, jnp.float32)[jnp.minimum(idx, len(self.values) - 1)]
-
 
 @dataclass(frozen=True)
 class NaturalExpDecay(Schedule):
@@ -146,9 +123,6 @@ class NaturalExpDecay(Schedule):
     def lr_at(self, step):
         return self.learning_rate * math.exp(-1 * self.gamma * step)
 
-    def jnp_lr_at(self, step):
-        return jnp.float32(self.learning_rate) * jnp.exp(-self.gamma * jnp.asarray(step, jnp.float32))
-
 
 @dataclass(frozen=True)
 class InverseTimeDecay(Schedule):
@@ -158,9 +132,6 @@ class InverseTimeDecay(Schedule):
 
     def lr_at(self, step):
         return self.learning_rate / (1 + self.gamma * step)
-
-    def jnp_lr_at(self, step):
-        return jnp.float32(self.learning_rate) / (1 + self.gamma * jnp.asarray(step, jnp.float32))
 
 
 @dataclass(frozen=True)
@@ -182,16 +153,6 @@ class PolynomialDecay(Schedule):
         frac = 1 - float(epoch) / float(decay_steps)
         return (self.learning_rate - self.end_lr) * (frac ** self.power) + self.end_lr
 
-    def jnp_lr_at(self, step):
-        s = jnp.asarray(step, jnp.float32)
-        if self.cycle:
-            div = jnp.where(s == 0, 1.0, jnp.ceil(s / self.decay_steps))
-            epoch, decay_steps = s, self.decay_steps * div
-        else:
-            epoch, decay_steps = jnp.minimum(s, self.decay_steps), jnp.float32(self.decay_steps)
-        frac = 1 - epoch / decay_steps
-        return (self.learning_rate - self.end_lr) * frac ** self.power + self.end_lr
-
 
 @dataclass(frozen=True)
 class ExponentialDecay(Schedule):
@@ -201,9 +162,6 @@ class ExponentialDecay(Schedule):
 
     def lr_at(self, step):
         return self.learning_rate * (self.gamma ** step)
-
-    def jnp_lr_at(self, step):
-        return jnp.float32(self.learning_rate) * jnp.float32(self.gamma) ** jnp.asarray(step, jnp.float32)
 
 
 @dataclass(frozen=True)
@@ -220,10 +178,6 @@ class MultiStepDecay(Schedule):
         passed = next((i for i, m in enumerate(self.milestones) if step < m), len(self.milestones))
         return self.learning_rate * (self.gamma ** passed)
 
-    def jnp_lr_at(self, step):
-        passed = jnp.searchsorted(jnp.asarray(self.milestones), step, side="right")
-        return jnp.float32(self.learning_rate) * jnp.float32(self.gamma) ** passed.astype(jnp.float32)
-
 
 @dataclass(frozen=True)
 class StepDecay(Schedule):
@@ -234,10 +188,6 @@ class StepDecay(Schedule):
 
     def lr_at(self, step):
         return self.learning_rate * (self.gamma ** (step // self.step_size))
-
-    def jnp_lr_at(self, step):
-        i = (jnp.asarray(step) // self.step_size).astype(jnp.float32)
-        return jnp.float32(self.learning_rate) * jnp.float32(self.gamma) ** i
 
 
 @dataclass(frozen=True)
@@ -263,11 +213,6 @@ class CosineAnnealingDecay(_Recursive):
         # NOTE: `step(epoch)` takes Paddle's closed form, not the recursion.
         eta = float(self.eta_min)
         return eta + (self.learning_rate - eta) * (1 + math.cos(math.pi * step / self.T_max)) / 2
-
-    def jnp_lr_at(self, step):
-        s = jnp.asarray(step, jnp.float32)
-        eta = jnp.float32(self.eta_min)
-        return eta + (self.learning_rate - eta) * (1 + jnp.cos(jnp.pi * s / self.T_max)) / 2
 
 
 @dataclass(frozen=True)
@@ -323,12 +268,6 @@ class CosineAnnealingWarmRestarts(Schedule):
         t_cur = step - self.T_0 * (self.T_mult ** n - 1) / (self.T_mult - 1)
         return self._cosine(t_cur, self.T_0 * self.T_mult ** n)
 
-    def jnp_lr_at(self, step):
-        if self.T_mult != 1:
-            return super().jnp_lr_at(step)
-        t_cur = jnp.asarray(step, jnp.float32) % self.T_0
-        return self.eta_min + (self.learning_rate - self.eta_min) * (1 + jnp.cos(jnp.pi * t_cur / self.T_0)) / 2
-
 
 @dataclass(frozen=True)
 class OneCycleLR(Schedule):
@@ -367,16 +306,6 @@ class OneCycleLR(Schedule):
             if step <= end or i == len(lrs) - 2:
                 return self._anneal(lrs[i], lrs[i + 1], (step - ends[i]) / size, math.cos)
 
-    def jnp_lr_at(self, step):
-        ends, sizes, lrs = self._phases()
-        s = jnp.asarray(step, jnp.float32)
-        last = len(lrs) - 2
-        # NOTE: the phase is the first whose end is >= step; the last phase takes all later steps.
-        phase = jnp.minimum(jnp.sum(s > jnp.asarray(ends[1:last + 1], jnp.float32)), last)
-        pick = lambda xs: jnp.asarray(xs, jnp.float32)[phase]  # noqa: E731
-        pct = (s - pick(ends[:last + 1])) / pick(sizes[:last + 1])
-        return self._anneal(pick(lrs[:last + 1]), pick(lrs[1:last + 2]), pct, jnp.cos)
-
 
 @dataclass(frozen=True)
 class CyclicLR(Schedule):
@@ -409,16 +338,6 @@ class CyclicLR(Schedule):
         height = (self.max_learning_rate - self.base_learning_rate) * factor
         return self.base_learning_rate + height * self._scale(cycle, step)
 
-    def jnp_lr_at(self, step):
-        cycle_size, up_pct = self._shape()
-        s = jnp.asarray(step, jnp.float32)
-        cycle = 1 + jnp.floor(s / cycle_size)
-        pct = 1.0 + s / cycle_size - cycle
-        factor = jnp.where(pct <= up_pct, pct / up_pct, (1 - pct) / (1 - up_pct))
-        scale = {"triangular": 1.0, "triangular2": 1 / (2.0 ** (cycle - 1))}.get(self.mode)
-        scale = self.exp_gamma ** s if scale is None else scale
-        return self.base_learning_rate + (self.max_learning_rate - self.base_learning_rate) * factor * scale
-
 
 @dataclass(frozen=True)
 class LinearWarmup(Schedule):
@@ -439,13 +358,6 @@ class LinearWarmup(Schedule):
         if isinstance(self.learning_rate, Schedule):
             return self.learning_rate.explicit_lr_at(step - self.warmup_steps)
         return self.learning_rate
-
-    def jnp_lr_at(self, step):
-        s = jnp.asarray(step)
-        warm = (self.end_lr - self.start_lr) * s.astype(jnp.float32) / self.warmup_steps + self.start_lr
-        after = (self.learning_rate.jnp_lr_at(jnp.maximum(s - self.warmup_steps, 0))
-                 if isinstance(self.learning_rate, Schedule) else jnp.float32(self.learning_rate))
-        return jnp.where(s < self.warmup_steps, warm, after).astype(jnp.float32)
 
     def paddle_state(self, step):
         state = super().paddle_state(step)

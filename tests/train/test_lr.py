@@ -1,7 +1,7 @@
-"""train.lr against paddle.optimizer.lr: the lr of every step, as Paddle's scheduler.step() gives it."""
-import math
+"""train.lr against paddle.optimizer.lr: the lr of every step, as Paddle's scheduler.step() gives it,
+for every schedule class and every one of its arguments; each expected value is Paddle's own."""
+import dataclasses
 
-import jax
 import numpy as np
 import paddle
 import pytest
@@ -43,12 +43,12 @@ SCHEDULERS = {
     "lambda": lambda: S.LambdaDecay(0.1, lambda e: 0.95 ** e),
     "multiplicative": lambda: S.MultiplicativeDecay(0.1, lambda e: 0.9 if e % 3 else 1.01),
 }
-# Closed-form schedules whose float32 jnp version must agree with Paddle to float32 precision.
-# Paddle's CosineAnnealingWarmRestarts keeps T_cur/T_i out of its state_dict, so Paddle itself
+# NOTE: Paddle's CosineAnnealingWarmRestarts keeps T_cur/T_i out of its state_dict, so Paddle itself
 # cannot resume it from one (our lr_at replays the counters, so ours is right either way).
 PADDLE_CANNOT_RESUME = {"warm_restarts", "warm_restarts_mult"}
-HOST_ONLY = {"linear_lr", "warmup_linear_lr", "warm_restarts_mult", "warmup_restarts", "lambda", "multiplicative"}
-
+PLATEAU_ARGS = [dict(mode="min", factor=0.5, patience=2, threshold=0.01, threshold_mode="rel", cooldown=1, min_lr=0.004),
+                dict(mode="max", factor=0.5, patience=2, threshold=0.01, threshold_mode="abs", cooldown=1, min_lr=0.004,
+                     epsilon=1e-3)]
 
 def paddle_lrs(scheduler, steps=STEPS):
     lrs = [scheduler.last_lr]
@@ -66,23 +66,28 @@ def test_lr_at_equals_paddle(case):
 
 
 @pytest.mark.parametrize("case", sorted(SCHEDULERS))
-def test_lr_table_is_float32_of_paddle(case):
-    schedule = schedule_config(SCHEDULERS[case]())
-    table = schedule.lr_table(5, STEPS - 5)
-    np.testing.assert_array_equal(table, np.float32(paddle_lrs(SCHEDULERS[case]())[5:STEPS]))
+def test_explicit_lr_at_equals_paddle_stepped_by_epoch(case):
+    """explicit_lr_at(k): Paddle's lr after scheduler.step(epoch=k), as LinearWarmup steps its inner one."""
+    scheduler, schedule = SCHEDULERS[case](), schedule_config(SCHEDULERS[case]())
+    paddle_by_epoch = []
+    for epoch in range(STEPS + 1):
+        scheduler.step(epoch=epoch)
+        paddle_by_epoch.append(scheduler.last_lr)
+    assert [schedule.explicit_lr_at(epoch) for epoch in range(STEPS + 1)] == paddle_by_epoch
 
 
-@pytest.mark.parametrize("case", sorted(set(SCHEDULERS) - HOST_ONLY))
-def test_jnp_lr_at_close_to_paddle(case):
-    schedule = schedule_config(SCHEDULERS[case]())
-    ours = jax.jit(jax.vmap(schedule.jnp_lr_at))(np.arange(STEPS + 1))
-    np.testing.assert_allclose(ours, paddle_lrs(SCHEDULERS[case]()), rtol=2e-5, atol=1e-7)
-
-
-@pytest.mark.parametrize("case", sorted(HOST_ONLY))
-def test_host_only_schedules_refuse_jnp(case):
-    with pytest.raises(NotImplementedError, match="lr_table"):
-        schedule_config(SCHEDULERS[case]()).jnp_lr_at(3)
+def test_every_schedule_class_and_argument_is_compared_with_paddle():
+    """Each class of train.lr is read from a Paddle scheduler above, and each of its arguments with a
+    default is given another value in at least one case, so a misread argument fails a comparison."""
+    schedules = [schedule_config(make()) for make in SCHEDULERS.values()]
+    schedules += [schedule_config(0.25)] + [schedule_config(S.ReduceOnPlateau(0.1, **a)) for a in PLATEAU_ARGS]
+    schedules += [s.learning_rate for s in schedules if isinstance(getattr(s, "learning_rate", None), lr_lib.Schedule)]
+    assert {type(s).__name__ for s in schedules} == set(lr_lib.SCHEDULES)
+    untried = {(cls, f.name) for cls in lr_lib.SCHEDULES.values() for f in dataclasses.fields(cls)
+               if f.compare and f.default is not dataclasses.MISSING}
+    for s in schedules:
+        untried -= {(type(s), f.name) for f in dataclasses.fields(s) if f.compare and getattr(s, f.name) != f.default}
+    assert not untried, sorted((cls.__name__, name) for cls, name in untried)
 
 
 @pytest.mark.parametrize("case", sorted(SCHEDULERS))
@@ -107,7 +112,7 @@ def test_to_dict_round_trip(case):
     fn = getattr(schedule, "lr_lambda", None) or getattr(getattr(schedule, "learning_rate", None), "lr_lambda", None)
     again = lr_lib.schedule_from_dict(schedule.to_dict(), lr_lambda=fn)
     assert again == schedule and hash(again) == hash(schedule)
-    assert [again.lr_at(s) for s in range(STEPS)] == [schedule.lr_at(s) for s in range(STEPS)]
+    assert [again.lr_at(s) for s in range(STEPS + 1)] == paddle_lrs(SCHEDULERS[case]())
 
 
 def test_host_schedule_needs_its_function_back():
@@ -116,10 +121,8 @@ def test_host_schedule_needs_its_function_back():
         lr_lib.schedule_from_dict(schedule.to_dict())
 
 
-@pytest.mark.parametrize("mode,threshold_mode", [("min", "rel"), ("max", "abs")])
-def test_reduce_on_plateau_host_steps(mode, threshold_mode):
-    kwargs = dict(mode=mode, factor=0.5, patience=2, threshold=0.01, threshold_mode=threshold_mode,
-                  cooldown=1, min_lr=0.004)
+@pytest.mark.parametrize("kwargs", PLATEAU_ARGS, ids=["min-rel", "max-abs-epsilon"])
+def test_reduce_on_plateau_host_steps(kwargs):
     native = S.ReduceOnPlateau(0.1, **kwargs)
     schedule = schedule_config(S.ReduceOnPlateau(0.1, **kwargs))
     state = lr_lib.plateau_start(schedule)
@@ -142,14 +145,22 @@ def test_schedule_started_mid_way():
     assert step == 4 and schedule.lr_at(step) == scheduler.last_lr
 
 
-def test_onecycle_refuses_steps_past_the_end():
-    schedule = lr_lib.OneCycleLR(0.1, total_steps=10)
-    with pytest.raises(ValueError, match="total_steps"):
+def test_onecycle_refuses_the_step_past_the_end_as_paddle_does():
+    scheduler, schedule = S.OneCycleLR(0.1, total_steps=10), lr_lib.OneCycleLR(0.1, total_steps=10)
+    for _ in range(10):
+        scheduler.step()
+    assert schedule.lr_at(10) == scheduler.last_lr
+    with pytest.raises(ValueError, match="total steps is 10"):
+        scheduler.step()
+    with pytest.raises(ValueError, match="total_steps=10"):
         schedule.lr_at(11)
 
 
-def test_constant_and_recursion_agree_with_closed_form():
-    cosine = lr_lib.CosineAnnealingDecay(0.1, T_max=10, eta_min=0.001)
-    for step in range(50):
-        assert math.isclose(cosine.lr_at(step), cosine.explicit_lr_at(step), rel_tol=1e-12, abs_tol=1e-15)
-    assert lr_lib.as_schedule(0.25).lr_at(7) == 0.25
+def test_a_float_learning_rate_is_paddles_constant():
+    net = paddle.nn.Linear(2, 2)
+    opt = paddle.optimizer.SGD(0.25, parameters=net.parameters())
+    schedule = schedule_config(opt._learning_rate)
+    for _ in range(3):
+        opt.step()
+    assert [schedule.lr_at(step) for step in (0, 3, 1000)] == [opt.get_lr()] * 3
+    assert lr_lib.as_schedule(0.25) == schedule and lr_lib.as_schedule(schedule) is schedule
