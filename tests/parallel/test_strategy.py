@@ -113,3 +113,54 @@ def test_auto_placement_prints_a_balanced_plan(capsys):
     per_device = step._step.engine.param_bytes_per_device()["params"]
     total = sum(v.nbytes for v in step.weights().values())
     assert per_device < 0.8 * total
+
+
+# ---- the auto cut, at its exact place ----------------------------------------------------------------
+def _brute_force_best(costs, stages):
+    """The smallest possible largest-stage cost over every way to cut `costs` into `stages` runs."""
+    import itertools
+    n, best = len(costs), float("inf")
+    for cuts in itertools.combinations(range(1, n), stages - 1):
+        bounds = [0, *cuts, n]
+        best = min(best, max(sum(costs[a:b]) for a, b in zip(bounds, bounds[1:])))
+    return best
+
+
+def test_auto_cuts_where_the_largest_stage_is_smallest():
+    from paddle_xla.parallel.placement import _balanced_cuts
+    assert _balanced_cuts(np.array([1.0, 1, 1, 1, 4]), 2) == [4]
+    assert _balanced_cuts(np.array([2.0] * 6), 3) == [2, 4]
+    assert _balanced_cuts(np.array([5.0, 1, 1, 1, 1, 1, 5]), 3) == [1, 6]
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        costs, stages = rng.integers(1, 20, int(rng.integers(3, 9))).astype(float), int(rng.integers(2, 4))
+        cuts = _balanced_cuts(costs, stages)
+        bounds = [0, *cuts, len(costs)]
+        got = max(costs[a:b].sum() for a, b in zip(bounds, bounds[1:]))
+        assert got == _brute_force_best(list(costs), stages), (costs, stages, cuts)
+
+
+def test_auto_cut_moves_to_the_cheapest_send_within_ten_percent():
+    from paddle_xla.parallel.placement import _cheaper_cuts
+    costs, send = np.ones(20), np.full(20, 100.0)
+    send[10] = 1.0                                         # NOTE: sending after op 10 (a cut at 11) is cheapest
+    assert _cheaper_cuts(costs, [10], send) == [11]
+    send[10], send[12] = 100.0, 1.0                        # a cut at 13 would make a stage of 13 > 1.1 x 10
+    assert _cheaper_cuts(costs, [10], send) == [10]
+
+
+def test_auto_placement_of_the_test_bert_cuts_at_its_exact_op():
+    """End to end: the weighted ops of stage 0 are exactly the first k, k the balanced cut of their
+    costs moved to the cheapest send (the two functions above), and the rest are stage 1's."""
+    from paddle_xla.parallel import report
+    from paddle_xla.parallel.graphs import DataFlow
+    from paddle_xla.parallel.placement import _balanced_cuts, _cheaper_cuts
+    _, _, step = train("bert", px.Strategy(stages=2, micro_batches=2, placement="auto"), steps=1)
+    graph, placement = step.graph, step._step.engine.placement
+    cost, cut_bytes = report.costs(graph, report.stand_in_values(graph, "fp32"))
+    flow = DataFlow(graph)
+    idx = [i for i in range(len(flow.ops)) if flow.weighted[i]]
+    c = np.array([max(float(cost[i]), 1e-9) for i in idx])
+    (k,) = _cheaper_cuts(c, _balanced_cuts(c, 2), np.array([cut_bytes[i] for i in idx]))
+    assert [placement.stage_of[i] for i in idx] == [0] * k + [1] * (len(idx) - k)
+    assert 0 < k < len(idx)
