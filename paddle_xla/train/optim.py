@@ -3,10 +3,13 @@
 An `OptimizerConfig` describes a Paddle optimizer: its update rule (one frozen dataclass per
 kind, with Paddle's argument names and defaults), its learning rate (a float or a `lr.Schedule`),
 a global regularizer, a gradient clip, and per-parameter `ParamSettings` keyed by parameter name.
-`interop.optim.optimizer_config` reads one from a live `paddle.optimizer.Optimizer`.
+`interop.paddle_optimizer.optimizer_config` reads one from a live `paddle.optimizer.Optimizer`.
 
     state = init_state(config, params)
     params, state = apply(config, params, grads, state, lr)   # pure, jit-friendly; lr is traced
+
+The training step's update is `functools.partial(apply, config)` (runtime/step_runner.py,
+artifact/train_writer.py; the parallel engines call `apply` inside shard_map).
 
 `apply` follows `Optimizer.step()`: clip the gradients of each clip group, add each parameter's
 regularization term (L2Decay: coeff * p, L1Decay: coeff * sign(p)) to its clipped gradient, then
@@ -47,7 +50,6 @@ Known differences from native Paddle:
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
@@ -373,12 +375,6 @@ class OptimizerConfig:
         return self.group_clips[group] if self.group_clips else self.grad_clip
 
 
-def make_config(rule: Rule, params: Mapping[str, ParamSettings] | list[str], **kwargs) -> OptimizerConfig:
-    """An OptimizerConfig from a rule and parameter names (default settings) or settings."""
-    items = params.items() if isinstance(params, Mapping) else ((n, ParamSettings()) for n in params)
-    return OptimizerConfig(rule=rule, params=tuple(items), **kwargs)
-
-
 # -- the pure functions -------------------------------------------------------------------------
 
 def init_state(config: OptimizerConfig, params: Mapping[str, Array]) -> dict[str, dict[str, Array]]:
@@ -407,12 +403,6 @@ def apply(config: OptimizerConfig, params: Mapping[str, Array], grads: Mapping[s
         early = {"accept": accept} if accept is not None and rule.selects_early else {}
         new_params[name], new_state[name] = rule.update(p, g, state[name], p_lr, s, **early)
     return new_params, new_state
-
-
-def init_and_update(config: OptimizerConfig):
-    """(init, update) closures over `config`, in the shape train.step expects:
-    init(params) -> state; update(params, grads, state, lr) -> (params, state)."""
-    return functools.partial(init_state, config), functools.partial(apply, config)
 
 
 def clip_all(config: OptimizerConfig, grads: Mapping[str, Array]) -> dict[str, Array]:

@@ -1,7 +1,8 @@
 """The training step as one pure function: forward, loss, grads (jax.value_and_grad), update.
 
-Paddle-free. The optimizer arrives as two pure callables (init, update) built by train.optim from a
-Paddle-free optimizer config, so this module knows nothing of the update rule."""
+Paddle-free. The optimizer arrives as one pure callable, update(params, grads, state, lr, accept) (the
+caller binds train.optim.apply to a Paddle-free optimizer config), so this module knows nothing of the
+update rule; the state it updates comes from train.optim.init_state."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -337,8 +337,7 @@ def test_train_modules_never_import_paddle(module):
 
 
 def _one_step(rule, settings, grads, lr=0.1):
-    names = {"w": settings}
-    config = optim.make_config(rule, names)
+    config = optim.OptimizerConfig(rule=rule, params=(("w", settings),))
     params = {"w": jnp.linspace(-1.0, 1.0, 6, dtype=jnp.float32)}
     state = optim.init_state(config, params)
     return optim.apply(config, params, {"w": grads}, state, lr)[0]["w"]
@@ -359,11 +358,11 @@ def test_adamw_lr_ratio_scales_the_whole_step():
                                rtol=1e-7)
 
 
-def test_init_and_update_closures():
+def test_apply_with_its_config_bound_jits_as_the_training_step_calls_it():
     params = make_params()
     config = optimizer_config(P.Adam(0.01, parameters=params))
-    init, update = optim.init_and_update(config)
+    update = functools.partial(optim.apply, config)       # NOTE: as runtime/step_runner.py builds it
     start = snapshot(params)
     grads = {n: jnp.ones(s) for n, s in SHAPES.items()}
-    new, state = jax.jit(update)(start, grads, init(start), 0.01)
+    new, state = jax.jit(update)(start, grads, optim.init_state(config, start), 0.01)
     assert set(state) == set(config.trainable()) and float(state["w"]["beta1_pow_acc"][0]) == pytest.approx(0.81)
