@@ -46,9 +46,12 @@ def run(config: str = "tiny", steps: int = 30, batch: int = 8, seq: int = 64, lr
     from rich.progress import Progress
 
     from ..models.bert import BertConfig, BertForPretraining
-    from ..models.bert_data import PretrainingData, check_vocab, corpus_sentences, train_tokenizer
+    from ..models.bert_data import (PretrainingData, check_vocab, corpus_sentences, import_validate_extra,
+                                    train_tokenizer)
     from ..training import train_step
 
+    # NOTE: the plot's library is asked for now, so a missing extra is said before the runs, not after.
+    import_validate_extra("matplotlib", "the validate report's plot (report.png)")
     console = console or Console()
     cfg = BertConfig.named(config)
     cfg = cfg if dropout else cfg.without_dropout()
@@ -190,7 +193,8 @@ def write(r: Report, out_dir: str) -> None:
 
 
 def plot(r: Report, path: str) -> None:
-    import matplotlib
+    from ..models.bert_data import import_validate_extra
+    matplotlib = import_validate_extra("matplotlib", "the validate report's plot (report.png)")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1]})

@@ -3,6 +3,7 @@ pages), a WordPiece tokenizer trained on it with `tokenizers`, NSP sentence pair
 (15 % of tokens: 80 % [MASK], 10 % random, 10 % kept). Nothing is downloaded."""
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass
 
@@ -16,6 +17,22 @@ IGNORE = -100
 
 class DataError(PaddleXlaError):
     """The data does not fit the model: vocabulary, sequence length, or an empty dataset."""
+
+
+# NOTE: tokenizers and matplotlib are not core dependencies: they come with this extra.
+VALIDATE_EXTRA = "pip install 'paddle_xla[validate]'"
+
+
+def import_validate_extra(module: str, needed_by: str):
+    """`import module` (tokenizers, matplotlib), or a ModuleNotFoundError that says what to install."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        top = module.split(".")[0]
+        if (e.name or "").split(".")[0] != top:
+            raise
+        raise ModuleNotFoundError(f"{needed_by} needs {top!r}, which is not installed: {VALIDATE_EXTRA}",
+                                  name=e.name) from None
 
 
 def corpus_sentences() -> list[str]:
@@ -37,17 +54,16 @@ def train_tokenizer(sentences: list[str], vocab_size: int):
     process; WordPiece tokenization with a fixed vocabulary is deterministic."""
     from collections import Counter
 
-    from tokenizers import BertWordPieceTokenizer
-    from tokenizers.pre_tokenizers import BertPreTokenizer
-    from tokenizers.normalizers import BertNormalizer
-    normalize, split = BertNormalizer(lowercase=True), BertPreTokenizer()
+    tokenizers = import_validate_extra("tokenizers", "the BERT WordPiece tokenizer (models/bert_data.py)")
+    normalize = tokenizers.normalizers.BertNormalizer(lowercase=True)
+    split = tokenizers.pre_tokenizers.BertPreTokenizer()
     words = Counter(w for s in sentences for w, _ in split.pre_tokenize_str(normalize.normalize_str(s)))
     chars = sorted({c for w in words for c in w})
     vocab = list(dict.fromkeys([*SPECIALS, *chars, *(f"##{c}" for c in chars)]))
     room = max(0, vocab_size - len(vocab))
     frequent = [w for w, n in sorted(words.items(), key=lambda kv: (-kv[1], kv[0])) if n >= 2 and len(w) > 1]
     vocab += [w for w in frequent if w not in set(vocab)][:room]
-    return BertWordPieceTokenizer({token: i for i, token in enumerate(vocab)}, lowercase=True)
+    return tokenizers.BertWordPieceTokenizer({token: i for i, token in enumerate(vocab)}, lowercase=True)
 
 
 def check_vocab(tokenizer, vocab_size: int) -> None:

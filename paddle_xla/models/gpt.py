@@ -12,7 +12,7 @@ import paddle.nn as nn
 import paddle.nn.functional as F
 from paddle.static import InputSpec
 
-from .bert_data import DataError, corpus_sentences
+from .bert_data import DataError, corpus_sentences, import_validate_extra
 
 
 @dataclass(frozen=True)
@@ -125,8 +125,8 @@ def lm_loss(logits, labels):
 # ---- data ------------------------------------------------------------------------------------------
 def train_tokenizer(vocab_size: int, sentences: list[str] | None = None):
     """A byte-level BPE tokenizer (GPT-2's scheme) trained on Python's bundled doc topics."""
-    from tokenizers import ByteLevelBPETokenizer
-    tok = ByteLevelBPETokenizer()
+    tokenizers = import_validate_extra("tokenizers", "the GPT byte-level BPE tokenizer (models/gpt.py)")
+    tok = tokenizers.ByteLevelBPETokenizer()
     tok.train_from_iterator(sentences or corpus_sentences(), vocab_size=vocab_size, min_frequency=2,
                             special_tokens=["<|endoftext|>"], show_progress=False)
     return tok
