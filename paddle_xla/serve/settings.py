@@ -15,7 +15,8 @@ class Flag:
     name: str                           # the field
     default: Any                        # the field's default
     help: str
-    kind: str = "value"                 # "value" | "sizes": text '1,2,4' -> a tuple | "negated": --no-NAME sets NAME False
+    # "value" | "sizes": the text '1,2,4' -> a tuple | "negated": --no-NAME sets NAME False
+    kind: str = "value"
     decls: tuple[str, ...] = ()         # the flag's names, when not --field-name
     envvar: Optional[str] = None
     show_default: bool = True

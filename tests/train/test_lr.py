@@ -46,9 +46,10 @@ SCHEDULERS = {
 # NOTE: Paddle's CosineAnnealingWarmRestarts keeps T_cur/T_i out of its state_dict, so Paddle itself
 # cannot resume it from one (our lr_at replays the counters, so ours is right either way).
 PADDLE_CANNOT_RESUME = {"warm_restarts", "warm_restarts_mult"}
-PLATEAU_ARGS = [dict(mode="min", factor=0.5, patience=2, threshold=0.01, threshold_mode="rel", cooldown=1, min_lr=0.004),
-                dict(mode="max", factor=0.5, patience=2, threshold=0.01, threshold_mode="abs", cooldown=1, min_lr=0.004,
-                     epsilon=1e-3)]
+PLATEAU_ARGS = [dict(mode="min", factor=0.5, patience=2, threshold=0.01, threshold_mode="rel", cooldown=1,
+                     min_lr=0.004),
+                dict(mode="max", factor=0.5, patience=2, threshold=0.01, threshold_mode="abs", cooldown=1,
+                     min_lr=0.004, epsilon=1e-3)]
 
 def paddle_lrs(scheduler, steps=STEPS):
     lrs = [scheduler.last_lr]
