@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from ..graph import Graph
 from ..lowering.lower import InterpreterFactory
-from .pack import Layout
+from .pack import Packing
 from .program import SubProgram, run
 
 
@@ -19,11 +19,11 @@ from .program import SubProgram, run
 class Context:
     graph: Graph
     subs: tuple[SubProgram, ...]          # one per stage
-    params: tuple[Layout, ...]            # per stage: its trainable weights
-    buffers: tuple[Layout, ...]           # per stage: its buffers
-    opt: tuple[Layout, ...]               # per stage: its optimizer state
+    params: tuple[Packing, ...]            # per stage: its trainable weights
+    buffers: tuple[Packing, ...]           # per stage: its buffers
+    opt: tuple[Packing, ...]               # per stage: its optimizer state
     widths: Mapping[str, Mapping[str, int]]   # "params" | "buffers" | "opt" | "box" -> dtype -> width
-    sends: tuple[Layout, ...]             # boundary k -> k+1
+    sends: tuple[Packing, ...]             # boundary k -> k+1
     replicas: int
     stages: int
     micro_batches: int

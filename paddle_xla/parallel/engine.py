@@ -31,7 +31,7 @@ from ..train.reduction import loss_reduction
 from . import profile, stages as stages_lib, update
 from .context import Context, axis_index, group_keys, pmean, pmin, psum, scan
 from .mesh import make_mesh, put as mesh_put, sharding, to_host
-from .pack import SPLIT, Layout, dtype_of, split_dim, stack, tensor_spec, widths
+from .pack import SPLIT, Packing, dtype_of, split_dim, stack, tensor_spec, widths
 from ..train.step import STEP_COMPILER_OPTIONS
 from . import pipeline, pipeline_1f1b
 from .placement import Placement
@@ -164,9 +164,9 @@ class Engine(EngineBase):
         opt_names = [tuple(n for n in names if n in opt_tpl) for names in self.own.trainable]
         T = self.strategy.tensor
         split = dict(split_dims=self.tdim, tensor=T, constrain=self._constrain) if self.tdim else {}
-        self.param_layouts = tuple(Layout.of({n: shapes[n] for n in names}, **split) for names in self.own.trainable)
-        self.buffer_layouts = tuple(Layout.of({n: shapes[n] for n in names}) for names in self.own.buffers)
-        self.opt_layouts = tuple(Layout.of({n: opt_tpl[n] for n in names}, **split) for names in opt_names)
+        self.param_layouts = tuple(Packing.of({n: shapes[n] for n in names}, **split) for names in self.own.trainable)
+        self.buffer_layouts = tuple(Packing.of({n: shapes[n] for n in names}) for names in self.own.buffers)
+        self.opt_layouts = tuple(Packing.of({n: opt_tpl[n] for n in names}, **split) for names in opt_names)
         self.opt_shared = tuple(n for n in self.own.shared if n in opt_tpl)
         self.widths = {"params": widths(self.param_layouts), "buffers": widths(self.buffer_layouts),
                        "opt": widths(self.opt_layouts, R if self.zero else 1)}

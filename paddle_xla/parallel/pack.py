@@ -42,7 +42,7 @@ def tensor_spec(ndim: int, d: int | None) -> tuple:
 
 
 @dataclass(frozen=True)
-class Layout:
+class Packing:
     """Where each leaf of a pytree lives in the per-dtype flat vectors."""
     tree: Any
     shapes: tuple[tuple[int, ...], ...]
@@ -55,7 +55,7 @@ class Layout:
 
     @staticmethod
     def of(template, split_dims: Mapping[str, int] | None = None, tensor: int = 1,
-           constrain: Callable | None = None) -> "Layout":
+           constrain: Callable | None = None) -> "Packing":
         """`split_dims`: top-level name -> dimension the tensor axis splits (leaves of that name whose
         rank reaches it and whose size there `tensor` divides; others, e.g. a scalar accumulator, stay whole)."""
         paths, tree = jax.tree_util.tree_flatten_with_path(template)
@@ -69,7 +69,7 @@ class Layout:
             key = dt + SPLIT if d is not None else dt
             offsets.append(sizes.get(key, 0))
             sizes[key] = sizes.get(key, 0) + int(np.prod(shape)) // (tensor if d is not None else 1)
-        return Layout(tree, shapes, dtypes, tuple(offsets), sizes, splits, tensor, constrain)
+        return Packing(tree, shapes, dtypes, tuple(offsets), sizes, splits, tensor, constrain)
 
     def _key(self, i: int) -> str:
         return self.dtypes[i] + SPLIT if self.splits and self.splits[i] is not None else self.dtypes[i]
@@ -151,7 +151,7 @@ class Natural:
         return list(self.keys)
 
 
-def widths(layouts: Sequence[Layout], multiple: int = 1) -> dict[str, int]:
+def widths(layouts: Sequence[Packing], multiple: int = 1) -> dict[str, int]:
     """Per dtype, the longest of the layouts, rounded up to `multiple` (for sharding over replicas)."""
     out: dict[str, int] = {}
     for lay in layouts:
@@ -160,7 +160,7 @@ def widths(layouts: Sequence[Layout], multiple: int = 1) -> dict[str, int]:
     return {dt: -(-n // multiple) * multiple if n else multiple for dt, n in sorted(out.items())}
 
 
-def stack(layouts: Sequence[Layout], values: Sequence, width: Mapping[str, int]) -> dict[str, np.ndarray]:
+def stack(layouts: Sequence[Packing], values: Sequence, width: Mapping[str, int]) -> dict[str, np.ndarray]:
     """Host-side: each stage's value packed, stacked into key -> [stages, (T,) width] NumPy arrays."""
     rows = [lay.pack(jax.tree.map(np.asarray, v), width, xp=np) for lay, v in zip(layouts, values)]
     return {dt: np.stack([r[dt] for r in rows]) for dt in width}

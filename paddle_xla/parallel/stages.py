@@ -10,7 +10,7 @@ import jax
 
 from ..graph import Graph
 from .graphs import DataFlow
-from .pack import Layout, widths
+from .pack import Packing, widths
 from .placement import Placement
 from .profile import ValueInfo
 from .program import SubProgram
@@ -49,7 +49,7 @@ def ownership(graph: Graph, placement: Placement) -> Ownership:
 @dataclass(frozen=True)
 class Stages:
     subs: tuple[SubProgram, ...]
-    sends: tuple[Layout, ...]          # boundary k -> k+1
+    sends: tuple[Packing, ...]          # boundary k -> k+1
     box: Mapping[str, int]             # per dtype, the packed width of the largest boundary
     send_bytes: tuple[int, ...]        # per boundary, per micro-batch
 
@@ -82,7 +82,7 @@ def build(graph: Graph, placement: Placement, values: Mapping[int, ValueInfo]) -
                                inputs=carried[s - 1] if s else (),
                                outputs=carried[s] if s < S - 1 else tuple(fetches),
                                weights=tuple(weights), buffer_updates=updates, statics=statics))
-    sends = tuple(Layout.of([_template(values[v]) for v in vids]) for vids in carried)
+    sends = tuple(Packing.of([_template(values[v]) for v in vids]) for vids in carried)
     return Stages(tuple(subs), sends, widths(sends), tuple(sum(values[v].nbytes for v in vids) for vids in carried))
 
 

@@ -13,15 +13,15 @@ import jax
 
 from ..errors import TrainingError
 from .mesh import to_host
-from .pack import Layout
+from .pack import Packing
 
 
 class PackedView(Mapping):
-    def __init__(self, arrays: Mapping[str, jax.Array], layouts: Sequence[Layout], extra: Mapping[str, Any],
+    def __init__(self, arrays: Mapping[str, jax.Array], layouts: Sequence[Packing], extra: Mapping[str, Any],
                  owner: object):
         self.arrays = dict(arrays)      # dtype -> global [stages, width] array (or name -> array: Natural)
         self.layouts = tuple(layouts)
-        self.packed = all(isinstance(lay, Layout) for lay in self.layouts)
+        self.packed = all(isinstance(lay, Packing) for lay in self.layouts)
         self.extra = dict(extra)        # replicated entries (shared weights and their state)
         self.owner = owner              # the engine that packed it
         self._natural: dict | None = None
