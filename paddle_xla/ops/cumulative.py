@@ -11,7 +11,11 @@ from .util import dtype as jax_dtype, static_scalar
 def _scan(fn, x, axis, flatten, exclusive, reverse, identity):
     """Run `fn(x, axis, reverse)` the Paddle way: optionally flattened, exclusive (shifted by one,
     starting from `identity`) and/or from the end."""
-    if flatten or x.ndim == 0:
+    if x.ndim == 0 and not flatten:
+        # NOTE: Paddle returns a 0-d input as it is, shape () and value, even when exclusive; only a
+        # flattened scan makes it (1,).
+        return x
+    if flatten:
         x = x.reshape(-1)
         axis = 0
     axis = axis % x.ndim

@@ -179,7 +179,10 @@ def clip(x, lo, hi):
     hi = jnp.asarray(hi, x.dtype).reshape(()) if np.size(hi) == 1 else jnp.asarray(hi, x.dtype)
     lo, hi = lax.stop_gradient(lo), lax.stop_gradient(hi)
     inside = (x >= lo) & (x <= hi)
-    return jnp.where(inside, x, lax.stop_gradient(jnp.where(x < lo, lo, hi)))
+    # NOTE: NaN is neither below lo nor above hi, so Paddle passes it through (with a zero gradient,
+    # as it is not `inside` either); hence the explicit `x > hi` rather than "otherwise hi".
+    outside = jnp.where(x < lo, lo, jnp.where(x > hi, hi, x))
+    return jnp.where(inside, x, lax.stop_gradient(outside))
 
 
 @lowering("pd_op.sign")

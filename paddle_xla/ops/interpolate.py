@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from .conv import channel_last
 from .registry import lowering
@@ -44,8 +45,10 @@ def output_sizes(in_sizes, out_size, size_tensor, scale_tensor, attr_sizes, scal
     return sizes, scales
 
 
-def ratio(n_in, n_out, scale, align_corners):
-    if n_out <= 1:
+def ratio(n_in, n_out, scale, align_corners, single_output_step=False):
+    # NOTE: for a single output Paddle's kernels use step 0 (sample index 0), except trilinear and
+    # the forward linear kernel without align_corners (single_output_step, see interpolate).
+    if n_out <= 1 and (align_corners or not single_output_step):
         return F32(0)
     if align_corners:
         return F32(n_in - 1) / F32(n_out - 1)
@@ -118,14 +121,25 @@ def interpolate(x, out_size, size_tensor, scale_tensor, data_format, attr_sizes,
     dt = np.float64 if ct == jnp.float64 else F32
     y = x.astype(ct)
     for a, n_in, n_out, s in zip(axes, in_sizes, sizes, scales):
-        r = ratio(n_in, n_out, s, align_corners)
+        r = ratio(n_in, n_out, s, align_corners, method == "trilinear")
         if method == "nearest":
             idx, w = nearest_taps(n_out, r, align_corners)
         elif method == "bicubic":
             idx, w = cubic_taps(n_in, n_out, r, align_corners, dt)
         else:
             idx, w = linear_taps(n_in, n_out, r, align_corners, align_mode)
-        y = apply_taps(y, a, idx, w)
+        r_fwd = ratio(n_in, n_out, s, align_corners, method in ("linear", "trilinear"))
+        if r_fwd != r:
+            # NOTE: Paddle 3.3's forward linear kernel keeps the in/out step (or 1/scale) for a
+            # single output, so size=[1] of [1, 2, 3] samples 3 * 0.5 - 0.5 = 1.0, i.e. 2.0
+            # (align_mode=0); its backward kernel uses step 0 and sends the gradient to index 0
+            # (trilinear keeps the step both ways). Both are Paddle's: the forward value from the
+            # first taps, the gradient from the second.
+            ys = apply_taps(y, a, *linear_taps(n_in, n_out, r_fwd, align_corners, align_mode))
+            y0 = apply_taps(y, a, idx, w)
+            y = lax.stop_gradient(ys) + (y0 - lax.stop_gradient(y0))
+        else:
+            y = apply_taps(y, a, idx, w)
     return y.astype(x.dtype)
 
 

@@ -70,7 +70,9 @@ def nll_loss(x, label, weight=None, *, ignore_index=-100, reduction="mean"):
     total = jnp.sum(wl)
     if reduction == "sum":
         return jnp.sum(out), total
-    return jnp.sum(out) / total, total
+    # NOTE: Paddle divides only by a nonzero total weight: with every label ignored (or weights
+    # summing to 0) the mean is the plain sum, 0 rather than 0 / 0.
+    return jnp.sum(out) / jnp.where(total == 0, jnp.ones((), x.dtype), total), total
 
 
 @lowering("pd_op.bce_loss", amp="black")

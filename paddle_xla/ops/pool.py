@@ -55,6 +55,12 @@ def window_bounds(n, k, s, lo, o_count, adaptive):
 # ---- max / avg / lp pooling -----------------------------------------------------------------
 def pool_nd(x, ksize, strides, paddings, ceil_mode, exclusive, data_format, pooling_type, global_pooling,
             adaptive, padding_algorithm, norm_type=None):
+    if pooling_type == "avg" and x.dtype in (jnp.float16, jnp.bfloat16):
+        # NOTE: Paddle sums half-precision windows in float32 (its MPType) and rounds the mean once;
+        # a float16 sum of a few -6e4s would overflow to -inf first.
+        out = pool_nd(x.astype(jnp.float32), ksize, strides, paddings, ceil_mode, exclusive, data_format,
+                      pooling_type, global_pooling, adaptive, padding_algorithm, norm_type)
+        return out.astype(x.dtype)
     axes = spatial_axes(x.ndim, data_format)
     sizes = [x.shape[a] for a in axes]
     strides = list(strides) if strides else [1] * len(axes)

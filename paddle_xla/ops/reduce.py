@@ -77,7 +77,10 @@ def amin(x, *, axis, keepdim=False):
 
 @lowering("pd_op.prod", amp="black")
 def prod(x, axis, *, keepdim=False, reduce_all=False):
-    return _lib(x).prod(x, axis=_axes(x, axis, reduce_all), keepdims=keepdim)
+    # NOTE: Paddle's prod keeps the input's dtype (int32 stays int32, wrapping on overflow); jnp and
+    # NumPy would promote int32 to int64.
+    dt = None if x.dtype == jnp.bool_ else x.dtype
+    return _lib(x).prod(x, axis=_axes(x, axis, reduce_all), keepdims=keepdim, dtype=dt)
 
 
 @lowering("pd_op.all")

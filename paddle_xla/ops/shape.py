@@ -20,6 +20,16 @@ def _axis(axis, ndim: int) -> int:
 # ---- reshape and friends ----------------------------------------------------------------------
 def reshape_target(in_shape, shape) -> tuple[int, ...]:
     """Paddle's reshape rule: 0 copies the input's dimension at that index, -1 is inferred."""
+    if len(in_shape) and dim_product(in_shape) == 0:
+        # NOTE: Paddle's rule for a zero-size input (found by running it): 0 is a literal 0; -1 is
+        # the product of the input's nonzero dims over the target's nonzero ones if the target
+        # has a 0 elsewhere, else 0. (1, 0, 2, 2) by [0, -1] is (0, 4), by [2, -1] is (2, 0).
+        dims = list(shape)
+        if -1 in dims:
+            nonzero_in = dim_product([d for d in in_shape if d != 0])
+            nonzero_known = dim_product([d for d in dims if d not in (0, -1)])
+            dims[dims.index(-1)] = nonzero_in // nonzero_known if 0 in dims else 0
+        return tuple(dims)
     dims = [in_shape[i] if d == 0 else d for i, d in enumerate(shape)]
     if -1 in dims:
         known = dim_product([d for d in dims if d != -1])

@@ -15,6 +15,12 @@ CASES = [
     OpCase("cumsum_reverse", lambda x: _C.cumsum(x, -1, False, False, True), [X], ["pd_op.cumsum"]),
     OpCase("cumsum_exclusive_reverse", lambda x: _C.cumsum(x, 0, False, True, True), [X], ["pd_op.cumsum"]),
     OpCase("cumsum_flatten_exclusive", lambda x: _C.cumsum(x, -1, True, True, False), [X], ["pd_op.cumsum"]),
+    # a 0-d input stays 0-d (and unchanged, exclusive or not) unless flattened: Paddle's CPU kernels
+    OpCase("cumsum_0d", lambda x: paddle.cumsum(x, axis=0), [Arg(())], ["pd_op.cumsum"]),
+    OpCase("cumsum_0d_exclusive", lambda x: _C.cumsum(x, -1, False, True, False), [Arg(())], ["pd_op.cumsum"]),
+    OpCase("cumsum_0d_flatten", lambda x: paddle.cumsum(x), [Arg(())], ["pd_op.cumsum"]),
+    OpCase("cumprod_0d", lambda x: paddle.cumprod(x, dim=0), [Arg(())], ["pd_op.cumprod"]),
+    OpCase("logcumsumexp_0d", lambda x: paddle.logcumsumexp(x, axis=0), [Arg(())], ["pd_op.logcumsumexp"]),
     OpCase("cumsum_int32", lambda x: paddle.cumsum(x, axis=0), [Arg((3, 4), "int32")], ["pd_op.cumsum"]),
     OpCase("cumsum_int64_dtype", lambda x: paddle.cumsum(x, axis=1, dtype="int64"), [Arg((3, 4), "int32")],
            ["pd_op.cumsum"]),

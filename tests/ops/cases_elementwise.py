@@ -111,6 +111,9 @@ CASES = [
     OpCase("clip_max_only_f64", lambda x: paddle.clip(x, max=0.3), [Arg((3, 4), "float64")], ["pd_op.clip"]),
     OpCase("clip_tensor_bounds", lambda x, lo, hi: paddle.clip(x, lo, hi),
            [Arg((3, 4)), Arg((1,), low=-1, high=-0.5), Arg((1,), low=0.5, high=1)], ["pd_op.clip"]),
+    # NaN stays NaN (Paddle's ClipFunctor compares, and NaN fails both comparisons), with either bound alone too
+    OpCase("clip_nan", lambda x: paddle.clip(paddle.log(x), 0.0, 1.0), [Arg((3, 4))], ["pd_op.clip"]),
+    OpCase("clip_nan_min_only", lambda x: paddle.clip(paddle.log(x), min=0.0), [Arg((3, 4))], ["pd_op.clip"]),
     OpCase("clip_int64", lambda x: paddle.clip(x, 1, 3), [Arg((3, 4), "int64", -5, 8)], ["pd_op.clip"]),
     OpCase("sign", lambda x: paddle.sign(x), [Arg((3, 4))], ["pd_op.sign"]),
     OpCase("sign_int64", lambda x: paddle.sign(x), [Arg((3, 4), "int64", -3, 3)], ["pd_op.sign"]),

@@ -63,6 +63,12 @@ CASES = [
            [Arg((2, 6, 3))], LIN),
     OpCase("linear_align_corners_f64", _interp(size=[4], mode="linear", align_corners=True),
            [Arg((2, 3, 6), "float64")], LIN),
+    # a single output: Paddle's linear/trilinear keep the in/out step there (bilinear's is 0: bilinear_to_one)
+    OpCase("linear_to_one", _interp(size=[1], mode="linear", align_mode=0), [Arg((2, 3, 5))], LIN),
+    OpCase("linear_to_one_scale", _interp(scale_factor=0.3, mode="linear"), [Arg((2, 3, 5))], LIN),
+    OpCase("linear_to_one_align_corners", _interp(size=[1], mode="linear", align_corners=True),
+           [Arg((2, 3, 5))], LIN),
+    OpCase("trilinear_to_one", _interp(size=[1, 1, 2], mode="trilinear"), [Arg((1, 2, 3, 4, 5))], TRI),
     OpCase("trilinear", _interp(size=[4, 6, 5], mode="trilinear"), [Arg((2, 3, 3, 4, 5))], TRI),
     OpCase("trilinear_scale_ndhwc", _interp(scale_factor=[1.5, 2, 0.7], mode="trilinear", data_format="NDHWC"),
            [Arg((2, 3, 4, 5, 3))], TRI),

@@ -28,6 +28,11 @@ CASES = [
     OpCase("avg_pool2d_same_f64", lambda x: F.avg_pool2d(x, 3, 2, padding="SAME"), [Arg((2, 3, 7, 6), "float64")],
            P2),
     OpCase("avg_pool2d_f16", lambda x: F.avg_pool2d(x, 3, 2, 1), [Arg((2, 3, 6, 6), "float16")], P2, **_FP16),
+    # window sums past float16's 65504: Paddle accumulates half in float32
+    OpCase("avg_pool2d_f16_large", lambda x: F.avg_pool2d(x, 2, 2, exclusive=False),
+           [Arg((1, 2, 4, 4), "float16", low=-6e4, high=-5e4)], P2, **_FP16),
+    OpCase("adaptive_avg_pool2d_f16_large", lambda x: F.adaptive_avg_pool2d(x, [2, 1]),
+           [Arg((1, 2, 4, 4), "float16", low=5e4, high=6e4)], P2, **_FP16),
     OpCase("adaptive_avg_pool2d_uneven", lambda x: F.adaptive_avg_pool2d(x, [4, 5]), [Arg((2, 3, 7, 11))], P2),
     OpCase("adaptive_avg_pool2d_global_nhwc", lambda x: F.adaptive_avg_pool2d(x, 1, data_format="NHWC"), [XH], P2),
     OpCase("adaptive_avg_pool2d_nhwc", lambda x: F.adaptive_avg_pool2d(x, [4, 3], data_format="NHWC"), [XH], P2),

@@ -50,6 +50,7 @@ CASES = [
     # ---- prod / all / any / logsumexp ----
     OpCase("prod_axis", lambda x: paddle.prod(x, axis=1), [Arg((3, 4, 5), low=0.5, high=1.5)], ["pd_op.prod"]),
     OpCase("prod_all_f64", lambda x: paddle.prod(x), [Arg((3, 4), "float64", -1.5, 1.5)], ["pd_op.prod"]),
+    OpCase("prod_int32", lambda x: paddle.prod(x, axis=0), [Arg((3, 4), "int32", -3, 3)], ["pd_op.prod"]),
     OpCase("prod_keepdim_int64", lambda x: paddle.prod(x, axis=-1, keepdim=True), [Arg((3, 4), "int64", -3, 3)],
            ["pd_op.prod"]),
     OpCase("all_axis", lambda x: paddle.all(x, axis=1), [Arg((3, 4), "bool")], ["pd_op.all"]),

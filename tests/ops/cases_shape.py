@@ -16,6 +16,11 @@ def _shape_arith(x):
 CASES = [
     # reshape
     OpCase("reshape_zero_neg", lambda x: paddle.reshape(x, [0, -1]), [X], ["pd_op.reshape"]),
+    # a zero-size input: Paddle reads 0 as a literal 0 and infers -1 from the nonzero dimensions
+    OpCase("reshape_zero_size", lambda x: paddle.reshape(x, [0, -1]), [Arg((1, 0, 2, 2))], ["pd_op.reshape"]),
+    OpCase("reshape_zero_size_neg_first", lambda x: paddle.reshape(x, [-1, 0, 3]), [Arg((2, 0, 3))],
+           ["pd_op.reshape"]),
+    OpCase("reshape_zero_size_no_zero", lambda x: paddle.reshape(x, [2, -1]), [Arg((1, 0, 2, 2))], ["pd_op.reshape"]),
     OpCase("reshape_int64", lambda x: x.reshape([4, 6]), [Arg((2, 3, 4), "int64")], ["pd_op.reshape"]),
     OpCase("reshape_bool", lambda x: x.reshape([-1]), [Arg((2, 3), "bool")], ["pd_op.reshape"]),
     OpCase("reshape_f16", lambda x: x.reshape([3, 8]), [Arg((2, 3, 4), "float16")], ["pd_op.reshape"]),
