@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 JOBS ?= 2
 
-.PHONY: demo test bench zoo install clean
+.PHONY: demo test bench zoo install clean fuzz
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -20,6 +20,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests -n $(JOBS) -p no:cacheprovider
+
+# A long differential sweep against Paddle eager (tests/fuzz), freshly seeded each run; CI runs a short,
+# derandomized one in `make test`. FUZZ_EXAMPLES is per op; each failure prints a reproducer.
+FUZZ_EXAMPLES ?= 50
+fuzz: $(STAMP)
+	PADDLE_XLA_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/fuzz -n $(JOBS) -p no:cacheprovider -q
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/inference.py
