@@ -9,6 +9,10 @@ C3 = Arg((3,))
 VAR = Arg((3,), low=0.5, high=2.0)
 BN_, BN = ["pd_op.batch_norm_"], ["pd_op.batch_norm"]
 _TOL = dict(rtol=1e-5, atol=1e-5, reason="float32 mean/variance over 120 values, summed in another order")
+# NOTE: values of variance ~3e-5, so that epsilon (1e-5) is a third of it: an epsilon moved outside the
+# square root, or dropped, changes every output by far more than float32's rounding (a 1e-5 tolerance
+# on unit-variance data hides it; only the float64 cases saw it).
+SMALL = Arg((4, 3, 5, 6), low=-0.01, high=0.01)
 
 
 def _bn(training, fmt="NCHW", global_stats=False, trainable_stats=False):
@@ -50,6 +54,14 @@ CASES = [
            [Arg((4, 3, 5, 6), "float64"), Arg((90,), "float64")], ["pd_op.layer_norm"]),
     OpCase("layer_norm_outputs", lambda x, w, b: _C.layer_norm(x, w, b, 1e-5, 1), [X, Arg((90,)), Arg((90,))],
            ["pd_op.layer_norm"], **_TOL),
+    OpCase("layer_norm_epsilon_matters", lambda x, w, b: F.layer_norm(x, [5, 6], w, b), [SMALL, Arg((30,)),
+           Arg((30,))], ["pd_op.layer_norm"], **_TOL),
+    OpCase("batch_norm_train_epsilon_matters", lambda x, m, v, w, b: F.batch_norm(x, m, v, w, b, training=True),
+           [SMALL, C3, VAR, C3, C3], BN_, **_TOL),
+    OpCase("group_norm_epsilon_matters", lambda x, w, b: F.group_norm(x, 3, weight=w, bias=b),
+           [Arg((2, 6, 4, 5), low=-0.01, high=0.01), Arg((6,)), Arg((6,))], ["pd_op.group_norm"], **_TOL),
+    OpCase("instance_norm_epsilon_matters", lambda x, w, b: F.instance_norm(x, weight=w, bias=b),
+           [SMALL, C3, C3], ["pd_op.instance_norm"], **_TOL),
     # ---- group / instance norm ----
     OpCase("group_norm", lambda x, w, b: F.group_norm(x, 3, weight=w, bias=b), [Arg((2, 6, 4, 5)), Arg((6,)),
                                                                                    Arg((6,))],
