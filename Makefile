@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 JOBS ?= 2
 
-.PHONY: demo test bench zoo install clean fuzz
+.PHONY: demo test bench zoo install clean mutate fuzz
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -33,6 +33,11 @@ bench: $(STAMP)
 # Optional, never in CI: real models from Paddle's suites, installed --no-deps into .zoo/ (tools/zoo.py).
 zoo: $(STAMP)
 	$(BIN)/python tools/zoo.py
+
+# Mutation testing of the files a change touches (never in CI): make mutate [FILES="a.py b.py"] [BASE=main~3]
+mutate: $(STAMP)
+	$(BIN)/python -m pip install --quiet 'cosmic-ray>=8.4,<9'
+	BASE=$(or $(BASE),HEAD~1) $(BIN)/python tools/mutate.py $(FILES)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
