@@ -97,9 +97,12 @@ def test_fp16_checkpoint_keeps_the_loss_scaler(tmp_path):
     assert (resumed.loss_scale, resumed.skipped_steps) == (straight.loss_scale, straight.skipped_steps)
 
 
-def _sgd_mlp(lr):
+def _sgd_step(precision, lr, scale):
+    """The mlp under plain SGD, in fp32 or in fp16 with a loss scale of `scale`."""
     net, _, specs = setup("mlp")
-    return net, paddle.optimizer.SGD(lr, parameters=net.parameters()), specs
+    opt = paddle.optimizer.SGD(lr, parameters=net.parameters())
+    strategy = px.Strategy(precision="fp16", loss_scale=px.LossScale(init=scale)) if precision == "fp16" else None
+    return px.train_step(net, loss_fn(), opt, specs, LABEL, strategy=strategy)
 
 
 def test_fp16_loss_curve_follows_fp32():
@@ -107,10 +110,7 @@ def test_fp16_loss_curve_follows_fp32():
     the gradients), a loss scale left in the gradients would multiply every step by it."""
     curves = {}
     for precision in ("fp32", "fp16"):
-        net, opt, specs = _sgd_mlp(0.1)
-        strategy = px.Strategy(precision=precision, loss_scale=px.LossScale(init=2.0 ** 10)) \
-            if precision == "fp16" else None
-        step = px.train_step(net, loss_fn(), opt, specs, LABEL, strategy=strategy)
+        step = _sgd_step(precision, 0.1, 2.0 ** 10)
         data = batches("mlp", 5)
         curves[precision] = [step(*data[i % 5][0], *data[i % 5][1]) for i in range(30)]
         if precision == "fp16":
@@ -124,10 +124,7 @@ def test_fp16_unscaled_gradients_equal_fp32s():
     2^12 that move must equal fp32's within float16's rounding (a scale left in would be 4096x)."""
     moved = {}
     for precision in ("fp32", "fp16"):
-        net, opt, specs = _sgd_mlp(1.0)
-        strategy = px.Strategy(precision=precision, loss_scale=px.LossScale(init=2.0 ** 12)) \
-            if precision == "fp16" else None
-        step = px.train_step(net, loss_fn(), opt, specs, LABEL, strategy=strategy)
+        step = _sgd_step(precision, 1.0, 2.0 ** 12)
         before = by_key(step)
         x, y = batches("mlp", 1)[0]
         step(*x, *y)
