@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ..errors import LoweringError
 from .conv import channel_last, pad_pairs
 from .registry import lowering
 from .util import dim_product, static_ints
@@ -23,8 +24,26 @@ def spatial_axes(ndim: int, data_format: str) -> list[int]:
     return list(range(1, ndim - 1)) if channel_last(data_format) else list(range(2, ndim))
 
 
+# NOTE: Paddle's max pools start from -FLT_MAX, whatever the dtype: a window that is all padding
+# (ceil_mode, padding >= kernel) or all -inf gives -3.4e38 (-inf only in float16, where it rounds so).
+MAX_POOL_LOWEST = np.finfo(np.float32).min
+
+
 def out_size(n, k, lo, hi, s, ceil_mode):
-    return (n - k + lo + hi + (s - 1 if ceil_mode else 0)) // s + 1
+    """Paddle's PoolOutputSize, with C++'s division that truncates toward zero: a length-1 input
+    and kernel 2, stride 2, VALID still gives one (clipped) window, as Paddle does."""
+    span = n - k + lo + hi + (s - 1 if ceil_mode else 0)
+    count = (span // s if span >= 0 else -(-span // s)) + 1
+    if count < 0:
+        raise LoweringError(f"pooling a length-{n} dimension with kernel {k}, stride {s} and pads ({lo}, {hi}) "
+                            f"gives {count} outputs; Paddle refuses it too")
+    return count
+
+
+def lowest_to_paddle(out):
+    """-inf (empty or all -inf windows) as Paddle's -FLT_MAX; the gradient is 0 there."""
+    lowest = np.asarray(MAX_POOL_LOWEST).astype(np.dtype(out.dtype))
+    return jnp.where(out < lowest, lowest, out)
 
 
 def resolve(sizes, ksize, strides, paddings, algorithm, global_pooling, adaptive):
@@ -69,7 +88,10 @@ def pool_nd(x, ksize, strides, paddings, ceil_mode, exclusive, data_format, pool
         return adaptive_pool(x, axes, ksize, pooling_type, norm_type)
     counts = [out_size(n, k, lo, hi, s, ceil_mode) for n, k, (lo, hi), s in zip(sizes, ksize, pads, strides)]
     if pooling_type == "max":
-        return window_reduce(x, axes, ksize, strides, pads, counts, -jnp.inf, lax.max)
+        # NOTE: lax.max propagates NaN; Paddle's `y = y > x ? y : x` keeps a NaN only when it is the
+        # window's last element (and drops it otherwise). Not emulated: reduce_window needs a
+        # commutative reducer.
+        return lowest_to_paddle(window_reduce(x, axes, ksize, strides, pads, counts, -jnp.inf, lax.max))
     if pooling_type == "lp":
         p = float(norm_type)
         total = window_reduce(x ** jnp.asarray(p, x.dtype), axes, ksize, strides, pads, counts, 0, lax.add)
@@ -132,7 +154,7 @@ def max_pool_by_shifts(x, kernel_size, *, strides, paddings, ceil_mode, data_for
             start[a], limit[a], step[a] = t, t + (c - 1) * s + 1, s
         tap = lax.slice(padded, start, limit, step)
         out = tap if out is None else jnp.maximum(out, tap)
-    return out
+    return lowest_to_paddle(out)
 
 
 def avg_divisor(ndim, axes, sizes, ksize, strides, pads, counts, exclusive):
@@ -229,8 +251,13 @@ def windowed_argmax(x, per_dim):
     # output through it sends the whole gradient to that one element, as Paddle's backward does.
     arg = jnp.argmax(patches, axis=-1)[..., None]
     out = jnp.take_along_axis(patches, arg, axis=-1)[..., 0]
-    mask = jnp.take_along_axis(jnp.broadcast_to(flat.reshape(counts + (-1,)), patches.shape), arg, -1)
-    return out, mask[..., 0].astype(jnp.int32)
+    mask = jnp.take_along_axis(jnp.broadcast_to(flat.reshape(counts + (-1,)), patches.shape), arg, -1)[..., 0]
+    # NOTE: a window that is all padding is Paddle's -FLT_MAX at index -1.
+    if isinstance(valid, np.ndarray):      # static windows (fractional pools' may be traced)
+        widths = tuple(ix.shape[1] for ix, _ in per_dim)
+        empty = ~np.broadcast_to(valid, counts + widths).reshape(counts + (-1,)).any(axis=-1)
+        mask = jnp.where(empty, -1, mask) if empty.any() else mask
+    return lowest_to_paddle(out), mask.astype(jnp.int32)
 
 
 def _window_grid(per_dim, sizes):

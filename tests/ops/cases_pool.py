@@ -47,6 +47,15 @@ CASES = [
            P3),
     OpCase("adaptive_avg_pool3d", lambda x: F.adaptive_avg_pool3d(x, [2, 4, 3]), [X3], P3),
     OpCase("avg_pool1d", lambda x: F.avg_pool1d(x, 3, 2, 1), [Arg((2, 3, 9))], P2 + ["pd_op.unsqueeze"]),
+    # ---- edges: C++'s truncating division in the output size, windows that are all padding ----
+    OpCase("avg_pool1d_valid_short", lambda x: F.avg_pool1d(x, 2, 2, padding="VALID"), [Arg((2, 3, 1))],
+           P2 + ["pd_op.unsqueeze"]),
+    OpCase("max_pool1d_valid_short", lambda x: F.max_pool1d(x, 4, 2, padding="VALID"), [Arg((2, 3, 3))], P2),
+    OpCase("max_pool2d_ceil_empty_window", lambda x: F.max_pool2d(x, [1, 2], [1, 3], padding=[0, 1], ceil_mode=True),
+           [Arg((2, 3, 4, 4))], P2),
+    OpCase("max_pool2d_pad_only_window", lambda x: F.max_pool2d(x, 1, 3, padding=1), [Arg((2, 3, 4, 4))], P2),
+    OpCase("max_pool2d_with_index_empty_window", lambda x: F.max_pool2d(
+        x, [1, 2], [1, 3], padding=[0, 1], ceil_mode=True, return_mask=True), [Arg((2, 3, 4, 4))], IDX2),
     # ---- max pools with indices ----
     OpCase("max_pool2d_with_index", lambda x: F.max_pool2d(x, 3, 2, 1, return_mask=True), [X], IDX2),
     OpCase("max_pool2d_with_index_ceil", lambda x: F.max_pool2d(x, 2, 2, return_mask=True, ceil_mode=True),
