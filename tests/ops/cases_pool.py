@@ -54,8 +54,11 @@ CASES = [
     OpCase("max_pool2d_ceil_empty_window", lambda x: F.max_pool2d(x, [1, 2], [1, 3], padding=[0, 1], ceil_mode=True),
            [Arg((2, 3, 4, 4))], P2),
     OpCase("max_pool2d_pad_only_window", lambda x: F.max_pool2d(x, 1, 3, padding=1), [Arg((2, 3, 4, 4))], P2),
+    # NOTE: forward only: Paddle 3.3's backward of a window with index -1 writes outside the input's
+    # gradient ("malloc(): invalid next size"), and the corrupted heap later hangs or aborts the process.
     OpCase("max_pool2d_with_index_empty_window", lambda x: F.max_pool2d(
-        x, [1, 2], [1, 3], padding=[0, 1], ceil_mode=True, return_mask=True), [Arg((2, 3, 4, 4))], IDX2),
+        x, [1, 2], [1, 3], padding=[0, 1], ceil_mode=True, return_mask=True), [Arg((2, 3, 4, 4))], IDX2,
+        grad=False),
     # ---- max pools with indices ----
     OpCase("max_pool2d_with_index", lambda x: F.max_pool2d(x, 3, 2, 1, return_mask=True), [X], IDX2),
     OpCase("max_pool2d_with_index_ceil", lambda x: F.max_pool2d(x, 2, 2, return_mask=True, ceil_mode=True),
