@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CALLS = """
 import resource, sys
 import paddle_xla
-from paddle_xla import host_heap
+from paddle_xla.runtime import host_heap
 import jax, jax.numpy as jnp
 x = jnp.ones((4096, 1024), jnp.float32)
 f = jax.jit(lambda x: jnp.tanh(jnp.concatenate([x, x, x, x], 1) * 2.0).sum(0))

@@ -12,6 +12,7 @@ import json
 import math
 from typing import Any, Mapping
 
+import ml_dtypes
 import numpy as np
 
 from .datatypes import json_kinds, to_json_list
@@ -176,7 +177,7 @@ def _json_tensor(data, meta: TensorMeta, shape: tuple[int, ...]) -> np.ndarray:
         raise bad_request(f"The data of input {meta.name!r} has a number too large for JSON's doubles "
                           f"(read as infinity); send finite values in {meta.datatype}'s range.")
     if count and meta.dtype.kind in "fV" and values.dtype.kind == "f":
-        top = float(np.finfo(meta.dtype).max)
+        top = float(ml_dtypes.finfo(meta.dtype).max)     # NOTE: numpy's finfo knows no bfloat16
         if np.abs(values).max() > top:
             raise bad_request(f"The data of input {meta.name!r} has values outside {meta.datatype}'s range "
                               f"[-{top:.6g}, {top:.6g}]: they would become infinity. Send values that fit, "
