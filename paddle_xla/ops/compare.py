@@ -81,12 +81,18 @@ def bitwise_right_shift(x, y, *, is_arithmetic=True):
 
 
 def _close(x, y, rtol, atol, equal_nan):
-    # NOTE: |x - y| <= atol + rtol * |y| computed in float64 like Paddle's kernel (rtol/atol are
-    # float64 scalars), with infinities equal only to themselves.
+    # NOTE: Paddle's kernel, step by step: |a - b| in the inputs' dtype, against atol + rtol * |b|
+    # computed in float64 (rtol/atol are doubles) and rounded to that dtype, or within 1e-15 of it.
+    # So an infinite y is close to every finite x (inf <= inf), while an infinite x is close to a
+    # finite y only if equal: Paddle's answer, which numpy's isclose does not share.
     rtol, atol = static_scalar(rtol), static_scalar(atol)
-    a, b = jnp.asarray(x, jnp.float64), jnp.asarray(y, jnp.float64)
-    close = jnp.abs(a - b) <= atol + rtol * jnp.abs(b)
-    close = jnp.where(jnp.isinf(a) | jnp.isinf(b), a == b, close)
+    a, b = jnp.asarray(x), jnp.asarray(y)
+    if not jnp.issubdtype(a.dtype, jnp.inexact):
+        a, b = a.astype(jnp.float64), b.astype(jnp.float64)
+    left = jnp.where(a > b, a - b, b - a)
+    right = (atol + rtol * jnp.abs(b.astype(jnp.float64))).astype(a.dtype)
+    diff = jnp.where(left > right, left - right, right - left)
+    close = (a == b) | (left <= right) | (diff.astype(jnp.float64) <= 1e-15)
     nan = jnp.isnan(a) | jnp.isnan(b)
     both_nan = jnp.isnan(a) & jnp.isnan(b)
     return jnp.where(nan, both_nan if equal_nan else False, close)

@@ -61,6 +61,8 @@ def logcumsumexp(x, *, axis, flatten=False, exclusive=False, reverse=False):
 def _cum_extreme(x, axis, dtype, better):
     """Running max/min and the index where it was last reached (Paddle keeps the latest index on
     ties). The gradient flows to that index, through a gather."""
+    if x.size == 0:
+        return x, jnp.zeros(x.shape, jax_dtype(dtype) or jnp.int64)
     if x.ndim == 0:
         x = x.reshape(1)
         squeeze = True

@@ -164,11 +164,25 @@ def cast(x, *, dtype):
         return x                  # NOTE: symbolic dimensions stay symbols; their run-time values are ints
     if is_static(x):
         return np.asarray(x).astype(np.dtype(dt))
-    if _kind(x) == "f" and np.dtype(dt).kind in "iu" and np.dtype(dt).itemsize < 4:
-        # NOTE: C++ converts a float to a narrow integer through int32 and wraps (-1.7 -> 255 for
-        # uint8); a direct XLA convert would saturate instead.
-        x = x.astype(jnp.int32)
+    if _kind(x) == "f" and np.dtype(dt).kind in "iu":
+        return _float_to_int(x, np.dtype(dt))
     return x.astype(dt)
+
+
+def _float_to_int(x, dt):
+    """A float -> integer cast as Paddle's CPU kernel (static_cast on x86-64) does it.
+
+    The conversion truncates toward zero into a 32-bit integer (64-bit for 64-bit targets), then a
+    narrow target keeps its low bits (-1.7 -> 255 for uint8, 300 -> 44). A value out of that
+    integer's range, or NaN, becomes its most negative value (x86's "integer indefinite"), so
+    3e9 -> int32 -2147483648 and uint8 0. XLA's own convert saturates instead (3e9 -> 2147483647).
+    """
+    wide = jnp.int64 if dt.itemsize == 8 else jnp.int32
+    limit = float(2 ** (np.iinfo(wide).bits - 1))
+    xf = x.astype(jnp.float32) if x.dtype.itemsize < 4 else x   # NOTE: half can't hold the limits
+    fits = (xf >= -limit) & (xf < limit)
+    converted = jnp.where(fits, xf, 0).astype(wide)
+    return jnp.where(fits, converted, np.iinfo(wide).min).astype(dt)
 
 
 @lowering("pd_op.clip")

@@ -12,12 +12,19 @@ from .util import static_scalar
 
 @lowering("pd_op.topk")
 def topk(x, k, *, axis=-1, largest=True, sorted=True):
+    """The k largest (smallest) values and their indices, always sorted.
+
+    Known difference: among equal values paddle_xla takes the lowest indices first. Paddle's CPU
+    kernel leaves ties in the order std::nth_element or std::partial_sort happens to (topk(k=2) of
+    [1, 2, 2, 2, 1]: Paddle [1, 3], here [1, 2]), and with sorted=False in that order too; the
+    values agree. Emulating libstdc++'s introselect is not cheap on XLA.
+    """
     k = int(static_scalar(k))
     if np.ndim(x) == 0:
         return x, jnp.zeros((), jnp.int64)
     moved = jnp.moveaxis(x, axis, -1)
     if largest:
-        # NOTE: lax.top_k ranks NaN highest and ties by lower index first, as Paddle's CPU kernel does.
+        # NOTE: lax.top_k ranks NaN highest, as Paddle's CPU kernel does; ties by lower index first.
         _, idx = lax.top_k(moved, k)
     else:
         idx = jnp.argsort(moved, axis=-1, stable=True)[..., :k]

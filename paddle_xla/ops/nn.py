@@ -56,11 +56,15 @@ def _inverse_keep(keep, dtype):
 # ---- softmax ------------------------------------------------------------------------------------
 @lowering("pd_op.softmax", ignore=("use_cudnn",), amp="black")
 def softmax(x, *, axis=-1):
+    if x.ndim == 0:
+        return jnp.ones_like(x)       # NOTE: Paddle's kernel fills a 0-d output with 1 (even for NaN)
     return jax.nn.softmax(x, axis=axis)
 
 
 @lowering("pd_op.log_softmax", amp="black")
 def log_softmax(x, *, axis=-1):
+    if x.ndim == 0:
+        return jnp.zeros_like(x)      # NOTE: as softmax: Paddle's 0-d log_softmax is 0
     return jax.nn.log_softmax(x, axis=axis)
 
 

@@ -43,6 +43,12 @@ def batch_norm_impl(x, mean, variance, scale, bias, is_test, momentum, epsilon, 
     running_mean, running_var = lax.stop_gradient(mean), lax.stop_gradient(variance)
     global_stats = (is_test and not trainable_statistics) or use_global_stats
     reduce_axes = tuple(i for i in range(x.ndim) if i != axis)
+    if not global_stats and x.size == c:
+        # NOTE: one value per channel ([1, C], [1, C, 1]): Paddle's kernels skip the normalisation and
+        # copy x (scale and bias unused, so their gradients are 0), keep the running statistics and
+        # save zeros; normalising would give 0 (or bias) instead.
+        zeros = jnp.zeros((c,), ct)
+        return (x, running_mean, running_var, zeros, zeros, None)
     if global_stats:
         use_mean, inv_std = running_mean.astype(ct), lax.rsqrt(running_var.astype(ct) + epsilon)
         mean_out, var_out = running_mean, running_var

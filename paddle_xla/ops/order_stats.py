@@ -90,7 +90,8 @@ def _median(x, axis, keepdim, mode, ignore_nan):
         out = jnp.where(count == 0, jnp.nan, out)
         idx = jnp.where((count == 0)[..., None] if mode == "avg" else count == 0, -1, idx)
     if not axes:
-        out, idx = out.reshape(()), idx.reshape(idx.shape[1:])
+        # NOTE: a 0-d input: its value, indexed [0, 0] in "avg" mode and 0 in "min" mode, as Paddle's.
+        out = out.reshape(())
     out = _keep(out, x.ndim, axes, keepdim)
     if mode != "avg":
         idx = _keep(idx, x.ndim, axes, keepdim)

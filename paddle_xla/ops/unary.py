@@ -1,6 +1,9 @@
 """Elementwise math of one tensor: exponentials, logs, roots, trigonometry, special functions."""
 from __future__ import annotations
 
+import math
+
+import jax
 import jax.numpy as jnp
 import jax.scipy.special as jsp
 from jax import lax
@@ -25,10 +28,45 @@ for _name, _fn in {
     "sqrt": jnp.sqrt,
     "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan, "asin": jnp.arcsin, "acos": jnp.arccos,
     "atan": jnp.arctan, "sinh": jnp.sinh, "cosh": jnp.cosh, "asinh": jnp.arcsinh,
-    "acosh": jnp.arccosh, "atanh": jnp.arctanh, "erf": lax.erf, "erfinv": lax.erf_inv,
-    "lgamma": lax.lgamma, "gammaln": lax.lgamma, "digamma": lax.digamma,
+    "acosh": jnp.arccosh, "atanh": jnp.arctanh, "erf": lax.erf,
     "i0": jsp.i0, "i0e": jsp.i0e, "i1": jsp.i1, "i1e": jsp.i1e,
 }.items():
+    _float_unary(f"pd_op.{_name}", _fn)
+
+
+# ---- special functions at the edges of their domains, as Paddle's kernels answer there ----------
+@jax.custom_jvp
+def _erfinv(x):
+    # NOTE: outside [-1, 1] (infinities included) Paddle gives copysign(inf, x); lax.erf_inv gives NaN.
+    return jnp.where(jnp.abs(x) > 1, jnp.copysign(jnp.asarray(jnp.inf, x.dtype), x), lax.erf_inv(x))
+
+
+@_erfinv.defjvp
+def _erfinv_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    y = _erfinv(x)
+    return y, t * (math.sqrt(math.pi) / 2) * jnp.exp(y * y)     # Paddle's gradient: inf out there
+
+
+@jax.custom_jvp
+def _digamma(x):
+    # NOTE: the pole at 0 is signed: Paddle gives -inf at +0 and +inf at -0; lax.digamma gives NaN.
+    return jnp.where(x == 0, -jnp.copysign(jnp.asarray(jnp.inf, x.dtype), x), lax.digamma(x))
+
+
+_digamma.defjvp(lambda primals, tangents: (_digamma(primals[0]), tangents[0] * lax.polygamma(
+    jnp.ones((), primals[0].dtype), primals[0])))
+
+
+@jax.custom_jvp
+def _lgamma(x):
+    return lax.lgamma(x)
+
+
+# NOTE: lgamma's gradient is digamma, signed infinities at +-0 included.
+_lgamma.defjvp(lambda primals, tangents: (_lgamma(primals[0]), tangents[0] * _digamma(primals[0])))
+
+for _name, _fn in {"erfinv": _erfinv, "digamma": _digamma, "lgamma": _lgamma, "gammaln": _lgamma}.items():
     _float_unary(f"pd_op.{_name}", _fn)
 # NOTE: in Paddle AMP's black list (they run in float32 under O1).
 for _name, _fn in {

@@ -1,6 +1,6 @@
 import paddle
 
-from .harness import Arg, OpCase
+from .harness import Arg, OpCase, Values
 
 # NOTE: round() makes equal values common, so == and <= have cases that are actually true.
 _CMP = [("equal", lambda x, y: x == y), ("not_equal", lambda x, y: x != y), ("less_than", lambda x, y: x < y),
@@ -12,6 +12,8 @@ R = Arg((3, 4), low=-2, high=2)
 def _rounded(f):
     return lambda x, y: f(paddle.round(x), paddle.round(y))
 
+
+INF, NAN = float("inf"), float("nan")
 
 CASES = [
     *[OpCase(op, _rounded(f), [R, R], [f"pd_op.{op}", "pd_op.round"]) for op, f in _CMP],
@@ -59,4 +61,25 @@ CASES = [
     OpCase("equal_all_true", lambda x: paddle.equal_all(x, x * 1), [Arg((3, 4))], ["pd_op.equal_all"]),
     OpCase("equal_all_false", lambda x, y: paddle.equal_all(x, y), [Arg((3, 4), "int64", 0, 2),
            Arg((3, 4), "int64", 0, 2)], ["pd_op.equal_all"]),
+]
+
+# Paddle's isclose arithmetic: an infinite y is close to every finite x (|x - y| = inf <= atol + rtol
+# * inf), an infinite x to a finite y never; NaN only with equal_nan.
+_XS = (1.0, INF, -INF, 1.0, INF, 3.0, -INF, NAN, 2.0, 0.0)
+_YS = (INF, INF, INF, -INF, 1.0, 3.0, 5.0, NAN, NAN, -INF)
+CASES += [
+    OpCase("isclose_infinities", lambda x, y: paddle.isclose(x, y), [Values((10,), values=_XS), Values((10,), values=_YS)],
+           ["pd_op.isclose"]),
+    OpCase("isclose_infinities_f64_equal_nan", lambda x, y: paddle.isclose(x, y, rtol=0.0, atol=0.0, equal_nan=True),
+           [Values((10,), "float64", values=_XS), Values((10,), "float64", values=_YS)], ["pd_op.isclose"]),
+    OpCase("allclose_inf_y", lambda x, y: paddle.allclose(x, y), [Values((2,), values=(1.0, 2.0)),
+           Values((2,), values=(INF, -INF))], ["pd_op.allclose"]),
+]
+
+# Attributes no other case sets to a non-default value (test_attribute_coverage.py).
+CASES += [
+    OpCase("allclose_equal_nan", lambda x, y: paddle.allclose(x, y, equal_nan=True),
+           [Values((3,), values=(NAN, 1.0, 2.0)), Values((3,), values=(NAN, 1.0, 2.0000001))], ["pd_op.allclose"]),
+    OpCase("bitwise_left_shift_logical", lambda x, y: paddle.bitwise_left_shift(x, y, is_arithmetic=False),
+           [Arg((3, 4), "int32", -50, 50), Arg((3, 4), "int32", 0, 8)], ["pd_op.bitwise_left_shift"]),
 ]

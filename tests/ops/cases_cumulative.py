@@ -47,3 +47,13 @@ CASES = [
     OpCase("cummin_int64", lambda x: paddle.cummin(x, axis=-1), [Arg((3, 6), "int64", 0, 4)], ["pd_op.cummin"]),
     OpCase("cummin_f64", lambda x: paddle.cummin(x, axis=0), [Arg((3, 6), "float64")], ["pd_op.cummin"]),
 ]
+
+CASES += [
+    OpCase("cummax_empty", lambda x: paddle.cummax(x, axis=0), [Arg((0, 3))], ["pd_op.cummax"]),
+    OpCase("cummin_empty", lambda x: paddle.cummin(x, axis=-1), [Arg((2, 0))], ["pd_op.cummin"]),
+]
+
+# Attributes no other case sets to a non-default value (test_attribute_coverage.py).
+CASES += [
+    OpCase("cummax_int32_index", lambda x: paddle.cummax(x, axis=1, dtype="int32"), [X], ["pd_op.cummax"]),
+]

@@ -1,6 +1,6 @@
 import paddle
 
-from .harness import Arg, OpCase
+from .harness import Arg, OpCase, Values
 
 _C = paddle._C_ops
 F16 = dict(rtol=2e-3, atol=2e-3, reason="float16 keeps ~3 decimal digits; Paddle and XLA round differently")
@@ -12,6 +12,8 @@ POS = Arg((3, 4), low=0.5, high=2.0)
 # gradient z receives (x * share_x + y * share_y) shows how the op splits it between its operands.
 ZERO = Arg((3, 4), low=0.0, high=0.0)
 
+
+INF, NAN = float("inf"), float("nan")
 
 CASES = [
     # ---- add / subtract / multiply / divide ----
@@ -147,4 +149,22 @@ CASES += [
            Arg((3, 4), "int64", -3, 3)], ["pd_op.copysign"]),
     OpCase("heaviside_int64", lambda x, y: paddle.heaviside(x, y), [Arg((3, 4), "int64", -2, 2),
            Arg((3, 4), "int64", -3, 3)], ["pd_op.heaviside"]),
+]
+
+# Float -> integer casts out of range, as Paddle's CPU kernel does them on x86-64: through a 32-bit
+# (64-bit for int64) integer, out of range and NaN giving its most negative value, narrow types wrapping.
+_OUT_OF_RANGE = (3e9, -3e9, 1e20, NAN, INF, -INF, -2.5, 2147483520.0)
+CASES += [
+    OpCase("cast_f32_int32_out_of_range", lambda x: x.astype("int32"), [Values((8,), values=_OUT_OF_RANGE)],
+           ["pd_op.cast"], grad=False),
+    OpCase("cast_f32_int64_out_of_range", lambda x: x.astype("int64"), [Values((8,), values=_OUT_OF_RANGE)],
+           ["pd_op.cast"], grad=False),
+    OpCase("cast_f64_int32_out_of_range", lambda x: x.astype("int32"), [Values((8,), "float64", values=_OUT_OF_RANGE)],
+           ["pd_op.cast"], grad=False),
+    OpCase("cast_f16_int32_inf_nan", lambda x: x.astype("int32"), [Values((4,), "float16", values=(INF, NAN, 6e4, -INF))],
+           ["pd_op.cast"], grad=False),
+    OpCase("cast_f32_uint8_wraps", lambda x: x.astype("uint8"), [Values((6,), values=(300.0, -1.0, 256.5, 3e9, NAN, -1.7))],
+           ["pd_op.cast"], grad=False),
+    OpCase("cast_f32_int16_wraps", lambda x: x.astype("int16"), [Values((4,), values=(70000.0, -40000.0, 3e9, NAN))],
+           ["pd_op.cast"], grad=False),
 ]

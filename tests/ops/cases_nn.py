@@ -1,7 +1,7 @@
 import paddle
 import paddle.nn.functional as F
 
-from .harness import Arg, OpCase
+from .harness import Arg, OpCase, Values
 
 X = Arg((2, 8, 3, 4))
 _SUM = dict(rtol=1e-5, atol=1e-5, reason="sums of random draws compared with their exact value")
@@ -93,4 +93,11 @@ CASES = [
            reason="float32 attention sums"),
     OpCase("sdpa_causal", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
            [Arg((2, 5, 3, 8))] * 3, ["pd_op.softmax"], rtol=1e-5, atol=1e-5, reason="float32 attention sums"),
+]
+
+# Refusals that became lowerings: Paddle's 0-d softmax is 1 and its log_softmax 0 (NaN included).
+CASES += [
+    OpCase("softmax_0d", lambda x: F.softmax(x), [Arg(())], ["pd_op.softmax"]),
+    OpCase("log_softmax_0d", lambda x: F.log_softmax(x), [Arg(())], ["pd_op.log_softmax"]),
+    OpCase("softmax_0d_nan", lambda x: F.softmax(x), [Values((), values=float("nan"))], ["pd_op.softmax"]),
 ]

@@ -114,3 +114,24 @@ CASES = [
            [Arg((6, 3), "float64"), Arg((6,), "float64"), Arg((3,), "float64")], ["pd_op.spectral_norm"],
            grad=False),
 ]
+
+# One value per channel in training: Paddle's kernel copies x (scale and bias unused) and keeps the
+# running statistics; normalising would give the bias.
+def _bn_one_per_channel(x, w, b):
+    return F.batch_norm(x, paddle.zeros([3]), paddle.ones([3]), w, b, training=True)
+
+
+CASES += [
+    OpCase("batch_norm_train_1xc", _bn_one_per_channel, [Arg((1, 3)), Arg((3,)), Arg((3,))], BN_),
+    OpCase("batch_norm_train_1xcx1", _bn_one_per_channel, [Arg((1, 3, 1)), Arg((3,)), Arg((3,))], BN_),
+    OpCase("batch_norm_train_1xcx1x1_stats", lambda x: _C.batch_norm(
+        x, paddle.full([3], 0.5), paddle.full([3], 2.0), None, None, False, 0.9, 1e-5, "NCHW", False, False)[:3],
+        [Arg((1, 3, 1, 1))], BN),
+]
+
+CASES += [
+    # NOTE: an eps this large moves u and v (normalised by |.| + eps), so an ignored eps shows.
+    OpCase("spectral_norm_eps", lambda w, u, v: _C.spectral_norm(w, u, v, 0, 2, 0.5), [Arg((4, 5)), Arg((4,)),
+                                                                                    Arg((5,))],
+           ["pd_op.spectral_norm"], grad=False, **_TOL),
+]

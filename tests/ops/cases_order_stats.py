@@ -53,3 +53,15 @@ CASES = [
     OpCase("nanmedian_min", lambda x: paddle.nanmedian(paddle.log(x), axis=-1, mode="min"), [Arg((4, 6))],
            ["pd_op.nanmedian"]),
 ]
+
+CASES += [
+    OpCase("median_0d", lambda x: paddle.median(x), [Arg(())], ["pd_op.median"]),
+    OpCase("median_0d_index", lambda x: _C.median(x, [], False, "avg"), [Arg(())], ["pd_op.median"]),
+    OpCase("median_0d_min", lambda x: paddle.median(x, mode="min"), [Arg(())], ["pd_op.median"]),
+]
+
+# Attributes no other case sets to a non-default value (test_attribute_coverage.py).
+CASES += [
+    OpCase("nanmedian_keepdim", lambda x: paddle.nanmedian(paddle.log(x), axis=1, keepdim=True), [Arg((4, 5))],
+           ["pd_op.nanmedian"]),
+]

@@ -1,6 +1,6 @@
 import paddle
 
-from .harness import Arg, OpCase
+from .harness import Arg, OpCase, Values
 
 F16 = dict(rtol=2e-3, atol=2e-3, reason="float16 keeps ~3 decimal digits; Paddle and XLA round differently")
 BF16 = dict(rtol=2e-2, atol=2e-2, reason="bfloat16 keeps ~2 decimal digits; Paddle and XLA round differently")
@@ -67,4 +67,15 @@ CASES += [
     OpCase("gammainc_f64", lambda a, x: paddle.gammainc(a, x), [Arg((3, 4), "float64", 0.5, 3.0),
            Arg((3, 4), "float64", 0.1, 4.0)], ["pd_op.gammaincc"], rtol=1e-6, atol=1e-8,
            reason="incomplete-gamma series and continued fractions differ"),
+]
+
+# Special functions at the edges of their domains (found by tests/fuzz): values and gradients.
+_EDGES = (2.0, -2.0, float("inf"), -float("inf"), 1.0, -1.0, 0.0, -0.0, 0.5, float("nan"), -3.0, 1.5)
+CASES += [
+    OpCase("erfinv_outside_domain", lambda x: paddle.erfinv(x), [Values((12,), values=_EDGES)], ["pd_op.erfinv"]),
+    OpCase("digamma_poles", lambda x: paddle.digamma(x), [Values((12,), values=_EDGES)], ["pd_op.digamma"]),
+    OpCase("digamma_poles_f64", lambda x: paddle.digamma(x), [Values((12,), "float64", values=_EDGES)],
+           ["pd_op.digamma"]),
+    OpCase("lgamma_poles", lambda x: paddle.lgamma(x), [Values((12,), values=_EDGES)], ["pd_op.lgamma"],
+           reason="float32 lgamma(1) is 4.8e-7 here, 0 in Paddle (documented)"),
 ]
