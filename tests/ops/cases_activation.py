@@ -68,3 +68,8 @@ CASES += [
     OpCase("swiglu", lambda x, y: F.swiglu(x, y), [Arg((3, 4)), Arg((3, 4))], ["pd_op.swiglu"]),
     OpCase("swiglu_packed_f64", lambda x: F.swiglu(x), [Arg((3, 8), "float64")], ["pd_op.swiglu"]),
 ]
+
+# Attributes no other case sets to a non-default value (test_attribute_coverage.py).
+CASES += [
+    OpCase("mish_lambda_5", lambda x: paddle._C_ops.mish(x, 5.0), [X], ["pd_op.mish"]),
+]

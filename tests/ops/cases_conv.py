@@ -96,3 +96,10 @@ CASES = [
         [Arg((1, 4, 6, 6), "float64"), Arg((1, 36, 6, 6), "float64"), Arg((4, 2, 3, 3), "float64")],
         ["pd_op.deformable_conv"]),
 ]
+
+# Attributes no other case sets to a non-default value (test_attribute_coverage.py).
+CASES += [
+    OpCase("conv3d_transpose_same", lambda x, w: F.conv3d_transpose(x, w, stride=2, padding="SAME"),
+           [Arg((2, 3, 4, 5, 3)), Arg((3, 2, 3, 3, 3))], T3, rtol=1e-5, atol=1e-5,
+           reason="float32 sums of 81 products"),
+]

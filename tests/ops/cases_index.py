@@ -117,3 +117,9 @@ CASES = [
     OpCase("index_fill", lambda x: paddle.index_fill(x, paddle.to_tensor([0, 2]), 1, 2.0), [X],
            ["pd_op.index_put"]),
 ]
+
+# Attributes no other case sets to a non-default value (test_attribute_coverage.py).
+CASES += [
+    OpCase("shard_index_ignore_value", lambda i: paddle.shard_index(i, 20, 3, 1, ignore_value=-7),
+           [Arg((5, 1), "int64", 0, 20)], ["pd_op.shard_index"]),
+]

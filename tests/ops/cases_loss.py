@@ -107,3 +107,10 @@ CASES = [
            [Arg((10, 3, 6), "float64"), Arg((3, 4), "int32", 1, 6), Arg((3,), "int64", 8, 11),
             Arg((3,), "int64", 1, 5)], ["pd_op.warpctc"]),
 ]
+
+# Attributes no other case sets to a non-default value (test_attribute_coverage.py).
+CASES += [
+    OpCase("ce_with_softmax_not_numeric_stable", lambda x, y: _C.cross_entropy_with_softmax(x, y, False, True, False,
+                                                                                          -100, -1),
+           [Arg((6, 5)), Arg((6, 1), "int64", 0, 5)], ["pd_op.cross_entropy_with_softmax"]),
+]

@@ -95,3 +95,14 @@ CASES += [
     OpCase("normalize_composite", lambda x: paddle.nn.functional.normalize(x, axis=-1), [X], ["pd_op.maximum",
            "pd_op.divide"]),
 ]
+
+# Attributes no other case sets to a non-default value (test_attribute_coverage.py).
+CASES += [
+    OpCase("all_keepdim", lambda x: paddle.all(x, axis=1, keepdim=True), [Arg((3, 4), "bool")], ["pd_op.all"]),
+    OpCase("amax_keepdim", lambda x: paddle.amax(x, axis=1, keepdim=True), [X], ["pd_op.amax"]),
+    OpCase("amax_ties_keepdim", lambda x, z, y: paddle.amax(_tied(x, z, y), axis=[0, 2], keepdim=True), [X, Z, R],
+           ["pd_op.amax"]),
+    OpCase("min_keepdim", lambda x: paddle.min(x, axis=0, keepdim=True), [X], ["pd_op.min"]),
+    OpCase("argmin_flat_keepdim_int32", lambda x: paddle.argmin(x, keepdim=True, dtype="int32"), [X], ["pd_op.argmin"]),
+    OpCase("argmin_axis_keepdim", lambda x: paddle.argmin(x, axis=-1, keepdim=True), [X], ["pd_op.argmin"]),
+]

@@ -24,7 +24,7 @@ def _fixed(shape):
     return (paddle.sin(paddle.arange(n, dtype="float32")) * 0.5).reshape(shape)
 
 
-def _rnn(mode, layers=1, dirs=1, input_size=3, hidden=4, seq=False, is_test=False, fixed=()):
+def _rnn(mode, layers=1, dirs=1, input_size=3, hidden=4, seq=False, is_test=False, fixed=(), dropout=0.0):
     """fixed: indices into the weight list taken as constants instead of from the flat input."""
     shapes = _weight_shapes(mode, layers, dirs, input_size, hidden)
     sizes = [int(paddle.to_tensor(s).prod()) for s in shapes]
@@ -39,7 +39,7 @@ def _rnn(mode, layers=1, dirs=1, input_size=3, hidden=4, seq=False, is_test=Fals
                    for i, (p, s) in enumerate(zip(parts, shapes))]
         states = [h0, c0] if mode == "LSTM" else [h0]
         dropout_state = paddle.zeros([0], "uint8")
-        out, _, state = paddle._C_ops.rnn(x, states, weights, lengths, dropout_state, 0.0, dirs == 2, input_size,
+        out, _, state = paddle._C_ops.rnn(x, states, weights, lengths, dropout_state, dropout, dirs == 2, input_size,
                                           hidden, layers, mode, 0, is_test)
         return [out] + list(state)
 
@@ -71,4 +71,10 @@ CASES = [
     _case("rnn_tanh", "RNN_TANH"),
     _case("rnn_relu_bidirec_2layer", "RNN_RELU", layers=2, dirs=2),
     _case("rnn_tanh_seq_len", "RNN_TANH", seq=True),
+]
+
+# Attributes no other case sets to a non-default value (test_attribute_coverage.py).
+CASES += [
+    # NOTE: dropout between layers is off in eval: a non-zero dropout_prob must not change the output.
+    _case("rnn_lstm_2layer_eval_dropout", "LSTM", layers=2, is_test=True, dropout=0.5, grad=False),
 ]

@@ -98,3 +98,12 @@ CASES = [
            lambda x: paddle.repeat_interleave(x, paddle.to_tensor([1, 0, 3]), 1), [Arg((2, 3))],
            ["pd_op.repeat_interleave_with_tensor_index"]),
 ]
+
+# Attributes no other case sets to a non-default value (test_attribute_coverage.py).
+CASES += [
+    OpCase("repeat_interleave_output_size", lambda x: paddle.repeat_interleave(x, 2, 1, output_size=6), [X],
+           ["pd_op.repeat_interleave"]),
+    OpCase("repeat_interleave_tensor_output_size",
+           lambda x: paddle.repeat_interleave(x, paddle.to_tensor([1, 0, 3]), 1, output_size=4), [Arg((2, 3))],
+           ["pd_op.repeat_interleave_with_tensor_index"]),
+]

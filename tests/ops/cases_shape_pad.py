@@ -72,3 +72,11 @@ CASES = [
            grad=False, reason="Paddle's linspace has no gradient"),
     OpCase("logspace", lambda x: paddle.logspace(0, 2, 5, 2.0) + x, [Arg((5,))], ["pd_op.logspace"]),
 ]
+
+# Attributes no other case sets to a non-default value (test_attribute_coverage.py).
+CASES += [
+    OpCase("fill_diagonal_tensor_dims_1_2", lambda x, y: paddle._C_ops.fill_diagonal_tensor(x, y, 0, 1, 2),
+           [Arg((2, 4, 3)), Arg((2, 3))], ["pd_op.fill_diagonal_tensor"]),
+    OpCase("fill_diagonal_tensor_inplace_dims_1_2", lambda x, y: paddle._C_ops.fill_diagonal_tensor_(x.clone(), y, 1, 1, 2),
+           [Arg((2, 4, 3)), Arg((2, 2))], ["pd_op.fill_diagonal_tensor_"]),
+]
