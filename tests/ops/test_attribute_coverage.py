@@ -22,7 +22,7 @@ from .test_ops import CASES, TABLES
 
 # Ops whose tests live outside the op tables (random ops: statistics in test_random.py; detection ops
 # with variable-size outputs: test_detection.py; fused ops without a CPU kernel in Paddle:
-# test_fused.py; control flow: test_control_flow*). Their own tests choose the attributes.
+# test_fused.py; control flow: tests/test_control_flow.py). Their own tests choose the attributes.
 OUTSIDE_TABLES = {op for t in TABLES for op in getattr(t, "COVERED", [])}
 
 EXCEPTIONS = {
