@@ -120,6 +120,6 @@ CASES = [
 
 # Attributes no other case sets to a non-default value (test_attribute_coverage.py).
 CASES += [
-    OpCase("shard_index_ignore_value", lambda i: paddle.shard_index(i, 20, 3, 1, ignore_value=-7),
+    OpCase("shard_index_fill_minus7", lambda i: paddle.shard_index(i, 20, 3, 1, ignore_value=-7),
            [Arg((5, 1), "int64", 0, 20)], ["pd_op.shard_index"]),
 ]
