@@ -18,7 +18,13 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/paddle-xla demo
 
-test: $(STAMP)
+# NOTE: tests/generation compares with PaddleFormers' own generate code, installed --no-deps into .zoo/.
+ZOO_STAMP := .zoo/.installed
+$(ZOO_STAMP): tools/zoo.py | $(STAMP)
+	$(BIN)/python tools/zoo.py --install
+	@touch $(ZOO_STAMP)
+
+test: $(STAMP) $(ZOO_STAMP)
 	$(BIN)/python -m pytest tests -n $(JOBS) -p no:cacheprovider
 
 # A long differential sweep against Paddle eager (tests/fuzz), freshly seeded each run; CI runs a short,

@@ -9,8 +9,9 @@ from .quiet import quiet_library_noise as _quiet_library_noise
 
 _quiet_library_noise()   # NOTE: first, so that Paddle's glog level is set if Paddle is not loaded yet
 
-from .errors import (CaptureError, CheckFailedError, CheckpointError, FeedError, LoweringError, ModelLoadError,  # noqa: F401
-                     PaddleXlaError, StrategyError, TrainingError, UnsupportedOpsError)
+from .errors import (CaptureError, CheckFailedError, CheckpointError, FeedError, GenerationError,  # noqa: F401
+                     LoweringError, ModelLoadError, PaddleXlaError, StrategyError, TrainingError,
+                     UnsupportedOpsError)
 from .graph import Graph  # noqa: F401
 from .strategy import LossScale, Strategy  # noqa: F401
 
@@ -33,10 +34,11 @@ _LAZY = {
     "Model": "hapi",
     "load_artifact": ("artifact.reader", "load"),
     "export": "artifact.writer",
+    "Generator": "generator", "generate": "generator",
 }
 
 __all__ = sorted([*_LAZY, "Graph", "Strategy", "LossScale", "PaddleXlaError", "CaptureError",
-                  "CheckFailedError", "CheckpointError",
+                  "CheckFailedError", "CheckpointError", "GenerationError",
                   "FeedError", "LoweringError", "ModelLoadError", "StrategyError", "TrainingError",
                   "UnsupportedOpsError"])
 

@@ -47,3 +47,7 @@ class CheckFailedError(PaddleXlaError):
 
 class ExportError(LoweringError):
     """The program could not be serialized for a platform, or export() got bad arguments."""
+
+
+class GenerationError(PaddleXlaError):
+    """A generate call asked for something the generator cannot do: a bad argument or length."""

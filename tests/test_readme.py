@@ -19,7 +19,7 @@ def test_readme_runs_as_pasted(tmp_path):
     run = subprocess.run([sys.executable, str(ROOT / "tests" / "readme_session.py"), str(ROOT / "README.md")],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
     assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-6000:])
-    for section in ("Quick start", "Training", "Strategy", "Model parallelism", "Serving"):
+    for section in ("Quick start", "Training", "Strategy", "Model parallelism", "Language models", "Serving"):
         assert f"({section}): python" in run.stdout, section
     assert "wrote logits.npy" in run.stdout and '"name":"lenet"' in run.stdout.replace(" ", "")
     assert (tmp_path / "lenet.pxa").exists() and (tmp_path / "logits.npy").exists()

@@ -3,6 +3,7 @@ into the project's venv: several suites pin numpy < 2, which breaks JAX), each c
 compiled and compared with Paddle eager on random weights.
 
     make zoo          # = .venv/bin/python tools/zoo.py
+    tools/zoo.py --install   # only install (make test does, for tests that compare with PaddleFormers)
 
 Covers today: PaddleFormers 1.2 decoder LLMs (Llama, ERNIE 4.5, Phi-3, Gemma 3) in tiny configurations,
 fuse_rms_norm=False (Paddle's fused RMSNorm does not capture on a CPU-only Paddle) and use_cache=False.
@@ -61,6 +62,8 @@ def run_one(name: str) -> str:
 
 def main() -> int:
     install()
+    if "--install" in sys.argv[1:]:
+        return 0                        # NOTE: `make test` installs the suites for the tests that need them
     failed = 0
     for name in MODELS:
         try:

@@ -128,3 +128,21 @@ class _Spinner:
 
     def close(self):
         self.live.stop()
+
+
+@contextmanager
+def compiles_seen() -> Iterator[list[str]]:
+    """A list that collects one event name per JAX trace, lowering or XLA compile while the block runs.
+
+    Tracing counts too: a compile served from the persistent cache still traces, so an empty list
+    means nothing new was asked of the compiler."""
+    seen: list[str] = []
+
+    def record(event: str, secs: float, **kwargs) -> None:
+        if event.startswith("/jax/core/compile/"):
+            seen.append(event)
+    jax.monitoring.register_event_duration_secs_listener(record)
+    try:
+        yield seen
+    finally:
+        jax.monitoring.unregister_event_duration_listener(record)

@@ -1,0 +1,125 @@
+"""Text generation: px.Generator against PaddleFormers' eager `model.generate` (with its KV cache).
+
+A Llama-shaped PaddleFormers model with random weights (about 124M parameters: hidden 768, 12 layers,
+12 heads, 4 KV heads, MLP 2048, vocabulary 32000), greedy decoding of the same prompts in the same run.
+For each batch size it reports time to first token (a max_new_tokens=1 call), decode tokens/s (the
+extra tokens of a longer call over its extra time), XLA compiles after warm-up (must be 0), and the
+memory-bandwidth use of a decode step: the bytes it must read (weights + the KV cache) times steps/s,
+over this machine's copy bandwidth measured in the same run.
+
+    .venv/bin/python benchmarks/generate.py                  # batch 1 and 8 (a few minutes on 2 cores)
+    .venv/bin/python benchmarks/generate.py --batches 1 --new-tokens 16
+
+PaddleFormers comes from .zoo/ (tools/zoo.py --install). fp32 only: the Generator takes no Strategy yet.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.append(os.path.join(ROOT, ".zoo"))
+
+import numpy as np  # noqa: E402
+
+from common import time_calls  # noqa: E402  (benchmarks/common.py)
+
+SHAPE = dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
+             num_attention_heads=12, num_key_value_heads=4, head_dim=64, max_position_embeddings=512,
+             fuse_rms_norm=False)
+
+
+def copy_bandwidth(mb: int = 512) -> float:
+    """Bytes/s of a large host memory copy (read + write counted once each: what a step's reads compete with)."""
+    a = np.ones(mb * 2 ** 20 // 4, np.float32)
+    b = np.empty_like(a)
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        np.copyto(b, a)
+        times.append(time.perf_counter() - start)
+    return 2 * a.nbytes / min(times)
+
+
+def median_time(fn, repeats: int) -> float:
+    return time_calls(fn, repeats)["median_ms"] / 1e3
+
+
+def prompts(batch: int, length: int):
+    rng = np.random.default_rng(0)
+    return rng.integers(3, SHAPE["vocab_size"], (batch, length)).astype("int64")
+
+
+def measure(net, batch: int, prompt_len: int, new_tokens: int, repeats: int, bandwidth: float) -> dict:
+    import paddle
+    from paddle_xla.generator import Generator
+    from paddle_xla.runtime.compile_cache import compiles_seen
+    ids = prompts(batch, prompt_len)
+    mask = np.ones_like(ids)
+    slots = 2 * (prompt_len + new_tokens)
+    gen = Generator(net, max_batch_size=batch, max_length=slots)
+    kw = dict(attention_mask=mask, decode_strategy="greedy_search", eos_token_id=-1)
+    gen.generate(ids, max_new_tokens=new_tokens, **kw)                  # warm-up: compiles
+    with compiles_seen() as compiles:
+        ttft = median_time(lambda: gen.generate(ids, max_new_tokens=1, **kw), repeats)
+        full = median_time(lambda: gen.generate(ids, max_new_tokens=new_tokens, **kw), repeats)
+    ours, _ = gen.generate(ids, max_new_tokens=new_tokens, **kw)
+    pids, pmask = paddle.to_tensor(ids), paddle.to_tensor(mask)
+
+    def paddle_generate(n):
+        return net.generate(pids, attention_mask=pmask, max_new_tokens=n, decode_strategy="greedy_search",
+                            eos_token_id=-1)[0].numpy()
+    p_ttft = median_time(lambda: paddle_generate(1), repeats)
+    p_full = median_time(lambda: paddle_generate(new_tokens), repeats)
+    same = bool((paddle_generate(new_tokens) == ours).all())
+    steps = new_tokens - 1
+    ours_tps, paddle_tps = batch * steps / (full - ttft), batch * steps / (p_full - p_ttft)
+    weights = sum(int(np.prod(p.shape)) * 4 for p in net.parameters())
+    cache = 2 * SHAPE["num_hidden_layers"] * batch * SHAPE["num_key_value_heads"] * slots * SHAPE["head_dim"] * 4
+    step_bytes = weights + cache
+    return {"batch": batch, "prompt_len": prompt_len, "new_tokens": new_tokens, "same_tokens_as_paddle": same,
+            "ttft_ms": ttft * 1e3, "paddle_ttft_ms": p_ttft * 1e3,
+            "decode_tokens_per_s": ours_tps, "paddle_decode_tokens_per_s": paddle_tps,
+            "decode_speedup": ours_tps / paddle_tps, "compiles_after_warmup": len(compiles),
+            "bytes_per_step": step_bytes, "bandwidth_use": step_bytes * (ours_tps / batch) / bandwidth}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "generate.json"))
+    args = ap.parse_args()
+    import paddle
+    from paddleformers.transformers.llama import LlamaConfig, LlamaForCausalLM
+    paddle.seed(0)
+    net = LlamaForCausalLM(LlamaConfig(**SHAPE))
+    net.eval()
+    params = sum(int(np.prod(p.shape)) for p in net.parameters())
+    bandwidth = copy_bandwidth()
+    rows = [measure(net, b, args.prompt_len, args.new_tokens, args.repeats, bandwidth) for b in args.batches]
+    result = {"model": f"PaddleFormers LlamaForCausalLM, random weights, {params / 1e6:.0f}M parameters",
+              "shape": SHAPE, "precision": "fp32", "copy_bandwidth_GBps": bandwidth / 1e9,
+              "threads": os.cpu_count(), "rows": rows, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"{result['model']}, fp32, prompt {args.prompt_len}, {args.new_tokens} new tokens, "
+          f"copy bandwidth {bandwidth / 1e9:.1f} GB/s\n")
+    print("| batch | TTFT ms (Paddle) | decode tok/s (Paddle) | speed-up | bandwidth use | compiles | same tokens |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['batch']} | {r['ttft_ms']:.0f} ({r['paddle_ttft_ms']:.0f}) | {r['decode_tokens_per_s']:.1f} "
+              f"({r['paddle_decode_tokens_per_s']:.1f}) | {r['decode_speedup']:.2f}x | {r['bandwidth_use']:.0%} | "
+              f"{r['compiles_after_warmup']} | {r['same_tokens_as_paddle']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""A causal language model captured as the two programs a fixed-shape decode loop runs.
+
+PaddleFormers' causal LMs keep their keys and values in a cache object (`DynamicCache`) that grows
+by concatenation, so every decode step would be a new shape, and a captured program cannot hand a
+Python object in or out. The model itself stays unchanged: two thin wrappers call it the way
+PaddleFormers' `generate` does and hand the cache in and out as one tensor,
+`[2 * layers, batch, kv_heads, length, head_dim]` (keys and values of layer i at 2i and 2i + 1,
+after rotary embeddings, not repeated for GQA):
+
+- prefill(input_ids, attention_mask, position_ids) -> (last logits [B, V], cache [2L, B, H, P, D])
+- decode(input_ids [B, 1], attention_mask [B, S + 1], position_ids [B, 1], past [2L, B, H, S, D])
+  -> (logits [B, V], the new token's keys and values [2L, B, H, D])
+
+The decode step rebuilds the model's own cache class from a fixed-size buffer of S slots, of which
+the attention mask marks the filled ones; the model appends the new token as slot S, and the loop
+writes that slot back into its buffer. So one decode program serves every step.
+"""
+from __future__ import annotations
+
+import inspect
+
+import paddle
+from paddle.static import InputSpec
+
+from ..errors import CaptureError
+from .sources import Captured, from_layer
+
+
+def cache_geometry(model) -> tuple[int, int, int]:
+    """(layers, kv_heads, head_dim) of a PaddleFormers-style config."""
+    cfg = getattr(model, "config", None)
+    if cfg is None or not hasattr(cfg, "num_hidden_layers"):
+        raise CaptureError(f"{type(model).__name__} has no PaddleFormers-style config (num_hidden_layers, ...): "
+                           "paddle_xla generates with models that take past_key_values and return their cache")
+    heads = cfg.num_attention_heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    return cfg.num_hidden_layers, kv_heads, head_dim
+
+
+def cache_class(model):
+    """The class of the cache object the model returns, found by one eager call on one token."""
+    if "past_key_values" not in inspect.signature(model.forward).parameters:
+        raise CaptureError(f"{type(model).__name__}.forward takes no past_key_values: paddle_xla's generator needs "
+                           "a model with a KV-cache API (PaddleFormers' causal LMs have one)")
+    with paddle.no_grad():
+        out = model(paddle.to_tensor([[1]], dtype="int64"), use_cache=True, return_dict=True)
+    cache = getattr(out, "past_key_values", None)
+    if cache is None or not hasattr(cache, "layers"):
+        raise CaptureError(f"{type(model).__name__} returned no cache object with .layers for use_cache=True "
+                           f"(got {type(cache).__name__})")
+    return type(cache)
+
+
+class _Prefill(paddle.nn.Layer):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, position_ids):
+        out = self.model(input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
+                         return_dict=True)
+        kv = []
+        for layer in out.past_key_values.layers:
+            kv += [layer.keys, layer.values]
+        return out.logits[:, -1], paddle.stack(kv)
+
+
+class _DecodeStep(paddle.nn.Layer):
+    def __init__(self, model, cache_cls, layers):
+        super().__init__()
+        self.model = model
+        self.cache_cls = cache_cls
+        self.layers = layers
+
+    def forward(self, input_ids, attention_mask, position_ids, past):
+        kv = paddle.unbind(past, 0)
+        cache = self.cache_cls([(kv[2 * i], kv[2 * i + 1]) for i in range(self.layers)], config=self.model.config)
+        out = self.model(input_ids, attention_mask=attention_mask, position_ids=position_ids, past_key_values=cache,
+                         use_cache=True, return_dict=True)
+        new = []
+        for layer in out.past_key_values.layers:
+            new += [layer.keys[:, :, -1], layer.values[:, :, -1]]
+        return out.logits[:, -1], paddle.stack(new)
+
+
+def capture_prefill(model, batch: int, length: int) -> Captured:
+    specs = [InputSpec([batch, length], "int64", n) for n in ("input_ids", "attention_mask", "position_ids")]
+    return from_layer(_Prefill(model), specs, training=False)
+
+
+def capture_decode(model, batch: int, slots: int, dtype: str = "float32") -> Captured:
+    layers, kv_heads, head_dim = cache_geometry(model)
+    specs = [InputSpec([batch, 1], "int64", "input_ids"), InputSpec([batch, slots + 1], "int64", "attention_mask"),
+             InputSpec([batch, 1], "int64", "position_ids"),
+             InputSpec([2 * layers, batch, kv_heads, slots, head_dim], dtype, "past")]
+    return from_layer(_DecodeStep(model, cache_class(model), layers), specs, training=False)

@@ -1,0 +1,128 @@
+"""px.Generator against PaddleFormers' own generate (with its KV cache), on tiny random-weight models."""
+import numpy as np
+import paddle
+import pytest
+
+from paddle_xla.errors import CaptureError, GenerationError
+from paddle_xla.generator import Generator
+from paddle_xla.runtime.compile_cache import compiles_seen
+
+from .paddleformers import module
+
+TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64, head_dim=16, fuse_rms_norm=False)
+MODELS = {"llama": ("transformers.llama", "LlamaConfig", "LlamaForCausalLM"),
+          "ernie4_5": ("transformers.ernie4_5", "Ernie4_5Config", "Ernie4_5ForCausalLM")}
+BATCH, SLOTS = 4, 40
+
+
+def _model(name):
+    mod_name, cfg_cls, model_cls = MODELS[name]
+    mod = module(mod_name)
+    paddle.seed(0)
+    net = getattr(mod, model_cls)(getattr(mod, cfg_cls)(**TINY))
+    net.eval()
+    return net
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def built(request):
+    net = _model(request.param)
+    return net, Generator(net, max_batch_size=BATCH, max_length=SLOTS, chunk=4)
+
+
+def _prompts(lengths, width, seed=0):
+    # NOTE: left-padded prompts of different lengths, ids >= 3 so that no real token is pad or eos
+    rng = np.random.default_rng(seed)
+    ids, mask = np.zeros((len(lengths), width), "int64"), np.zeros((len(lengths), width), "int64")
+    for b, n in enumerate(lengths):
+        ids[b, width - n:] = rng.integers(3, TINY["vocab_size"], n)
+        mask[b, width - n:] = 1
+    return ids, mask
+
+
+def _paddle(net, ids, mask, **kw):
+    out, scores = net.generate(paddle.to_tensor(ids), attention_mask=paddle.to_tensor(mask), **kw)
+    return out.numpy(), scores.numpy()
+
+
+@pytest.mark.parametrize("kw", [dict(max_new_tokens=10), dict(max_new_tokens=7, repetition_penalty=1.5),
+                                dict(max_new_tokens=6, min_new_tokens=4)])
+def test_greedy_equals_paddleformers_generate(built, kw):
+    net, gen = built
+    ids, mask = _prompts([7, 3, 5], 7)
+    want, want_scores = _paddle(net, ids, mask, decode_strategy="greedy_search", **kw)
+    got, scores = gen.generate(ids, attention_mask=mask, decode_strategy="greedy_search", **kw)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-6)
+
+
+def test_rows_end_at_their_own_eos(built):
+    # NOTE: eos chosen as a token greedy decoding emits mid-way in one row, so that row ends early and
+    # is padded, while the others go on; scores stop at the EOS step
+    net, gen = built
+    ids, mask = _prompts([6, 2], 6, seed=3)
+    free, _ = _paddle(net, ids, mask, max_new_tokens=8, decode_strategy="greedy_search", eos_token_id=-1)
+    eos = int(free[0, 2])
+    want, want_scores = _paddle(net, ids, mask, max_new_tokens=8, decode_strategy="greedy_search", eos_token_id=eos,
+                                pad_token_id=1)
+    got, scores = gen.generate(ids, attention_mask=mask, max_new_tokens=8, eos_token_id=eos, pad_token_id=1)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-6)
+    assert (got[0, 3:] == 1).all() if eos not in free[0, :2] else True
+    # one prompt alone ends the call at its EOS (the rows that only fill the batch never hold it up)
+    want, _ = _paddle(net, ids[:1], mask[:1], max_new_tokens=8, decode_strategy="greedy_search", eos_token_id=eos)
+    got, _ = gen.generate(ids[:1], attention_mask=mask[:1], max_new_tokens=8, eos_token_id=eos)
+    np.testing.assert_array_equal(got, want)
+    assert got.shape[1] < 8
+
+
+def test_sampling_is_fresh_per_call_and_reproducible_with_seed(built):
+    _, gen = built
+    ids, mask = _prompts([5, 5, 5, 5], 5, seed=1)
+    kw = dict(decode_strategy="sampling", max_new_tokens=12, top_k=0, temperature=1.5, eos_token_id=[])
+    a, _ = gen.generate(ids, attention_mask=mask, seed=7, **kw)
+    b, _ = gen.generate(ids, attention_mask=mask, seed=7, **kw)
+    c, _ = gen.generate(ids, attention_mask=mask, **kw)
+    d, _ = gen.generate(ids, attention_mask=mask, **kw)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(c, d)
+
+
+def test_no_compile_after_warm_up(built):
+    _, gen = built
+    ids, mask = _prompts([9, 4], 9, seed=2)
+    gen.generate(ids, attention_mask=mask, max_new_tokens=5)          # warm-up: bucket 16, this config
+    with compiles_seen() as compiles:
+        for n, width in [(3, 9), (17, 12), (9, 16)]:      # any length and count within bucket 16
+            ids, mask = _prompts([width, max(1, width - 4)], width, seed=n)
+            got, _ = gen.generate(ids, attention_mask=mask, max_new_tokens=n)
+            assert got.shape[1] <= n
+    assert not compiles, f"{len(compiles)} compiles after warm-up"
+
+
+def test_bad_input_names_the_fix(built):
+    _, gen = built
+    ids, mask = _prompts([4], 4)
+    with pytest.raises(GenerationError, match="longer than max_length=40"):
+        gen.generate(np.ones((1, 41), "int64"))
+    with pytest.raises(GenerationError, match="does not fit the cache"):
+        gen.generate(ids, attention_mask=mask, max_new_tokens=30)
+    with pytest.raises(GenerationError, match=r"token id 128 is outside the vocabulary \[0, 128\)"):
+        gen.generate(np.full((1, 3), 128, "int64"))
+    with pytest.raises(GenerationError, match="beam_search"):
+        gen.generate(ids, decode_strategy="beam_search", num_beams=2)
+    with pytest.raises(GenerationError, match="max_batch_size=4"):
+        gen.generate(np.ones((5, 3), "int64"))
+
+
+def test_a_model_without_a_cache_api_is_refused_clearly():
+    class NoCache(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.emb = paddle.nn.Embedding(10, 4)
+
+        def forward(self, input_ids):
+            return self.emb(input_ids)
+    with pytest.raises(CaptureError, match="PaddleFormers-style config"):
+        Generator(NoCache())
