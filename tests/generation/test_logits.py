@@ -34,7 +34,8 @@ def _pf_processed(logits, ids, cfg, prompt_len):
     return procs(paddle.to_tensor(ids), paddle.to_tensor(logits)).numpy()
 
 
-@pytest.mark.parametrize("penalty,min_new,generated", [(1.0, 0, 0), (1.3, 0, 2), (0.7, 3, 1), (1.3, 3, 3)])
+@pytest.mark.parametrize("penalty,min_new,generated", [(1.0, 0, 0), (1.3, 0, 2), (0.7, 3, 1), (1.3, 3, 3),
+                                                      (1.0, 2, 5)])
 def test_processed_logits_match_paddleformers(penalty, min_new, generated):
     cfg = DecodeConfig(repetition_penalty=penalty, min_new_tokens=min_new, eos_token_id=(5,))
     logits, ids = _logits(), _ids()
@@ -70,6 +71,9 @@ def test_top_k_keeps_ties_and_top_p_keeps_the_crossing_token():
     assert np.asarray(L.top_k_filter(probs, 2) > 0).tolist() == [[True, True, True, True, False]]
     # cumulative 0.3, 0.5, ...: the second token takes the sum past 0.4 and is kept, the rest go
     assert np.asarray(L.top_p_filter(probs, 0.4) > 0).sum() == 2
+    # a cumulative sum exactly at top_p does not cross it (PaddleFormers' strict >): the next token stays too
+    even = jnp.full((1, 4), 0.25)
+    assert np.asarray(L.top_p_filter(even, 0.5) > 0).sum() == 3
 
 
 def test_greedy_picks_the_argmax_and_scores_its_processed_logit():
