@@ -22,7 +22,7 @@ from . import x64
 from .capture.causal_lm import cache_geometry, capture_decode, capture_prefill
 from .errors import GenerationError
 from .generation import decode as D
-from .generation.config import DecodeConfig, decode_config
+from .generation.config import DecodeConfig, decode_config, token_ids
 from .lowering.lower import lower
 
 
@@ -61,9 +61,8 @@ class Generator:
         self.layers, self.kv_heads, self.head_dim = cache_geometry(model)
         cfg = model.config
         self.vocab_size = cfg.vocab_size
-        eos = getattr(cfg, "eos_token_id", None)
+        eos_ids = token_ids(getattr(cfg, "eos_token_id", None))
         pad = getattr(cfg, "pad_token_id", None)
-        eos_ids = () if eos is None else ((eos,) if isinstance(eos, int) else tuple(eos))
         # NOTE: PaddleFormers: pad falls back to eos when the config has none
         self.defaults = DecodeConfig(eos_token_id=eos_ids, pad_token_id=pad if pad is not None else
                                      (eos_ids[0] if eos_ids else 0))
@@ -87,12 +86,9 @@ class Generator:
             self._prefills[bucket] = _program(captured)
         return self._prefills[bucket]
 
-    def _programs(self, bucket):
-        return D.Programs(self._prefill(bucket), self._step)
-
     def _start_fn(self, bucket, cfg):
         if (bucket, cfg) not in self._starts:
-            programs = self._programs(bucket)
+            programs = D.Programs(self._prefill(bucket), self._step)
             self._starts[(bucket, cfg)] = jax.jit(
                 lambda params, ids, mask, live, key: D.start(programs, params, ids, mask, live, self.max_length,
                                                              cfg, key, jnp.float32))

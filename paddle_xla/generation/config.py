@@ -87,11 +87,12 @@ def decode_config(base: DecodeConfig | None = None, **kwargs) -> DecodeConfig:
     if min_length and kwargs.get("min_new_tokens", base.min_new_tokens) == 0:
         kwargs["min_new_tokens"] = min_length
     if "eos_token_id" in kwargs:
-        kwargs["eos_token_id"] = _ids(kwargs["eos_token_id"])
+        kwargs["eos_token_id"] = token_ids(kwargs["eos_token_id"])
     return replace(base, **kwargs)
 
 
-def _ids(eos) -> tuple[int, ...]:
+def token_ids(eos) -> tuple[int, ...]:
+    """An eos_token_id as PaddleFormers takes it (None, an id or a list of ids) as a tuple."""
     if eos is None:
         return ()
     if isinstance(eos, int):
