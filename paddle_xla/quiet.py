@@ -1,5 +1,5 @@
-"""Start-up noise that says nothing about the user's model, hidden unless asked: Paddle's glog lines
-and its ccache warning, JAX's report that it found no TPU on a machine that has none, matplotlib's
+"""Start-up noise that says nothing about the user's model, hidden unless asked: Paddle's glog lines,
+its ccache warning and its static-graph notes on .place/.contiguous() during capture, JAX's report that it found no TPU on a machine that has none, matplotlib's
 font-cache notice. `PADDLE_XLA_VERBOSE=1` (or the CLI's --verbose) shows them all again.
 
 Two levels. Importing paddle_xla hides only those named lines, so a library user's own warnings,
@@ -37,6 +37,9 @@ def quiet_library_noise() -> None:
     if "paddle" not in sys.modules:     # NOTE: too late once Paddle is loaded; say so in the README
         os.environ.setdefault("GLOG_minloglevel", _GLOG_WARNINGS_AND_UP)
     _ignore(message=r"No ccache found", category=UserWarning)
+    # NOTE: Paddle's static graph says this of every .place / .contiguous() a model (PaddleFormers' do)
+    # calls while paddle_xla captures it: the capture's business, nothing the user can change
+    _ignore(message=r"Tensor do not have '(place|contiguous)' interface", category=UserWarning)
     for name in _NOISY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
 

@@ -39,8 +39,12 @@ def load(path: str, prefer_graph: bool = False, seed: int | None = None, key=Non
     """Open a .pxa. It runs its serialized executable when one was exported for this platform
     (`mode == "exported"`), else re-lowers its Graph (`mode == "relowered"`); `why` says why.
     Random ops draw anew on every call, starting from the exporter's key, or from `seed` / `key`.
-    A train step's artifact opens as a train_reader.TrainArtifact (`train_options` go to it)."""
+    A train step's artifact opens as a train_reader.TrainArtifact (`train_options` go to it), a
+    generator's as a generator_reader.GeneratorArtifact."""
     manifest, members = read(path)
+    if manifest.get("kind") == "generator":
+        from .generator_reader import GeneratorArtifact
+        return GeneratorArtifact(path, manifest, members, prefer_graph, seed=seed or 0)
     if manifest.get("kind") == "train":
         from .train_reader import TrainArtifact
         return TrainArtifact(path, manifest, members, prefer_graph, **train_options)

@@ -14,6 +14,7 @@ from . import container as fmt
 from . import synthetic_weights as synthetic_lib
 from .. import x64
 from ..errors import ExportError  # noqa: F401  (re-exported: export() raises it)
+from .generator_writer import export_generator, is_generator
 from .jax_export import avals, check_platforms, export_all
 from ..graph import Graph
 from ..runtime.held import HeldWeights
@@ -26,7 +27,7 @@ from ..runtime.xla_options import has_convolutions
 
 @x64.enabled
 def export(model, path: str, platforms: Sequence[str] = ("cpu",), example_inputs=None,
-           synthetic_weights: Mapping | None = None) -> dict:
+           synthetic_weights: Mapping | None = None, tokenizer=None) -> dict:
     """Write `model` (an XlaModel, a CompiledModel, or a train step) to the single file `path`, atomically.
 
     For each platform in `platforms` ('cpu', 'cuda', 'rocm', 'tpu'; none need be present here) the
@@ -37,7 +38,15 @@ def export(model, path: str, platforms: Sequence[str] = ("cpu",), example_inputs
     `synthetic_weights={"std": 0.02, "seed": 0}` leaves the weights of 2 or more dimensions out; the
     loader draws them as normal(0, std) (see synthetic_weights.py). Each platform's executable is
     lowered with the policy tuned for that platform, in the model's precision; the manifest records
-    them (`lowering`). Returns the manifest."""
+    them (`lowering`). A px.Generator is written with its prefill and decode programs, its generation
+    config and `tokenizer` (see generator_writer.py). Returns the manifest."""
+    if is_generator(model):
+        if example_inputs is not None or synthetic_weights is not None:
+            raise ExportError("a generator exports its own fixed shapes and all its weights: drop example_inputs "
+                              "and synthetic_weights")
+        return export_generator(model, path, platforms, tokenizer)
+    if tokenizer is not None:
+        raise ExportError("tokenizer= goes with a px.Generator; this model is not one")
     if _is_train_step(model):
         from .train_writer import export_train
         return export_train(model, path, platforms, example_inputs, synthetic_weights)

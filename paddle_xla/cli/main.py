@@ -1,4 +1,4 @@
-"""`paddle-xla`: check, export, plan, validate, bench, demo, run, serve, launch.
+"""`paddle-xla`: check, export, plan, validate, bench, demo, run, generate, serve, launch.
 
 A user's mistake (a PaddleXlaError, a bad MODULE:FACTORY, a missing extra) ends in one line on
 stderr that names the fix, and exit status 2; --verbose shows the traceback too (main)."""
@@ -308,6 +308,41 @@ def run_artifact(artifact: str = typer.Argument(..., help="a .pxa file written b
     for path in pxa.save_outputs(output, outs, model.output_names):
         typer.echo(f"wrote {path}")
     typer.echo(f"mode: {model.mode} ({model.why})")
+
+
+@app.command("generate")
+def generate_text(artifact: str = typer.Argument(..., help="a generator .pxa written by px.export(gen, ...)"),
+                  prompt: Optional[str] = typer.Option(None, "--prompt", "-p", help="text, encoded with the artifact's "
+                                                       "tokenizer"),
+                  ids: Optional[str] = typer.Option(None, "--ids", help="token ids instead of text: 1,2,3"),
+                  max_new_tokens: int = typer.Option(20, "--max-new-tokens"),
+                  decode_strategy: str = typer.Option("greedy_search", "--decode-strategy",
+                                                      help="greedy_search | sampling"),
+                  top_k: int = typer.Option(50, "--top-k"), top_p: float = typer.Option(1.0, "--top-p"),
+                  temperature: float = typer.Option(1.0, "--temperature"),
+                  repetition_penalty: float = typer.Option(1.0, "--repetition-penalty"),
+                  seed: Optional[int] = typer.Option(None, "--seed")):
+    """Generate from a prompt with an exported language model. Needs JAX (and tokenizers), not Paddle."""
+    import numpy as np
+
+    from ..artifact import reader as pxa
+    if (prompt is None) == (ids is None):
+        raise typer.BadParameter("give either --prompt TEXT or --ids 1,2,3", param_hint="--prompt")
+    model = pxa.load(artifact)
+    if model.manifest.get("kind") != "generator":
+        raise TargetError(f"{artifact} is a {model.manifest.get('kind', 'inference')} artifact, not a generator: "
+                          "export one with px.export(px.Generator(model, ...), path)")
+    kw = dict(max_new_tokens=max_new_tokens, decode_strategy=decode_strategy, top_k=top_k, top_p=top_p,
+              temperature=temperature, repetition_penalty=repetition_penalty, seed=seed)
+    if prompt is not None:
+        typer.echo(model.complete(prompt, **kw))
+        return
+    try:
+        row = [int(t) for t in ids.split(",") if t.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"--ids takes comma-separated integers, not {ids!r}", param_hint="--ids") from None
+    out, _ = model.generate(np.asarray([row], np.int64), **kw)
+    typer.echo(",".join(str(int(t)) for t in out[0]))
 
 
 def _with_settings_flags(command):

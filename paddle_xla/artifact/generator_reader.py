@@ -1,0 +1,131 @@
+"""GeneratorArtifact: a generator written by px.export(gen, ...), generating without Paddle.
+
+It runs the exported StableHLO programs when the artifact holds them for this platform (`mode ==
+"exported"`), else re-lowers the stored Graphs (`mode == "relowered"`), and generates through the
+same Engine as px.Generator, so its arguments, checks and tokens are the live generator's. Paddle-free.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import jax
+import numpy as np
+
+from .. import x64
+from ..errors import GenerationError, ModelLoadError
+from ..generation.config import DecodeConfig, token_ids
+from ..generation.engine import Engine, Geometry, held_weights, program
+from ..graph import Graph
+from ..lowering.policy import LoweringPolicy
+from ..runtime.held import HeldWeights
+from .container import WEIGHTS, current_platform, lowering_moved, weights_of
+from .generator_writer import TOKENIZER, graph_member, program_weights
+
+
+class GeneratorArtifact:
+    """`generate(input_ids, ...)` as px.Generator.generate; `complete(prompt, ...)` text in, text out."""
+
+    def __init__(self, path: str, manifest: dict, members: Mapping[str, bytes], prefer_graph: bool = False,
+                 seed: int = 0):
+        self.path, self.manifest = path, manifest
+        gen = manifest.get("generation") or {}
+        try:
+            self.geometry = Geometry.from_dict(gen["geometry"])
+            defaults = dict(gen["defaults"])
+            defaults["eos_token_id"] = tuple(defaults.get("eos_token_id") or ())
+            self.defaults = DecodeConfig(**defaults)
+        except (KeyError, TypeError) as e:
+            raise ModelLoadError(f"The generation record of {path!r} is incomplete ({e}); export it again.") from None
+        self.platform = current_platform()
+        self.graphs = {n: _graph(path, members, n) for n in ["decode"] + [f"prefill_{b}" for b in self.geometry.buckets]}
+        entry = (manifest.get("exported") or {}).get(self.platform)
+        if entry is not None and not prefer_graph:
+            self.mode, self.why = "exported", f"runs the executables exported for {self.platform}"
+            held = HeldWeights.from_manifest(entry, self.geometry.precision)
+            make = lambda n: _exported_program(path, members, entry["programs"][n], self.graphs[n])  # noqa: E731
+        else:
+            self.mode = "relowered"
+            self.why = ("prefer_graph=True" if entry is not None else
+                        f"no executable was exported for {self.platform} (it has {sorted(manifest.get('exported') or {})})"
+                        ) + "; the Graphs are lowered here" + lowering_moved(manifest)
+            policy = LoweringPolicy.live(self.geometry.precision, inference=True)
+            held = held_weights(self.graphs["decode"], policy)
+            make = lambda n: program(self.graphs[n], policy)  # noqa: E731
+        weights = held.all_prepared(weights_of(path, members[WEIGHTS]))
+        self.engine = Engine(self.geometry, self.defaults, make("decode"), lambda b: make(f"prefill_{b}"), weights,
+                             seed=seed)
+        self._tokenizer_text = members.get(TOKENIZER)
+        self._tokenizer_obj = None
+
+    def generate(self, input_ids, attention_mask=None, seed: int | None = None, **kwargs):
+        """(new token ids [batch, T] int64, mean scores [batch, 1] float32), as PaddleFormers' generate."""
+        return self.engine.generate(input_ids, attention_mask=attention_mask, seed=seed, **kwargs)
+
+    def warm_up(self, **kwargs) -> None:
+        self.engine.warm_up(**kwargs)
+
+    def encode(self, prompt: str) -> list[int]:
+        ids = self._tokenizer().encode(prompt).ids
+        if not ids:
+            raise GenerationError(f"the prompt {prompt!r} encodes to no tokens")
+        return ids
+
+    def decode(self, ids) -> str:
+        return self._tokenizer().decode([int(i) for i in ids], skip_special_tokens=True)
+
+    def complete(self, prompt: str, **kwargs) -> str:
+        """The text generated after `prompt` (tokens up to the row's EOS), through the artifact's tokenizer."""
+        ids, _ = self.generate(np.asarray([self.encode(prompt)], np.int64), **kwargs)
+        row = [int(t) for t in ids[0]]
+        eos = set(token_ids(kwargs.get("eos_token_id", self.defaults.eos_token_id)))
+        cut = next((i for i, t in enumerate(row) if t in eos), len(row))
+        return self.decode(row[:cut])
+
+    @property
+    def tokenizer(self):
+        """The artifact's `tokenizers.Tokenizer` (None when it was exported without one)."""
+        if self._tokenizer_obj is None and self._tokenizer_text is not None:
+            self._tokenizer_obj = _tokenizer(self.path, self._tokenizer_text)
+        return self._tokenizer_obj
+
+    def _tokenizer(self):
+        if self.tokenizer is None:
+            raise GenerationError(f"{self.path!r} holds no tokenizer: export it with px.export(gen, path, "
+                                  "tokenizer=...) or pass token ids")
+        return self.tokenizer
+
+
+def _graph(path: str, members: Mapping[str, bytes], name: str) -> Graph:
+    member = graph_member(name)
+    if member not in members:
+        raise ModelLoadError(f"{path!r} lacks the {name} program ({member}); export it again.")
+    try:
+        return Graph.from_json(members[member].decode())
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise ModelLoadError(f"The {name} program of {path!r} is corrupt ({e}); export it again.") from None
+
+
+def _exported_program(path: str, members: Mapping[str, bytes], member: str, graph: Graph):
+    try:
+        exp = jax.export.deserialize(bytearray(members[member]))
+    except Exception as e:
+        raise ModelLoadError(f"The executable {member!r} of {path!r} does not deserialize ({e}); export it again.") \
+            from None
+    names = program_weights(graph)
+
+    def run(weights, *feeds):
+        with x64.scope():
+            return exp.call({k: weights[k] for k in names}, *feeds)
+    return run
+
+
+def _tokenizer(path: str, text: bytes):
+    try:
+        from tokenizers import Tokenizer
+    except ModuleNotFoundError:
+        raise ModelLoadError(f"{path!r} holds a tokenizer, which needs the 'tokenizers' package: "
+                             "pip install 'paddle_xla[validate]' (or pass token ids)") from None
+    try:
+        return Tokenizer.from_str(text.decode())
+    except Exception as e:
+        raise ModelLoadError(f"The tokenizer in {path!r} is corrupt ({e}); export it again.") from None

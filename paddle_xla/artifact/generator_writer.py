@@ -1,0 +1,140 @@
+"""A px.Generator written as a Paddle-free artifact (kind "generator"): px.export(gen, "llm.pxa", tokenizer=...).
+
+Members, besides the manifest:
+  graphs/decode.json, graphs/prefill_<P>.json   the captured programs (one prefill per prompt bucket P)
+  weights.safetensors                           every weight, as Paddle holds it
+  exported/<platform>/<program>.bin             jax.export StableHLO of each program, per platform
+  tokenizer.json                                the tokenizer (the `tokenizers` library's format), if given
+
+The manifest's `generation` holds the Geometry (batch and cache slots, cache shape, vocabulary,
+precision) and generate's defaults (eos and pad ids), so a loader needs nothing else. Paddle-free.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import jax
+import numpy as np
+
+from . import container as fmt
+from .. import x64
+from ..errors import ExportError
+from ..files import atomic_write
+from ..generation.engine import held_weights, program
+from ..lowering.policy import LoweringPolicy
+from ..ops.util import dtype as jax_dtype
+from .jax_export import avals, check_platforms
+
+TOKENIZER = "tokenizer.json"
+
+
+def graph_member(name: str) -> str:
+    return f"graphs/{name}.json"
+
+
+def program_member(platform: str, name: str) -> str:
+    return f"exported/{platform}/{name}.bin"
+
+
+def is_generator(model) -> bool:
+    # NOTE: duck-typed, so this module never imports generator.py (and so paddle)
+    return all(hasattr(model, a) for a in ("engine", "geometry", "decode_captured", "prefill_captured"))
+
+
+def export_generator(gen, path: str, platforms=("cpu",), tokenizer=None) -> dict:
+    """Write `gen` to `path` atomically (see the module docstring) and return the manifest."""
+    platforms = check_platforms(platforms)
+    g = gen.geometry
+    graphs = {"decode": gen.decode_captured.graph}
+    graphs.update({f"prefill_{b}": gen.prefill_captured(b).graph for b in g.buckets})
+    weights = {k: np.asarray(v) for k, v in gen.source_weights.items()}
+    policies = {p: LoweringPolicy.tuned(p, g.precision, inference=True) for p in platforms}
+    members = {graph_member(n): graph.to_json().encode() for n, graph in graphs.items()}
+    members[fmt.WEIGHTS] = fmt.weights_bytes(weights)
+    exported = {}
+    for p in platforms:
+        held = held_weights(graphs["decode"], policies[p])
+        laid_out = held.all_prepared(weights)
+        for name, graph in graphs.items():
+            members[program_member(p, name)] = _serialized(graph, policies[p], laid_out, p, g.cache_dtype)
+        exported[p] = {"programs": {n: program_member(p, n) for n in graphs}, **held.to_manifest()}
+    text = tokenizer_json(tokenizer)
+    if text is not None:
+        members[TOKENIZER] = text.encode()
+    decode = graphs["decode"]
+    manifest = {"kind": "generator",
+                "feeds": [fmt.tensor_spec(t) for t in decode.feeds],
+                "fetches": [fmt.tensor_spec(t) for t in decode.fetches],
+                "generation": {"geometry": g.to_dict(), "defaults": dataclasses.asdict(gen.defaults),
+                               "buckets": list(g.buckets)},
+                "exported": exported,
+                "lowering": fmt.lowering_record(policies, g.precision),
+                "tokenizer": TOKENIZER if text is not None else None}
+    data, manifest = fmt.pack(members, manifest)
+    atomic_write(path, data)
+    return manifest
+
+
+def program_weights(graph) -> list[str]:
+    """The weights a program reads, in a fixed order (what its executable takes)."""
+    return sorted(p.name for p in graph.params)
+
+
+def _serialized(graph, policy, weights, platform: str, cache_dtype) -> bytes:
+    run = program(graph, policy)
+    mine = {k: weights[k] for k in program_weights(graph)}
+    # NOTE: the decode step reads the KV cache in the engine's cache dtype (bf16 under bf16), not the
+    # float32 the capture declared
+    feeds = [jax.ShapeDtypeStruct(tuple(t.shape), cache_dtype if t.name == "past" else jax_dtype(t.dtype))
+             for t in graph.feeds]
+    if any(d < 0 for t in graph.feeds for d in t.shape):
+        raise ExportError("a generator's programs have fixed shapes; this one has a symbolic input")
+    with x64.scope():
+        try:
+            exp = jax.export.export(jax.jit(run), platforms=[platform])(avals(mine), *feeds)
+        except Exception as e:
+            raise ExportError(f"Exporting the generator for platform {platform!r} failed: "
+                              f"{type(e).__name__}: {e}") from e
+    return bytes(exp.serialize())
+
+
+def tokenizer_json(tokenizer) -> str | None:
+    """The tokenizer as tokenizer.json text: from a `tokenizers.Tokenizer`, a fast (PaddleFormers or Hugging
+    Face) tokenizer, a slow one convertible by transformers' converter, a tokenizer.json path or the
+    folder holding one."""
+    if tokenizer is None:
+        return None
+    if isinstance(tokenizer, (str, os.PathLike)):
+        file = os.path.join(tokenizer, TOKENIZER) if os.path.isdir(tokenizer) else os.fspath(tokenizer)
+        if not os.path.isfile(file):
+            raise ExportError(f"tokenizer={tokenizer!r}: no {TOKENIZER} there; pass the tokenizer object or the "
+                              f"path of its {TOKENIZER}")
+        with open(file, encoding="utf-8") as f:
+            text = f.read()
+    elif hasattr(tokenizer, "to_str"):
+        text = tokenizer.to_str()
+    elif getattr(tokenizer, "backend_tokenizer", None) is not None:
+        text = tokenizer.backend_tokenizer.to_str()
+    else:
+        text = _converted(tokenizer)
+    _check_tokenizer(text, tokenizer)
+    return text
+
+
+def _converted(tokenizer) -> str:
+    try:
+        from transformers.convert_slow_tokenizer import convert_slow_tokenizer
+        return convert_slow_tokenizer(tokenizer).to_str()
+    except Exception as e:
+        raise ExportError(f"the tokenizer ({type(tokenizer).__name__}) has no tokenizer.json form and could not be "
+                          f"converted ({type(e).__name__}: {e}); load its fast version (use_fast=True) or pass the "
+                          f"path of a {TOKENIZER}") from e
+
+
+def _check_tokenizer(text: str, source) -> None:
+    from tokenizers import Tokenizer
+    try:
+        Tokenizer.from_str(text)
+    except Exception as e:
+        raise ExportError(f"tokenizer={type(source).__name__} gives no valid {TOKENIZER} ({e})") from e

@@ -1,0 +1,212 @@
+"""Engine: generate with a causal LM's two programs (prefill per prompt bucket, one decode step), Paddle-free.
+
+The programs come from wherever the model lives: px.Generator captures them from a live Paddle model,
+a generator artifact (artifact/generator_reader.py) deserializes or re-lowers them. Both then generate
+through this one class, so a loaded artifact keeps the live model's arguments, checks and numbers.
+
+`Geometry` is everything fixed when the programs are made (it is what an artifact records):
+batch slots, cache slots, the cache's shape, the vocabulary and the precision.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import x64
+from ..errors import GenerationError
+from ..graph import Graph
+from ..lowering.lower import lower
+from ..lowering.policy import LoweringPolicy
+from ..runtime.held import HeldWeights
+from . import decode as D
+from .config import DecodeConfig, decode_config
+
+FIRST_BUCKET = 16
+
+
+@dataclass(frozen=True)
+class Geometry:
+    max_batch_size: int
+    max_length: int               # cache slots: prompt bucket + new tokens fit in it
+    layers: int
+    kv_heads: int
+    head_dim: int
+    vocab_size: int
+    chunk: int = 16               # decode steps per host call
+    precision: str = "fp32"       # "fp32" | "bf16" | "fp16": compute, and the KV cache's dtype
+
+    def __post_init__(self):
+        for name in ("max_batch_size", "max_length", "chunk"):
+            if getattr(self, name) < 1:
+                raise GenerationError(f"{name}={getattr(self, name)} must be at least 1")
+
+    @property
+    def buckets(self) -> tuple[int, ...]:
+        """The prompt lengths a prefill is made for: 16, 32, ... up to max_length (itself the last)."""
+        out, b = [], FIRST_BUCKET
+        while b < self.max_length:
+            out.append(b)
+            b *= 2
+        return tuple(out) + (self.max_length,)
+
+    def bucket(self, n: int) -> int:
+        return next(b for b in self.buckets if b >= n)
+
+    @property
+    def cache_dtype(self):
+        return {"fp32": jnp.float32, "bf16": jnp.bfloat16, "fp16": jnp.float16}[self.precision]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Geometry":
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
+
+
+def program(graph: Graph, policy: LoweringPolicy):
+    """The Graph as run(weights, *feeds) -> fetches, weights a dict holding (at least) its persistables."""
+    fn = lower(graph, policy)
+    names = [f.name for f in graph.feeds]
+    trainable = {p.name for p in graph.params if p.trainable}
+    persistables = {p.name for p in graph.params}
+
+    def run(weights, *feeds):
+        params = {k: weights[k] for k in persistables & trainable}
+        buffers = {k: weights[k] for k in persistables - trainable}
+        outs, _ = fn(params, buffers, dict(zip(names, feeds)), None)
+        return outs
+    return run
+
+
+def held_weights(graph: Graph, policy: LoweringPolicy) -> HeldWeights:
+    """Which weights the decode step reads in half (its matmul weights under bf16/fp16): held so once,
+    so that a step reads half the bytes instead of casting float32 weights on every token."""
+    return HeldWeights.for_graph(graph, policy)
+
+
+class Engine:
+    """Generates for up to `geometry.max_batch_size` prompts within `geometry.max_length` cache slots.
+
+    step: run(weights, ids [B,1], mask [B,S+1], pos [B,1], past) -> (logits, new K/V);
+    prefill_for(bucket) -> run(weights, ids, mask, pos) -> (logits, K/V), made on first use;
+    weights: name -> array as the programs read them (held.py's precision and layout)."""
+
+    def __init__(self, geometry: Geometry, defaults: DecodeConfig, step: Callable,
+                 prefill_for: Callable[[int], Callable], weights: Mapping, seed: int = 0):
+        self.geometry, self.defaults = geometry, defaults
+        self._step, self._prefill_for = step, prefill_for
+        self._weights = dict(weights)
+        self._params = None
+        self._prefills: dict[int, Callable] = {}
+        self._starts: dict = {}
+        self._runs: dict = {}
+        self._key = jax.random.PRNGKey(seed)
+        self._calls = itertools.count()
+
+    # ---- programs, compiled once per prompt bucket and decode config ----
+    def _prefill(self, bucket: int):
+        if bucket not in self._prefills:
+            self._prefills[bucket] = self._prefill_for(bucket)
+        return self._prefills[bucket]
+
+    def _start_fn(self, bucket, cfg):
+        if (bucket, cfg) not in self._starts:
+            programs = D.Programs(self._prefill(bucket), self._step)
+            g = self.geometry
+            self._starts[(bucket, cfg)] = jax.jit(
+                lambda params, ids, mask, live, key: D.start(programs, params, ids, mask, live, g.max_length,
+                                                             cfg, key, g.cache_dtype))
+        return self._starts[(bucket, cfg)]
+
+    def _run_fn(self, cfg):
+        if cfg not in self._runs:
+            programs = D.Programs(None, self._step)
+            self._runs[cfg] = jax.jit(lambda params, state, stop_at: D.run(programs, params, state, stop_at, cfg),
+                                      donate_argnums=(1,))
+        return self._runs[cfg]
+
+    def _device_params(self):
+        if self._params is None:
+            self._params = jax.device_put(self._weights)
+        return self._params
+
+    # ---- generate ----
+    def generate(self, input_ids, attention_mask=None, seed: int | None = None, **kwargs):
+        """(new token ids [batch, T] int64, mean scores [batch, 1] float32), as PaddleFormers' generate."""
+        cfg = decode_config(self.defaults, **kwargs)
+        ids, mask = self._inputs(input_ids, attention_mask, cfg)
+        batch, width = ids.shape
+        self._check_lengths(width, cfg)
+        bucket = self.geometry.bucket(width)
+        ids, mask = self._padded(ids, mask, bucket, cfg)
+        key = jax.random.PRNGKey(seed) if seed is not None else jax.random.fold_in(self._key, next(self._calls))
+        with x64.scope():
+            params = self._device_params()
+            live = np.arange(self.geometry.max_batch_size) < batch
+            state = self._start_fn(bucket, cfg.compiled())(params, ids, mask, live, key)
+            run = self._run_fn(cfg.compiled())
+            done = 1
+            while done < cfg.max_new_tokens:
+                state = run(params, state, min(done + self.geometry.chunk, cfg.max_new_tokens))
+                done = int(state.t)
+                if cfg.eos_token_id and not bool(np.asarray(state.unfinished).any()):
+                    break
+            out, scores = np.asarray(state.out), np.asarray(state.scores)
+        return out[:batch, :done].astype(np.int64), scores[:batch, None].astype(np.float32)
+
+    def warm_up(self, buckets=None, **kwargs) -> None:
+        """Compile the prefill of every bucket (or those given) and the decode loop for these arguments."""
+        for i, bucket in enumerate(buckets or self.geometry.buckets):
+            # NOTE: the decode loop is one program for every bucket: compiled once, with the first
+            two = i == 0 and bucket < self.geometry.max_length
+            self.generate(np.ones((1, bucket), np.int64), max_new_tokens=2 if two else 1, **kwargs)
+
+    def _inputs(self, input_ids, attention_mask, cfg):
+        ids = np.asarray(input_ids.numpy() if hasattr(input_ids, "numpy") else input_ids)
+        g = self.geometry
+        if ids.ndim != 2 or ids.dtype.kind not in "iu" or ids.shape[1] == 0:
+            raise GenerationError(f"input_ids must be integer token ids [batch, length >= 1], got {ids.dtype} "
+                                  f"{ids.shape}")
+        if ids.shape[0] > g.max_batch_size:
+            raise GenerationError(f"{ids.shape[0]} prompts > max_batch_size={g.max_batch_size}: split the batch "
+                                  "or build the Generator with a larger max_batch_size")
+        bad = (ids < 0) | (ids >= g.vocab_size)
+        if bad.any():
+            raise GenerationError(f"token id {int(ids[bad][0])} is outside the vocabulary [0, {g.vocab_size})")
+        if attention_mask is None:
+            # NOTE: PaddleFormers: padding is where ids equal pad_token_id, if it occurs and is not also eos
+            pad = cfg.pad_token_id
+            has_pad = (ids == pad).any() and pad not in cfg.eos_token_id
+            mask = (ids != pad) if has_pad else np.ones_like(ids)
+        else:
+            mask = np.asarray(attention_mask.numpy() if hasattr(attention_mask, "numpy") else attention_mask)
+            if mask.shape != ids.shape:
+                raise GenerationError(f"attention_mask shape {mask.shape} differs from input_ids' {ids.shape}")
+        return ids.astype(np.int64), (mask != 0).astype(np.int64)
+
+    def _check_lengths(self, width, cfg):
+        g = self.geometry
+        if width > g.max_length:
+            raise GenerationError(f"the prompt ({width} tokens) is longer than max_length={g.max_length}: "
+                                  "build the Generator with a larger max_length")
+        bucket = g.bucket(width)
+        room = g.max_length - bucket + 1
+        if cfg.max_new_tokens > room:
+            raise GenerationError(f"max_new_tokens={cfg.max_new_tokens} does not fit the cache: a prompt of {width} "
+                                  f"tokens (bucket {bucket}) leaves room for {room} in max_length={g.max_length}")
+
+    def _padded(self, ids, mask, bucket, cfg):
+        # NOTE: left padding to the bucket, and dummy rows (all padding) up to max_batch_size
+        b = self.geometry.max_batch_size
+        out = np.full((b, bucket), cfg.pad_token_id, np.int64)
+        m = np.zeros((b, bucket), np.int64)
+        out[:ids.shape[0], bucket - ids.shape[1]:] = ids
+        m[:ids.shape[0], bucket - ids.shape[1]:] = mask
+        return out, m
