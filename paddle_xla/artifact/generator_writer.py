@@ -101,8 +101,8 @@ def _serialized(graph, policy, weights, platform: str, cache_dtype) -> bytes:
 
 def tokenizer_json(tokenizer) -> str | None:
     """The tokenizer as tokenizer.json text: from a `tokenizers.Tokenizer`, a fast (PaddleFormers or Hugging
-    Face) tokenizer, a slow one convertible by transformers' converter, a tokenizer.json path or the
-    folder holding one."""
+    Face) tokenizer, a tokenizer.json path or the folder holding one. A slow (Python) tokenizer is refused
+    with the fix: its fast version holds the tokenizer.json."""
     if tokenizer is None:
         return None
     if isinstance(tokenizer, (str, os.PathLike)):
@@ -117,19 +117,11 @@ def tokenizer_json(tokenizer) -> str | None:
     elif getattr(tokenizer, "backend_tokenizer", None) is not None:
         text = tokenizer.backend_tokenizer.to_str()
     else:
-        text = _converted(tokenizer)
+        raise ExportError(f"the tokenizer ({type(tokenizer).__name__}) is not a fast tokenizer, so it has no "
+                          f"{TOKENIZER} form: load its fast version (AutoTokenizer.from_pretrained(..., use_fast=True))"
+                          f" or pass the path of a {TOKENIZER}")
     _check_tokenizer(text, tokenizer)
     return text
-
-
-def _converted(tokenizer) -> str:
-    try:
-        from transformers.convert_slow_tokenizer import convert_slow_tokenizer
-        return convert_slow_tokenizer(tokenizer).to_str()
-    except Exception as e:
-        raise ExportError(f"the tokenizer ({type(tokenizer).__name__}) has no tokenizer.json form and could not be "
-                          f"converted ({type(e).__name__}: {e}); load its fast version (use_fast=True) or pass the "
-                          f"path of a {TOKENIZER}") from e
 
 
 def _check_tokenizer(text: str, source) -> None:

@@ -153,6 +153,8 @@ def test_export_and_load_errors_name_the_fix(exported, tmp_path):
     with pytest.raises(ExportError, match="no tokenizer.json there"):
         px.export(gen, str(tmp_path / "b.pxa"), tokenizer=str(tmp_path))
     assert not os.path.exists(tmp_path / "b.pxa")
+    with pytest.raises(ExportError, match="not a fast tokenizer.*use_fast=True"):
+        px.export(gen, str(tmp_path / "b.pxa"), tokenizer=object())
     no_tok = str(tmp_path / "c.pxa")
     px.export(gen, no_tok)
     with pytest.raises(GenerationError, match="holds no tokenizer"):
