@@ -2,15 +2,18 @@
 
 A Llama-shaped PaddleFormers model with random weights (about 124M parameters: hidden 768, 12 layers,
 12 heads, 4 KV heads, MLP 2048, vocabulary 32000), greedy decoding of the same prompts in the same run.
-For each batch size it reports time to first token (a max_new_tokens=1 call), decode tokens/s (the
+For each batch size and precision (fp32, and bf16: px.Strategy(precision="bf16"), matmul weights held in
+bf16 and a bf16 KV cache) it reports time to first token (a max_new_tokens=1 call), decode tokens/s (the
 extra tokens of a longer call over its extra time), XLA compiles after warm-up (must be 0), and the
-memory-bandwidth use of a decode step: the bytes it must read (weights + the KV cache) times steps/s,
-over this machine's copy bandwidth measured in the same run.
+memory-bandwidth use of a decode step: the bytes it must read (every weight as the step holds it but
+the embedding table, of which it gathers one row per token, plus the KV cache) times steps/s, over
+this machine's copy bandwidth measured in the same run. Paddle runs fp32, its fastest on a CPU; both
+precisions are compared with it.
 
-    .venv/bin/python benchmarks/generate.py                  # batch 1 and 8 (a few minutes on 2 cores)
-    .venv/bin/python benchmarks/generate.py --batches 1 --new-tokens 16
+    .venv/bin/python benchmarks/generate.py                  # batch 1, 8 and 32 (about 10 minutes on 2 cores)
+    .venv/bin/python benchmarks/generate.py --batches 1 --new-tokens 16 --precisions fp32
 
-PaddleFormers comes from .zoo/ (tools/zoo.py --install). fp32 only: the Generator takes no Strategy yet.
+PaddleFormers comes from .zoo/ (tools/zoo.py --install).
 """
 from __future__ import annotations
 
@@ -54,43 +57,60 @@ def prompts(batch: int, length: int):
     return rng.integers(3, SHAPE["vocab_size"], (batch, length)).astype("int64")
 
 
-def measure(net, batch: int, prompt_len: int, new_tokens: int, repeats: int, bandwidth: float) -> dict:
+def paddle_side(net, ids, new_tokens: int, repeats: int) -> dict:
+    """PaddleFormers' eager generate on these prompts: TTFT, full-call time and its tokens."""
     import paddle
+    pids, pmask = paddle.to_tensor(ids), paddle.to_tensor(np.ones_like(ids))
+
+    def paddle_generate(n):
+        return net.generate(pids, attention_mask=pmask, max_new_tokens=n, decode_strategy="greedy_search",
+                            eos_token_id=-1)[0].numpy()
+    return {"ttft": median_time(lambda: paddle_generate(1), repeats),
+            "full": median_time(lambda: paddle_generate(new_tokens), repeats), "tokens": paddle_generate(new_tokens)}
+
+
+def step_bytes(gen, batch: int, slots: int) -> int:
+    """What one decode step must read: every weight as the generator holds it, but the embedding table
+    (one gathered row per token), and the whole KV cache in its dtype."""
+    held = gen.engine._device_params()
+    table = SHAPE["vocab_size"] * SHAPE["hidden_size"]
+    weights = sum(v.nbytes for v in held.values() if not (v.ndim == 2 and v.size == table and v.shape[0] ==
+                                                            SHAPE["vocab_size"]))
+    itemsize = np.dtype(gen.geometry.cache_dtype).itemsize
+    return weights + 2 * SHAPE["num_hidden_layers"] * batch * SHAPE["num_key_value_heads"] * slots * \
+        SHAPE["head_dim"] * itemsize
+
+
+def measure(net, precision: str, batch: int, prompt_len: int, new_tokens: int, repeats: int, bandwidth: float,
+            paddle: dict) -> dict:
+    import paddle_xla as px
     from paddle_xla.generator import Generator
     from paddle_xla.runtime.compile_cache import compiles_seen
     ids = prompts(batch, prompt_len)
     mask = np.ones_like(ids)
     slots = 2 * (prompt_len + new_tokens)
-    gen = Generator(net, max_batch_size=batch, max_length=slots)
+    gen = Generator(net, max_batch_size=batch, max_length=slots, strategy=px.Strategy(precision=precision))
     kw = dict(attention_mask=mask, decode_strategy="greedy_search", eos_token_id=-1)
     gen.generate(ids, max_new_tokens=new_tokens, **kw)                  # warm-up: compiles
     with compiles_seen() as compiles:
         ttft = median_time(lambda: gen.generate(ids, max_new_tokens=1, **kw), repeats)
         full = median_time(lambda: gen.generate(ids, max_new_tokens=new_tokens, **kw), repeats)
     ours, _ = gen.generate(ids, max_new_tokens=new_tokens, **kw)
-    pids, pmask = paddle.to_tensor(ids), paddle.to_tensor(mask)
-
-    def paddle_generate(n):
-        return net.generate(pids, attention_mask=pmask, max_new_tokens=n, decode_strategy="greedy_search",
-                            eos_token_id=-1)[0].numpy()
-    p_ttft = median_time(lambda: paddle_generate(1), repeats)
-    p_full = median_time(lambda: paddle_generate(new_tokens), repeats)
-    same = bool((paddle_generate(new_tokens) == ours).all())
     steps = new_tokens - 1
-    ours_tps, paddle_tps = batch * steps / (full - ttft), batch * steps / (p_full - p_ttft)
-    weights = sum(int(np.prod(p.shape)) * 4 for p in net.parameters())
-    cache = 2 * SHAPE["num_hidden_layers"] * batch * SHAPE["num_key_value_heads"] * slots * SHAPE["head_dim"] * 4
-    step_bytes = weights + cache
-    return {"batch": batch, "prompt_len": prompt_len, "new_tokens": new_tokens, "same_tokens_as_paddle": same,
-            "ttft_ms": ttft * 1e3, "paddle_ttft_ms": p_ttft * 1e3,
+    ours_tps, paddle_tps = batch * steps / (full - ttft), batch * steps / (paddle["full"] - paddle["ttft"])
+    nbytes = step_bytes(gen, batch, slots)
+    return {"precision": precision, "batch": batch, "prompt_len": prompt_len, "new_tokens": new_tokens,
+            "same_tokens_as_paddle": float((paddle["tokens"] == ours).mean()),
+            "ttft_ms": ttft * 1e3, "paddle_ttft_ms": paddle["ttft"] * 1e3,
             "decode_tokens_per_s": ours_tps, "paddle_decode_tokens_per_s": paddle_tps,
             "decode_speedup": ours_tps / paddle_tps, "compiles_after_warmup": len(compiles),
-            "bytes_per_step": step_bytes, "bandwidth_use": step_bytes * (ours_tps / batch) / bandwidth}
+            "bytes_per_step": nbytes, "bandwidth_use": nbytes * (ours_tps / batch) / bandwidth}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
@@ -103,21 +123,26 @@ def main() -> int:
     net.eval()
     params = sum(int(np.prod(p.shape)) for p in net.parameters())
     bandwidth = copy_bandwidth()
-    rows = [measure(net, b, args.prompt_len, args.new_tokens, args.repeats, bandwidth) for b in args.batches]
+    rows = []
+    for b in args.batches:
+        theirs = paddle_side(net, prompts(b, args.prompt_len), args.new_tokens, args.repeats)
+        rows += [measure(net, p, b, args.prompt_len, args.new_tokens, args.repeats, bandwidth, theirs)
+                 for p in args.precisions]
     result = {"model": f"PaddleFormers LlamaForCausalLM, random weights, {params / 1e6:.0f}M parameters",
-              "shape": SHAPE, "precision": "fp32", "copy_bandwidth_GBps": bandwidth / 1e9,
+              "shape": SHAPE, "paddle_precision": "fp32", "copy_bandwidth_GBps": bandwidth / 1e9,
               "threads": os.cpu_count(), "rows": rows, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
-    print(f"{result['model']}, fp32, prompt {args.prompt_len}, {args.new_tokens} new tokens, "
+    print(f"{result['model']}, prompt {args.prompt_len}, {args.new_tokens} new tokens, "
           f"copy bandwidth {bandwidth / 1e9:.1f} GB/s\n")
-    print("| batch | TTFT ms (Paddle) | decode tok/s (Paddle) | speed-up | bandwidth use | compiles | same tokens |")
-    print("|---|---|---|---|---|---|---|")
+    print("| precision | batch | TTFT ms (Paddle fp32) | decode tok/s (Paddle fp32) | speed-up | bandwidth use | "
+          "compiles | tokens as Paddle's |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['batch']} | {r['ttft_ms']:.0f} ({r['paddle_ttft_ms']:.0f}) | {r['decode_tokens_per_s']:.1f} "
+        print(f"| {r['precision']} | {r['batch']} | {r['ttft_ms']:.0f} ({r['paddle_ttft_ms']:.0f}) | {r['decode_tokens_per_s']:.1f} "
               f"({r['paddle_decode_tokens_per_s']:.1f}) | {r['decode_speedup']:.2f}x | {r['bandwidth_use']:.0%} | "
-              f"{r['compiles_after_warmup']} | {r['same_tokens_as_paddle']} |")
+              f"{r['compiles_after_warmup']} | {r['same_tokens_as_paddle']:.0%} |")
     return 0
 
 

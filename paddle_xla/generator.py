@@ -17,8 +17,15 @@ import weakref
 import numpy as np
 
 from . import x64
-from .capture.causal_lm import cache_geometry, capture_decode, capture_prefill
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from .capture.causal_lm import (cache_geometry, capture_decode, capture_forward, capture_prefill, check_causal,
+                                has_cache_api, vocab_size)
 from .errors import GenerationError
+from .generation import derive
 from .generation.config import DecodeConfig, token_ids
 from .generation.engine import Engine, Geometry, held_weights, program
 from .lowering.policy import LoweringPolicy
@@ -39,25 +46,76 @@ def _precision(strategy) -> str:
 
 def defaults_of(config) -> DecodeConfig:
     """generate's defaults from the model's config: its eos_token_id, and pad_token_id (eos when it has none,
-    as PaddleFormers falls back)."""
+    as PaddleFormers falls back). A model without a config never ends a row early."""
     eos_ids = token_ids(getattr(config, "eos_token_id", None))
     pad = getattr(config, "pad_token_id", None)
     return DecodeConfig(eos_token_id=eos_ids, pad_token_id=pad if pad is not None else (eos_ids[0] if eos_ids else 0))
 
 
+_FP32 = LoweringPolicy()
+
+
+class _CacheApi:
+    """A PaddleFormers causal LM: its own cache class, captured around it (capture/causal_lm.py)."""
+
+    def __init__(self, model, batch: int, slots: int):
+        self.model, self.batch = model, batch
+        self.layers, self.kv_heads, self.head_dim = cache_geometry(model)
+        self.one_length = False
+        with x64.scope():
+            self.decode = capture_decode(model, batch, slots)
+
+    def prefill(self, bucket: int):
+        with x64.scope():
+            return capture_prefill(self.model, self.batch, bucket)
+
+
+class _Derived:
+    """A plain decoder (forward(input_ids) -> logits, no cache API): the cache derived from its forward
+    (generation/derive.py), checked against the forward before use. Its rows share their positions, so a
+    call's prompts must have one length."""
+
+    def __init__(self, model, batch: int, slots: int, vocab: int, first_bucket: int):
+        with x64.scope():
+            self.forward = capture_forward(model, batch)
+        self.batch, self.one_length = batch, True
+        first = self.prefill(first_bucket)
+        with x64.scope():
+            cache = jax.eval_shape(program(first.graph, _FP32), dict(first.weights),
+                                   *[jnp.zeros(f.shape, jnp.int64) for f in first.graph.feeds])[1]
+        entries, _, self.kv_heads, _, self.head_dim = cache.shape
+        self.layers = entries // 2
+        step = derive.derive(self.forward.graph, batch, 1, slots)
+        past = dataclasses.replace(step.feeds[-1], shape=(entries, batch, self.kv_heads, slots, self.head_dim))
+        self.decode = dataclasses.replace(self.forward, graph=dataclasses.replace(step, feeds=step.feeds[:-1] + (past,)))
+        derive.check_against_forward(self.forward.graph, first.graph, self.decode.graph, dict(self.forward.weights),
+                                     slots, vocab)
+
+    def prefill(self, bucket: int):
+        return dataclasses.replace(self.forward, graph=derive.derive(self.forward.graph, self.batch, bucket, None))
+
+
 class Generator:
-    """Generates with `model` for up to `max_batch_size` prompts and `max_length` cache slots."""
+    """Generates with `model` for up to `max_batch_size` prompts and `max_length` cache slots.
+
+    A PaddleFormers causal LM keeps its own cache class; a plain decoder (forward(input_ids) -> logits)
+    gets a cache derived from its forward, and then a call's prompts must share one length."""
 
     def __init__(self, model, max_batch_size: int = 8, max_length: int = 512, chunk: int = 16, seed: int = 0,
                  strategy=None):
         self.model = model
-        layers, kv_heads, head_dim = cache_geometry(model)
-        self.geometry = Geometry(max_batch_size, max_length, layers, kv_heads, head_dim, model.config.vocab_size,
-                                 chunk, _precision(strategy))
-        self.policy = LoweringPolicy.live(self.geometry.precision, inference=True)
-        self.defaults = defaults_of(model.config)
-        with x64.scope():
-            self.decode_captured = capture_decode(model, max_batch_size, max_length)
+        precision = _precision(strategy)
+        vocab = vocab_size(model)
+        check_causal(model, vocab)
+        probe = Geometry(max_batch_size, max_length, 1, 1, 1, vocab, chunk, precision)
+        self._source = (_CacheApi(model, max_batch_size, max_length) if has_cache_api(model) else
+                        _Derived(model, max_batch_size, max_length, vocab, probe.buckets[0]))
+        src = self._source
+        self.geometry = dataclasses.replace(probe, layers=src.layers, kv_heads=src.kv_heads, head_dim=src.head_dim,
+                                            one_length=src.one_length)
+        self.policy = LoweringPolicy.live(precision, inference=True)
+        self.defaults = defaults_of(getattr(model, "config", None))
+        self.decode_captured = src.decode
         self.source_weights = dict(self.decode_captured.weights)      # as Paddle holds them (export writes these)
         self.held = held_weights(self.decode_captured.graph, self.policy)
         self._prefill_captured = {}
@@ -75,8 +133,7 @@ class Generator:
     def prefill_captured(self, bucket: int):
         """The prefill for prompts left-padded to `bucket` tokens, captured on first use."""
         if bucket not in self._prefill_captured:
-            with x64.scope():
-                captured = capture_prefill(self.model, self.geometry.max_batch_size, bucket)
+            captured = self._source.prefill(bucket)
             missing = set(captured.weights) - set(self.source_weights)
             if missing:
                 raise GenerationError(f"the prefill reads weights the decode step does not ({sorted(missing)[:3]}): "
@@ -104,7 +161,7 @@ def generate(model, input_ids, attention_mask=None, max_batch_size: int | None =
     """One call: a Generator kept per model (and size), then its generate."""
     batch = np.shape(input_ids)[0]
     max_batch_size = max_batch_size or batch
-    max_length = max_length or getattr(model.config, "max_position_embeddings", 512)
+    max_length = max_length or getattr(getattr(model, "config", None), "max_position_embeddings", 512)
     gens = _GENERATORS.setdefault(model, {})
     key = (max_batch_size, max_length)
     if key not in gens:

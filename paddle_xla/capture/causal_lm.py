@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 
+import numpy as np
 import paddle
 from paddle.static import InputSpec
 
@@ -38,9 +39,58 @@ def cache_geometry(model) -> tuple[int, int, int]:
     return cfg.num_hidden_layers, kv_heads, head_dim
 
 
+def has_cache_api(model) -> bool:
+    """Whether the model takes past_key_values (PaddleFormers' causal LMs); others get a derived cache."""
+    return "past_key_values" in inspect.signature(model.forward).parameters
+
+
+def vocab_size(model) -> int:
+    """The vocabulary: the config's, else the logits' last dimension on one token."""
+    size = getattr(getattr(model, "config", None), "vocab_size", None)
+    if size is None:
+        with paddle.no_grad():
+            size = _logits(_call(model, np.ones((1, 1), "int64"))).shape[-1]
+    return int(size)
+
+
+def _call(model, ids):
+    kwargs = {"return_dict": True} if "return_dict" in inspect.signature(model.forward).parameters else {}
+    return model(paddle.to_tensor(ids), **kwargs)
+
+
+def check_causal(model, vocab: int, length: int = 6) -> None:
+    """Refuse a model whose output at a position reads later positions: a KV cache would silently give
+    other tokens. Two eager calls that differ in the last token only must agree on every earlier
+    position's logits (a causal mask makes them equal to the bit; the tolerance only forgives a fused
+    kernel's summation order)."""
+    ids = np.random.default_rng(0).integers(0, vocab, (1, length)).astype("int64")
+    other = ids.copy()
+    other[0, -1] = (ids[0, -1] + 1) % vocab
+    was_training = model.training
+    model.eval()
+    try:
+        with paddle.no_grad():
+            a, b = (_logits(_call(model, x)) for x in (ids, other))
+    finally:
+        model.train() if was_training else None
+    moved = float(np.abs(a[:, :-1] - b[:, :-1]).max())
+    if moved > 1e-6 * max(1.0, float(np.abs(a).max())):
+        raise CaptureError(f"{type(model).__name__} is not causal: changing the token at position {length - 1} "
+                           f"moves its logits at earlier positions (by up to {moved:.3g}), so its output at a "
+                           "position reads later ones; a generator needs a causal language model (a decoder with a "
+                           "causal attention mask)")
+
+
+def _logits(out) -> np.ndarray:
+    logits = getattr(out, "logits", None)
+    if logits is None:
+        logits = out[0] if isinstance(out, (tuple, list)) else out
+    return np.asarray(logits.numpy(), np.float64)
+
+
 def cache_class(model):
     """The class of the cache object the model returns, found by one eager call on one token."""
-    if "past_key_values" not in inspect.signature(model.forward).parameters:
+    if not has_cache_api(model):
         raise CaptureError(f"{type(model).__name__}.forward takes no past_key_values: paddle_xla's generator needs "
                            "a model with a KV-cache API (PaddleFormers' causal LMs have one)")
     with paddle.no_grad():
@@ -82,6 +132,12 @@ class _DecodeStep(paddle.nn.Layer):
         for layer in out.past_key_values.layers:
             new += [layer.keys[:, :, -1], layer.values[:, :, -1]]
         return out.logits[:, -1], paddle.stack(new)
+
+
+def capture_forward(model, batch: int) -> Captured:
+    """forward(input_ids [batch, T]) -> logits with T symbolic, for a model without a cache API
+    (generation/derive.py derives its prefill and decode step from this)."""
+    return from_layer(model, [InputSpec([batch, None], "int64", "input_ids")], training=False)
 
 
 def capture_prefill(model, batch: int, length: int) -> Captured:

@@ -40,6 +40,7 @@ class Geometry:
     vocab_size: int
     chunk: int = 16               # decode steps per host call
     precision: str = "fp32"       # "fp32" | "bf16" | "fp16": compute, and the KV cache's dtype
+    one_length: bool = False      # a derived cache (generation/derive.py): a call's rows share positions
 
     def __post_init__(self):
         for name in ("max_batch_size", "max_length", "chunk"):
@@ -181,15 +182,21 @@ class Engine:
         if bad.any():
             raise GenerationError(f"token id {int(ids[bad][0])} is outside the vocabulary [0, {g.vocab_size})")
         if attention_mask is None:
-            # NOTE: PaddleFormers: padding is where ids equal pad_token_id, if it occurs and is not also eos
+            # NOTE: PaddleFormers: padding is where ids equal pad_token_id, if it occurs and is not also eos;
+            # a plain decoder (one_length) has no pad token, so every id is a token
             pad = cfg.pad_token_id
-            has_pad = (ids == pad).any() and pad not in cfg.eos_token_id
+            has_pad = not g.one_length and (ids == pad).any() and pad not in cfg.eos_token_id
             mask = (ids != pad) if has_pad else np.ones_like(ids)
         else:
             mask = np.asarray(attention_mask.numpy() if hasattr(attention_mask, "numpy") else attention_mask)
             if mask.shape != ids.shape:
                 raise GenerationError(f"attention_mask shape {mask.shape} differs from input_ids' {ids.shape}")
-        return ids.astype(np.int64), (mask != 0).astype(np.int64)
+        mask = (mask != 0).astype(np.int64)
+        if g.one_length and (mask != mask[:1]).any():
+            raise GenerationError("this model has no cache API, so the prompts of one generate call share their "
+                                  f"positions and must have one length (got {sorted(set(mask.sum(-1).tolist()))} "
+                                  "tokens): call generate once per prompt length")
+        return ids.astype(np.int64), mask
 
     def _check_lengths(self, width, cfg):
         g = self.geometry

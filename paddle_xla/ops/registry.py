@@ -165,6 +165,9 @@ def ops_where(**wanted) -> frozenset[str]:
     return frozenset(names)
 
 
+OWN = "paddle_xla."     # paddle_xla's own ops (decode_cache.py): only in programs it derives, never Paddle's
+
+
 def supported_ops() -> list[str]:
-    """The Paddle op names paddle_xla can lower, sorted."""
-    return sorted(REGISTRY)
+    """The Paddle op names paddle_xla can lower, sorted (paddle_xla's own ops are not Paddle's)."""
+    return sorted(n for n in REGISTRY if not n.startswith(OWN))

@@ -1,4 +1,6 @@
 """px.Generator against PaddleFormers' own generate (with its KV cache), on tiny random-weight models."""
+from types import SimpleNamespace
+
 import jax.numpy as jnp
 import numpy as np
 import paddle
@@ -118,7 +120,7 @@ def test_bad_input_names_the_fix(built):
         gen.generate(np.ones((5, 3), "int64"))
 
 
-def test_a_model_without_a_cache_api_is_refused_clearly():
+def test_a_model_with_neither_a_cache_api_nor_attention_is_refused_clearly():
     class NoCache(paddle.nn.Layer):
         def __init__(self):
             super().__init__()
@@ -126,7 +128,7 @@ def test_a_model_without_a_cache_api_is_refused_clearly():
 
         def forward(self, input_ids):
             return self.emb(input_ids)
-    with pytest.raises(CaptureError, match="PaddleFormers-style config"):
+    with pytest.raises(GenerationError, match="no attention .* no cache to derive"):
         Generator(NoCache())
 
 
@@ -148,3 +150,19 @@ def test_a_strategy_beyond_precision_is_refused(built):
     net, _ = built
     with pytest.raises(GenerationError, match="precision only"):
         Generator(net, max_batch_size=2, max_length=16, strategy=px.Strategy(replicas=2))
+
+
+def test_a_model_that_reads_later_positions_is_refused():
+    class Bidirectional(paddle.nn.Layer):
+        # NOTE: a PaddleFormers-shaped model (config, cache arguments) whose positions see the whole sequence
+        def __init__(self):
+            super().__init__()
+            self.config = SimpleNamespace(num_hidden_layers=1, num_attention_heads=1, hidden_size=4, vocab_size=10)
+            self.emb, self.head = paddle.nn.Embedding(10, 4), paddle.nn.Linear(4, 10)
+
+        def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False,
+                    return_dict=True):
+            h = self.emb(input_ids)
+            return SimpleNamespace(logits=self.head(h + h.mean(axis=1, keepdim=True)), past_key_values=None)
+    with pytest.raises(CaptureError, match="is not causal: changing the token at position 5 moves its logits"):
+        Generator(Bidirectional())

@@ -1,0 +1,128 @@
+"""A KV cache derived from a plain paddle.nn decoder that has no cache API (generation/derive.py):
+models/gpt.py, models/llama.py and an nn.TransformerEncoder under a causal mask, against Paddle eager
+running the whole forward for every new token."""
+import math
+
+import numpy as np
+import paddle
+import pytest
+
+import paddle_xla as px
+import paddle_xla.artifact as pxa
+from paddle_xla.errors import GenerationError
+from paddle_xla.generator import Generator
+from paddle_xla.models.gpt import GPT, GPTConfig
+from paddle_xla.models.llama import Llama, LlamaConfig
+from paddle_xla.runtime.compile_cache import compiles_seen
+
+VOCAB, BATCH, SLOTS = 96, 3, 40
+
+
+class CausalEncoderLM(paddle.nn.Layer):
+    """Token and learned position embeddings, nn.TransformerEncoder under its square subsequent mask."""
+
+    def __init__(self, d=32, heads=4, layers=2):
+        super().__init__()
+        self.tok, self.pos = paddle.nn.Embedding(VOCAB, d), paddle.nn.Embedding(64, d)
+        layer = paddle.nn.TransformerEncoderLayer(d, heads, 2 * d, dropout=0.0, normalize_before=True)
+        self.encoder = paddle.nn.TransformerEncoder(layer, layers)
+        self.head = paddle.nn.Linear(d, VOCAB)
+
+    def forward(self, input_ids):
+        t = input_ids.shape[1]
+        h = self.tok(input_ids) + self.pos(paddle.arange(t, dtype="int64"))
+        # NOTE: nn.Transformer.generate_square_subsequent_mask's mask: -inf above the diagonal
+        causal = paddle.triu(paddle.full([t, t], float("-inf"), dtype="float32"), 1)
+        return self.head(self.encoder(h, src_mask=causal))
+
+
+class CumsumMixer(paddle.nn.Layer):
+    """Causal, but its running mean over time mixes positions outside attention: not derivable."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.emb, self.qkv, self.head = paddle.nn.Embedding(VOCAB, d), paddle.nn.Linear(d, 3 * d), paddle.nn.Linear(d, VOCAB)
+
+    def forward(self, input_ids):
+        t = input_ids.shape[1]
+        h = paddle.cumsum(self.emb(input_ids), axis=1)
+        q, k, v = (x.unsqueeze(1) for x in paddle.split(self.qkv(h), 3, axis=-1))
+        causal = (1.0 - paddle.tril(paddle.ones([t, t], dtype="float32"))) * -1e4
+        att = paddle.nn.functional.softmax(paddle.matmul(q, k, transpose_y=True) / math.sqrt(16) + causal, axis=-1)
+        return self.head(paddle.matmul(att, v).squeeze(1))
+
+
+def _build(name):
+    paddle.seed(1)
+    net = {"gpt": lambda: GPT(GPTConfig.named("tiny", vocab_size=VOCAB, n_ctx=64)),
+           "llama": lambda: Llama(LlamaConfig.named("tiny", vocab_size=VOCAB)),
+           "encoder": CausalEncoderLM}[name]()
+    net.eval()
+    return net
+
+
+@pytest.fixture(scope="module", params=["gpt", "llama", "encoder"])
+def built(request):
+    net = _build(request.param)
+    return net, Generator(net, max_batch_size=BATCH, max_length=SLOTS, chunk=4)
+
+
+def _eager_greedy(net, ids, n):
+    x = ids
+    with paddle.no_grad():
+        for _ in range(n):
+            nxt = net(paddle.to_tensor(x))[:, -1].argmax(-1).numpy()
+            x = np.concatenate([x, nxt[:, None].astype("int64")], axis=1)
+    return x[:, ids.shape[1]:]
+
+
+def _prompts(batch, length, seed=0):
+    return np.random.default_rng(seed).integers(0, VOCAB, (batch, length)).astype("int64")
+
+
+@pytest.mark.parametrize("batch,length,new", [(3, 7, 10), (2, 20, 6), (1, 1, 12)])
+def test_greedy_equals_paddles_whole_forward_per_token(built, batch, length, new):
+    net, gen = built
+    ids = _prompts(batch, length, seed=length)
+    got, _ = gen.generate(ids, max_new_tokens=new)
+    np.testing.assert_array_equal(got, _eager_greedy(net, ids, new))
+
+
+def test_the_decode_step_reads_a_cache_and_compiles_once(built):
+    net, gen = built
+    ops = [op.name for op in gen.decode_captured.graph.ops()]
+    assert ops.count("paddle_xla.cache_concat") == 2 * gen.geometry.layers == 4
+    assert gen.decode_captured.graph.feeds[-1].shape == (4, BATCH, gen.geometry.kv_heads, SLOTS,
+                                                         gen.geometry.head_dim)
+    gen.generate(_prompts(2, 5), max_new_tokens=4)                     # warm-up: bucket 16
+    with compiles_seen() as compiles:
+        for length, new in [(9, 3), (16, 17), (2, 9)]:
+            gen.generate(_prompts(3, length, seed=new), max_new_tokens=new)
+    assert not compiles, f"{len(compiles)} compiles after warm-up"
+
+
+def test_prompts_of_different_lengths_are_refused(built):
+    _, gen = built
+    ids = _prompts(2, 6)
+    with pytest.raises(GenerationError, match=r"must have one length \(got \[4, 6\] tokens\)"):
+        gen.generate(ids, attention_mask=np.array([[0, 0, 1, 1, 1, 1], [1] * 6]))
+
+
+def test_a_model_mixing_positions_outside_attention_is_refused():
+    paddle.seed(0)
+    net = CumsumMixer()
+    net.eval()
+    with pytest.raises(GenerationError, match="does not reproduce it.*cumsum"):
+        Generator(net, max_batch_size=1, max_length=24)
+
+
+def test_a_derived_generator_exports_and_runs_without_the_model(tmp_path):
+    net = _build("gpt")
+    gen = Generator(net, max_batch_size=2, max_length=24, strategy=px.Strategy(precision="bf16"))
+    path = str(tmp_path / "gpt.pxa")
+    px.export(gen, path)
+    art = pxa.load(path)
+    ids = _prompts(2, 5, seed=9)
+    np.testing.assert_array_equal(art.generate(ids, max_new_tokens=7)[0], gen.generate(ids, max_new_tokens=7)[0])
+    with pytest.raises(GenerationError, match="one length"):
+        art.generate(ids, attention_mask=np.array([[1] * 5, [0] + [1] * 4]))
