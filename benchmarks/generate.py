@@ -5,9 +5,9 @@ A Llama-shaped PaddleFormers model with random weights (about 124M parameters: h
 For each batch size and precision (fp32, and bf16: px.Strategy(precision="bf16"), matmul weights held in
 bf16 and a bf16 KV cache) it reports time to first token (a max_new_tokens=1 call), decode tokens/s (the
 extra tokens of a longer call over its extra time), XLA compiles after warm-up (must be 0), and the
-memory-bandwidth use of a decode step: the bytes it must read (every weight as the step holds it but
-the embedding table, of which it gathers one row per token, plus the KV cache) times steps/s, over
-this machine's copy bandwidth measured in the same run. Paddle runs fp32, its fastest on a CPU; both
+memory-bandwidth use of a decode step: the bytes it must read (every weight as the step holds it, but
+an untied embedding table, of which it gathers one row per token, plus the KV cache) times steps/s,
+over this machine's copy bandwidth measured in the same run. Paddle runs fp32, its fastest on a CPU; both
 precisions are compared with it.
 
     .venv/bin/python benchmarks/generate.py                  # batch 1, 8 and 32 (about 10 minutes on 2 cores)
@@ -70,12 +70,13 @@ def paddle_side(net, ids, new_tokens: int, repeats: int) -> dict:
 
 
 def step_bytes(gen, batch: int, slots: int) -> int:
-    """What one decode step must read: every weight as the generator holds it, but the embedding table
-    (one gathered row per token), and the whole KV cache in its dtype."""
+    """What one decode step must read: every weight as the generator holds it, and the whole KV cache in
+    its dtype. The embedding table is left out when the LM head has its own weight (the step gathers
+    one row of it per token); with tied weights (PaddleFormers' default here) the head reads it whole."""
     held = gen.engine._device_params()
-    table = SHAPE["vocab_size"] * SHAPE["hidden_size"]
-    weights = sum(v.nbytes for v in held.values() if not (v.ndim == 2 and v.size == table and v.shape[0] ==
-                                                            SHAPE["vocab_size"]))
+    vocab = [k for k, v in held.items() if v.ndim == 2 and SHAPE["vocab_size"] in v.shape]
+    gathered = [k for k in vocab if held[k].shape[0] == SHAPE["vocab_size"]] if len(vocab) > 1 else []
+    weights = sum(v.nbytes for k, v in held.items() if k not in gathered[:1])
     itemsize = np.dtype(gen.geometry.cache_dtype).itemsize
     return weights + 2 * SHAPE["num_hidden_layers"] * batch * SHAPE["num_key_value_heads"] * slots * \
         SHAPE["head_dim"] * itemsize

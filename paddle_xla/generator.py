@@ -21,6 +21,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from .capture.causal_lm import (cache_geometry, capture_decode, capture_forward, capture_prefill, check_causal,
                                 has_cache_api, vocab_size)
@@ -29,19 +30,41 @@ from .generation import derive
 from .generation.config import DecodeConfig, token_ids
 from .generation.engine import Engine, Geometry, held_weights, program
 from .lowering.policy import LoweringPolicy
+from .parallel.mesh import make_mesh
+from .parallel.pack import split_dim, tensor_spec
+from .parallel.tensor_plan import tensor_plan_for
 from .strategy import Strategy
 
 
-def _precision(strategy) -> str:
+def _checked(strategy) -> Strategy:
+    """The Strategy a generator honours: precision, and tensor (with tensor_plan) to split its weights."""
     if strategy is None:
-        return "fp32"
+        return Strategy()
     if not isinstance(strategy, Strategy):
         raise GenerationError(f"strategy must be a px.Strategy, not {type(strategy).__name__}")
-    rest = Strategy(precision=strategy.precision)
-    if strategy != rest:
-        raise GenerationError("px.Generator takes a Strategy's precision only (tensor parallelism for generators "
-                              f"is not implemented yet): got {strategy}; build it with Strategy(precision=...)")
-    return strategy.precision
+    honoured = Strategy(precision=strategy.precision, tensor=strategy.tensor, tensor_plan=strategy.tensor_plan)
+    if strategy != honoured:
+        raise GenerationError("px.Generator takes a Strategy's precision, tensor and tensor_plan only (replicas, "
+                              f"stages and the rest are for training): got {strategy}")
+    return strategy
+
+
+def _placement(strategy: Strategy, captured):
+    """None on one device; else a function placing the weights over a (1, 1, tensor) mesh as the tensor
+    plan splits them (parallel/tensor_plan.py), so that GSPMD splits the prefill and decode programs."""
+    if strategy.tensor == 1:
+        return None
+    plan = tensor_plan_for(captured.graph, captured.state_keys, strategy)
+    mesh = make_mesh(strategy)
+
+    def place(weights):
+        out = {}
+        for name, value in weights.items():
+            dim = split_dim(np.shape(value), plan.dims.get(name), strategy.tensor)
+            spec = P() if dim is None else P(*tensor_spec(np.ndim(value), dim))
+            out[name] = jax.device_put(value, NamedSharding(mesh, spec))
+        return out
+    return place
 
 
 def defaults_of(config) -> DecodeConfig:
@@ -104,7 +127,8 @@ class Generator:
     def __init__(self, model, max_batch_size: int = 8, max_length: int = 512, chunk: int = 16, seed: int = 0,
                  strategy=None):
         self.model = model
-        precision = _precision(strategy)
+        self.strategy = _checked(strategy)
+        precision = self.strategy.precision
         vocab = vocab_size(model)
         check_causal(model, vocab)
         probe = Geometry(max_batch_size, max_length, 1, 1, 1, vocab, chunk, precision)
@@ -120,7 +144,8 @@ class Generator:
         self.held = held_weights(self.decode_captured.graph, self.policy)
         self._prefill_captured = {}
         self.engine = Engine(self.geometry, self.defaults, program(self.decode_captured.graph, self.policy),
-                             self._prefill_program, self.held.all_prepared(self.source_weights), seed=seed)
+                             self._prefill_program, self.held.all_prepared(self.source_weights), seed=seed,
+                             place=_placement(self.strategy, self.decode_captured))
 
     @property
     def max_batch_size(self) -> int:

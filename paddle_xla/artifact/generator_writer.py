@@ -45,6 +45,9 @@ def is_generator(model) -> bool:
 def export_generator(gen, path: str, platforms=("cpu",), tokenizer=None) -> dict:
     """Write `gen` to `path` atomically (see the module docstring) and return the manifest."""
     platforms = check_platforms(platforms)
+    if getattr(gen, "strategy", None) is not None and gen.strategy.tensor > 1:
+        raise ExportError(f"this generator is split over tensor={gen.strategy.tensor} devices, and an artifact's "
+                          "executables are for one device: export a generator built without tensor=")
     g = gen.geometry
     graphs = {"decode": gen.decode_captured.graph}
     graphs.update({f"prefill_{b}": gen.prefill_captured(b).graph for b in g.buckets})

@@ -97,13 +97,16 @@ class Engine:
 
     step: run(weights, ids [B,1], mask [B,S+1], pos [B,1], past) -> (logits, new K/V);
     prefill_for(bucket) -> run(weights, ids, mask, pos) -> (logits, K/V), made on first use;
-    weights: name -> array as the programs read them (held.py's precision and layout)."""
+    weights: name -> array as the programs read them (held.py's precision and layout);
+    place: puts them on the devices (default: jax.device_put; a tensor-split generator shards them)."""
 
     def __init__(self, geometry: Geometry, defaults: DecodeConfig, step: Callable,
-                 prefill_for: Callable[[int], Callable], weights: Mapping, seed: int = 0):
+                 prefill_for: Callable[[int], Callable], weights: Mapping, seed: int = 0,
+                 place: Callable | None = None):
         self.geometry, self.defaults = geometry, defaults
         self._step, self._prefill_for = step, prefill_for
         self._weights = dict(weights)
+        self._place = place or jax.device_put
         self._params = None
         self._prefills: dict[int, Callable] = {}
         self._starts: dict = {}
@@ -135,7 +138,7 @@ class Engine:
 
     def _device_params(self):
         if self._params is None:
-            self._params = jax.device_put(self._weights)
+            self._params = self._place(self._weights)
         return self._params
 
     # ---- generate ----

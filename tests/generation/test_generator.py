@@ -7,7 +7,7 @@ import paddle
 import pytest
 
 import paddle_xla as px
-from paddle_xla.errors import CaptureError, GenerationError
+from paddle_xla.errors import CaptureError, ExportError, GenerationError
 from paddle_xla.generator import Generator
 from paddle_xla.runtime.compile_cache import compiles_seen
 
@@ -166,3 +166,19 @@ def test_a_model_that_reads_later_positions_is_refused():
             return SimpleNamespace(logits=self.head(h + h.mean(axis=1, keepdim=True)), past_key_values=None)
     with pytest.raises(CaptureError, match="is not causal: changing the token at position 5 moves its logits"):
         Generator(Bidirectional())
+
+
+def test_a_tensor_split_generator_gives_one_devices_tokens(built, tmp_path):
+    net, gen = built
+    split = Generator(net, max_batch_size=BATCH, max_length=SLOTS, chunk=4, strategy=px.Strategy(tensor=2))
+    held = split.engine._device_params()
+    assert any(not v.sharding.is_fully_replicated for v in held.values())      # the weights are split
+    assert all(len(v.sharding.device_set) == 2 for v in held.values())
+    ids, mask = _prompts([7, 3, 5], 7)
+    for kw in (dict(max_new_tokens=9), dict(decode_strategy="sampling", top_k=8, max_new_tokens=6, seed=3)):
+        want, want_scores = gen.generate(ids, attention_mask=mask, **kw)
+        got, scores = split.generate(ids, attention_mask=mask, **kw)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ExportError, match="tensor=2 devices"):
+        px.export(split, str(tmp_path / "x.pxa"))
