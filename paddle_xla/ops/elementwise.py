@@ -135,6 +135,11 @@ def _compute_dtype(x):
 
 @lowering("pd_op.scale")
 def scale(x, s, *, bias, bias_after_scale):
+    if is_symbolic(x) and is_static(s):
+        # NOTE: shape arithmetic on a symbolic dimension (PaddleFormers' seq_length + cache_length): it
+        # stays a symbol, an integer value as Paddle's int scale makes it (factor and bias truncated)
+        k, b = int(static_scalar(s)), int(bias)
+        return x * k + b if bias_after_scale else (x + b) * k
     if is_static(s):
         s = static_scalar(s)
     else:

@@ -1,0 +1,27 @@
+"""PaddleFormers causal LMs exported with symbolic batch and sequence dimensions: one artifact runs
+every shape, with Paddle's logits."""
+import numpy as np
+import paddle
+import pytest
+from paddle.static import InputSpec
+
+import paddle_xla as px
+import paddle_xla.artifact as pxa
+
+from .test_generator import MODELS, TINY, _model
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_a_paddleformers_lm_exports_with_symbolic_batch_and_length(name, tmp_path):
+    net = _model(name)
+    path = str(tmp_path / f"{name}.pxa")
+    manifest = px.export(px.compile(net, [InputSpec([None, None], "int64", "input_ids")]), path)
+    assert manifest["exported"]["cpu"]["shapes"] == "symbolic"
+    art = pxa.load(path)
+    assert art.mode == "exported"
+    rng = np.random.default_rng(0)
+    for batch, length in [(2, 7), (3, 12), (1, 1)]:
+        ids = rng.integers(0, TINY["vocab_size"], (batch, length)).astype("int64")
+        with paddle.no_grad():
+            want = net(paddle.to_tensor(ids), return_dict=True).logits.numpy()
+        np.testing.assert_allclose(art(ids), want, rtol=1e-5, atol=1e-5)
