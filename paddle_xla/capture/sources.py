@@ -44,6 +44,20 @@ def _flatten_outputs(out) -> list:
     return [out] if out is not None else []
 
 
+def _check_outputs(layer, outputs) -> None:
+    """Refuse outputs that are not tensors (a PaddleFormers model's cache object under use_cache=True)
+    here, with the fix, rather than deep inside the PIR reader."""
+    for o in outputs:
+        if isinstance(o, paddle.pir.Value):
+            continue
+        what = type(o).__name__
+        fix = ("it is the model's KV cache (use_cache=True): build the model with config.use_cache=False to "
+               "compile or export it, or generate with px.Generator, which keeps the cache itself"
+               if "cache" in what.lower() else "return tensors (or lists, tuples and dicts of them) only")
+        raise CaptureError(f"{type(layer).__name__}.forward returns a {what} among its outputs, and a captured "
+                           f"program returns tensors only: {fix}.")
+
+
 def from_layer(layer, input_spec, training: bool | None = None, weights: bool = True) -> Captured:
     """Capture an nn.Layer with paddle.jit.to_static(full_graph=True), in its current mode
     (or the mode `training` asks for, restored afterwards). `weights=False` reads the program and the
@@ -61,6 +75,7 @@ def from_layer(layer, input_spec, training: bool | None = None, weights: bool = 
     finally:
         layer.train() if was_training else layer.eval()
     outputs = _flatten_outputs(program.outputs)
+    _check_outputs(layer, outputs)
     names = [f"output_{i}" for i in range(len(outputs))]
     mode = layer.training if training is None else training
     graph = program_to_graph(program.main_program, outputs, names,

@@ -11,18 +11,20 @@ from paddle_xla.errors import CaptureError, ExportError, GenerationError
 from paddle_xla.generator import Generator
 from paddle_xla.runtime.compile_cache import compiles_seen
 
-from .paddleformers import module
+from .paddleformers import module, qwen2
 
 TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=64, head_dim=16, fuse_rms_norm=False)
 MODELS = {"llama": ("transformers.llama", "LlamaConfig", "LlamaForCausalLM"),
-          "ernie4_5": ("transformers.ernie4_5", "Ernie4_5Config", "Ernie4_5ForCausalLM")}
+          "ernie4_5": ("transformers.ernie4_5", "Ernie4_5Config", "Ernie4_5ForCausalLM"),
+          # NOTE: PaddleFormers 1.2's Paddle-native Qwen2 (its Qwen2ForCausalLM builds paddlefleet's GPU model)
+          "qwen2": ("transformers.qwen2", "Qwen2Config", "Qwen2ForCausalLMDeprecated")}
 BATCH, SLOTS = 4, 40
 
 
 def _model(name):
     mod_name, cfg_cls, model_cls = MODELS[name]
-    mod = module(mod_name)
+    mod = qwen2() if name == "qwen2" else module(mod_name)
     paddle.seed(0)
     net = getattr(mod, model_cls)(getattr(mod, cfg_cls)(**TINY))
     net.eval()
@@ -148,7 +150,7 @@ def test_bf16_generator_holds_matmul_weights_in_half_and_follows_paddleformers()
 
 def test_a_strategy_beyond_precision_is_refused(built):
     net, _ = built
-    with pytest.raises(GenerationError, match="precision only"):
+    with pytest.raises(GenerationError, match="precision, tensor and tensor_plan only"):
         Generator(net, max_batch_size=2, max_length=16, strategy=px.Strategy(replicas=2))
 
 

@@ -8,14 +8,26 @@ from paddle.static import InputSpec
 import paddle_xla as px
 import paddle_xla.artifact as pxa
 
+from paddle_xla.errors import CaptureError
+
 from .test_generator import MODELS, TINY, _model
+
+SPEC = [InputSpec([None, None], "int64", "input_ids")]
+
+
+def test_a_model_returning_its_cache_is_refused_with_the_fix():
+    net = _model("qwen2")
+    assert net.config.use_cache                       # Qwen2's default: its outputs hold a DynamicCache
+    with pytest.raises(CaptureError, match="returns a DynamicCache.*config.use_cache=False"):
+        px.compile(net, SPEC)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_a_paddleformers_lm_exports_with_symbolic_batch_and_length(name, tmp_path):
     net = _model(name)
+    net.config.use_cache = False                      # NOTE: Qwen2's default is True (see the test above)
     path = str(tmp_path / f"{name}.pxa")
-    manifest = px.export(px.compile(net, [InputSpec([None, None], "int64", "input_ids")]), path)
+    manifest = px.export(px.compile(net, SPEC), path)
     assert manifest["exported"]["cpu"]["shapes"] == "symbolic"
     art = pxa.load(path)
     assert art.mode == "exported"
