@@ -42,10 +42,14 @@ def _checked(strategy) -> Strategy:
         return Strategy()
     if not isinstance(strategy, Strategy):
         raise GenerationError(f"strategy must be a px.Strategy, not {type(strategy).__name__}")
-    honoured = Strategy(precision=strategy.precision, tensor=strategy.tensor, tensor_plan=strategy.tensor_plan)
+    honoured = Strategy(precision=strategy.precision, tensor=strategy.tensor, tensor_plan=strategy.tensor_plan,
+                        quant_type=strategy.quant_type)
     if strategy != honoured:
-        raise GenerationError("px.Generator takes a Strategy's precision, tensor and tensor_plan only (replicas, "
-                              f"stages and the rest are for training): got {strategy}")
+        raise GenerationError("px.Generator takes a Strategy's precision, quant_type, tensor and tensor_plan only "
+                              f"(replicas, stages and the rest are for training): got {strategy}")
+    if strategy.quant_type is not None and strategy.tensor > 1:
+        raise GenerationError(f"quant_type={strategy.quant_type!r} with tensor={strategy.tensor} is not supported yet: "
+                              "an int8 weight's values and scales are not split over devices; drop one of them")
     return strategy
 
 
@@ -131,7 +135,8 @@ class Generator:
         precision = self.strategy.precision
         vocab = vocab_size(model)
         check_causal(model, vocab)
-        probe = Geometry(max_batch_size, max_length, 1, 1, 1, vocab, chunk, precision)
+        probe = Geometry(max_batch_size, max_length, 1, 1, 1, vocab, chunk, precision,
+                         quant_type=self.strategy.quant_type)
         self._source = (_CacheApi(model, max_batch_size, max_length) if has_cache_api(model) else
                         _Derived(model, max_batch_size, max_length, vocab, probe.buckets[0]))
         src = self._source
@@ -141,7 +146,7 @@ class Generator:
         self.defaults = defaults_of(getattr(model, "config", None))
         self.decode_captured = src.decode
         self.source_weights = dict(self.decode_captured.weights)      # as Paddle holds them (export writes these)
-        self.held = held_weights(self.decode_captured.graph, self.policy)
+        self.held = held_weights(self.decode_captured.graph, self.policy, self.geometry.quant_type)
         self._prefill_captured = {}
         self.engine = Engine(self.geometry, self.defaults, program(self.decode_captured.graph, self.policy),
                              self._prefill_program, self.held.all_prepared(self.source_weights), seed=seed,

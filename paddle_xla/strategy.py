@@ -15,6 +15,7 @@
 | shard_optimizer_state | ZeRO-1 over replicas (the same as sharding=1)                 | replicated tensor sharding|
 | schedule              | pipeline schedule: "gpipe" | "1f1b" (memory flat in micro_batches) | (IPU: pipelined by default)|
 | loss_reduction        | "auto" | "mean" | "sum": how micro-batch losses combine        |                           |
+| quant_type            | None | "weight_only_int8": a generator's matmul weights as int8 (inference) | Paddle's weight_quantize algo |
 
 Everything is checked here, on construction, that can be checked without the model: field values,
 and that the devices exist. What needs the program (a stage rule that matches no layer, a stage left
@@ -43,6 +44,7 @@ _CHECK_DEVICES: contextvars.ContextVar[bool] = contextvars.ContextVar("check_dev
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 RECOMPUTE = (None, "full", "stage", "layer")
+QUANT_TYPES = ("weight_only_int8",)      # Paddle's weight_quantize algo names that px.Generator holds weights in
 SCHEDULES = ("gpipe", "1f1b")
 SHARDING = (0, 1, 2, 3)
 TENSOR_KINDS = ("colwise", "rowwise", "vocab")
@@ -99,6 +101,7 @@ class Strategy:
     tensor: int = 1
     tensor_plan: Any = None               # None | "auto" | {layer-path rule: "colwise" | "rowwise" | "vocab"}
     sharding: int = 0                     # 0 | 1 (optimizer state) | 2 (+ gradients) | 3 (+ parameters)
+    quant_type: str | None = None         # None | "weight_only_int8" (px.Generator only)
 
     def __post_init__(self):
         for name in ("replicas", "stages", "micro_batches", "steps_per_call", "tensor"):
@@ -114,6 +117,9 @@ class Strategy:
         if self.schedule != "gpipe" and self.stages == 1:
             raise StrategyError(f"schedule={self.schedule!r} orders the micro-batches of pipeline stages, but "
                                 "stages=1; set stages > 1 or drop schedule.")
+        if self.quant_type not in (None,) + QUANT_TYPES:
+            raise StrategyError(f"Strategy.quant_type must be None or one of {QUANT_TYPES} (Paddle's weight_quantize "
+                                f"algo names), got {self.quant_type!r}.")
         if self.loss_reduction not in REDUCTIONS:
             raise StrategyError(f"Strategy.loss_reduction must be one of {REDUCTIONS}, got {self.loss_reduction!r}.")
         self._check_loss_scale()

@@ -11,7 +11,7 @@ import numpy as np
 import paddle
 
 from . import capture, x64
-from .errors import CheckFailedError, TrainingError, UnsupportedOpsError
+from .errors import CheckFailedError, StrategyError, TrainingError, UnsupportedOpsError
 from .runtime.feeds import checked
 from .interop import paddle_optimizer as optim_interop
 from .lowering.interpreter import check_message, fail_on_false_flags, raise_failed_check
@@ -32,6 +32,9 @@ class TrainStep:
 
     def __init__(self, net: paddle.nn.Layer, loss_fn, optimizer: paddle.optimizer.Optimizer,
                  input_spec: Sequence, label_spec: Sequence = (), *, seed: int = 0, strategy=None):
+        if strategy is not None and strategy.quant_type is not None:
+            raise StrategyError(f"Strategy(quant_type={strategy.quant_type!r}) holds a generator's weights in int8 for "
+                                "inference; training updates float weights: drop quant_type from the training Strategy")
         self.net, self.optimizer = net, optimizer
         specs = list(input_spec) + list(label_spec)
         wrapper = net_with_loss(net, loss_fn, [s.name for s in input_spec], [s.name for s in label_spec])

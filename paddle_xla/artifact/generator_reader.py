@@ -49,7 +49,7 @@ class GeneratorArtifact:
                         f"no executable was exported for {self.platform} (it has {sorted(manifest.get('exported') or {})})"
                         ) + "; the Graphs are lowered here" + lowering_moved(manifest)
             policy = LoweringPolicy.live(self.geometry.precision, inference=True)
-            held = held_weights(self.graphs["decode"], policy)
+            held = held_weights(self.graphs["decode"], policy, self.geometry.quant_type)
             make = lambda n: program(self.graphs[n], policy)  # noqa: E731
         weights = held.all_prepared(weights_of(path, members[WEIGHTS]))
         self.engine = Engine(self.geometry, self.defaults, make("decode"), lambda b: make(f"prefill_{b}"), weights,

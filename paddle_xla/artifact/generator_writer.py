@@ -57,7 +57,7 @@ def export_generator(gen, path: str, platforms=("cpu",), tokenizer=None) -> dict
     members[fmt.WEIGHTS] = fmt.weights_bytes(weights)
     exported = {}
     for p in platforms:
-        held = held_weights(graphs["decode"], policies[p])
+        held = held_weights(graphs["decode"], policies[p], g.quant_type)
         laid_out = held.all_prepared(weights)
         for name, graph in graphs.items():
             members[program_member(p, name)] = _serialized(graph, policies[p], laid_out, p, g.cache_dtype)

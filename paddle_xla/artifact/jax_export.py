@@ -51,7 +51,8 @@ def export_all(make_f, graph: Graph, head, tail: tuple, platforms,
 
 
 def avals(tree: Mapping[str, Any]) -> dict[str, jax.ShapeDtypeStruct]:
-    return {k: jax.ShapeDtypeStruct(np.shape(v), v.dtype) for k, v in tree.items()}
+    # NOTE: leaf by leaf: a weight held as weight-only int8 is a (values, scales) pair
+    return jax.tree.map(lambda v: jax.ShapeDtypeStruct(np.shape(v), v.dtype), dict(tree))
 
 
 def _symbolic_specs(graph: Graph) -> dict[str, jax.ShapeDtypeStruct]:

@@ -22,6 +22,7 @@ from .. import x64
 from ..errors import GenerationError
 from ..graph import Graph
 from ..lowering.lower import lower
+from ..lowering.int8 import QUANT_TYPES
 from ..lowering.policy import LoweringPolicy
 from ..runtime.held import HeldWeights
 from . import decode as D
@@ -41,11 +42,15 @@ class Geometry:
     chunk: int = 16               # decode steps per host call
     precision: str = "fp32"       # "fp32" | "bf16" | "fp16": compute, and the KV cache's dtype
     one_length: bool = False      # a derived cache (generation/derive.py): a call's rows share positions
+    quant_type: str | None = None # "weight_only_int8": matmul weights held as int8 + per-channel scales
 
     def __post_init__(self):
         for name in ("max_batch_size", "max_length", "chunk"):
             if getattr(self, name) < 1:
                 raise GenerationError(f"{name}={getattr(self, name)} must be at least 1")
+        if self.quant_type not in (None,) + QUANT_TYPES:
+            raise GenerationError(f"quant_type={self.quant_type!r} is none of {QUANT_TYPES}: this artifact was "
+                                  "written by a later paddle_xla")
 
     @property
     def buckets(self) -> tuple[int, ...]:
@@ -86,10 +91,11 @@ def program(graph: Graph, policy: LoweringPolicy):
     return run
 
 
-def held_weights(graph: Graph, policy: LoweringPolicy) -> HeldWeights:
-    """Which weights the decode step reads in half (its matmul weights under bf16/fp16): held so once,
-    so that a step reads half the bytes instead of casting float32 weights on every token."""
-    return HeldWeights.for_graph(graph, policy)
+def held_weights(graph: Graph, policy: LoweringPolicy, quant_type: str | None = None) -> HeldWeights:
+    """Which weights the decode step reads in half (its matmul weights under bf16/fp16) or as weight-only
+    int8: held so once, so that a step reads half (a quarter) of the bytes instead of converting float32
+    weights on every token."""
+    return HeldWeights.for_graph(graph, policy, quant_type)
 
 
 class Engine:

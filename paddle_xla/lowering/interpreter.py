@@ -17,6 +17,7 @@ from .channels_last import Tracker
 from ..errors import CheckFailedError, LoweringError
 from ..graph import Block, Graph, Op
 from .half import HALF, cast_operands
+from .int8 import Int8Weight
 from .. import ops as _every_lowering  # noqa: F401  (importing the package registers them all)
 from ..ops.data_dependent import refusal
 from ..ops.registry import REGISTRY, properties
@@ -119,7 +120,9 @@ def bind(graph: Graph, weights: Mapping[str, Any], feeds: Mapping[str, Any], par
     env: dict[int, Any] = {}
     for p in graph.params:
         if not partial or p.name in weights:
-            env[p.value] = jnp.asarray(weights[p.name])
+            w = weights[p.name]
+            # NOTE: a weight held as weight-only int8 (lowering/int8.py) stays a pair for its matmul
+            env[p.value] = Int8Weight(*map(jnp.asarray, w)) if isinstance(w, Int8Weight) else jnp.asarray(w)
     for f in graph.feeds:
         if not partial or f.name in feeds:
             # NOTE: feeds are data, never trace-time constants, even when given as NumPy arrays:

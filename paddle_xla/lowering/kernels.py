@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 from .channels_last import CONV_OPS
 from .half import half_matmul, half_pointwise_conv, is_float
+from .int8 import Int8Weight, int8_matmul
 from .layouts import conv_hwio
 from ..ops.activation import gelu_by_erf
 from ..ops.conv import is_pointwise_conv, pointwise_conv
@@ -78,6 +79,13 @@ def _hwio_conv(op, args, attrs, ctx: Context):
     return None
 
 
+def _int8_matmul(op, args, attrs, ctx: Context):
+    # NOTE: a weight the runtime holds as weight-only int8 (runtime/held.py) arrives as an Int8Weight
+    if op.name == "pd_op.matmul" and isinstance(args[1], Int8Weight):
+        return Kernel(partial(int8_matmul, half=ctx.half), cast=False)
+    return None
+
+
 def _half_matmul(op, args, attrs, ctx: Context):
     # NOTE: every float matmul as a half x half -> float32 dot, gradients included (half.half_matmul);
     # it casts inside, so the gradients leave in float32.
@@ -133,7 +141,7 @@ def _max_pool_by_shifts(op, args, attrs, ctx: Context):
 # policy's choice (target, precision, held layouts, operand shapes) and calls lowering/ code (half.py,
 # layouts.py), which ops/ may not import; the op classes they test are registry queries (CONV_OPS),
 # and every op a rule names is checked to be registered (tests/ops/test_op_properties.py).
-RULES = (_conv_by_shifts, _hwio_conv, _half_matmul, _half_pointwise_conv, _half_gelu, _pointwise_conv,
+RULES = (_conv_by_shifts, _hwio_conv, _int8_matmul, _half_matmul, _half_pointwise_conv, _half_gelu, _pointwise_conv,
          _max_pool_by_shifts)
 
 

@@ -11,6 +11,7 @@ import numpy as np
 from . import feeds as feeds_mod
 from .. import x64
 from .executables import ExecutableCache, shapes_text
+from ..errors import StrategyError
 from ..graph import Graph
 from .held import HeldWeights
 from ..lowering.interpreter import check_message, draws_random, fail_on_false_flags, raise_failed_check
@@ -32,6 +33,9 @@ class CompiledModel:
         self.graph = graph
         self.source_weights = weights          # as Paddle laid them out (export writes these)
         # NOTE: inference honours Strategy.precision only: half compute, float32 weights and outputs.
+        if strategy is not None and strategy.quant_type is not None:
+            raise StrategyError(f"Strategy(quant_type={strategy.quant_type!r}) applies to px.Generator only; "
+                                "px.compile runs the weights as Paddle holds them (or in half, with precision=)")
         precision = strategy.precision if strategy is not None else "fp32"
         self.policy = policy or LoweringPolicy.live(precision, inference=True)
         # NOTE: weights the executable reads in another precision or layout than Paddle's (held.py),

@@ -150,7 +150,7 @@ def test_bf16_generator_holds_matmul_weights_in_half_and_follows_paddleformers()
 
 def test_a_strategy_beyond_precision_is_refused(built):
     net, _ = built
-    with pytest.raises(GenerationError, match="precision, tensor and tensor_plan only"):
+    with pytest.raises(GenerationError, match="precision, quant_type, tensor and tensor_plan only"):
         Generator(net, max_batch_size=2, max_length=16, strategy=px.Strategy(replicas=2))
 
 
