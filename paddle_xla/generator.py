@@ -28,6 +28,7 @@ from .capture.causal_lm import (cache_geometry, capture_decode, capture_forward,
 from .errors import GenerationError
 from .generation import derive
 from .generation.config import DecodeConfig, token_ids
+from .generation.continuous import ContinuousEngine
 from .generation.engine import Engine, Geometry, held_weights, program
 from .lowering.policy import LoweringPolicy
 from .parallel.mesh import make_mesh
@@ -92,9 +93,9 @@ class _CacheApi:
         with x64.scope():
             self.decode = capture_decode(model, batch, slots)
 
-    def prefill(self, bucket: int):
+    def prefill(self, bucket: int, batch: int | None = None):
         with x64.scope():
-            return capture_prefill(self.model, self.batch, bucket)
+            return capture_prefill(self.model, batch or self.batch, bucket)
 
 
 class _Derived:
@@ -147,7 +148,7 @@ class Generator:
         self.decode_captured = src.decode
         self.source_weights = dict(self.decode_captured.weights)      # as Paddle holds them (export writes these)
         self.held = held_weights(self.decode_captured.graph, self.policy, self.geometry.quant_type)
-        self._prefill_captured = {}
+        self._prefill_captured, self._prefill1_captured, self._continuous = {}, {}, None
         self.engine = Engine(self.geometry, self.defaults, program(self.decode_captured.graph, self.policy),
                              self._prefill_program, self.held.all_prepared(self.source_weights), seed=seed,
                              place=_placement(self.strategy, self.decode_captured))
@@ -177,6 +178,24 @@ class Generator:
     def generate(self, input_ids, attention_mask=None, seed: int | None = None, **kwargs):
         """(new token ids [batch, T] int64, mean scores [batch, 1] float32), as PaddleFormers' generate."""
         return self.engine.generate(input_ids, attention_mask=attention_mask, seed=seed, **kwargs)
+
+    def prefill1_captured(self, bucket: int):
+        """The batch-1 prefill a continuous batch inserts one request with, captured on first use."""
+        if self.geometry.one_length:
+            raise GenerationError("continuous batching needs a model with a cache API (a PaddleFormers causal LM): "
+                                  "a plain decoder's derived cache makes a batch's rows share their positions")
+        if bucket not in self._prefill1_captured:
+            self._prefill1_captured[bucket] = self._source.prefill(bucket, batch=1)
+        return self._prefill1_captured[bucket]
+
+    def continuous(self) -> ContinuousEngine:
+        """The engine a server runs: requests inserted into free rows between decode chunks (made once)."""
+        if self._continuous is None:
+            self._continuous = ContinuousEngine(
+                self.geometry, self.defaults, program(self.decode_captured.graph, self.policy),
+                lambda b: program(self.prefill1_captured(b).graph, self.policy),
+                self.held.all_prepared(self.source_weights), place=_placement(self.strategy, self.decode_captured))
+        return self._continuous
 
     def warm_up(self, **kwargs) -> None:
         """Capture and compile every prompt bucket's prefill and the decode loop (for these arguments)."""

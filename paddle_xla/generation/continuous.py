@@ -1,0 +1,156 @@
+"""ContinuousEngine: the host side of slots.py. Insert a request into a free row, run decode chunks, free
+rows; a server's scheduler (serve/llm/scheduler.py) drives it from one thread. Paddle-free.
+
+Programs: the generator's decode step, and a batch-1 prefill per prompt bucket (a request is prefilled
+alone, so a long prompt never waits for company and never pads anyone else's). Every program compiles
+once: insert per bucket, the decode chunk once (the row's decode arguments are traced values)."""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import jax
+import numpy as np
+
+from .. import x64
+from ..errors import GenerationError
+from . import row_logits as R
+from . import slots as SL
+from .config import DecodeConfig
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request's prompt and decode arguments (PaddleFormers' names and meanings)."""
+    ids: tuple[int, ...]
+    max_new_tokens: int
+    decode_strategy: str = "greedy_search"
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    min_new_tokens: int = 0
+    seed: int | None = None
+
+    def config(self, defaults: DecodeConfig) -> DecodeConfig:
+        """The checked DecodeConfig these arguments make (a GenerationError names what is wrong)."""
+        return DecodeConfig(self.decode_strategy, self.max_new_tokens, self.min_new_tokens, self.top_k, self.top_p,
+                            self.temperature, self.repetition_penalty, defaults.eos_token_id, defaults.pad_token_id)
+
+
+class ContinuousEngine:
+    def __init__(self, geometry, defaults: DecodeConfig, step: Callable, prefill1_for: Callable[[int], Callable],
+                 weights: Mapping, seed: int = 0, place: Callable | None = None):
+        self.geometry, self.defaults = geometry, defaults
+        self._step, self._prefill1_for = step, prefill1_for
+        self._weights, self._place = dict(weights), place or jax.device_put
+        self._params = None
+        self._inserts: dict[int, Callable] = {}
+        self._run = None
+        self._free = jax.jit(SL.free, donate_argnums=(0,))
+        self._slots = None
+        self._seeds = itertools.count()
+        self._base_key = jax.random.PRNGKey(seed)
+        self.busy = np.zeros(geometry.max_batch_size, bool)      # the host's view: rows holding a request
+
+    @property
+    def eos(self) -> tuple[int, ...]:
+        return tuple(self.defaults.eos_token_id)
+
+    def check(self, request: Request) -> DecodeConfig:
+        """The request's config, or a GenerationError naming the limit it breaks."""
+        g = self.geometry
+        cfg = request.config(self.defaults)
+        if not request.ids:
+            raise GenerationError("the prompt is empty: give at least one token")
+        bad = [i for i in request.ids if not 0 <= i < g.vocab_size]
+        if bad:
+            raise GenerationError(f"token id {bad[0]} is outside the vocabulary [0, {g.vocab_size})")
+        if len(request.ids) > g.max_length:
+            raise GenerationError(f"the prompt ({len(request.ids)} tokens) is longer than the context "
+                                  f"(max_length={g.max_length})")
+        room = g.max_length - g.bucket(len(request.ids)) + 1
+        if cfg.max_new_tokens > room:
+            raise GenerationError(f"max_new_tokens={cfg.max_new_tokens} does not fit the context: a prompt of "
+                                  f"{len(request.ids)} tokens leaves room for {room} in max_length={g.max_length}")
+        return cfg
+
+    # ---- programs ----
+    def _weights_on_device(self):
+        if self._params is None:
+            self._params = self._place(self._weights)
+        return self._params
+
+    def _insert_fn(self, bucket: int):
+        if bucket not in self._inserts:
+            prefill, eos = self._prefill1_for(bucket), self.eos
+            self._inserts[bucket] = jax.jit(
+                lambda w, s, row, ids, mask, limit, params, key: SL.insert(prefill, w, s, row, ids, mask, limit,
+                                                                           params, key, eos),
+                donate_argnums=(1,))
+        return self._inserts[bucket]
+
+    def _run_fn(self):
+        if self._run is None:
+            eos, pad, chunk = self.eos, self.defaults.pad_token_id, self.geometry.chunk
+            self._run = jax.jit(lambda w, s: SL.run(self._step, w, s, chunk, eos, pad), donate_argnums=(1,))
+        return self._run
+
+    def _state(self):
+        if self._slots is None:
+            g = self.geometry
+            shape = (2 * g.layers, g.max_batch_size, g.kv_heads, g.max_length, g.head_dim)
+            with x64.scope():
+                self._slots = SL.empty(shape, g.cache_dtype, g.vocab_size)
+        return self._slots
+
+    # ---- what a scheduler calls ----
+    def free_row(self) -> int | None:
+        rows = np.flatnonzero(~self.busy)
+        return int(rows[0]) if rows.size else None
+
+    def insert(self, row: int, request: Request) -> tuple[int, bool]:
+        """Prefill `request` into `row`: (its first token, whether it goes on)."""
+        cfg = self.check(request)
+        bucket = self.geometry.bucket(len(request.ids))
+        ids = np.full((1, bucket), cfg.pad_token_id, np.int64)
+        mask = np.zeros((1, bucket), np.int64)
+        ids[0, bucket - len(request.ids):] = request.ids
+        mask[0, bucket - len(request.ids):] = 1
+        params = R.RowParams(np.array([cfg.sampling]), np.array([cfg.temperature], np.float32),
+                             np.array([cfg.top_k], np.int32), np.array([cfg.top_p], np.float32),
+                             np.array([cfg.repetition_penalty], np.float32), np.array([cfg.min_new_tokens], np.int32))
+        key = (jax.random.PRNGKey(request.seed) if request.seed is not None else
+               jax.random.fold_in(self._base_key, next(self._seeds)))
+        with x64.scope():
+            self._slots, token, goes_on = self._insert_fn(bucket)(
+                self._weights_on_device(), self._state(), np.int32(row), ids, mask, np.int32(cfg.max_new_tokens),
+                params, key)
+            token, goes_on = int(token), bool(goes_on)
+        self.busy[row] = goes_on
+        return token, goes_on
+
+    def run_chunk(self) -> np.ndarray:
+        """One decode chunk: tokens [B, chunk] each row made (NO_TOKEN where none). Rows that ended are
+        free afterwards."""
+        with x64.scope():
+            self._slots, out = self._run_fn()(self._weights_on_device(), self._state())
+            out, live = np.asarray(out), np.asarray(self._slots.live)
+        self.busy &= live
+        return out
+
+    def free(self, row: int) -> None:
+        """End `row`'s request now (cancelled, timed out)."""
+        if self.busy[row]:
+            with x64.scope():
+                self._slots = self._free(self._state(), np.int32(row))
+            self.busy[row] = False
+
+    def warm_up(self) -> None:
+        """Compile every bucket's insert and the decode chunk (then free the rows it used)."""
+        for bucket in self.geometry.buckets:
+            two = bucket < self.geometry.max_length
+            self.insert(0, Request((1,) * bucket, max_new_tokens=2 if two else 1))
+            self.run_chunk()
+            self.free(0)

@@ -1,0 +1,127 @@
+"""Continuous batching over KV-cache slots: requests join and leave a running decode batch.
+
+The decode step is the generator's own (one program, `max_batch_size` rows over `max_length` cache
+slots); what changes is that every row keeps its own clock. A request is prefilled alone (batch 1,
+left-padded to its bucket P) and inserted into a free row r: its K/V fill slots [0, P) of row r, and
+the row's cursor (where the next K/V goes), position, token count, limit, decode arguments and random
+key are set. A decode chunk then advances every live row by up to `chunk` tokens on the device; a row
+leaves the batch at its EOS or its limit (or when the host frees it: a cancelled request), and its row
+is free for the next insert. Rows never wait for each other.
+
+A row's numbers do not depend on its company: its cache slots, mask, position and key are its own,
+and each op of the step computes row by row (the batch dimension is fixed, so every row runs the same
+kernels whatever the others hold). Paddle-free.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from . import logits as L
+from . import row_logits as R
+from .decode import prompt_positions
+
+NO_TOKEN = -1        # in a chunk's output: this row made no token at this step
+
+
+class Slots(NamedTuple):
+    past: jax.Array         # [2L, B, H, S, D]
+    valid: jax.Array        # [B, S] int64: 1 where a slot holds a real token's K/V
+    cursor: jax.Array       # [B] int32: the slot the row's next K/V goes into
+    token: jax.Array        # [B] int64: the row's last token, not yet in the cache
+    position: jax.Array     # [B] int64: its position id
+    live: jax.Array         # [B] bool: the row holds a request that goes on
+    t: jax.Array            # [B] int32: tokens the row has generated
+    limit: jax.Array        # [B] int32: its max_new_tokens
+    scores: jax.Array       # [B] float32: the running mean of its score terms
+    seen: jax.Array         # [B, V] bool
+    keys: jax.Array         # [B, 2] uint32: each row's own random key
+    params: R.RowParams
+
+
+def empty(cache_shape, cache_dtype, vocab: int) -> Slots:
+    _, batch, _, slots, _ = cache_shape
+
+    def i32():
+        return jnp.zeros(batch, jnp.int32)      # NOTE: one buffer per field: the state is donated
+    return Slots(jnp.zeros(cache_shape, cache_dtype), jnp.zeros((batch, slots), jnp.int64), i32(),
+                 jnp.zeros(batch, jnp.int64), jnp.zeros(batch, jnp.int64), jnp.zeros(batch, bool), i32(), i32(),
+                 jnp.zeros(batch, jnp.float32), jnp.zeros((batch, vocab), bool), jnp.zeros((batch, 2), jnp.uint32),
+                 R.row_params(batch))
+
+
+def _set_row(a, row, value):
+    return lax.dynamic_update_index_in_dim(a, jnp.asarray(value, a.dtype), row, axis=0)
+
+
+def _ended(tokens, eos_ids):
+    return jnp.isin(tokens, jnp.asarray(eos_ids)) if eos_ids else jnp.zeros(tokens.shape, bool)
+
+
+def insert(prefill: Callable, weights, s: Slots, row, ids, mask, limit, params: R.RowParams, key,
+           eos_ids: tuple[int, ...]) -> tuple[Slots, jax.Array, jax.Array]:
+    """Prefill one prompt (ids, mask [1, P]) into `row` and choose its first token. `params` holds this
+    request's decode arguments as [1] arrays. Returns (slots, first token, whether the row goes on)."""
+    p = ids.shape[1]
+    logits, kv = prefill(weights, ids, mask, prompt_positions(mask))
+    zero = jnp.zeros((), jnp.int32)
+    past = lax.dynamic_update_slice(s.past, kv.astype(s.past.dtype), (zero, row, zero, zero, zero))
+    valid_row = jnp.zeros(s.valid.shape[1], s.valid.dtype).at[:p].set(mask[0])
+    seen_row = L.seen_tokens(ids, s.seen.shape[1])
+    key, sub = jax.random.split(key)
+    token, term = R.choose(logits, params, seen_row, jnp.zeros(1, jnp.int32), sub[None], eos_ids)
+    goes_on = ~_ended(token, eos_ids)[0] & (limit > 1)
+    row_params = R.RowParams(*[_set_row(a, row, v[0]) for a, v in zip(s.params, params)])
+    out = Slots(past, _set_row(s.valid, row, valid_row), _set_row(s.cursor, row, p), _set_row(s.token, row, token[0]),
+                _set_row(s.position, row, jnp.sum(mask)), _set_row(s.live, row, goes_on), _set_row(s.t, row, 1),
+                _set_row(s.limit, row, limit), _set_row(s.scores, row, term[0]),
+                _set_row(s.seen, row, L.mark_seen(seen_row, token)[0]), _set_row(s.keys, row, key), row_params)
+    return out, token[0], goes_on
+
+
+def free(s: Slots, row) -> Slots:
+    """End the row's request now (a cancelled or timed-out one): the next chunk leaves it alone."""
+    return s._replace(live=_set_row(s.live, row, False))
+
+
+def step(decode: Callable, weights, s: Slots, eos_ids: tuple[int, ...], pad: int) -> tuple[Slots, jax.Array]:
+    """One decode step for every row; returns the slots and the tokens the live rows made ([B], NO_TOKEN
+    for the others)."""
+    batch, slots = s.valid.shape
+    rows = jnp.arange(batch)
+    mask = jnp.concatenate([s.valid, jnp.ones((batch, 1), s.valid.dtype)], axis=-1)
+    logits, new = decode(weights, s.token[:, None], mask, s.position[:, None], s.past)
+    # NOTE: a row that is not live writes nowhere that counts: its cursor is clamped and its slot stays invalid
+    at = jnp.minimum(s.cursor, slots - 1)
+    past = s.past.at[:, rows, :, at].set(jnp.moveaxis(new, 1, 0).astype(s.past.dtype))
+    valid = s.valid.at[rows, at].set(jnp.where(s.live, 1, s.valid[rows, at]))
+    split = jax.vmap(jax.random.split)(s.keys)
+    token, term = R.choose(logits, s.params, s.seen, s.t, split[:, 1], eos_ids)
+    token = jnp.where(s.live, token, pad)
+    n = s.t.astype(jnp.float32)
+    scores = jnp.where(s.live, (s.scores * n + term) / (n + 1), s.scores)
+    live = s.live & ~_ended(token, eos_ids) & (s.t + 1 < s.limit)
+    made = jnp.where(s.live, token, NO_TOKEN)
+    seen = jnp.where(s.live[:, None], L.mark_seen(s.seen, token), s.seen)
+    return Slots(past, valid, s.cursor + s.live, token.astype(s.token.dtype), s.position + s.live, live,
+                 s.t + s.live, s.limit, scores, seen, split[:, 0], s.params), made
+
+
+def run(decode: Callable, weights, s: Slots, chunk: int, eos_ids: tuple[int, ...], pad: int):
+    """Up to `chunk` decode steps, fewer once no row is live. Returns (slots, tokens [B, chunk]: what each
+    row made at each step, NO_TOKEN where it made none)."""
+    out = jnp.full((s.valid.shape[0], chunk), NO_TOKEN, jnp.int32)
+
+    def more(c):
+        i, s, _ = c
+        return (i < chunk) & jnp.any(s.live)
+
+    def body(c):
+        i, s, out = c
+        s, made = step(decode, weights, s, eos_ids, pad)
+        return i + 1, s, lax.dynamic_update_index_in_dim(out, made.astype(out.dtype), i, axis=1)
+    _, s, out = lax.while_loop(more, body, (jnp.asarray(0, jnp.int32), s, out))
+    return s, out

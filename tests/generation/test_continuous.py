@@ -1,0 +1,135 @@
+"""Continuous batching (generation/slots.py, continuous.py): requests join and leave a running decode batch,
+and each gets what px.Generator.generate gives its prompt alone."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from paddle_xla.errors import GenerationError
+from paddle_xla.generation.continuous import ContinuousEngine, Request
+from paddle_xla.generation.engine import program
+from paddle_xla.generation.slots import NO_TOKEN
+from paddle_xla.generator import Generator
+from paddle_xla.runtime.compile_cache import compiles_seen
+
+from .test_generator import BATCH, SLOTS, TINY, _model
+
+VOCAB = TINY["vocab_size"]
+
+
+@pytest.fixture(scope="module")
+def gen():
+    return Generator(_model("llama"), max_batch_size=BATCH, max_length=SLOTS, chunk=4)
+
+
+def _requests(rng_seed, n, **kw):
+    # NOTE: prompts of 1-19 tokens (buckets 16 and 32), as many new tokens as the cache leaves room for, up to 13
+    rng = np.random.default_rng(rng_seed)
+    out = []
+    for _ in range(n):
+        ids = tuple(int(i) for i in rng.integers(3, VOCAB, rng.integers(1, 20)))
+        room = SLOTS - (16 if len(ids) <= 16 else 32) + 1
+        out.append(Request(ids, min(int(rng.integers(1, 14)), room), **kw))
+    return out
+
+
+def _alone(gen, request: Request, **kw):
+    out, _ = gen.generate(np.array([request.ids]), max_new_tokens=request.max_new_tokens,
+                          decode_strategy=request.decode_strategy, temperature=request.temperature,
+                          top_k=request.top_k, top_p=request.top_p, repetition_penalty=request.repetition_penalty,
+                          min_new_tokens=request.min_new_tokens, **kw)
+    row = [int(t) for t in out[0]]
+    eos = gen.defaults.eos_token_id
+    ends = [i for i, t in enumerate(row) if t in eos]
+    return row[:ends[0] + 1] if ends else row
+
+
+def serve(engine, requests, admit_per_chunk=1, cancel=None):
+    """Drive the engine as a scheduler does: admit up to `admit_per_chunk` waiting requests into free rows
+    between chunks; `cancel` = {request index: after how many tokens it is freed}. Returns each one's tokens."""
+    got, rows, waiting = {i: [] for i in range(len(requests))}, {}, list(range(len(requests)))
+    for _ in range(500):
+        for _ in range(admit_per_chunk):
+            row = engine.free_row()
+            if not waiting or row is None:
+                break
+            i = waiting.pop(0)
+            token, goes_on = engine.insert(row, requests[i])
+            got[i].append(token)
+            if goes_on:
+                rows[row] = i
+        if not waiting and not engine.busy.any():
+            return got
+        out = engine.run_chunk()
+        for row, i in list(rows.items()):
+            got[i] += [int(t) for t in out[row] if t != NO_TOKEN]
+            if cancel and i in cancel and len(got[i]) >= cancel[i]:
+                engine.free(row)
+            if not engine.busy[row]:
+                del rows[row]
+    raise AssertionError("the requests did not finish")
+
+
+def test_greedy_requests_get_their_tokens_alone_whatever_their_company(gen):
+    # NOTE: 10 requests over 4 rows, joining one per chunk: rows fill, end at different steps and are reused
+    requests = _requests(0, 10) + _requests(1, 3, repetition_penalty=1.3) + _requests(2, 2, min_new_tokens=3)
+    got = serve(gen.continuous(), requests)
+    for i, r in enumerate(requests):
+        assert got[i] == _alone(gen, r), (i, r)
+
+
+def test_a_request_ends_at_the_models_eos(gen):
+    # NOTE: eos chosen as a token the prompt's free run makes, so that the request ends early
+    free = _alone(gen, Request((5, 9, 14), 12), eos_token_id=[])
+    eos = free[3]
+    engine = ContinuousEngine(gen.geometry, dataclasses.replace(gen.defaults, eos_token_id=(eos,)),
+                              program(gen.decode_captured.graph, gen.policy),
+                              lambda b: program(gen.prefill1_captured(b).graph, gen.policy),
+                              gen.held.all_prepared(gen.source_weights))
+    got = serve(engine, _requests(3, 2) + [Request((5, 9, 14), 12)] + _requests(3, 3))
+    assert got[2] == free[:free.index(eos) + 1] and len(got[2]) < 12
+    assert not engine.busy.any()
+
+
+def test_a_seeded_sampled_request_is_the_same_with_or_without_company(gen):
+    engine = gen.continuous()
+    mine = Request((7, 8, 9, 10), 12, decode_strategy="sampling", temperature=1.3, top_k=20, top_p=0.9, seed=5)
+    alone = serve(engine, [mine])[0]
+    crowd = _requests(4, 5) + _requests(5, 2, decode_strategy="sampling", seed=1)
+    together = serve(engine, crowd[:2] + [mine] + crowd[2:], admit_per_chunk=3)
+    assert together[2] == alone
+    unseeded = dataclasses.replace(mine, seed=None)
+    assert serve(engine, [unseeded])[0] != serve(engine, [unseeded])[0]    # fresh draws without a seed
+
+
+def test_a_freed_row_is_reused_without_its_old_cache_leaking(gen):
+    engine = gen.continuous()
+    requests = [Request(tuple(range(3, 3 + n)), 14) for n in (4, 9, 16, 2)] + _requests(7, 4)
+    got = serve(engine, requests, admit_per_chunk=4, cancel={0: 3, 1: 5, 2: 2, 3: 9})
+    assert not engine.busy.any()
+    for i in range(4):
+        assert got[i] == _alone(gen, requests[i])[:len(got[i])] and len(got[i]) < 14
+    for i in range(4, 8):
+        assert got[i] == _alone(gen, requests[i])
+
+
+def test_no_compile_after_warm_up(gen):
+    engine = gen.continuous()
+    engine.warm_up()
+    with compiles_seen() as compiles:
+        serve(engine, _requests(8, 6) + _requests(9, 3, decode_strategy="sampling", top_p=0.7), admit_per_chunk=2)
+    assert not compiles, f"{len(compiles)} compiles after warm-up"
+
+
+def test_bad_requests_name_the_limit(gen):
+    engine = gen.continuous()
+    with pytest.raises(GenerationError, match="prompt is empty"):
+        engine.check(Request((), 4))
+    with pytest.raises(GenerationError, match=r"token id 128 is outside the vocabulary \[0, 128\)"):
+        engine.check(Request((3, 128), 4))
+    with pytest.raises(GenerationError, match="longer than the context .max_length=40"):
+        engine.check(Request((3,) * 41, 4))
+    with pytest.raises(GenerationError, match="max_new_tokens=30 does not fit the context"):
+        engine.check(Request((3,) * 20, 30))
+    with pytest.raises(GenerationError, match="top_p=1.5"):
+        engine.check(Request((3,), 4, decode_strategy="sampling", top_p=1.5))
