@@ -14,6 +14,7 @@ import numpy as np
 from .. import x64
 from ..errors import GenerationError, ModelLoadError
 from ..generation.config import DecodeConfig, token_ids
+from ..generation.continuous import ContinuousEngine
 from ..generation.engine import Engine, Geometry, held_weights, program
 from ..graph import Graph
 from ..lowering.policy import LoweringPolicy
@@ -37,7 +38,10 @@ class GeneratorArtifact:
         except (KeyError, TypeError) as e:
             raise ModelLoadError(f"The generation record of {path!r} is incomplete ({e}); export it again.") from None
         self.platform = current_platform()
-        self.graphs = {n: _graph(path, members, n) for n in ["decode"] + [f"prefill_{b}" for b in self.geometry.buckets]}
+        names = ["decode"] + [f"prefill_{b}" for b in self.geometry.buckets]
+        # NOTE: the batch-1 prefills a continuous batch inserts with (absent from a plain decoder's artifact)
+        names += [n for n in (f"prefill1_{b}" for b in self.geometry.buckets) if graph_member(n) in members]
+        self.graphs = {n: _graph(path, members, n) for n in names}
         entry = (manifest.get("exported") or {}).get(self.platform)
         if entry is not None and not prefer_graph:
             self.mode, self.why = "exported", f"runs the executables exported for {self.platform}"
@@ -54,6 +58,7 @@ class GeneratorArtifact:
         weights = held.all_prepared(weights_of(path, members[WEIGHTS]))
         self.engine = Engine(self.geometry, self.defaults, make("decode"), lambda b: make(f"prefill_{b}"), weights,
                              seed=seed)
+        self._make, self._weights, self._seed, self._continuous = make, weights, seed, None
         self._tokenizer_text = members.get(TOKENIZER)
         self._tokenizer_obj = None
 
@@ -63,6 +68,17 @@ class GeneratorArtifact:
 
     def warm_up(self, **kwargs) -> None:
         self.engine.warm_up(**kwargs)
+
+    def continuous(self) -> ContinuousEngine:
+        """The engine a server runs (generation/continuous.py), on this artifact's programs (made once)."""
+        if self._continuous is None:
+            if f"prefill1_{self.geometry.buckets[0]}" not in self.graphs:
+                raise ModelLoadError(f"{self.path!r} holds no batch-1 prefill programs, which serving needs: "
+                                     "export it again with this paddle_xla (a plain decoder's generator cannot be "
+                                     "served: its rows share their positions)")
+            self._continuous = ContinuousEngine(self.geometry, self.defaults, self._make("decode"),
+                                                lambda b: self._make(f"prefill1_{b}"), self._weights, seed=self._seed)
+        return self._continuous
 
     def encode(self, prompt: str) -> list[int]:
         ids = self._tokenizer().encode(prompt).ids

@@ -42,7 +42,7 @@ def is_generator(model) -> bool:
     return all(hasattr(model, a) for a in ("engine", "geometry", "decode_captured", "prefill_captured"))
 
 
-def export_generator(gen, path: str, platforms=("cpu",), tokenizer=None) -> dict:
+def export_generator(gen, path: str, platforms=("cpu",), tokenizer=None, chat_template: str | None = None) -> dict:
     """Write `gen` to `path` atomically (see the module docstring) and return the manifest."""
     platforms = check_platforms(platforms)
     if getattr(gen, "strategy", None) is not None and gen.strategy.tensor > 1:
@@ -51,6 +51,9 @@ def export_generator(gen, path: str, platforms=("cpu",), tokenizer=None) -> dict
     g = gen.geometry
     graphs = {"decode": gen.decode_captured.graph}
     graphs.update({f"prefill_{b}": gen.prefill_captured(b).graph for b in g.buckets})
+    if not g.one_length:
+        # NOTE: the batch-1 prefills a server's continuous batch inserts one request with
+        graphs.update({f"prefill1_{b}": gen.prefill1_captured(b).graph for b in g.buckets})
     weights = {k: np.asarray(v) for k, v in gen.source_weights.items()}
     policies = {p: LoweringPolicy.tuned(p, g.precision, inference=True) for p in platforms}
     members = {graph_member(n): graph.to_json().encode() for n, graph in graphs.items()}
@@ -65,6 +68,7 @@ def export_generator(gen, path: str, platforms=("cpu",), tokenizer=None) -> dict
     text = tokenizer_json(tokenizer)
     if text is not None:
         members[TOKENIZER] = text.encode()
+    chat = chat_record(tokenizer, chat_template)
     decode = graphs["decode"]
     manifest = {"kind": "generator",
                 "feeds": [fmt.tensor_spec(t) for t in decode.feeds],
@@ -73,7 +77,7 @@ def export_generator(gen, path: str, platforms=("cpu",), tokenizer=None) -> dict
                                "buckets": list(g.buckets)},
                 "exported": exported,
                 "lowering": fmt.lowering_record(policies, g.precision),
-                "tokenizer": TOKENIZER if text is not None else None}
+                "tokenizer": TOKENIZER if text is not None else None, "chat": chat}
     data, manifest = fmt.pack(members, manifest)
     atomic_write(path, data)
     return manifest
@@ -125,6 +129,18 @@ def tokenizer_json(tokenizer) -> str | None:
                           f" or pass the path of a {TOKENIZER}")
     _check_tokenizer(text, tokenizer)
     return text
+
+
+def chat_record(tokenizer, chat_template: str | None) -> dict | None:
+    """The chat template a server renders messages with (the given one, else the tokenizer's own
+    `chat_template`) and the special-token strings templates use; None when there is none."""
+    template = chat_template if chat_template is not None else getattr(tokenizer, "chat_template", None)
+    if template is None:
+        return None
+    if not isinstance(template, str):
+        raise ExportError(f"chat_template must be a Jinja2 template string, not {type(template).__name__}")
+    tokens = {n: getattr(tokenizer, n, None) for n in ("bos_token", "eos_token")}
+    return {"template": template, **{n: str(v) for n, v in tokens.items() if isinstance(v, str)}}
 
 
 def _check_tokenizer(text: str, source) -> None:

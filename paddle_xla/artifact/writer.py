@@ -27,7 +27,7 @@ from ..runtime.xla_options import has_convolutions
 
 @x64.enabled
 def export(model, path: str, platforms: Sequence[str] = ("cpu",), example_inputs=None,
-           synthetic_weights: Mapping | None = None, tokenizer=None) -> dict:
+           synthetic_weights: Mapping | None = None, tokenizer=None, chat_template: str | None = None) -> dict:
     """Write `model` (an XlaModel, a CompiledModel, or a train step) to the single file `path`, atomically.
 
     For each platform in `platforms` ('cpu', 'cuda', 'rocm', 'tpu'; none need be present here) the
@@ -39,14 +39,15 @@ def export(model, path: str, platforms: Sequence[str] = ("cpu",), example_inputs
     loader draws them as normal(0, std) (see synthetic_weights.py). Each platform's executable is
     lowered with the policy tuned for that platform, in the model's precision; the manifest records
     them (`lowering`). A px.Generator is written with its prefill and decode programs, its generation
-    config and `tokenizer` (see generator_writer.py). Returns the manifest."""
+    config, `tokenizer` and its chat template (`chat_template`, default the tokenizer's own; see
+    generator_writer.py). Returns the manifest."""
     if is_generator(model):
         if example_inputs is not None or synthetic_weights is not None:
             raise ExportError("a generator exports its own fixed shapes and all its weights: drop example_inputs "
                               "and synthetic_weights")
-        return export_generator(model, path, platforms, tokenizer)
-    if tokenizer is not None:
-        raise ExportError("tokenizer= goes with a px.Generator; this model is not one")
+        return export_generator(model, path, platforms, tokenizer, chat_template)
+    if tokenizer is not None or chat_template is not None:
+        raise ExportError("tokenizer= and chat_template= go with a px.Generator; this model is not one")
     if _is_train_step(model):
         from .train_writer import export_train
         return export_train(model, path, platforms, example_inputs, synthetic_weights)

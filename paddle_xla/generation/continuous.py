@@ -70,7 +70,7 @@ class ContinuousEngine:
         if len(request.ids) > g.max_length:
             raise GenerationError(f"the prompt ({len(request.ids)} tokens) is longer than the context "
                                   f"(max_length={g.max_length})")
-        room = g.max_length - g.bucket(len(request.ids)) + 1
+        room = g.max_length - len(request.ids) + 1         # NOTE: the bucket's padding takes no slot (slots.packed)
         if cfg.max_new_tokens > room:
             raise GenerationError(f"max_new_tokens={cfg.max_new_tokens} does not fit the context: a prompt of "
                                   f"{len(request.ids)} tokens leaves room for {room} in max_length={g.max_length}")

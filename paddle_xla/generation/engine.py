@@ -25,7 +25,8 @@ from ..lowering.lower import lower
 from ..lowering.int8 import QUANT_TYPES
 from ..lowering.policy import LoweringPolicy
 from ..runtime.held import HeldWeights
-from . import decode as D
+from . import row_logits as R
+from . import slots as SL
 from .config import DecodeConfig, decode_config
 
 FIRST_BUCKET = 16
@@ -98,6 +99,22 @@ def held_weights(graph: Graph, policy: LoweringPolicy, quant_type: str | None = 
     return HeldWeights.for_graph(graph, policy, quant_type)
 
 
+def rows_of(cfg: DecodeConfig, batch: int) -> R.RowParams:
+    """One call's decode arguments as the [batch] arrays the slots' programs take (the same for every row)."""
+    def full(value, dtype):
+        return np.full(batch, value, dtype)
+    return R.RowParams(full(cfg.sampling, bool), full(cfg.temperature, np.float32), full(cfg.top_k, np.int32),
+                       full(cfg.top_p, np.float32), full(cfg.repetition_penalty, np.float32),
+                       full(cfg.min_new_tokens, np.int32))
+
+
+def row_keys(key, batch: int):
+    """Each row's random key: row 0 draws from `key` itself, so a prompt alone with seed=s samples the tokens
+    a served request with seed s gets (continuous.py keys a request so); the others from key folded with
+    their row."""
+    return jnp.stack([key] + [jax.random.fold_in(key, r) for r in range(1, batch)])
+
+
 class Engine:
     """Generates for up to `geometry.max_batch_size` prompts within `geometry.max_length` cache slots.
 
@@ -120,27 +137,25 @@ class Engine:
         self._key = jax.random.PRNGKey(seed)
         self._calls = itertools.count()
 
-    # ---- programs, compiled once per prompt bucket and decode config ----
+    # ---- programs: a start per prompt bucket, one decode chunk (per eos and pad ids) ----
     def _prefill(self, bucket: int):
         if bucket not in self._prefills:
             self._prefills[bucket] = self._prefill_for(bucket)
         return self._prefills[bucket]
 
-    def _start_fn(self, bucket, cfg):
-        if (bucket, cfg) not in self._starts:
-            programs = D.Programs(self._prefill(bucket), self._step)
-            g = self.geometry
-            self._starts[(bucket, cfg)] = jax.jit(
-                lambda params, ids, mask, live, key: D.start(programs, params, ids, mask, live, g.max_length,
-                                                             cfg, key, g.cache_dtype))
-        return self._starts[(bucket, cfg)]
+    def _start_fn(self, bucket, eos, pad):
+        if (bucket, eos) not in self._starts:
+            prefill, g = self._prefill(bucket), self.geometry
+            self._starts[(bucket, eos)] = jax.jit(
+                lambda w, ids, mask, live, limit, params, keys: SL.start(prefill, w, ids, mask, live, limit, params,
+                                                                         keys, g.max_length, g.cache_dtype, eos))
+        return self._starts[(bucket, eos)]
 
-    def _run_fn(self, cfg):
-        if cfg not in self._runs:
-            programs = D.Programs(None, self._step)
-            self._runs[cfg] = jax.jit(lambda params, state, stop_at: D.run(programs, params, state, stop_at, cfg),
-                                      donate_argnums=(1,))
-        return self._runs[cfg]
+    def _run_fn(self, eos, pad):
+        if (eos, pad) not in self._runs:
+            step, chunk = self._step, self.geometry.chunk
+            self._runs[(eos, pad)] = jax.jit(lambda w, s: SL.run(step, w, s, chunk, eos, pad), donate_argnums=(1,))
+        return self._runs[(eos, pad)]
 
     def _device_params(self):
         if self._params is None:
@@ -153,23 +168,27 @@ class Engine:
         cfg = decode_config(self.defaults, **kwargs)
         ids, mask = self._inputs(input_ids, attention_mask, cfg)
         batch, width = ids.shape
-        self._check_lengths(width, cfg)
+        self._check_lengths(width, mask, cfg)
         bucket = self.geometry.bucket(width)
         ids, mask = self._padded(ids, mask, bucket, cfg)
         key = jax.random.PRNGKey(seed) if seed is not None else jax.random.fold_in(self._key, next(self._calls))
+        eos, pad = tuple(cfg.eos_token_id), cfg.pad_token_id
+        b = self.geometry.max_batch_size
         with x64.scope():
             params = self._device_params()
-            live = np.arange(self.geometry.max_batch_size) < batch
-            state = self._start_fn(bucket, cfg.compiled())(params, ids, mask, live, key)
-            run = self._run_fn(cfg.compiled())
-            done = 1
-            while done < cfg.max_new_tokens:
-                state = run(params, state, min(done + self.geometry.chunk, cfg.max_new_tokens))
-                done = int(state.t)
-                if cfg.eos_token_id and not bool(np.asarray(state.unfinished).any()):
-                    break
-            out, scores = np.asarray(state.out), np.asarray(state.scores)
-        return out[:batch, :done].astype(np.int64), scores[:batch, None].astype(np.float32)
+            live = np.arange(b) < batch
+            state = self._start_fn(bucket, eos, pad)(params, ids, mask, live, np.full(b, cfg.max_new_tokens, np.int32),
+                                                     rows_of(cfg, b), row_keys(key, b))
+            chunks = [np.where(live, np.asarray(state.token), pad)[:, None]]
+            run = self._run_fn(eos, pad)
+            while bool(np.asarray(state.live).any()):
+                state, out = run(params, state)
+                chunks.append(np.asarray(out))
+            scores = np.asarray(state.scores)
+        out = np.concatenate(chunks, axis=1)[:batch]
+        made = out != SL.NO_TOKEN
+        out = out[:, :int(made.any(axis=0).nonzero()[0].max()) + 1]
+        return np.where(out == SL.NO_TOKEN, pad, out).astype(np.int64), scores[:batch, None].astype(np.float32)
 
     def warm_up(self, buckets=None, **kwargs) -> None:
         """Compile the prefill of every bucket (or those given) and the decode loop for these arguments."""
@@ -207,16 +226,17 @@ class Engine:
                                   "tokens): call generate once per prompt length")
         return ids.astype(np.int64), mask
 
-    def _check_lengths(self, width, cfg):
+    def _check_lengths(self, width, mask, cfg):
         g = self.geometry
         if width > g.max_length:
             raise GenerationError(f"the prompt ({width} tokens) is longer than max_length={g.max_length}: "
                                   "build the Generator with a larger max_length")
-        bucket = g.bucket(width)
-        room = g.max_length - bucket + 1
+        # NOTE: a prompt's K/V fill slots from its first real token on (slots.packed): its padding costs no room
+        span = width - int(np.argmax(mask != 0, axis=1).min()) if mask.any() else 1
+        room = g.max_length - span + 1
         if cfg.max_new_tokens > room:
-            raise GenerationError(f"max_new_tokens={cfg.max_new_tokens} does not fit the cache: a prompt of {width} "
-                                  f"tokens (bucket {bucket}) leaves room for {room} in max_length={g.max_length}")
+            raise GenerationError(f"max_new_tokens={cfg.max_new_tokens} does not fit the cache: a prompt of {span} "
+                                  f"tokens leaves room for {room} in max_length={g.max_length}")
 
     def _padded(self, ids, mask, bucket, cfg):
         # NOTE: left padding to the bucket, and dummy rows (all padding) up to max_batch_size

@@ -1,11 +1,22 @@
-"""The next token per row, each row with its own decode arguments: what a continuous batch needs.
+"""One decode step's choice of the next token, as PaddleFormers' `generate` makes it, per row.
 
-logits.py chooses for a whole batch under one DecodeConfig, compiled in. A serving batch holds requests
-that asked for different things (greedy or sampled, their own temperature, top_k, top_p, penalty,
-min_new_tokens, seed), so here those are traced [batch] arrays and one program serves every mix.
-The arithmetic is logits.py's, step for step, so a greedy row gets the tokens px.generate gives it:
-a penalty of 1.0 and a temperature of 1.0 leave the values bit-identical, top-k 0 and top-p 1.0 filter
-nothing. Each row draws from its own key, so its tokens do not depend on its neighbours. Paddle-free.
+Pure JAX on [batch, vocab] float32 logits, so that the whole step sits inside the device-side decode
+loop. Every row has its own decode arguments as traced [batch] arrays (greedy or sampled, temperature,
+top_k, top_p, repetition penalty, min_new_tokens), so one program serves any mix of requests, and
+each row draws from its own key, so its tokens do not depend on its neighbours. The order and
+arithmetic follow PaddleFormers 1.2 (`generation/utils.py` greedy_search and sample,
+`generation/logits_process.py`):
+1. min_new_tokens: while a row has generated fewer tokens than that, its EOS logits are the lowest float.
+2. repetition_penalty: every token id seen so far in the row (prompt, its padding and generated
+   tokens) has its logit multiplied by the penalty if negative, divided by it otherwise.
+3. greedy: the argmax; its score term is that processed logit (not a log-probability).
+   sampling: the score term is log_softmax(processed logits) at the drawn token, taken before
+   temperature; then logits / temperature, softmax, top-k on the probabilities (ties at the k-th
+   value kept; 0: off), top-p on what is left (sorted descending, a token is dropped once the
+   cumulative probability *before* it exceeds top_p, so the token that crosses it stays; 1.0: off),
+   no renormalisation, and one draw from the remaining probability mass.
+A penalty or temperature of 1.0 leaves the values bit-identical. `seen` replaces PaddleFormers'
+growing input_ids: a [batch, vocab] mask of the ids a row has held. Paddle-free.
 """
 from __future__ import annotations
 
@@ -30,6 +41,16 @@ def row_params(batch: int) -> RowParams:
                      jnp.full(batch, 1.0, jnp.float32), jnp.full(batch, 1.0, jnp.float32), jnp.zeros(batch, jnp.int32))
 
 
+def seen_tokens(ids, vocab_size: int):
+    """[batch, vocab] bool: which ids occur in each row of ids [batch, length]."""
+    rows = jnp.arange(ids.shape[0])[:, None]
+    return jnp.zeros((ids.shape[0], vocab_size), bool).at[rows, ids].set(True)
+
+
+def mark_seen(seen, tokens):
+    return seen.at[jnp.arange(seen.shape[0]), tokens].set(True)
+
+
 def processed(logits, p: RowParams, seen, generated, eos_ids: tuple[int, ...]):
     logits = logits.astype(jnp.float32)
     if eos_ids:
@@ -40,17 +61,17 @@ def processed(logits, p: RowParams, seen, generated, eos_ids: tuple[int, ...]):
     return jnp.where(seen & (pen != 1.0), penalised, logits)
 
 
-def _top_k(probs, k):
+def top_k_filter(probs, k):
     k = jnp.clip(k, 1, probs.shape[-1])
     kth = jnp.take_along_axis(-jnp.sort(-probs, axis=-1), (k - 1)[:, None], axis=-1)
     return jnp.where(probs >= kth, probs, 0.0)
 
 
-def _top_p(probs, p):
+def top_p_filter(probs, p):
     order = jnp.argsort(-probs, axis=-1, stable=True)
     sorted_probs = jnp.take_along_axis(probs, order, axis=-1)
     crossed = jnp.cumsum(sorted_probs, axis=-1) > p[:, None]
-    # NOTE: shifted by one place: the token whose probability takes the sum past p is kept (logits.py)
+    # NOTE: shifted by one place: the token whose probability takes the sum past p is kept
     drop_sorted = jnp.concatenate([jnp.zeros_like(crossed[:, :1]), crossed[:, :-1]], axis=-1)
     rows = jnp.arange(probs.shape[0])[:, None]
     drop = jnp.zeros_like(drop_sorted).at[rows, order].set(drop_sorted)
@@ -59,13 +80,13 @@ def _top_p(probs, p):
 
 def sampling_probs(logits, p: RowParams):
     probs = jax.nn.softmax(logits / p.temperature[:, None], axis=-1)
-    probs = jnp.where((p.top_k > 0)[:, None], _top_k(probs, p.top_k), probs)
-    return jnp.where((p.top_p < 1.0)[:, None], _top_p(probs, p.top_p), probs)
+    probs = jnp.where((p.top_k > 0)[:, None], top_k_filter(probs, p.top_k), probs)
+    return jnp.where((p.top_p < 1.0)[:, None], top_p_filter(probs, p.top_p), probs)
 
 
 def choose(logits, p: RowParams, seen, generated, keys, eos_ids: tuple[int, ...]):
     """(tokens [B] int32, score terms [B] float32): greedy rows the argmax and its processed logit, sampled
-    rows a draw from their own key and the log-probability before temperature (logits.py's terms)."""
+    rows a draw from their own key and the log-probability before temperature."""
     logits = processed(logits, p, seen, generated, eos_ids)
     greedy = jnp.argmax(logits, axis=-1)
     log_probs = jax.nn.log_softmax(logits, axis=-1)

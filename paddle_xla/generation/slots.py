@@ -20,11 +20,15 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from . import logits as L
 from . import row_logits as R
-from .decode import prompt_positions
 
 NO_TOKEN = -1        # in a chunk's output: this row made no token at this step
+
+
+def prompt_positions(mask):
+    """PaddleFormers' position ids of a left-padded prompt: cumsum of the mask minus one, 1 on padding."""
+    pos = jnp.cumsum(mask, axis=-1) - 1
+    return jnp.where(mask == 0, 1, pos)
 
 
 class Slots(NamedTuple):
@@ -61,25 +65,45 @@ def _ended(tokens, eos_ids):
     return jnp.isin(tokens, jnp.asarray(eos_ids)) if eos_ids else jnp.zeros(tokens.shape, bool)
 
 
+def packed(kv, mask, slots: int):
+    """Prefill outputs in the cache's layout: each row's K/V moved left past its padding, so that its prompt
+    fills slots [0, span) (span: from its first real token to the end), then widened to `slots`. Returns
+    (kv [2L, B, H, slots, D], valid [B, slots], span [B]). A key's slot does not change what attention
+    computes with it (its rotary position is in its value, and the mask says which slots count), so the
+    padding a bucket adds costs no context."""
+    p = mask.shape[1]
+    lead = jnp.argmax(mask != 0, axis=1).astype(jnp.int32)           # leading padding; 0 for an empty row
+    shift = jax.vmap(lambda row, n: jnp.roll(row, -n, axis=2), in_axes=(1, 0), out_axes=1)
+    kv = jnp.pad(shift(kv, lead), [(0, 0), (0, 0), (0, 0), (0, slots - p), (0, 0)])
+    valid = jnp.pad(jax.vmap(lambda row, n: jnp.roll(row, -n))(mask, lead), [(0, 0), (0, slots - p)])
+    return kv, valid, p - lead
+
+
+def start(prefill: Callable, weights, ids, mask, live, limit, params: R.RowParams, keys, slots: int,
+          cache_dtype, eos_ids: tuple[int, ...]) -> Slots:
+    """Prefill a batch of prompts (ids, mask [B, P], left-padded) into fresh slots and choose their first
+    tokens. live [B]: the rows that hold a prompt; limit [B]: their max_new_tokens; params: [B] arrays."""
+    logits, kv = prefill(weights, ids, mask, prompt_positions(mask))
+    kv, valid, span = packed(kv, mask, slots)
+    seen = R.seen_tokens(ids, logits.shape[-1])
+    split = jax.vmap(jax.random.split)(keys)
+    token, term = R.choose(logits, params, seen, jnp.zeros(ids.shape[0], jnp.int32), split[:, 1], eos_ids)
+    goes_on = live & ~_ended(token, eos_ids) & (limit > 1)
+    return Slots(kv.astype(cache_dtype), valid.astype(jnp.int64), span.astype(jnp.int32), token.astype(jnp.int64),
+                 jnp.sum(mask, axis=-1).astype(jnp.int64), goes_on, live.astype(jnp.int32),
+                 limit.astype(jnp.int32), jnp.where(live, term, 0.0), R.mark_seen(seen, token), split[:, 0], params)
+
+
 def insert(prefill: Callable, weights, s: Slots, row, ids, mask, limit, params: R.RowParams, key,
            eos_ids: tuple[int, ...]) -> tuple[Slots, jax.Array, jax.Array]:
     """Prefill one prompt (ids, mask [1, P]) into `row` and choose its first token. `params` holds this
     request's decode arguments as [1] arrays. Returns (slots, first token, whether the row goes on)."""
-    p = ids.shape[1]
-    logits, kv = prefill(weights, ids, mask, prompt_positions(mask))
+    one = start(prefill, weights, ids, mask, jnp.ones(1, bool), jnp.reshape(limit, (1,)), params, key[None],
+                s.valid.shape[1], s.past.dtype, eos_ids)
     zero = jnp.zeros((), jnp.int32)
-    past = lax.dynamic_update_slice(s.past, kv.astype(s.past.dtype), (zero, row, zero, zero, zero))
-    valid_row = jnp.zeros(s.valid.shape[1], s.valid.dtype).at[:p].set(mask[0])
-    seen_row = L.seen_tokens(ids, s.seen.shape[1])
-    key, sub = jax.random.split(key)
-    token, term = R.choose(logits, params, seen_row, jnp.zeros(1, jnp.int32), sub[None], eos_ids)
-    goes_on = ~_ended(token, eos_ids)[0] & (limit > 1)
-    row_params = R.RowParams(*[_set_row(a, row, v[0]) for a, v in zip(s.params, params)])
-    out = Slots(past, _set_row(s.valid, row, valid_row), _set_row(s.cursor, row, p), _set_row(s.token, row, token[0]),
-                _set_row(s.position, row, jnp.sum(mask)), _set_row(s.live, row, goes_on), _set_row(s.t, row, 1),
-                _set_row(s.limit, row, limit), _set_row(s.scores, row, term[0]),
-                _set_row(s.seen, row, L.mark_seen(seen_row, token)[0]), _set_row(s.keys, row, key), row_params)
-    return out, token[0], goes_on
+    past = lax.dynamic_update_slice(s.past, one.past, (zero, row, zero, zero, zero))
+    rest = [jax.tree.map(lambda a, v: _set_row(a, row, v[0]), getattr(s, f), getattr(one, f)) for f in Slots._fields[1:]]
+    return Slots(past, *rest), one.token[0], one.live[0]
 
 
 def free(s: Slots, row) -> Slots:
@@ -100,14 +124,21 @@ def step(decode: Callable, weights, s: Slots, eos_ids: tuple[int, ...], pad: int
     valid = s.valid.at[rows, at].set(jnp.where(s.live, 1, s.valid[rows, at]))
     split = jax.vmap(jax.random.split)(s.keys)
     token, term = R.choose(logits, s.params, s.seen, s.t, split[:, 1], eos_ids)
-    token = jnp.where(s.live, token, pad)
-    n = s.t.astype(jnp.float32)
-    scores = jnp.where(s.live, (s.scores * n + term) / (n + 1), s.scores)
-    live = s.live & ~_ended(token, eos_ids) & (s.t + 1 < s.limit)
+    token, scores, live = finish(token, term, s.scores, s.live, s.t, s.limit, eos_ids, pad)
     made = jnp.where(s.live, token, NO_TOKEN)
-    seen = jnp.where(s.live[:, None], L.mark_seen(s.seen, token), s.seen)
+    seen = jnp.where(s.live[:, None], R.mark_seen(s.seen, token), s.seen)
     return Slots(past, valid, s.cursor + s.live, token.astype(s.token.dtype), s.position + s.live, live,
                  s.t + s.live, s.limit, scores, seen, split[:, 0], s.params), made
+
+
+def finish(token, term, scores, live, t, limit, eos_ids: tuple[int, ...], pad: int):
+    """PaddleFormers' end of a step: rows that had ended get pad_token_id and keep their score; the others
+    move the running mean of their score terms (t: the tokens before this one) and end at an EOS or at
+    their limit. Returns (tokens, scores, live)."""
+    token = jnp.where(live, token, pad)
+    n = t.astype(jnp.float32)
+    scores = jnp.where(live, (scores * n + term) / (n + 1), scores)
+    return token, scores, live & ~_ended(token, eos_ids) & (t + 1 < limit)
 
 
 def run(decode: Callable, weights, s: Slots, chunk: int, eos_ids: tuple[int, ...], pad: int):

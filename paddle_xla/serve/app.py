@@ -16,6 +16,7 @@ from .. import __version__
 from . import protocol, validation
 from .batcher import ModelWorker
 from .errors import RequestError, unavailable
+from .llm.routes import LlmHandlers, routes as llm_routes
 from .http_io import BearerAuth, error_response, on_http_exception, on_request_error, read_body
 from .metrics import CONTENT_TYPE_LATEST, UNKNOWN_MODEL, Metrics
 from .repository import VERSION, ServedModel
@@ -28,22 +29,25 @@ class ServerState:
 
 
 def build_app(models: dict[str, ServedModel], workers: dict[str, ModelWorker], settings: Settings,
-              metrics: Metrics, state: ServerState, log: Callable[[str], None]) -> Starlette:
-    h = Handlers(models, workers, settings, metrics, state, log)
+              metrics: Metrics, state: ServerState, log: Callable[[str], None], llms: dict | None = None) -> Starlette:
+    llms = llms or {}
+    h = Handlers(models, workers, settings, metrics, state, log, llms)
     model_routes = [("", h.model_metadata, ["GET"]), ("/ready", h.model_ready, ["GET"]),
                     ("/config", h.model_config, ["GET"]), ("/infer", h.infer, ["POST"])]
     routes = [Route("/v2/health/live", h.live), Route("/v2/health/ready", h.ready), Route("/v2", h.server_metadata),
               Route("/metrics", h.metrics_text)]
     for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
         routes += [Route(prefix + suffix, endpoint, methods=methods) for suffix, endpoint, methods in model_routes]
+    routes += llm_routes(LlmHandlers(llms, settings, state, metrics, log))
     return Starlette(routes=routes, middleware=[Middleware(BearerAuth, token=settings.token)],
                      exception_handlers={RequestError: on_request_error, HTTPException: on_http_exception})
 
 
 class Handlers:
-    def __init__(self, models, workers, settings, metrics, state, log):
+    def __init__(self, models, workers, settings, metrics, state, log, llms):
         self.models, self.workers, self.settings, self.metrics, self.state, self.log = \
             models, workers, settings, metrics, state, log
+        self.llms = llms
 
     # ---- health and metadata ----
     async def live(self, request: Request) -> Response:
@@ -53,6 +57,7 @@ class Handlers:
         if self.state.draining:
             raise unavailable("The server is shutting down.")
         warming = [name for name, worker in self.workers.items() if not worker.ready]
+        warming += [name for name, llm in self.llms.items() if not llm.scheduler.ready]
         if warming:
             raise unavailable(f"Still compiling model(s) {warming}; ready once every preferred shape is compiled.")
         return JSONResponse({"ready": True})

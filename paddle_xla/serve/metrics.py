@@ -29,6 +29,10 @@ class Metrics:
                                         ["model"], buckets=_ROW_BUCKETS, registry=r)
         self.queue_depth = Gauge("paddle_xla_queue_depth", "Requests waiting for their model's worker.",
                                  ["model"], registry=r)
+        self.slots_busy = Gauge("paddle_xla_llm_slots_busy", "Rows of a language model's decode batch that hold a "
+                                "request.", ["model"], registry=r)
+        self.slots_waiting = Gauge("paddle_xla_llm_waiting", "Language-model requests waiting for a free row.",
+                                   ["model"], registry=r)
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

@@ -48,9 +48,12 @@ class ServedModel:
                 "outputs": [t.metadata() for t in self.outputs.values()]}
 
 
-def scan(folder: str, batching: bool, buckets: bool, progress: Callable[[str], None] = print) -> dict[str, ServedModel]:
+def scan(folder: str, batching: bool, buckets: bool, progress: Callable[[str], None] = print,
+         generators: dict | None = None) -> dict[str, ServedModel]:
     """Load every *.pxa in `folder`. Any artifact that cannot be served stops the start-up, naming
-    the file (Triton's default, --exit-on-error): a half-served repository is easy to miss."""
+    the file (Triton's default, --exit-on-error): a half-served repository is easy to miss.
+    Generator artifacts (px.export of a px.Generator) go into `generators` (name -> artifact), served by
+    the language-model routes; without that dict they are refused."""
     if not os.path.isdir(folder):
         raise ModelLoadError(f"Model repository {folder!r} is not a folder. Give the folder that holds "
                              "your *.pxa files, e.g. paddle-xla serve models/.")
@@ -61,16 +64,23 @@ def scan(folder: str, batching: bool, buckets: bool, progress: Callable[[str], N
     models = {}
     for file in files:
         progress(f"loading {file}")
-        model = load_model(os.path.join(folder, file), batching, buckets)
+        path = os.path.join(folder, file)
+        artifact = pxa.load(path)
+        if artifact.manifest.get("kind") == "generator":
+            if generators is None:
+                raise ModelLoadError(f"{path!r} is a generator artifact; this server has no language-model routes")
+            generators[file[:-len(".pxa")]] = artifact
+            continue
+        model = load_model(path, batching, buckets, artifact)
         models[model.name] = model
         for note in model.layout.notes:
             progress(f"{model.name}: {note}")
     return models
 
 
-def load_model(path: str, batching: bool, buckets: bool) -> ServedModel:
+def load_model(path: str, batching: bool, buckets: bool, artifact=None) -> ServedModel:
     name = os.path.basename(path)[:-len(".pxa")]
-    artifact = pxa.load(path)
+    artifact = artifact if artifact is not None else pxa.load(path)
     if artifact.manifest.get("kind") == "train":
         raise ModelLoadError(f"{path!r} is a train-step artifact; serve inference artifacts "
                              "(px.export of a compiled model), or move it out of the folder.")

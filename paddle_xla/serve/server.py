@@ -7,6 +7,7 @@ import asyncio
 import signal
 import socket
 import sys
+import time
 from typing import Callable
 
 import uvicorn
@@ -15,6 +16,8 @@ from ..errors import PaddleXlaError
 from . import repository
 from .app import ServerState, build_app
 from .batcher import ModelWorker
+from .llm.routes import LlmModel
+from .llm.scheduler import Scheduler
 from .metrics import Metrics
 from .settings import Settings
 
@@ -27,8 +30,10 @@ def log(message: str) -> None:
 
 def run(folder: str, settings: Settings) -> int:
     """Serve until SIGTERM/SIGINT; the process's exit status."""
+    generators: dict = {}
     try:
-        models = repository.scan(folder, settings.batching, bool(settings.seq_buckets), log)
+        models = repository.scan(folder, settings.batching, bool(settings.seq_buckets), log, generators)
+        llms = {name: _llm(name, artifact, settings, log) for name, artifact in generators.items()}
         sock = bind(settings.host, settings.port)
     except (PaddleXlaError, OSError) as e:
         print(f"paddle-xla serve: error: {e}", file=sys.stderr, flush=True)
@@ -42,13 +47,17 @@ def run(folder: str, settings: Settings) -> int:
         server.should_exit = True
 
     workers = {name: ModelWorker(model, settings, metrics, log, on_failure) for name, model in models.items()}
+    for llm in llms.values():
+        llm.scheduler.on_failure = on_failure
+        llm.scheduler.gauges = (metrics.slots_busy.labels(llm.name), metrics.slots_waiting.labels(llm.name))
     # NOTE: uvicorn's http="auto" parses with httptools (a serve dependency) rather than h11: A/B on 2 cores,
     # ResNet-50 bf16 (600 KB binary requests) at 8 / 32 clients 50.3 / 54.2 -> 55.6 / 55.6 req/s
-    config = uvicorn.Config(build_app(models, workers, settings, metrics, state, log), lifespan="off",
+    config = uvicorn.Config(build_app(models, workers, settings, metrics, state, log, llms), lifespan="off",
                             log_level="warning", access_log=False, timeout_graceful_shutdown=drain_s)
-    server = DrainingServer(config, state, lambda: [worker.drain() for worker in workers.values()])
+    runners = {**workers, **{name: llm.scheduler for name, llm in llms.items()}}
+    server = DrainingServer(config, state, lambda: [runner.drain() for runner in runners.values()])
     _let_uvicorn_signals_end_quietly()
-    asyncio.run(_serve(server, sock, workers, _url(settings.host, sock), drain_s))
+    asyncio.run(_serve(server, sock, runners, _url(settings.host, sock), drain_s))
     log("stopped")
     return 1 if failures else 0
 
@@ -75,6 +84,12 @@ class DrainingServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
+def _llm(name: str, artifact, settings: Settings, log) -> LlmModel:
+    """A generator artifact served by the language-model routes: its continuous engine and scheduler."""
+    scheduler = Scheduler(name, artifact.continuous(), settings.max_queue_size, log, on_failure=log)
+    return LlmModel(name, artifact, scheduler, int(time.time()))
+
+
 def bind(host: str, port: int) -> socket.socket:
     family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
     sock = socket.socket(family, kind, proto)
@@ -89,7 +104,7 @@ async def _serve(server: uvicorn.Server, sock: socket.socket, workers: dict[str,
                  drain_s: float) -> None:
     loop = asyncio.get_running_loop()
     for worker in workers.values():
-        worker.start(loop)
+        worker.start(loop) if isinstance(worker, ModelWorker) else worker.start()
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started and not serving.done():
         await asyncio.sleep(0.01)

@@ -7,8 +7,10 @@ import pytest
 from scipy import stats
 
 from paddle_xla.errors import GenerationError
-from paddle_xla.generation import logits as L
+from paddle_xla.generation import row_logits as L
 from paddle_xla.generation.config import DecodeConfig, decode_config
+from paddle_xla.generation.engine import rows_of
+from paddle_xla.generation.slots import finish
 
 from .paddleformers import module
 
@@ -41,7 +43,8 @@ def test_processed_logits_match_paddleformers(penalty, min_new, generated):
     logits, ids = _logits(), _ids()
     prompt_len = ids.shape[1] - generated
     want = _pf_processed(logits, ids, cfg, prompt_len)
-    got = L.processed_logits(jnp.asarray(logits), cfg, L.seen_tokens(jnp.asarray(ids), VOCAB), generated)
+    got = L.processed(jnp.asarray(logits), rows_of(cfg, BATCH), L.seen_tokens(jnp.asarray(ids), VOCAB),
+                      jnp.full(BATCH, generated, jnp.int32), cfg.eos_token_id)
     # NOTE: XLA:CPU divides by the penalty within 1 ulp of Paddle's float32 division
     np.testing.assert_allclose(np.asarray(got), want, rtol=2.5e-7, atol=0)
     changed = got != jnp.asarray(logits)
@@ -60,7 +63,7 @@ def test_sampling_filters_match_paddleformers(temperature, top_k, top_p):
     if top_p < 1.0:
         probs = lp.TopPProcess(probs, top_p, 1)
     cfg = DecodeConfig(decode_strategy="sampling", temperature=temperature, top_k=top_k, top_p=top_p)
-    got = np.asarray(L.sampling_probs(jnp.asarray(logits), cfg))
+    got = np.asarray(L.sampling_probs(jnp.asarray(logits), rows_of(cfg, BATCH)))
     want = probs.numpy()
     np.testing.assert_array_equal(got == 0, want == 0)          # the same tokens filtered out
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
@@ -68,19 +71,20 @@ def test_sampling_filters_match_paddleformers(temperature, top_k, top_p):
 
 def test_top_k_keeps_ties_and_top_p_keeps_the_crossing_token():
     probs = jnp.asarray([[0.3, 0.2, 0.2, 0.2, 0.1]])
-    assert np.asarray(L.top_k_filter(probs, 2) > 0).tolist() == [[True, True, True, True, False]]
+    assert np.asarray(L.top_k_filter(probs, jnp.asarray([2])) > 0).tolist() == [[True, True, True, True, False]]
     # cumulative 0.3, 0.5, ...: the second token takes the sum past 0.4 and is kept, the rest go
-    assert np.asarray(L.top_p_filter(probs, 0.4) > 0).sum() == 2
+    assert np.asarray(L.top_p_filter(probs, jnp.asarray([0.4])) > 0).sum() == 2
     # a cumulative sum exactly at top_p does not cross it (PaddleFormers' strict >): the next token stays too
     even = jnp.full((1, 4), 0.25)
-    assert np.asarray(L.top_p_filter(even, 0.5) > 0).sum() == 3
+    assert np.asarray(L.top_p_filter(even, jnp.asarray([0.5])) > 0).sum() == 3
 
 
 def test_greedy_picks_the_argmax_and_scores_its_processed_logit():
     cfg = DecodeConfig(repetition_penalty=1.2)
     logits, ids = _logits(seed=3), _ids(seed=4)
     processed = _pf_processed(logits, ids, cfg, ids.shape[1])
-    tokens, terms = L.choose(jnp.asarray(logits), cfg, L.seen_tokens(jnp.asarray(ids), VOCAB), 0, None)
+    tokens, terms = L.choose(jnp.asarray(logits), rows_of(cfg, BATCH), L.seen_tokens(jnp.asarray(ids), VOCAB),
+                             jnp.zeros(BATCH, jnp.int32), _keys(0, BATCH), ())
     np.testing.assert_array_equal(np.asarray(tokens), processed.argmax(-1))
     np.testing.assert_allclose(np.asarray(terms), processed.max(-1), rtol=2.5e-7)
 
@@ -93,8 +97,8 @@ def test_sampled_tokens_follow_the_filtered_distribution():
     n = 20_000
     logits = jnp.asarray(np.repeat(row, n, axis=0))
     seen = jnp.zeros((n, VOCAB), bool)
-    tokens, terms = L.choose(logits, cfg, seen, 0, jax.random.PRNGKey(0))
-    expected = np.asarray(L.sampling_probs(jnp.asarray(row), cfg))[0].astype(np.float64)
+    tokens, terms = L.choose(logits, rows_of(cfg, n), seen, jnp.zeros(n, jnp.int32), _keys(0, n), ())
+    expected = np.asarray(L.sampling_probs(jnp.asarray(row), rows_of(cfg, 1)))[0].astype(np.float64)
     expected = expected / expected.sum()
     counts = np.bincount(np.asarray(tokens), minlength=VOCAB)
     assert counts[expected == 0].sum() == 0
@@ -112,10 +116,29 @@ def test_sampling_draws_differ_by_key():
     cfg = DecodeConfig(decode_strategy="sampling", top_k=0)
     logits = jnp.asarray(_logits(seed=6, batch=64, scale=0.5))
     seen = jnp.zeros((64, VOCAB), bool)
-    a, _ = L.choose(logits, cfg, seen, 0, jax.random.PRNGKey(1))
-    b, _ = L.choose(logits, cfg, seen, 0, jax.random.PRNGKey(1))
-    c, _ = L.choose(logits, cfg, seen, 0, jax.random.PRNGKey(2))
+    rows, t = rows_of(cfg, 64), jnp.zeros(64, jnp.int32)
+    a, _ = L.choose(logits, rows, seen, t, _keys(1, 64), ())
+    b, _ = L.choose(logits, rows, seen, t, _keys(1, 64), ())
+    c, _ = L.choose(logits, rows, seen, t, _keys(2, 64), ())
     assert np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+def test_each_row_follows_its_own_arguments_and_key():
+    # NOTE: a greedy row next to sampled ones gets the argmax; a sampled row's draw depends on its key alone
+    logits = jnp.asarray(_logits(seed=8, batch=3, scale=0.5))
+    seen, t = jnp.zeros((3, VOCAB), bool), jnp.zeros(3, jnp.int32)
+    mixed = rows_of(DecodeConfig(decode_strategy="sampling", top_k=0), 3)._replace(
+        sampling=jnp.asarray([False, True, True]))
+    keys = _keys(3, 3)
+    tokens, _ = L.choose(logits, mixed, seen, t, keys, ())
+    assert int(tokens[0]) == int(jnp.argmax(logits[0]))
+    other = keys.at[2].set(jax.random.PRNGKey(99))
+    again, _ = L.choose(logits, mixed, seen, t, other, ())
+    assert int(again[1]) == int(tokens[1])
+
+
+def _keys(seed, n):
+    return jax.random.split(jax.random.PRNGKey(seed), n)
 
 
 def test_finish_matches_paddleformers_scores_and_eos():
@@ -123,11 +146,12 @@ def test_finish_matches_paddleformers_scores_and_eos():
     utils = module("generation.utils")
     cfg = DecodeConfig(eos_token_id=(7,), pad_token_id=0)
     steps = [([3, 7, 4], [0.5, 1.0, -0.2]), ([7, 2, 7], [2.0, 0.25, 0.75]), ([5, 6, 1], [1.5, -1.0, 3.0])]
-    scores, unfinished = jnp.zeros(3), jnp.ones(3, bool)
+    scores, unfinished, limit = jnp.zeros(3), jnp.ones(3, bool), jnp.full(3, 99, jnp.int32)
     pf_scores, pf_flag = paddle.zeros([3, 1]), paddle.ones([3, 1], dtype="bool")
     pf_ids = paddle.zeros([3, 0], dtype="int64")
     for t, (tokens, terms) in enumerate(steps):
-        got, scores, unfinished = L.finish(jnp.asarray(tokens), jnp.asarray(terms), scores, unfinished, t, cfg)
+        got, scores, unfinished = finish(jnp.asarray(tokens), jnp.asarray(terms), scores, unfinished,
+                                         jnp.full(3, t, jnp.int32), limit, cfg.eos_token_id, cfg.pad_token_id)
         nxt = paddle.where(pf_flag, paddle.to_tensor(tokens).unsqueeze(-1), paddle.full([3, 1], 0, "int64"))
         pf_scores = utils.GenerationMixin.update_scores_for_generation(
             pf_scores, paddle.to_tensor(terms, dtype="float32").unsqueeze(-1), t, pf_flag)

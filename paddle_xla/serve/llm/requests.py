@@ -1,0 +1,182 @@
+"""OpenAI request bodies (`/v1/completions`, `/v1/chat/completions`) read and checked: every field's type
+and range, named in a 400 when wrong. Paddle-free.
+
+Meanings follow OpenAI's API: temperature 0 is greedy decoding, above 0 sampling at that temperature;
+`max_tokens` defaults to 16 for completions and to the room the context leaves for chat; `n` must be 1.
+vLLM's extensions `top_k`, `repetition_penalty` and `min_tokens` are accepted too. A field the API has
+but paddle_xla does not implement (`logprobs`, `echo`, penalties other than 0, ...) is refused by name
+rather than ignored, so a client never gets an answer to a question it did not ask."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import RequestError
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+COMPLETION_DEFAULT_MAX_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class Sampling:
+    max_tokens: int | None
+    temperature: float
+    top_p: float
+    top_k: int
+    repetition_penalty: float
+    min_tokens: int
+    seed: int | None
+    stop: tuple[str, ...]
+    stream: bool
+    include_usage: bool
+
+
+@dataclass(frozen=True)
+class Parsed:
+    model: str
+    prompt: str | tuple[int, ...] | None     # completions: text or token ids
+    messages: tuple[dict, ...] | None        # chat: role/content pairs
+    sampling: Sampling
+
+
+def bad(message: str, param: str | None = None) -> RequestError:
+    error = RequestError(400, message)
+    error.param = param
+    return error
+
+
+def body_json(body: bytes) -> dict:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise bad(f"The request body is not valid JSON ({e}); send a JSON object.") from None
+    if not isinstance(data, dict):
+        raise bad(f"The request body must be a JSON object, not {type(data).__name__}.")
+    return data
+
+
+def _typed(data: dict, name: str, kinds: tuple, default: Any, what: str) -> Any:
+    value = data.get(name, default)
+    if value is None:
+        return default
+    # NOTE: bool is an int in Python, never in JSON's sense of a number
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        raise bad(f"'{name}' must be {what}, got {json.dumps(value)[:60]}.", name)
+    return value
+
+
+def _number(data, name, default, low=None, high=None, low_open=False):
+    value = _typed(data, name, (int, float), default, "a number")
+    if value is None:
+        return None
+    if low is not None and (value <= low if low_open else value < low) or high is not None and value > high:
+        span = f"{'(' if low_open else '['}{low}, {high if high is not None else 'inf'}]"
+        raise bad(f"'{name}' must lie in {span}, got {value}.", name)
+    return value
+
+
+def _integer(data, name, default, low=None):
+    value = _typed(data, name, (int,), default, "an integer")
+    if value is not None and low is not None and value < low:
+        raise bad(f"'{name}' must be at least {low}, got {value}.", name)
+    return value
+
+
+def _fixed(data: dict, name: str, allowed: tuple) -> None:
+    if name in data and data[name] not in allowed:
+        raise bad(f"'{name}'={json.dumps(data[name])[:40]} is not supported by this server (it takes "
+                  f"{' or '.join(json.dumps(a) for a in allowed)}).", name)
+
+
+def _stop(data: dict) -> tuple[str, ...]:
+    stop = data.get("stop")
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        return (stop,)
+    if isinstance(stop, list) and all(isinstance(s, str) for s in stop) and len(stop) <= 4:
+        return tuple(stop)
+    raise bad("'stop' must be a string or a list of up to 4 strings.", "stop")
+
+
+COMMON = {"model", "max_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "min_tokens", "seed",
+          "stop", "n", "stream", "stream_options", "user", "logprobs", "presence_penalty", "frequency_penalty",
+          "logit_bias"}
+COMPLETION_FIELDS = COMMON | {"prompt", "echo", "best_of", "suffix"}
+CHAT_FIELDS = COMMON | {"messages", "max_completion_tokens", "top_logprobs"}
+
+
+def sampling(data: dict, default_max_tokens: int | None) -> Sampling:
+    for name, allowed in (("n", (1,)), ("logprobs", (None, False)), ("presence_penalty", (0, 0.0)),
+                          ("frequency_penalty", (0, 0.0)), ("logit_bias", (None, {})), ("echo", (False,)),
+                          ("best_of", (None, 1)), ("suffix", (None,)), ("top_logprobs", (None,))):
+        _fixed(data, name, allowed)
+    options = _typed(data, "stream_options", (dict,), {}, "an object")
+    include_usage = options.get("include_usage", False)
+    if not isinstance(include_usage, bool):
+        raise bad("'stream_options.include_usage' must be true or false.", "stream_options")
+    max_tokens = _integer(data, "max_tokens", None, low=1)
+    if max_tokens is None:
+        max_tokens = _integer(data, "max_completion_tokens", default_max_tokens, low=1)
+    return Sampling(max_tokens=max_tokens, temperature=float(_number(data, "temperature", 1.0, 0.0, 2.0)),
+                    top_p=float(_number(data, "top_p", 1.0, 0.0, 1.0, low_open=True)),
+                    top_k=_integer(data, "top_k", 0, low=0), min_tokens=_integer(data, "min_tokens", 0, low=0),
+                    repetition_penalty=float(_number(data, "repetition_penalty", 1.0, 0.0, low_open=True)),
+                    seed=_integer(data, "seed", None), stop=_stop(data),
+                    stream=_typed(data, "stream", (bool,), False, "true or false"), include_usage=include_usage)
+
+
+def _unknown(data: dict, known: set) -> None:
+    extra = sorted(set(data) - known)
+    if extra:
+        raise bad(f"Unknown field(s) {extra}; this endpoint takes {sorted(known)}.", extra[0])
+
+
+def _model(data: dict) -> str:
+    model = data.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad("'model' must name a served model (GET /v1/models lists them).", "model")
+    return model
+
+
+def completion(data: dict) -> Parsed:
+    _unknown(data, COMPLETION_FIELDS)
+    prompt = data.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]          # NOTE: a batch of one prompt
+    if isinstance(prompt, str):
+        if not prompt:
+            raise bad("'prompt' is empty; give some text or token ids.", "prompt")
+    elif isinstance(prompt, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
+        if not prompt:
+            raise bad("'prompt' is empty; give some text or token ids.", "prompt")
+        prompt = tuple(prompt)
+    else:
+        raise bad("'prompt' must be a string or a list of token ids (one prompt per request).", "prompt")
+    return Parsed(_model(data), prompt, None, sampling(data, COMPLETION_DEFAULT_MAX_TOKENS))
+
+
+def chat(data: dict) -> Parsed:
+    _unknown(data, CHAT_FIELDS)
+    messages = data.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad("'messages' must be a non-empty list of {role, content} objects.", "messages")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise bad(f"messages[{i}] must be an object with 'role' and 'content'.", "messages")
+        role = m.get("role")
+        if role not in ROLES:
+            raise bad(f"messages[{i}].role {json.dumps(role)[:40]} is not one of {list(ROLES)}.", "messages")
+        out.append({"role": role, "content": _content(m.get("content"), i)})
+    return Parsed(_model(data), None, tuple(out), sampling(data, None))
+
+
+def _content(content, i: int) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" and
+                                         isinstance(p.get("text"), str) for p in content):
+        return "".join(p["text"] for p in content)
+    raise bad(f"messages[{i}].content must be a string or a list of text parts.", "messages")

@@ -1,0 +1,61 @@
+"""Token ids to streamed text: incremental detokenization and OpenAI's `stop` strings. Paddle-free.
+
+A token may be part of a character (byte-level BPE splits UTF-8), so the text of the ids so far is
+decoded whole and only the part past what was sent goes out, holding back a trailing U+FFFD (an
+unfinished character). A stop string ends the completion where it begins; the text that might be the
+start of one is held back until the next token says whether it is."""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+INCOMPLETE = "\ufffd"
+
+
+class TextStream:
+    def __init__(self, decode: Callable[[list[int]], str] | None, stop: Sequence[str] = ()):
+        self.decode, self.stop = decode, [s for s in stop if s]
+        self.ids: list[int] = []
+        self.sent = ""                     # text already handed out
+        self.stopped = False               # a stop string was met: the completion ends here
+
+    def push(self, token: int) -> str:
+        """The new text this token makes sendable ('' if none yet)."""
+        self.ids.append(token)
+        return self._advance(final=False)
+
+    def finish(self) -> str:
+        """What is left to send once the completion has ended."""
+        return self._advance(final=True)
+
+    def _advance(self, final: bool) -> str:
+        if self.decode is None or self.stopped:
+            return ""
+        text = self.decode(self.ids)
+        cut = self._stop_at(text)
+        if cut is not None:
+            self.stopped = True
+            return self._take(text[:cut])
+        if not final:
+            text = text.rstrip(INCOMPLETE)
+            text = text[:len(text) - self._held(text)]
+        return self._take(text)
+
+    def _take(self, text: str) -> str:
+        # NOTE: a decoder may rewrite earlier text as ids arrive (merging spaces); only growth is sent
+        new = text[len(self.sent):] if text.startswith(self.sent) else ""
+        self.sent += new
+        return new
+
+    def _stop_at(self, text: str) -> int | None:
+        found = [i for i in (text.find(s, max(0, len(self.sent) - len(s))) for s in self.stop) if i >= 0]
+        return min(found) if found else None
+
+    def _held(self, text: str) -> int:
+        """How many trailing characters could begin a stop string."""
+        best = 0
+        for s in self.stop:
+            for n in range(min(len(s) - 1, len(text)), 0, -1):
+                if text.endswith(s[:n]):
+                    best = max(best, n)
+                    break
+        return best
