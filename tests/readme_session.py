@@ -20,10 +20,17 @@ FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
 
 
 def blocks(text: str):
-    """(language, code, the section heading it is under) of each fenced block."""
+    """(language, code, the section heading it is under, the subsection's or '') of each fenced block."""
     for match in FENCE.finditer(text):
-        heading = re.findall(r"^## (.+)$", text[:match.start()], re.M)
-        yield match[1], match[2], heading[-1] if heading else ""
+        before = text[:match.start()]
+        heading = re.findall(r"^## (.+)$", before, re.M)
+        section = heading[-1] if heading else ""
+        # NOTE: a ### heading counts only within its own ## section
+        sub = re.findall(r"^### (.+)$", before[before.rfind(f"## {section}"):], re.M) if section else []
+        yield match[1], match[2], section, sub[-1] if sub else ""
+
+
+SHELL_RUN = ("Quick start", "Serving language models")   # the (sub)sections whose ```bash lines are run too
 
 
 def run_shell(code: str, server: list, address: list):
@@ -35,7 +42,7 @@ def run_shell(code: str, server: list, address: list):
             flags = [w for w in words[3:] if w != "&"]
             flags = [f for i, f in enumerate(flags) if f != "--port" and (i == 0 or flags[i - 1] != "--port")]
             server.append(ServeProcess(os.path.abspath(words[2]), *flags))
-            address[0] = f"127.0.0.1:{server[0].port}"
+            address[0] = f"127.0.0.1:{server[-1].port}"      # NOTE: later blocks talk to the latest server
             continue
         cmd = [sys.executable, "-m", "paddle_xla.cli", *words[1:]] if words[0] == "paddle-xla" else words
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -49,12 +56,12 @@ def main(path: str):
     server: list = []
     address = ["localhost:8000"]
     try:
-        for i, (language, code, section) in enumerate(blocks(open(path).read()), 1):
+        for i, (language, code, section, sub) in enumerate(blocks(open(path).read()), 1):
             if language == "python":
                 print(f"--- block {i} ({section}): python", flush=True)
                 exec(compile(code.replace("localhost:8000", address[0]), f"README block {i} ({section})", "exec"),
                      namespace)
-            elif language == "bash" and section == "Quick start":
+            elif language == "bash" and (section in SHELL_RUN or sub in SHELL_RUN):
                 print(f"--- block {i} ({section}): bash", flush=True)
                 run_shell(code, server, address)
     finally:

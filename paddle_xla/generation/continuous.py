@@ -148,7 +148,9 @@ class ContinuousEngine:
             self.busy[row] = False
 
     def warm_up(self) -> None:
-        """Compile every bucket's insert and the decode chunk (then free the rows it used)."""
+        """Compile every bucket's insert, the decode chunk and the free of a cancelled row."""
+        self.insert(0, Request((1,), max_new_tokens=3))
+        self.free(0)
         for bucket in self.geometry.buckets:
             two = bucket < self.geometry.max_length
             self.insert(0, Request((1,) * bucket, max_new_tokens=2 if two else 1))

@@ -3,6 +3,9 @@ in tests, never share counts). Model labels are only names from the repository s
 an unknown name is counted as "_unknown", so clients cannot grow the label set."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST  # noqa: F401  (app.py's content type)
 
@@ -33,6 +36,37 @@ class Metrics:
                                 "request.", ["model"], registry=r)
         self.slots_waiting = Gauge("paddle_xla_llm_waiting", "Language-model requests waiting for a free row.",
                                    ["model"], registry=r)
+        self.kv_free = Gauge("paddle_xla_llm_kv_slots_free", "KV-cache slots (rows x positions) not holding a "
+                             "running request's tokens.", ["model"], registry=r)
+        self.ttft = Histogram("paddle_xla_llm_time_to_first_token_seconds", "From a request's admission to the "
+                              "queue to its first token.", ["model"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.itl = Histogram("paddle_xla_llm_inter_token_seconds", "Between a request's successive token "
+                             "batches (one per decode chunk).", ["model"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.prefill = Histogram("paddle_xla_llm_prefill_seconds", "One request's prefill and insert.", ["model"],
+                                 buckets=_LATENCY_BUCKETS, registry=r)
+        self.decode = Histogram("paddle_xla_llm_decode_chunk_seconds", "One decode chunk of the whole batch.",
+                                ["model"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.tokens_in = Counter("paddle_xla_llm_prompt_tokens", "Prompt tokens prefilled.", ["model"], registry=r)
+        self.tokens_out = Counter("paddle_xla_llm_generated_tokens", "Tokens generated.", ["model"], registry=r)
+
+    def llm(self, model: str) -> "LlmMetrics":
+        return LlmMetrics(*(m.labels(model) for m in (self.slots_busy, self.slots_waiting, self.kv_free, self.ttft,
+                                                      self.itl, self.prefill, self.decode, self.tokens_in,
+                                                      self.tokens_out)))
 
     def text(self) -> bytes:
         return generate_latest(self.registry)
+
+
+@dataclass(frozen=True)
+class LlmMetrics:
+    """One served language model's series (labelled children), as its scheduler updates them."""
+    busy: Any
+    waiting: Any
+    kv_free: Any
+    ttft: Any
+    itl: Any
+    prefill: Any
+    decode: Any
+    tokens_in: Any
+    tokens_out: Any

@@ -49,7 +49,7 @@ def run(folder: str, settings: Settings) -> int:
     workers = {name: ModelWorker(model, settings, metrics, log, on_failure) for name, model in models.items()}
     for llm in llms.values():
         llm.scheduler.on_failure = on_failure
-        llm.scheduler.gauges = (metrics.slots_busy.labels(llm.name), metrics.slots_waiting.labels(llm.name))
+        llm.scheduler.metrics = metrics.llm(llm.name)
     # NOTE: uvicorn's http="auto" parses with httptools (a serve dependency) rather than h11: A/B on 2 cores,
     # ResNet-50 bf16 (600 KB binary requests) at 8 / 32 clients 50.3 / 54.2 -> 55.6 / 55.6 req/s
     config = uvicorn.Config(build_app(models, workers, settings, metrics, state, log, llms), lifespan="off",

@@ -1,4 +1,5 @@
 """A served language model past its deadline (504, slot freed) and at SIGTERM (streams finish, exit 0)."""
+import asyncio
 import concurrent.futures
 import json
 import signal
@@ -17,9 +18,16 @@ def test_a_request_past_its_deadline_gets_504_and_frees_its_slot(llm):  # noqa: 
             body = {"model": "llm", "prompt": "w5 w6", "max_tokens": 40, "temperature": 0}
             r = http.post("/v1/completions", json=body)
             assert r.status_code == 504 and "--request-timeout-ms" in r.json()["error"]["message"]
+            # NOTE: a stream whose deadline passes before its first token gets the 504 itself; one that has
+            # begun ends with an error event and [DONE]
             with http.stream("POST", "/v1/completions", json={**body, "stream": True}) as s:
-                events = [line[5:].strip() for line in s.iter_lines() if line.startswith("data:")]
-            assert any('"code": 504' in e for e in events) and events[-1] == "[DONE]"
+                status = s.status_code
+                lines = list(s.iter_lines())
+            if status == 504:
+                assert "--request-timeout-ms" in json.loads("".join(lines))["error"]["message"]
+            else:
+                events = [line[5:].strip() for line in lines if line.startswith("data:")]
+                assert status == 200 and any('"code": 504' in e for e in events) and events[-1] == "[DONE]"
             _settles(http)
     finally:
         server.stop()
@@ -56,3 +64,73 @@ def test_sigterm_lets_running_streams_finish_then_exits_0(llm):  # noqa: F811
     finally:
         started.shutdown()
         server.stop()
+
+
+def test_the_bearer_token_guards_the_new_routes_and_a_restart_after_kill_9_serves(llm):  # noqa: F811
+    server = ServeProcess(llm[0], "--token", "s3cret")
+    try:
+        port = server.port
+        with httpx.Client(base_url=f"http://{server.url}", timeout=30) as http:
+            body = {"model": "llm", "prompt": "w5 w6", "max_tokens": 3, "temperature": 0}
+            for path in ("/v1/models", "/v1/completions", "/v2/models/llm/generate"):
+                r = http.post(path, json=body) if path != "/v1/models" else http.get(path)
+                assert r.status_code == 401, path
+            r = http.post("/v1/completions", json=body, headers={"Authorization": "Bearer s3cret"})
+            assert r.status_code == 200
+        server.proc.kill()
+        server.wait(30)
+    finally:
+        server.stop()
+    again = ServeProcess(llm[0], port=port)
+    try:
+        with httpx.Client(base_url=f"http://{again.url}", timeout=30) as http:
+            r = http.post("/v1/completions", json={"model": "llm", "prompt": "w5 w6", "max_tokens": 3,
+                                                   "temperature": 0})
+            assert r.status_code == 200 and len(r.json()["choices"][0]["token_ids"]) == 3
+    finally:
+        again.stop()
+
+
+def test_past_the_waiting_queue_requests_get_503_with_retry_after(llm):  # noqa: F811
+    # NOTE: one waiting place, and while streams run one request is admitted per decode chunk: 64 clients at
+    # once asking for the whole context each overflow it
+    server = ServeProcess(llm[0], "--max-queue-size", "1")
+    body = {"model": "llm", "prompt": "w5 w6", "max_tokens": CONTEXT - 2 + 1, "temperature": 0}
+
+    def post(i):
+        with httpx.Client(timeout=120) as http:
+            r = http.post(f"http://{server.url}/v1/completions", json=body)
+            return r.status_code, r.headers.get("retry-after"), r.json()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(64) as pool:
+            answers = list(pool.map(post, range(64)))
+    finally:
+        server.stop()
+    refused = [a for a in answers if a[0] == 503]
+    assert refused and all(a[1] == "1" and "--max-queue-size" in a[2]["error"]["message"] for a in refused)
+    served = [a[2]["choices"][0]["token_ids"] for a in answers if a[0] == 200]
+    assert served and all(ids == served[0] for ids in served)       # the same prompt, greedy: the same tokens
+
+
+def test_the_scheduler_bounds_its_waiting_queue():
+    from paddle_xla.serve.errors import RequestError
+    from paddle_xla.serve.llm.scheduler import Scheduler, Stream
+    from paddle_xla.generation.continuous import Request
+    scheduler = Scheduler("m", engine=None, max_waiting=2, log=print, on_failure=print)   # never started
+    loop = asyncio.new_event_loop()
+    try:
+        for _ in range(2):
+            scheduler.submit(Stream(Request((1,), 1), loop))
+        try:
+            scheduler.submit(Stream(Request((1,), 1), loop))
+            raise AssertionError("a third request was queued")
+        except RequestError as e:
+            assert e.status == 503 and e.headers["Retry-After"] == "1" and "2 requests waiting" in e.message
+        scheduler.drain()
+        try:
+            scheduler.submit(Stream(Request((1,), 1), loop))
+            raise AssertionError("a request was queued while draining")
+        except RequestError as e:
+            assert e.status == 503 and "shutting down" in e.message
+    finally:
+        loop.close()

@@ -33,6 +33,8 @@ class Stream:
     row: int | None = None
     made: int = 0
     last: int | None = None
+    submitted: float = field(default_factory=time.monotonic)
+    last_at: float | None = None            # when its previous tokens went out
 
     def send(self, *event) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
@@ -40,9 +42,9 @@ class Stream:
 
 class Scheduler:
     def __init__(self, name: str, engine: ContinuousEngine, max_waiting: int, log: Callable[[str], None],
-                 on_failure: Callable[[str], None], gauges=None):
+                 on_failure: Callable[[str], None], metrics=None):
         self.name, self.engine, self.max_waiting, self.log, self.on_failure = name, engine, max_waiting, log, on_failure
-        self.gauges = gauges            # (busy rows, waiting) prometheus gauges for this model, or None
+        self.metrics = metrics          # serve/metrics.py's LlmMetrics for this model, or None
         self.ready = False
         self._cond = threading.Condition()
         self._waiting: collections.deque[Stream] = collections.deque()
@@ -118,10 +120,15 @@ class Scheduler:
             self._settle(time.monotonic())
             admit = self._admissible()
         for stream in admit:
+            start = time.monotonic()
             self._insert(stream)
+            self._observe("prefill", time.monotonic() - start)
         self._gauge()
         if self._running:
-            self._distribute(self.engine.run_chunk())
+            start = time.monotonic()
+            out = self.engine.run_chunk()
+            self._observe("decode", time.monotonic() - start)
+            self._distribute(out)
             self._gauge()
         return True
 
@@ -148,6 +155,8 @@ class Scheduler:
         except Exception as e:   # NOTE: checked at submit; anything else is this request's error, not the server's
             stream.send("end", f"error: {type(e).__name__}: {e}")
             return
+        if self.metrics is not None:
+            self.metrics.tokens_in.inc(len(stream.request.ids))
         self._emit(stream, token)
         if goes_on:
             stream.row = row
@@ -157,26 +166,41 @@ class Scheduler:
 
     def _distribute(self, out) -> None:
         for row, stream in list(self._running.items()):
-            for token in out[row]:
-                if token != NO_TOKEN:
-                    self._emit(stream, int(token))
+            made = [int(t) for t in out[row] if t != NO_TOKEN]
+            if made:
+                self._observe("itl", time.monotonic() - stream.last_at)
+            for token in made:
+                self._emit(stream, token)
             if not self.engine.busy[row]:
                 del self._running[row]
                 stream.send("end", self._reason(stream))
 
     def _emit(self, stream: Stream, token: int) -> None:
+        now = time.monotonic()
+        if stream.made == 0:
+            self._observe("ttft", now - stream.submitted)
+        if self.metrics is not None:
+            self.metrics.tokens_out.inc()
         stream.made += 1
-        stream.last = token
+        stream.last, stream.last_at = token, now
         stream.send("token", token)
 
     def _reason(self, stream: Stream) -> str:
         return "stop" if stream.last in self.engine.eos else "length"
 
+    def _observe(self, name: str, seconds: float) -> None:
+        if self.metrics is not None:
+            getattr(self.metrics, name).observe(seconds)
+
     def _gauge(self) -> None:
-        if self.gauges is not None:
-            busy, waiting = self.gauges
-            busy.set(self.busy_rows)
-            waiting.set(len(self._waiting))
+        if self.metrics is None:
+            return
+        g = self.engine.geometry
+        self.metrics.busy.set(self.busy_rows)
+        self.metrics.waiting.set(len(self._waiting))
+        # NOTE: a running request holds its prompt's slots and one per token it made but the last
+        used = sum(len(s.request.ids) + s.made - 1 for s in self._running.values())
+        self.metrics.kv_free.set(g.max_batch_size * g.max_length - used)
 
 
 def _dropped(stream: Stream, now: float) -> str | None:

@@ -1,0 +1,241 @@
+"""Serving a language model: `paddle-xla serve` (continuous batching, OpenAI streaming) under closed-loop
+clients, against the offline `gen.generate` at batch 32 and PaddleFormers' eager `generate` behind the
+same HTTP stack (Starlette + uvicorn), one request at a time, in the same run.
+
+The model is generate.py's Llama shape (about 100M parameters, random weights). Prompts are 32-512 token
+ids and outputs 16-256 tokens (max_tokens; no EOS stops them), drawn uniformly with a fixed seed. Each
+concurrency level runs `--requests-per-client` requests per client, streaming; per request it records
+the time to the first token and the gaps between tokens as the client receives them (a decode chunk
+arrives as one event, so with --chunk k, k - 1 of every k gaps are near zero). It reports output
+tokens/s, request throughput, TTFT and inter-token latency p50/p99, and the decode step time of a
+full batch (offline, so the ITL goal has its yardstick).
+
+    .venv/bin/python benchmarks/serve_llm.py                 # about 15 minutes on 2 cores
+    .venv/bin/python benchmarks/serve_llm.py --quick         # a tiny model, seconds: checks the script runs
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.append(os.path.join(ROOT, ".zoo"))
+
+import numpy as np  # noqa: E402
+
+from generate import SHAPE  # noqa: E402  (benchmarks/generate.py: the same model)
+from serve import Service  # noqa: E402   (benchmarks/serve.py: a server subprocess, ready when it says so)
+
+TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, max_position_embeddings=1024, fuse_rms_norm=False)
+
+
+def workload(n: int, vocab: int, prompt=(32, 512), output=(16, 256), seed: int = 0):
+    rng = np.random.default_rng(seed)
+    return [([int(i) for i in rng.integers(3, vocab, int(rng.integers(prompt[0], prompt[1] + 1)))],
+             int(rng.integers(output[0], output[1] + 1))) for _ in range(n)]
+
+
+def percentile(xs, q):
+    return float(np.percentile(np.asarray(xs), q)) * 1e3 if xs else float("nan")
+
+
+# ---- clients ------------------------------------------------------------------------------------
+
+def stream_one(http, url: str, ids, max_tokens: int) -> dict:
+    """One streaming completion: its TTFT, its inter-token gaps (s) and its token count."""
+    import httpx  # noqa: F401
+    start = time.perf_counter()
+    body = {"model": "llm", "prompt": ids, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    stamps = []
+    with http.stream("POST", url, json=body) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"status {r.status_code}: {r.read()[:200]}")
+        for line in r.iter_lines():
+            if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+                continue
+            n = len(json.loads(line[5:])["choices"][0]["token_ids"])
+            now = time.perf_counter()
+            stamps += [now] * n
+    gaps = list(np.diff(stamps)) if len(stamps) > 1 else []
+    return {"ttft": stamps[0] - start if stamps else None, "gaps": gaps, "tokens": len(stamps),
+            "latency": time.perf_counter() - start}
+
+
+def closed_loop(url: str, clients: int, jobs, call) -> dict:
+    """`clients` threads, each sending its share of `jobs` one after another."""
+    import httpx
+    shares = [jobs[i::clients] for i in range(clients)]
+
+    def client(share):
+        with httpx.Client(timeout=None) as http:
+            return [call(http, url, ids, n) for ids, n in share]
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        results = [r for rs in pool.map(client, shares) for r in rs]
+    wall = time.perf_counter() - start
+    tokens = sum(r["tokens"] for r in results)
+    ttft = [r["ttft"] for r in results if r["ttft"] is not None]
+    gaps = [g for r in results for g in r["gaps"]]
+    return {"clients": clients, "requests": len(results), "wall_s": wall, "output_tokens": tokens,
+            "output_tokens_per_s": tokens / wall, "requests_per_s": len(results) / wall,
+            "ttft_p50_ms": percentile(ttft, 50), "ttft_p99_ms": percentile(ttft, 99),
+            "itl_p50_ms": percentile(gaps, 50), "itl_p99_ms": percentile(gaps, 99)}
+
+
+# ---- the Paddle service: PaddleFormers' eager generate behind Starlette + uvicorn ----------------
+
+def paddle_service(net):
+    """(url, stop): /v1/completions answered by net.generate, one request at a time."""
+    import paddle
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+    lock = threading.Lock()
+
+    def run(ids, n):
+        with lock:
+            out, _ = net.generate(paddle.to_tensor([ids]), max_new_tokens=n, decode_strategy="greedy_search",
+                                  eos_token_id=-1)
+            return [int(t) for t in out.numpy()[0]]
+
+    async def completions(request):
+        body = await request.json()
+        ids = await asyncio.to_thread(run, body["prompt"], body["max_tokens"])
+        return JSONResponse({"choices": [{"token_ids": ids, "finish_reason": "length"}]})
+    config = uvicorn.Config(Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])]),
+                            host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]
+
+    def stop():
+        server.should_exit = True
+        thread.join(10)
+    return f"http://127.0.0.1:{port}/v1/completions", stop
+
+
+def whole_one(http, url, ids, max_tokens):
+    start = time.perf_counter()
+    r = http.post(url, json={"model": "llm", "prompt": ids, "max_tokens": max_tokens, "temperature": 0})
+    r.raise_for_status()
+    took = time.perf_counter() - start
+    return {"ttft": took, "gaps": [], "tokens": len(r.json()["choices"][0]["token_ids"]), "latency": took}
+
+
+# ---- offline ----------------------------------------------------------------------------------------
+
+def offline(gen, jobs, batch: int) -> dict:
+    """gen.generate on `batch` prompts of the workload at once (max_new_tokens: their mean output), and the
+    decode step time of that full batch."""
+    rows = jobs[:batch]
+    width = max(len(ids) for ids, _ in rows)
+    ids = np.zeros((batch, width), np.int64)
+    mask = np.zeros_like(ids)
+    for b, (p, _) in enumerate(rows):
+        ids[b, width - len(p):], mask[b, width - len(p):] = p, 1
+    new = int(np.mean([n for _, n in rows]))
+    kw = dict(attention_mask=mask, decode_strategy="greedy_search", eos_token_id=[])
+    gen.generate(ids, max_new_tokens=new, **kw)                       # warm-up
+    start = time.perf_counter()
+    gen.generate(ids, max_new_tokens=1, **kw)
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    gen.generate(ids, max_new_tokens=new, **kw)
+    full = time.perf_counter() - start
+    return {"batch": batch, "new_tokens": new, "output_tokens_per_s": batch * new / full,
+            "decode_step_ms": (full - first) / (new - 1) * 1e3}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
+    ap.add_argument("--requests-per-client", type=int, default=2)
+    ap.add_argument("--rows", type=int, default=32, help="decode batch rows (the generator's max_batch_size)")
+    ap.add_argument("--chunk", type=int, default=2, help="decode steps per host call")
+    ap.add_argument("--paddle-requests", type=int, default=6)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "serve_llm.json"))
+    args = ap.parse_args()
+    import logging
+    import paddle
+    from paddleformers.transformers.llama import LlamaConfig, LlamaForCausalLM
+
+    import paddle_xla as px
+    from paddle_xla.generator import Generator
+    logging.getLogger("httpx").setLevel(logging.WARNING)     # NOTE: PaddleFormers sets the root logger to INFO
+    shape = TINY if args.quick else SHAPE
+    prompt, output = ((8, 64), (4, 32)) if args.quick else ((32, 512), (16, 256))
+    paddle.seed(0)
+    net = LlamaForCausalLM(LlamaConfig(**{**shape, "max_position_embeddings": 1024}))
+    net.eval()
+    context = prompt[1] + output[1]
+    gen = Generator(net, max_batch_size=args.rows, max_length=context, chunk=args.chunk)
+    folder = tempfile.mkdtemp(prefix="serve_llm_")
+    start = time.perf_counter()
+    px.export(gen, os.path.join(folder, "llm.pxa"))
+    export_s = time.perf_counter() - start
+    jobs = workload(max(args.concurrency) * args.requests_per_client, shape["vocab_size"], prompt, output)
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    service = Service([sys.executable, "-m", "paddle_xla.cli", "serve", folder, "--port", "0", "--max-queue-size",
+                       "1024", "--request-timeout-ms", "0"], env)
+    levels = []
+    try:
+        url = f"http://{service.url}/v1/completions"
+        for clients in args.concurrency:
+            level = closed_loop(url, clients, jobs[:clients * args.requests_per_client], stream_one)
+            levels.append(level)
+            print(json.dumps(level), flush=True)
+    finally:
+        service.stop()
+    base = offline(gen, jobs, min(32, args.rows))
+    purl, stop = paddle_service(net)
+    try:
+        theirs = closed_loop(purl, 1, jobs[:args.paddle_requests], whole_one)
+    finally:
+        stop()
+    result = {"model": f"PaddleFormers LlamaForCausalLM, random weights, "
+                       f"{sum(int(np.prod(p.shape)) for p in net.parameters()) / 1e6:.0f}M parameters",
+              "rows": args.rows, "chunk": args.chunk, "context": context, "prompt_tokens": prompt,
+              "output_tokens": output, "export_s": export_s, "server_ready_s": service.ready_s,
+              "levels": levels, "offline": base, "paddle_service": theirs, "threads": os.cpu_count(),
+              "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    at32 = next((lv for lv in levels if lv["clients"] == 32), levels[-1])
+    result["goals"] = {"clients": at32["clients"],
+                       "vs_offline": at32["output_tokens_per_s"] / base["output_tokens_per_s"],
+                       "vs_paddle_service": at32["output_tokens_per_s"] / theirs["output_tokens_per_s"],
+                       "itl_p99_over_step": at32["itl_p99_ms"] / base["decode_step_ms"]}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"\n{result['model']}; {args.rows} rows, chunk {args.chunk}; prompts {prompt[0]}-{prompt[1]}, "
+          f"outputs {output[0]}-{output[1]} tokens\n")
+    print("| clients | output tok/s | req/s | TTFT p50 / p99 ms | ITL p50 / p99 ms |")
+    print("|---|---|---|---|---|")
+    for lv in levels:
+        print(f"| {lv['clients']} | {lv['output_tokens_per_s']:.1f} | {lv['requests_per_s']:.2f} | "
+              f"{lv['ttft_p50_ms']:.0f} / {lv['ttft_p99_ms']:.0f} | {lv['itl_p50_ms']:.1f} / {lv['itl_p99_ms']:.1f} |")
+    print(f"\noffline gen.generate batch {base['batch']}: {base['output_tokens_per_s']:.1f} tok/s "
+          f"(decode step {base['decode_step_ms']:.1f} ms); Paddle eager service: "
+          f"{theirs['output_tokens_per_s']:.1f} tok/s")
+    g = result["goals"]
+    print(f"at {g['clients']} clients: {g['vs_offline']:.0%} of offline, {g['vs_paddle_service']:.2f}x the Paddle "
+          f"service, ITL p99 = {g['itl_p99_over_step']:.1f}x the full-batch step")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
