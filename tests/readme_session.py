@@ -26,7 +26,7 @@ def blocks(text: str):
         heading = re.findall(r"^## (.+)$", before, re.M)
         section = heading[-1] if heading else ""
         # NOTE: a ### heading counts only within its own ## section
-        sub = re.findall(r"^### (.+)$", before[before.rfind(f"## {section}"):], re.M) if section else []
+        sub = re.findall(r"^### (.+)$", before[before.rfind(f"\n## {section}\n"):], re.M) if section else []
         yield match[1], match[2], section, sub[-1] if sub else ""
 
 
