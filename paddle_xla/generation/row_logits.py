@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 
 class RowParams(NamedTuple):
@@ -78,19 +79,32 @@ def top_p_filter(probs, p):
     return jnp.where(drop, 0.0, probs)
 
 
+def _only_where(rows, filtered, probs):
+    """filtered(probs) on `rows`, and its sorts skipped altogether when no row asks for it."""
+    return lax.cond(jnp.any(rows), lambda q: jnp.where(rows[:, None], filtered(q), q), lambda q: q, probs)
+
+
 def sampling_probs(logits, p: RowParams):
     probs = jax.nn.softmax(logits / p.temperature[:, None], axis=-1)
-    probs = jnp.where((p.top_k > 0)[:, None], top_k_filter(probs, p.top_k), probs)
-    return jnp.where((p.top_p < 1.0)[:, None], top_p_filter(probs, p.top_p), probs)
+    probs = _only_where(p.top_k > 0, lambda q: top_k_filter(q, p.top_k), probs)
+    return _only_where(p.top_p < 1.0, lambda q: top_p_filter(q, p.top_p), probs)
 
 
 def choose(logits, p: RowParams, seen, generated, keys, eos_ids: tuple[int, ...]):
     """(tokens [B] int32, score terms [B] float32): greedy rows the argmax and its processed logit, sampled
     rows a draw from their own key and the log-probability before temperature."""
     logits = processed(logits, p, seen, generated, eos_ids)
-    greedy = jnp.argmax(logits, axis=-1)
-    log_probs = jax.nn.log_softmax(logits, axis=-1)
-    drawn = jax.vmap(jax.random.categorical)(keys, jnp.log(sampling_probs(logits, p)))
-    tokens = jnp.where(p.sampling, drawn, greedy)
-    terms = jnp.where(p.sampling[:, None], log_probs, logits)
-    return tokens.astype(jnp.int32), jnp.take_along_axis(terms, tokens[:, None], axis=-1)[:, 0]
+    greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
+    def with_draws(logits):
+        # NOTE: a batch of greedy rows skips this (softmaxes, the top-k/top-p sorts, the draws) at run time
+        # (the token choice for 32 x 32000 logits on this CPU: 2.9 -> 2.6 ms)
+        log_probs = jax.nn.log_softmax(logits, axis=-1)
+        drawn = jax.vmap(jax.random.categorical)(keys, jnp.log(sampling_probs(logits, p))).astype(jnp.int32)
+        tokens = jnp.where(p.sampling, drawn, greedy)
+        terms = jnp.where(p.sampling[:, None], log_probs, logits)
+        return tokens, jnp.take_along_axis(terms, tokens[:, None], axis=-1)[:, 0]
+
+    def argmax_only(logits):
+        return greedy, jnp.take_along_axis(logits, greedy[:, None], axis=-1)[:, 0]
+    return lax.cond(jnp.any(p.sampling), with_draws, argmax_only, logits)
