@@ -44,17 +44,22 @@ class Slots(NamedTuple):
     seen: jax.Array         # [B, V] bool
     keys: jax.Array         # [B, 2] uint32: each row's own random key
     params: R.RowParams
+    # NOTE: the last step's K/V, written into `past` at the start of the next step (step() says why)
+    pending: jax.Array      # [B, 2L, H, D]
+    pending_at: jax.Array   # [B] int32: the slot they go into
+    pending_on: jax.Array   # [B] bool: whether they go in at all (the row was live when it made them)
 
 
 def empty(cache_shape, cache_dtype, vocab: int) -> Slots:
-    _, batch, _, slots, _ = cache_shape
+    layers2, batch, heads, slots, dim = cache_shape
 
     def i32():
         return jnp.zeros(batch, jnp.int32)      # NOTE: one buffer per field: the state is donated
     return Slots(jnp.zeros(cache_shape, cache_dtype), jnp.zeros((batch, slots), jnp.int64), i32(),
                  jnp.zeros(batch, jnp.int64), jnp.zeros(batch, jnp.int64), jnp.zeros(batch, bool), i32(), i32(),
                  jnp.zeros(batch, jnp.float32), jnp.zeros((batch, vocab), bool), jnp.zeros((batch, 2), jnp.uint32),
-                 R.row_params(batch))
+                 R.row_params(batch), jnp.zeros((batch, layers2, heads, dim), cache_dtype), i32(),
+                 jnp.zeros(batch, bool))
 
 
 def _set_row(a, row, value):
@@ -89,15 +94,19 @@ def start(prefill: Callable, weights, ids, mask, live, limit, params: R.RowParam
     split = jax.vmap(jax.random.split)(keys)
     token, term = R.choose(logits, params, seen, jnp.zeros(ids.shape[0], jnp.int32), split[:, 1], eos_ids)
     goes_on = live & ~_ended(token, eos_ids) & (limit > 1)
+    batch, (layers2, _, heads, _, dim) = ids.shape[0], kv.shape
     return Slots(kv.astype(cache_dtype), valid.astype(jnp.int64), span.astype(jnp.int32), token.astype(jnp.int64),
                  jnp.sum(mask, axis=-1).astype(jnp.int64), goes_on, live.astype(jnp.int32),
-                 limit.astype(jnp.int32), jnp.where(live, term, 0.0), R.mark_seen(seen, token), split[:, 0], params)
+                 limit.astype(jnp.int32), jnp.where(live, term, 0.0), R.mark_seen(seen, token), split[:, 0], params,
+                 jnp.zeros((batch, layers2, heads, dim), cache_dtype), jnp.zeros(batch, jnp.int32),
+                 jnp.zeros(batch, bool))
 
 
 def insert(prefill: Callable, weights, s: Slots, row, ids, mask, limit, params: R.RowParams, key,
            eos_ids: tuple[int, ...]) -> tuple[Slots, jax.Array, jax.Array]:
     """Prefill one prompt (ids, mask [1, P]) into `row` and choose its first token. `params` holds this
-    request's decode arguments as [1] arrays. Returns (slots, first token, whether the row goes on)."""
+    request's decode arguments as [1] arrays. Returns (slots, first token, whether the row goes on). The
+    row's pending K/V (its previous request's last) are dropped with the rest of its state."""
     one = start(prefill, weights, ids, mask, jnp.ones(1, bool), jnp.reshape(limit, (1,)), params, key[None],
                 s.valid.shape[1], s.past.dtype, eos_ids)
     zero = jnp.zeros((), jnp.int32)
@@ -111,24 +120,36 @@ def free(s: Slots, row) -> Slots:
     return s._replace(live=_set_row(s.live, row, False))
 
 
-def step(decode: Callable, weights, s: Slots, eos_ids: tuple[int, ...], pad: int) -> tuple[Slots, jax.Array]:
-    """One decode step for every row; returns the slots and the tokens the live rows made ([B], NO_TOKEN
-    for the others)."""
+def _write_pending(s: Slots) -> tuple[jax.Array, jax.Array]:
+    """(past, valid) with the last step's K/V in their slots; a row that was not live writes nothing."""
     batch, slots = s.valid.shape
     rows = jnp.arange(batch)
-    mask = jnp.concatenate([s.valid, jnp.ones((batch, 1), s.valid.dtype)], axis=-1)
-    logits, new = decode(weights, s.token[:, None], mask, s.position[:, None], s.past)
-    # NOTE: a row that is not live writes nowhere that counts: its cursor is clamped and its slot stays invalid
-    at = jnp.minimum(s.cursor, slots - 1)
-    past = s.past.at[:, rows, :, at].set(jnp.moveaxis(new, 1, 0).astype(s.past.dtype))
-    valid = s.valid.at[rows, at].set(jnp.where(s.live, 1, s.valid[rows, at]))
+    at = jnp.where(s.pending_on, s.pending_at, slots)          # NOTE: out of range: dropped
+    past = s.past.at[:, rows, :, at].set(s.pending, mode="drop")
+    valid = s.valid.at[rows, at].set(1, mode="drop")
+    return past, valid
+
+
+def step(decode: Callable, weights, s: Slots, eos_ids: tuple[int, ...], pad: int) -> tuple[Slots, jax.Array]:
+    """One decode step for every row; returns the slots and the tokens the live rows made ([B], NO_TOKEN
+    for the others).
+
+    The K/V a step makes are written into the cache at the start of the next step, not at its end: then
+    nothing reads the cache before the write, and XLA updates it in place. Written after the decode, the
+    cache is both read (by the attention) and updated in one loop body, and XLA:CPU copied all of it twice
+    per step (2 x 600 MB at 32 rows x 768 slots in fp32)."""
+    batch = s.valid.shape[0]
+    past, valid = _write_pending(s)
+    mask = jnp.concatenate([valid, jnp.ones((batch, 1), valid.dtype)], axis=-1)
+    logits, new = decode(weights, s.token[:, None], mask, s.position[:, None], past)
     split = jax.vmap(jax.random.split)(s.keys)
     token, term = R.choose(logits, s.params, s.seen, s.t, split[:, 1], eos_ids)
     token, scores, live = finish(token, term, s.scores, s.live, s.t, s.limit, eos_ids, pad)
     made = jnp.where(s.live, token, NO_TOKEN)
     seen = jnp.where(s.live[:, None], R.mark_seen(s.seen, token), s.seen)
     return Slots(past, valid, s.cursor + s.live, token.astype(s.token.dtype), s.position + s.live, live,
-                 s.t + s.live, s.limit, scores, seen, split[:, 0], s.params), made
+                 s.t + s.live, s.limit, scores, seen, split[:, 0], s.params, jnp.moveaxis(new, 1, 0).astype(past.dtype),
+                 s.cursor, s.live), made
 
 
 def finish(token, term, scores, live, t, limit, eos_ids: tuple[int, ...], pad: int):

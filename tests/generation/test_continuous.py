@@ -133,3 +133,18 @@ def test_bad_requests_name_the_limit(gen):
         engine.check(Request((3,) * 20, 30))
     with pytest.raises(GenerationError, match="top_p=1.5"):
         engine.check(Request((3,), 4, decode_strategy="sampling", top_p=1.5))
+
+
+def test_the_decode_loop_updates_the_cache_in_place(gen):
+    # NOTE: the cache is the loop's one large buffer; a full copy of it per step doubled the step's time
+    # at 32 rows x 768 slots (slots.step writes a step's K/V at the start of the next step for this)
+    from paddle_xla import x64
+    from paddle_xla.generation import slots as SL
+    engine, g = gen.engine, gen.engine.geometry
+    shape = (2 * g.layers, g.max_batch_size, g.kv_heads, g.max_length, g.head_dim)
+    run = engine._run_fn(tuple(engine.defaults.eos_token_id), engine.defaults.pad_token_id)
+    with x64.scope():
+        hlo = run.lower(engine._device_params(), SL.empty(shape, g.cache_dtype, g.vocab_size)).compile().as_text()
+    cache_type = "f32[" + ",".join(map(str, shape)) + "]"
+    copies = [line.strip() for line in hlo.splitlines() if f"= {cache_type}" in line and " copy(" in line]
+    assert not copies, copies
