@@ -97,6 +97,11 @@ class _CacheApi:
         with x64.scope():
             return capture_prefill(self.model, batch or self.batch, bucket)
 
+    def extend(self, tokens: int, slots: int, batch: int | None = None):
+        """The decode step on `tokens` new tokens: a long prompt's prefill, a chunk at a time."""
+        with x64.scope():
+            return capture_decode(self.model, batch or self.batch, slots, tokens=tokens)
+
 
 class _Derived:
     """A plain decoder (forward(input_ids) -> logits, no cache API): the cache derived from its forward
@@ -127,10 +132,15 @@ class Generator:
     """Generates with `model` for up to `max_batch_size` prompts and `max_length` cache slots.
 
     A PaddleFormers causal LM keeps its own cache class; a plain decoder (forward(input_ids) -> logits)
-    gets a cache derived from its forward, and then a call's prompts must share one length."""
+    gets a cache derived from its forward, and then a call's prompts must share one length.
+
+    chunk: decode steps per device call. prefill_chunk: prompts longer than this are prefilled this many
+    tokens at a time against the cache (one program for every length), shorter ones whole in a bucket of
+    16, 32, ... tokens; a server interleaves those chunks with its running streams' decode steps. A plain
+    decoder's derived cache prefills whole prompts (buckets up to max_length)."""
 
     def __init__(self, model, max_batch_size: int = 8, max_length: int = 512, chunk: int = 16, seed: int = 0,
-                 strategy=None):
+                 strategy=None, prefill_chunk: int = 128):
         self.model = model
         self.strategy = _checked(strategy)
         precision = self.strategy.precision
@@ -142,16 +152,19 @@ class Generator:
                         _Derived(model, max_batch_size, max_length, vocab, probe.buckets[0]))
         src = self._source
         self.geometry = dataclasses.replace(probe, layers=src.layers, kv_heads=src.kv_heads, head_dim=src.head_dim,
-                                            one_length=src.one_length)
+                                            one_length=src.one_length,
+                                            prefill_chunk=None if src.one_length else prefill_chunk)
         self.policy = LoweringPolicy.live(precision, inference=True)
         self.defaults = defaults_of(getattr(model, "config", None))
         self.decode_captured = src.decode
         self.source_weights = dict(self.decode_captured.weights)      # as Paddle holds them (export writes these)
         self.held = held_weights(self.decode_captured.graph, self.policy, self.geometry.quant_type)
         self._prefill_captured, self._prefill1_captured, self._continuous = {}, {}, None
+        self._extend_captured: dict[int, object] = {}
         self.engine = Engine(self.geometry, self.defaults, program(self.decode_captured.graph, self.policy),
                              self._prefill_program, self.held.all_prepared(self.source_weights), seed=seed,
-                             place=_placement(self.strategy, self.decode_captured))
+                             place=_placement(self.strategy, self.decode_captured),
+                             extend=self._extend_program(max_batch_size))
 
     @property
     def max_batch_size(self) -> int:
@@ -171,6 +184,28 @@ class Generator:
                                       "the two captures of the model disagree")
             self._prefill_captured[bucket] = captured
         return self._prefill_captured[bucket]
+
+    def extend_captured(self, batch: int):
+        """The prefill chunk program for `batch` rows (the generator's batch, or 1 for a server's inserts),
+        captured on first use; None when prompts are not chunked."""
+        if not self.geometry.chunked:
+            return None
+        if batch not in self._extend_captured:
+            g = self.geometry
+            self._extend_captured[batch] = self._source.extend(g.prefill_chunk, g.max_length, batch)
+        return self._extend_captured[batch]
+
+    def _extend_program(self, batch: int):
+        """The extend program, captured when it first runs (None when prompts are not chunked)."""
+        if not self.geometry.chunked:
+            return None
+        made = []
+
+        def run(weights, *feeds):
+            if not made:
+                made.append(program(self.extend_captured(batch).graph, self.policy))
+            return made[0](weights, *feeds)
+        return run
 
     def _prefill_program(self, bucket: int):
         return program(self.prefill_captured(bucket).graph, self.policy)
@@ -194,7 +229,8 @@ class Generator:
             self._continuous = ContinuousEngine(
                 self.geometry, self.defaults, program(self.decode_captured.graph, self.policy),
                 lambda b: program(self.prefill1_captured(b).graph, self.policy),
-                self.held.all_prepared(self.source_weights), place=_placement(self.strategy, self.decode_captured))
+                self.held.all_prepared(self.source_weights), place=_placement(self.strategy, self.decode_captured),
+                extend1=self._extend_program(1))
         return self._continuous
 
     def warm_up(self, **kwargs) -> None:

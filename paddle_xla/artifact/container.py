@@ -32,8 +32,10 @@ from ..lowering.policy import LOWERING_VERSION, PLATFORMS, LoweringPolicy, live_
 # NOTE: 2: an inference executable reads the weights its manifest lists (exported.<p>.hwio_filters,
 # .half_weights) as HWIO or in half (held.py). Version 1 had no half_weights, and hwio_filters only in its
 # last release: an older reader would feed the filters as OIHW (silently wrong where the shapes agree), so
-# it must refuse these.
-FORMAT_VERSION = 2
+# it must refuse these. 3: a generator may prefill long prompts in chunks (geometry.prefill_chunk, the
+# extend programs) and holds prefills only up to that chunk: an older reader would look for prefills up to
+# max_length and call the artifact damaged.
+FORMAT_VERSION = 3
 MANIFEST, GRAPH, WEIGHTS, STRATEGY = "manifest.json", "graph.json", "weights.safetensors", "strategy.json"
 current_platform = live_platform
 

@@ -41,6 +41,9 @@ class GeneratorArtifact:
         names = ["decode"] + [f"prefill_{b}" for b in self.geometry.buckets]
         # NOTE: the batch-1 prefills a continuous batch inserts with (absent from a plain decoder's artifact)
         names += [n for n in (f"prefill1_{b}" for b in self.geometry.buckets) if graph_member(n) in members]
+        if self.geometry.chunked:
+            # NOTE: the prefill chunk for a batch and for one request (prompts past geometry.prefill_chunk)
+            names += ["extend", "extend1"]
         self.graphs = {n: _graph(path, members, n) for n in names}
         entry = (manifest.get("exported") or {}).get(self.platform)
         if entry is not None and not prefer_graph:
@@ -56,8 +59,9 @@ class GeneratorArtifact:
             held = held_weights(self.graphs["decode"], policy, self.geometry.quant_type)
             make = lambda n: program(self.graphs[n], policy)  # noqa: E731
         weights = held.all_prepared(weights_of(path, members[WEIGHTS]))
+        chunked = self.geometry.chunked
         self.engine = Engine(self.geometry, self.defaults, make("decode"), lambda b: make(f"prefill_{b}"), weights,
-                             seed=seed)
+                             seed=seed, extend=make("extend") if chunked else None)
         self._make, self._weights, self._seed, self._continuous = make, weights, seed, None
         self._tokenizer_text = members.get(TOKENIZER)
         self._tokenizer_obj = None
@@ -76,8 +80,9 @@ class GeneratorArtifact:
                 raise ModelLoadError(f"{self.path!r} holds no batch-1 prefill programs, which serving needs: "
                                      "export it again with this paddle_xla (a plain decoder's generator cannot be "
                                      "served: its rows share their positions)")
-            self._continuous = ContinuousEngine(self.geometry, self.defaults, self._make("decode"),
-                                                lambda b: self._make(f"prefill1_{b}"), self._weights, seed=self._seed)
+            self._continuous = ContinuousEngine(
+                self.geometry, self.defaults, self._make("decode"), lambda b: self._make(f"prefill1_{b}"), self._weights,
+                seed=self._seed, extend1=self._make("extend1") if self.geometry.chunked else None)
         return self._continuous
 
     def encode(self, prompt: str) -> list[int]:

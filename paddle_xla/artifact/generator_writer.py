@@ -2,6 +2,8 @@
 
 Members, besides the manifest:
   graphs/decode.json, graphs/prefill_<P>.json   the captured programs (one prefill per prompt bucket P)
+  graphs/extend.json, graphs/extend1.json       the prefill chunk, for the batch and for one request
+                                                (when prompts past geometry.prefill_chunk are chunked)
   weights.safetensors                           every weight, as Paddle holds it
   exported/<platform>/<program>.bin             jax.export StableHLO of each program, per platform
   tokenizer.json                                the tokenizer (the `tokenizers` library's format), if given
@@ -54,6 +56,8 @@ def export_generator(gen, path: str, platforms=("cpu",), tokenizer=None, chat_te
     if not g.one_length:
         # NOTE: the batch-1 prefills a server's continuous batch inserts one request with
         graphs.update({f"prefill1_{b}": gen.prefill1_captured(b).graph for b in g.buckets})
+    if g.chunked:
+        graphs.update({"extend": gen.extend_captured(g.max_batch_size).graph, "extend1": gen.extend_captured(1).graph})
     weights = {k: np.asarray(v) for k, v in gen.source_weights.items()}
     policies = {p: LoweringPolicy.tuned(p, g.precision, inference=True) for p in platforms}
     members = {graph_member(n): graph.to_json().encode() for n, graph in graphs.items()}

@@ -10,6 +10,10 @@ after rotary embeddings, not repeated for GQA):
 - prefill(input_ids, attention_mask, position_ids) -> (last logits [B, V], cache [2L, B, H, P, D])
 - decode(input_ids [B, 1], attention_mask [B, S + 1], position_ids [B, 1], past [2L, B, H, S, D])
   -> (logits [B, V], the new token's keys and values [2L, B, H, D])
+- extend: the decode step on c new tokens at once (input_ids [B, c], attention_mask [B, S + c]) ->
+  (the last one's logits [B, V], their keys and values [2L, B, H, c, D]): a long prompt is prefilled in
+  chunks of c tokens against what the cache holds, so a server's running streams wait for one chunk at
+  most (the model's own mask code makes the chunk's causal mask from the 2-D mask and the past length)
 
 The decode step rebuilds the model's own cache class from a fixed-size buffer of S slots, of which
 the attention mask marks the filled ones; the model appends the new token as slot S, and the loop
@@ -117,11 +121,12 @@ class _Prefill(paddle.nn.Layer):
 
 
 class _DecodeStep(paddle.nn.Layer):
-    def __init__(self, model, cache_cls, layers):
+    def __init__(self, model, cache_cls, layers, tokens: int = 1):
         super().__init__()
         self.model = model
         self.cache_cls = cache_cls
         self.layers = layers
+        self.tokens = tokens
 
     def forward(self, input_ids, attention_mask, position_ids, past):
         kv = paddle.unbind(past, 0)
@@ -130,7 +135,10 @@ class _DecodeStep(paddle.nn.Layer):
                          use_cache=True, return_dict=True)
         new = []
         for layer in out.past_key_values.layers:
-            new += [layer.keys[:, :, -1], layer.values[:, :, -1]]
+            if self.tokens == 1:
+                new += [layer.keys[:, :, -1], layer.values[:, :, -1]]
+            else:
+                new += [layer.keys[:, :, -self.tokens:], layer.values[:, :, -self.tokens:]]
         return out.logits[:, -1], paddle.stack(new)
 
 
@@ -145,9 +153,11 @@ def capture_prefill(model, batch: int, length: int) -> Captured:
     return from_layer(_Prefill(model), specs, training=False)
 
 
-def capture_decode(model, batch: int, slots: int, dtype: str = "float32") -> Captured:
+def capture_decode(model, batch: int, slots: int, dtype: str = "float32", tokens: int = 1) -> Captured:
+    """The decode step on `tokens` new tokens per row (1: the decode step; more: a prefill chunk)."""
     layers, kv_heads, head_dim = cache_geometry(model)
-    specs = [InputSpec([batch, 1], "int64", "input_ids"), InputSpec([batch, slots + 1], "int64", "attention_mask"),
-             InputSpec([batch, 1], "int64", "position_ids"),
+    specs = [InputSpec([batch, tokens], "int64", "input_ids"),
+             InputSpec([batch, slots + tokens], "int64", "attention_mask"),
+             InputSpec([batch, tokens], "int64", "position_ids"),
              InputSpec([2 * layers, batch, kv_heads, slots, head_dim], dtype, "past")]
-    return from_layer(_DecodeStep(model, cache_class(model), layers), specs, training=False)
+    return from_layer(_DecodeStep(model, cache_class(model), layers, tokens), specs, training=False)

@@ -1,9 +1,12 @@
 """ContinuousEngine: the host side of slots.py. Insert a request into a free row, run decode chunks, free
 rows; a server's scheduler (serve/llm/scheduler.py) drives it from one thread. Paddle-free.
 
-Programs: the generator's decode step, and a batch-1 prefill per prompt bucket (a request is prefilled
-alone, so a long prompt never waits for company and never pads anyone else's). Every program compiles
-once: insert per bucket, the decode chunk once (the row's decode arguments are traced values)."""
+Programs: the generator's decode step, a batch-1 prefill per prompt bucket (a request is prefilled
+alone, so a long prompt never waits for company and never pads anyone else's), and, for prompts longer
+than the geometry's prefill_chunk, the batch-1 extend program that prefills a prompt a chunk at a time.
+A scheduler interleaves those chunks with decode chunks (`begin`, then `fill` once per decode chunk), so
+a long prompt holds running streams up for one prefill chunk at a time. Every program compiles once:
+insert per bucket, one chunk program, the decode chunk (the row's decode arguments are traced values)."""
 from __future__ import annotations
 
 import itertools
@@ -18,6 +21,7 @@ from ..errors import GenerationError
 from . import row_logits as R
 from . import slots as SL
 from .config import DecodeConfig
+from .engine import padded
 
 
 @dataclass(frozen=True)
@@ -39,15 +43,30 @@ class Request:
                             self.temperature, self.repetition_penalty, defaults.eos_token_id, defaults.pad_token_id)
 
 
+@dataclass
+class _Fill:
+    """A prompt on its way into a row: the prefill steps (ids, mask) still to run and its decode arguments."""
+    steps: list
+    limit: np.int32
+    params: R.RowParams
+    key: jax.Array
+    whole: bool           # one prefill of a bucket; else extend chunks
+    first: bool = True
+
+
 class ContinuousEngine:
     def __init__(self, geometry, defaults: DecodeConfig, step: Callable, prefill1_for: Callable[[int], Callable],
-                 weights: Mapping, seed: int = 0, place: Callable | None = None):
+                 weights: Mapping, seed: int = 0, place: Callable | None = None, extend1: Callable | None = None):
+        if geometry.chunked and extend1 is None:
+            raise GenerationError(f"prefill_chunk={geometry.prefill_chunk} needs the batch-1 extend program")
         self.geometry, self.defaults = geometry, defaults
-        self._step, self._prefill1_for = step, prefill1_for
+        self._step, self._prefill1_for, self._extend1 = step, prefill1_for, extend1
         self._weights, self._place = dict(weights), place or jax.device_put
         self._params = None
         self._inserts: dict[int, Callable] = {}
         self._run = None
+        self._absorb = None
+        self._filling: dict[int, _Fill] = {}
         self._free = jax.jit(SL.free, donate_argnums=(0,))
         self._slots = None
         self._seeds = itertools.count()
@@ -91,6 +110,15 @@ class ContinuousEngine:
                 donate_argnums=(1,))
         return self._inserts[bucket]
 
+    def _absorb_fn(self):
+        if self._absorb is None:
+            extend, eos = self._extend1, self.eos
+            self._absorb = jax.jit(
+                lambda w, s, row, ids, mask, fresh, last, limit, params, key: SL.absorb_row(
+                    extend, w, s, row, ids, mask, fresh, last, limit, params, key, eos),
+                donate_argnums=(1,))
+        return self._absorb
+
     def _run_fn(self):
         if self._run is None:
             eos, pad, chunk = self.eos, self.defaults.pad_token_id, self.geometry.chunk
@@ -111,23 +139,48 @@ class ContinuousEngine:
         return int(rows[0]) if rows.size else None
 
     def insert(self, row: int, request: Request) -> tuple[int, bool]:
-        """Prefill `request` into `row`: (its first token, whether it goes on)."""
+        """Prefill `request` into `row` whole (every chunk at once): (its first token, whether it goes on)."""
+        self.begin(row, request)
+        while (done := self.fill(row)) is None:
+            pass
+        return done
+
+    def begin(self, row: int, request: Request) -> int:
+        """Reserve `row` for `request` (checked: a GenerationError names what is wrong) and return how many
+        `fill` calls its prompt takes: one for a prompt within a bucket, else one per prefill_chunk tokens."""
         cfg = self.check(request)
-        bucket = self.geometry.bucket(len(request.ids))
-        ids = np.full((1, bucket), cfg.pad_token_id, np.int64)
-        mask = np.zeros((1, bucket), np.int64)
-        ids[0, bucket - len(request.ids):] = request.ids
-        mask[0, bucket - len(request.ids):] = 1
+        g, n = self.geometry, len(request.ids)
+        width = g.bucket(n) or g.chunks(n) * g.prefill_chunk
+        ids, mask = padded(np.asarray([request.ids], np.int64), np.ones((1, n), np.int64), width, 1, cfg.pad_token_id)
+        step = width if g.bucket(n) else g.prefill_chunk
         params = R.RowParams(np.array([cfg.sampling]), np.array([cfg.temperature], np.float32),
                              np.array([cfg.top_k], np.int32), np.array([cfg.top_p], np.float32),
                              np.array([cfg.repetition_penalty], np.float32), np.array([cfg.min_new_tokens], np.int32))
         key = (jax.random.PRNGKey(request.seed) if request.seed is not None else
                jax.random.fold_in(self._base_key, next(self._seeds)))
+        steps = [(ids[:, i:i + step], mask[:, i:i + step]) for i in range(0, width, step)]
+        self._filling[row] = _Fill(steps, np.int32(cfg.max_new_tokens), params, key, whole=g.bucket(n) is not None)
+        self.busy[row] = True
+        return len(steps)
+
+    def fill(self, row: int) -> tuple[int, bool] | None:
+        """Run the next prefill step of the prompt begun in `row`: None while more remain, then (its first
+        token, whether it goes on)."""
+        f = self._filling[row]
+        ids, mask = f.steps.pop(0)
         with x64.scope():
-            self._slots, token, goes_on = self._insert_fn(bucket)(
-                self._weights_on_device(), self._state(), np.int32(row), ids, mask, np.int32(cfg.max_new_tokens),
-                params, key)
+            if f.whole:
+                self._slots, token, goes_on = self._insert_fn(ids.shape[1])(
+                    self._weights_on_device(), self._state(), np.int32(row), ids, mask, f.limit, f.params, f.key)
+            else:
+                self._slots, token, goes_on = self._absorb_fn()(
+                    self._weights_on_device(), self._state(), np.int32(row), ids, mask, np.bool_(f.first),
+                    np.bool_(not f.steps), f.limit, f.params, f.key)
+            f.first = False
+            if f.steps:
+                return None
             token, goes_on = int(token), bool(goes_on)
+        del self._filling[row]
         self.busy[row] = goes_on
         return token, goes_on
 
@@ -138,11 +191,14 @@ class ContinuousEngine:
             self._slots, out = self._run_fn()(self._weights_on_device(), self._state())
             out, live = np.asarray(out), np.asarray(self._slots.live)
         self.busy &= live
+        self.busy[list(self._filling)] = True           # NOTE: a row whose prompt is still going in
         return out
 
     def free(self, row: int) -> None:
-        """End `row`'s request now (cancelled, timed out)."""
-        if self.busy[row]:
+        """End `row`'s request now (cancelled, timed out), also one whose prompt is still going in."""
+        if self._filling.pop(row, None) is not None:
+            self.busy[row] = False      # NOTE: its row is not live on the device until its last chunk
+        elif self.busy[row]:
             with x64.scope():
                 self._slots = self._free(self._state(), np.int32(row))
             self.busy[row] = False
@@ -156,3 +212,5 @@ class ContinuousEngine:
             self.insert(0, Request((1,) * bucket, max_new_tokens=2 if two else 1))
             self.run_chunk()
             self.free(0)
+        if self.geometry.chunked:
+            self.insert(0, Request((1,) * (self.geometry.prefill_chunk + 1), max_new_tokens=1))

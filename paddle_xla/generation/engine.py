@@ -44,26 +44,42 @@ class Geometry:
     precision: str = "fp32"       # "fp32" | "bf16" | "fp16": compute, and the KV cache's dtype
     one_length: bool = False      # a derived cache (generation/derive.py): a call's rows share positions
     quant_type: str | None = None # "weight_only_int8": matmul weights held as int8 + per-channel scales
+    # NOTE: prompts longer than this are prefilled in chunks of this many tokens (the extend programs), so
+    # that a server's running streams wait for one chunk at most; None: one prefill per bucket up to
+    # max_length (a plain decoder's derived cache, and artifacts written before chunks existed)
+    prefill_chunk: int | None = None
 
     def __post_init__(self):
-        for name in ("max_batch_size", "max_length", "chunk"):
-            if getattr(self, name) < 1:
+        for name in ("max_batch_size", "max_length", "chunk", "prefill_chunk"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise GenerationError(f"{name}={getattr(self, name)} must be at least 1")
         if self.quant_type not in (None,) + QUANT_TYPES:
             raise GenerationError(f"quant_type={self.quant_type!r} is none of {QUANT_TYPES}: this artifact was "
                                   "written by a later paddle_xla")
 
     @property
+    def chunked(self) -> bool:
+        """Whether prompts longer than prefill_chunk are prefilled in chunks (extend programs)."""
+        return self.prefill_chunk is not None and self.prefill_chunk < self.max_length
+
+    @property
     def buckets(self) -> tuple[int, ...]:
-        """The prompt lengths a prefill is made for: 16, 32, ... up to max_length (itself the last)."""
+        """The prompt lengths a whole prefill is made for: 16, 32, ... up to the last, which is prefill_chunk
+        when prompts are chunked and max_length otherwise."""
+        last = self.prefill_chunk if self.chunked else self.max_length
         out, b = [], FIRST_BUCKET
-        while b < self.max_length:
+        while b < last:
             out.append(b)
             b *= 2
-        return tuple(out) + (self.max_length,)
+        return tuple(out) + (last,)
 
-    def bucket(self, n: int) -> int:
-        return next(b for b in self.buckets if b >= n)
+    def bucket(self, n: int) -> int | None:
+        """The bucket a prompt of n tokens is prefilled whole in; None: it is prefilled in chunks."""
+        return next((b for b in self.buckets if b >= n), None)
+
+    def chunks(self, n: int) -> int:
+        """How many prefill steps a prompt of n tokens takes: 1 in a bucket, else ceil(n / prefill_chunk)."""
+        return 1 if self.bucket(n) is not None else -(-n // self.prefill_chunk)
 
     @property
     def cache_dtype(self):
@@ -120,19 +136,24 @@ class Engine:
 
     step: run(weights, ids [B,1], mask [B,S+1], pos [B,1], past) -> (logits, new K/V);
     prefill_for(bucket) -> run(weights, ids, mask, pos) -> (logits, K/V), made on first use;
+    extend: run(weights, ids [B,c], mask [B,S+c], pos [B,c], past) -> (logits, the chunk's K/V), c the
+    geometry's prefill_chunk (needed when geometry.chunked: longer prompts are prefilled in chunks);
     weights: name -> array as the programs read them (held.py's precision and layout);
     place: puts them on the devices (default: jax.device_put; a tensor-split generator shards them)."""
 
     def __init__(self, geometry: Geometry, defaults: DecodeConfig, step: Callable,
                  prefill_for: Callable[[int], Callable], weights: Mapping, seed: int = 0,
-                 place: Callable | None = None):
+                 place: Callable | None = None, extend: Callable | None = None):
+        if geometry.chunked and extend is None:
+            raise GenerationError(f"prefill_chunk={geometry.prefill_chunk} needs the extend program")
         self.geometry, self.defaults = geometry, defaults
-        self._step, self._prefill_for = step, prefill_for
+        self._step, self._prefill_for, self._extend = step, prefill_for, extend
         self._weights = dict(weights)
         self._place = place or jax.device_put
         self._params = None
         self._prefills: dict[int, Callable] = {}
         self._starts: dict = {}
+        self._absorbs: dict = {}
         self._runs: dict = {}
         self._key = jax.random.PRNGKey(seed)
         self._calls = itertools.count()
@@ -150,6 +171,15 @@ class Engine:
                 lambda w, ids, mask, live, limit, params, keys: SL.start(prefill, w, ids, mask, live, limit, params,
                                                                          keys, g.max_length, g.cache_dtype, eos))
         return self._starts[(bucket, eos)]
+
+    def _absorb_fn(self, eos):
+        if eos not in self._absorbs:
+            extend = self._extend
+            self._absorbs[eos] = jax.jit(
+                lambda w, s, ids, mask, fresh, last, live, limit, params, keys: SL.absorb(
+                    extend, w, s, ids, mask, fresh, last, live, limit, params, keys, eos)[0],
+                donate_argnums=(1,))
+        return self._absorbs[eos]
 
     def _run_fn(self, eos, pad):
         if (eos, pad) not in self._runs:
@@ -169,16 +199,13 @@ class Engine:
         ids, mask = self._inputs(input_ids, attention_mask, cfg)
         batch, width = ids.shape
         self._check_lengths(width, mask, cfg)
-        bucket = self.geometry.bucket(width)
-        ids, mask = self._padded(ids, mask, bucket, cfg)
         key = jax.random.PRNGKey(seed) if seed is not None else jax.random.fold_in(self._key, next(self._calls))
         eos, pad = tuple(cfg.eos_token_id), cfg.pad_token_id
         b = self.geometry.max_batch_size
         with x64.scope():
             params = self._device_params()
             live = np.arange(b) < batch
-            state = self._start_fn(bucket, eos, pad)(params, ids, mask, live, np.full(b, cfg.max_new_tokens, np.int32),
-                                                     rows_of(cfg, b), row_keys(key, b))
+            state = self._prefilled(params, ids, mask, live, cfg, row_keys(key, b))
             chunks = [np.where(live, np.asarray(state.token), pad)[:, None]]
             run = self._run_fn(eos, pad)
             while bool(np.asarray(state.live).any()):
@@ -190,12 +217,33 @@ class Engine:
         out = out[:, :int(made.any(axis=0).nonzero()[0].max()) + 1]
         return np.where(out == SL.NO_TOKEN, pad, out).astype(np.int64), scores[:batch, None].astype(np.float32)
 
+    def _prefilled(self, params, ids, mask, live, cfg, keys):
+        """The slots with every row's prompt in its cache and its first token chosen: one prefill of the
+        prompts' bucket, or (longer than prefill_chunk) the extend program a chunk at a time."""
+        g, eos, b = self.geometry, tuple(cfg.eos_token_id), self.geometry.max_batch_size
+        limit, rows = np.full(b, cfg.max_new_tokens, np.int32), rows_of(cfg, b)
+        bucket = g.bucket(ids.shape[1])
+        width = bucket or g.chunks(ids.shape[1]) * g.prefill_chunk
+        ids, mask = padded(ids, mask, width, b, cfg.pad_token_id)
+        if bucket is not None:
+            return self._start_fn(bucket, eos, cfg.pad_token_id)(params, ids, mask, live, limit, rows, keys)
+        c = g.prefill_chunk
+        state = SL.empty((2 * g.layers, b, g.kv_heads, g.max_length, g.head_dim), g.cache_dtype, g.vocab_size)
+        for i in range(0, width, c):
+            state = self._absorb_fn(eos)(params, state, ids[:, i:i + c], mask[:, i:i + c], np.full(b, i == 0),
+                                         np.bool_(i + c == width), live, limit, rows, keys)
+        return state
+
     def warm_up(self, buckets=None, **kwargs) -> None:
-        """Compile the prefill of every bucket (or those given) and the decode loop for these arguments."""
-        for i, bucket in enumerate(buckets or self.geometry.buckets):
+        """Compile the prefill of every bucket (or those given), the chunked prefill when prompts are
+        chunked, and the decode loop, for these arguments."""
+        g = self.geometry
+        for i, bucket in enumerate(buckets or g.buckets):
             # NOTE: the decode loop is one program for every bucket: compiled once, with the first
-            two = i == 0 and bucket < self.geometry.max_length
+            two = i == 0 and bucket < g.max_length
             self.generate(np.ones((1, bucket), np.int64), max_new_tokens=2 if two else 1, **kwargs)
+        if g.chunked and buckets is None:
+            self.generate(np.ones((1, g.prefill_chunk + 1), np.int64), max_new_tokens=1, **kwargs)
 
     def _inputs(self, input_ids, attention_mask, cfg):
         ids = np.asarray(input_ids.numpy() if hasattr(input_ids, "numpy") else input_ids)
@@ -238,11 +286,15 @@ class Engine:
             raise GenerationError(f"max_new_tokens={cfg.max_new_tokens} does not fit the cache: a prompt of {span} "
                                   f"tokens leaves room for {room} in max_length={g.max_length}")
 
-    def _padded(self, ids, mask, bucket, cfg):
-        # NOTE: left padding to the bucket, and dummy rows (all padding) up to max_batch_size
-        b = self.geometry.max_batch_size
-        out = np.full((b, bucket), cfg.pad_token_id, np.int64)
-        m = np.zeros((b, bucket), np.int64)
-        out[:ids.shape[0], bucket - ids.shape[1]:] = ids
-        m[:ids.shape[0], bucket - ids.shape[1]:] = mask
-        return out, m
+
+
+def padded(ids, mask, width: int, rows: int, pad: int):
+    """ids and mask [B, w] left-padded to [rows, width]. The added padding repeats each row's first id, so that
+    it adds no token to the ids the repetition penalty counts (a PaddleFormers row holds only its own
+    padding); rows past B (they only fill the batch) are all pad_token_id."""
+    out = np.full((rows, width), pad, np.int64)
+    m = np.zeros((rows, width), np.int64)
+    out[:ids.shape[0]] = ids[:, :1]
+    out[:ids.shape[0], width - ids.shape[1]:] = ids
+    m[:ids.shape[0], width - ids.shape[1]:] = mask
+    return out, m

@@ -90,16 +90,80 @@ def start(prefill: Callable, weights, ids, mask, live, limit, params: R.RowParam
     tokens. live [B]: the rows that hold a prompt; limit [B]: their max_new_tokens; params: [B] arrays."""
     logits, kv = prefill(weights, ids, mask, prompt_positions(mask))
     kv, valid, span = packed(kv, mask, slots)
-    seen = R.seen_tokens(ids, logits.shape[-1])
-    split = jax.vmap(jax.random.split)(keys)
-    token, term = R.choose(logits, params, seen, jnp.zeros(ids.shape[0], jnp.int32), split[:, 1], eos_ids)
-    goes_on = live & ~_ended(token, eos_ids) & (limit > 1)
     batch, (layers2, _, heads, _, dim) = ids.shape[0], kv.shape
-    return Slots(kv.astype(cache_dtype), valid.astype(jnp.int64), span.astype(jnp.int32), token.astype(jnp.int64),
-                 jnp.sum(mask, axis=-1).astype(jnp.int64), goes_on, live.astype(jnp.int32),
-                 limit.astype(jnp.int32), jnp.where(live, term, 0.0), R.mark_seen(seen, token), split[:, 0], params,
-                 jnp.zeros((batch, layers2, heads, dim), cache_dtype), jnp.zeros(batch, jnp.int32),
-                 jnp.zeros(batch, bool))
+    s = Slots(kv.astype(cache_dtype), valid.astype(jnp.int64), span.astype(jnp.int32), jnp.zeros(batch, jnp.int64),
+              jnp.sum(mask, axis=-1).astype(jnp.int64), jnp.zeros(batch, bool), jnp.zeros(batch, jnp.int32),
+              jnp.zeros(batch, jnp.int32), jnp.zeros(batch, jnp.float32),
+              R.seen_tokens(ids, logits.shape[-1]), keys, params,
+              jnp.zeros((batch, layers2, heads, dim), cache_dtype), jnp.zeros(batch, jnp.int32), jnp.zeros(batch, bool))
+    return _first_tokens(s, logits, s.position, live, limit, params, keys, eos_ids)
+
+
+def _first_tokens(s: Slots, logits, position, live, limit, params: R.RowParams, keys,
+                  eos_ids: tuple[int, ...]) -> Slots:
+    """The rows' state once their prompt is in the cache (s.seen its ids; `position` the next token's): the
+    first token chosen from the prompt's last logits, and the live rows set going."""
+    split = jax.vmap(jax.random.split)(keys)
+    batch = logits.shape[0]
+    token, term = R.choose(logits, params, s.seen, jnp.zeros(batch, jnp.int32), split[:, 1], eos_ids)
+    goes_on = live & ~_ended(token, eos_ids) & (limit > 1)
+    return s._replace(token=token.astype(jnp.int64), position=position.astype(jnp.int64), live=goes_on,
+                      t=live.astype(jnp.int32), limit=limit.astype(jnp.int32), scores=jnp.where(live, term, 0.0),
+                      seen=R.mark_seen(s.seen, token), keys=split[:, 0], params=params)
+
+
+def chunk_positions(cursor, mask):
+    """Position ids of a prompt chunk (mask [B, c]) that follows `cursor` real tokens: the whole prompt's
+    prompt_positions, a chunk at a time."""
+    pos = cursor[:, None].astype(jnp.int64) + jnp.cumsum(mask, axis=-1) - 1
+    return jnp.where(mask == 0, 1, pos)
+
+
+def absorb(extend: Callable, weights, s: Slots, ids, mask, fresh, last, live, limit, params: R.RowParams, keys,
+           eos_ids: tuple[int, ...]) -> tuple[Slots, jax.Array]:
+    """One chunk of every row's prompt (ids, mask [B, c]: left-padded prompts cut into chunks of c from the
+    left) through the extend program against what the rows' cache holds; the chunk's real tokens' K/V go
+    into the next slots (padding takes none). fresh [B]: the chunk is the row's first (its old cache and
+    state are dropped). last (a bool): the chunk ends the prompts, so the rows' first tokens are chosen
+    and the live ones start decoding (live, limit, params, keys as in start). Returns (slots, logits)."""
+    batch, slots = s.valid.shape
+    valid = jnp.where(fresh[:, None], 0, s.valid)
+    cursor = jnp.where(fresh, 0, s.cursor)
+    seen = jnp.where(fresh[:, None], False, s.seen) | R.seen_tokens(ids, s.seen.shape[1])
+    logits, kv = extend(weights, ids, jnp.concatenate([valid, mask.astype(valid.dtype)], axis=-1),
+                        chunk_positions(cursor, mask), s.past)
+    at = jnp.where(mask != 0, cursor[:, None] + jnp.cumsum(mask, axis=-1).astype(jnp.int32) - 1, slots)
+    rows = jnp.arange(batch)[:, None]
+    past = s.past.at[:, rows, :, at].set(jnp.transpose(kv, (1, 3, 0, 2, 4)).astype(s.past.dtype), mode="drop")
+    valid = valid.at[rows, at].set(1, mode="drop")
+    filled = s._replace(past=past, valid=valid, cursor=cursor + jnp.sum(mask, axis=-1).astype(jnp.int32), seen=seen,
+                        live=jnp.zeros(batch, bool), pending_on=jnp.zeros(batch, bool))
+    begun = _first_tokens(filled, logits, filled.cursor, live, limit, params, keys, eos_ids)
+    return jax.tree.map(lambda b, f: jnp.where(last, b, f), begun, filled), logits
+
+
+def absorb_row(extend: Callable, weights, s: Slots, row, ids, mask, fresh, last, limit, params: R.RowParams, key,
+               eos_ids: tuple[int, ...]) -> tuple[Slots, jax.Array, jax.Array]:
+    """absorb for one request's chunk (ids, mask [1, c]) into `row`, the other rows untouched; params as
+    [1] arrays. Returns (slots, the first token, whether the row goes on): meaningful after the last chunk."""
+    view, _ = absorb(extend, weights, _row_of(s, row), ids, mask, jnp.reshape(fresh, (1,)), last, jnp.ones(1, bool),
+                     jnp.reshape(limit, (1,)), params, key[None], eos_ids)
+    return _with_row(s, row, view), view.token[0], view.live[0]
+
+
+def _row_of(s: Slots, row) -> Slots:
+    """The batch-1 Slots of one row (the cache's batch is its axis 1)."""
+    past = lax.dynamic_slice_in_dim(s.past, row, 1, axis=1)
+    rest = [jax.tree.map(lambda a: lax.dynamic_slice_in_dim(a, row, 1, axis=0), getattr(s, f))
+            for f in Slots._fields[1:]]
+    return Slots(past, *rest)
+
+
+def _with_row(s: Slots, row, view: Slots) -> Slots:
+    past = lax.dynamic_update_slice_in_dim(s.past, view.past, row, axis=1)
+    rest = [jax.tree.map(lambda a, v: lax.dynamic_update_slice_in_dim(a, v.astype(a.dtype), row, axis=0),
+                         getattr(s, f), getattr(view, f)) for f in Slots._fields[1:]]
+    return Slots(past, *rest)
 
 
 def insert(prefill: Callable, weights, s: Slots, row, ids, mask, limit, params: R.RowParams, key,

@@ -42,7 +42,8 @@ class Metrics:
                               "queue to its first token.", ["model"], buckets=_LATENCY_BUCKETS, registry=r)
         self.itl = Histogram("paddle_xla_llm_inter_token_seconds", "Between a request's successive token "
                              "batches (one per decode chunk).", ["model"], buckets=_LATENCY_BUCKETS, registry=r)
-        self.prefill = Histogram("paddle_xla_llm_prefill_seconds", "One request's prefill and insert.", ["model"],
+        self.prefill = Histogram("paddle_xla_llm_prefill_seconds", "One prefill step: a prompt within a bucket "
+                                 "whole, or one prefill_chunk of a longer one's tokens.", ["model"],
                                  buckets=_LATENCY_BUCKETS, registry=r)
         self.decode = Histogram("paddle_xla_llm_decode_chunk_seconds", "One decode chunk of the whole batch.",
                                 ["model"], buckets=_LATENCY_BUCKETS, registry=r)

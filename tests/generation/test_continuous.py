@@ -17,19 +17,22 @@ from .test_generator import BATCH, SLOTS, TINY, _model
 VOCAB = TINY["vocab_size"]
 
 
+PREFILL_CHUNK = 8
+
+
 @pytest.fixture(scope="module")
 def gen():
-    return Generator(_model("llama"), max_batch_size=BATCH, max_length=SLOTS, chunk=4)
+    return Generator(_model("llama"), max_batch_size=BATCH, max_length=SLOTS, chunk=4, prefill_chunk=PREFILL_CHUNK)
 
 
 def _requests(rng_seed, n, **kw):
-    # NOTE: prompts of 1-19 tokens (buckets 16 and 32), as many new tokens as the cache leaves room for, up to 13
+    # NOTE: prompts of 1-27 tokens (bucket 8, or 2-4 prefill chunks of 8), as many new tokens as the cache
+    # leaves room for, up to 13
     rng = np.random.default_rng(rng_seed)
     out = []
     for _ in range(n):
-        ids = tuple(int(i) for i in rng.integers(3, VOCAB, rng.integers(1, 20)))
-        room = SLOTS - (16 if len(ids) <= 16 else 32) + 1
-        out.append(Request(ids, min(int(rng.integers(1, 14)), room), **kw))
+        ids = tuple(int(i) for i in rng.integers(3, VOCAB, rng.integers(1, 28)))
+        out.append(Request(ids, min(int(rng.integers(1, 14)), SLOTS - len(ids) + 1), **kw))
     return out
 
 
@@ -44,23 +47,31 @@ def _alone(gen, request: Request, **kw):
     return row[:ends[0] + 1] if ends else row
 
 
-def serve(engine, requests, admit_per_chunk=1, cancel=None):
-    """Drive the engine as a scheduler does: admit up to `admit_per_chunk` waiting requests into free rows
-    between chunks; `cancel` = {request index: after how many tokens it is freed}. Returns each one's tokens."""
-    got, rows, waiting = {i: [] for i in range(len(requests))}, {}, list(range(len(requests)))
+def serve(engine, requests, admit_per_chunk=1, cancel=None, steps=None):
+    """Drive the engine as a scheduler does: begin up to `admit_per_chunk` waiting requests in free rows and
+    run one prefill step of each prompt going in between decode chunks; `cancel` = {request index: after
+    how many tokens it is freed}; `steps`: a list that gets each round's (prefill steps run, rows that got
+    tokens). Returns each one's tokens."""
+    got, rows, waiting, filling = {i: [] for i in range(len(requests))}, {}, list(range(len(requests))), {}
     for _ in range(500):
         for _ in range(admit_per_chunk):
             row = engine.free_row()
             if not waiting or row is None:
                 break
-            i = waiting.pop(0)
-            token, goes_on = engine.insert(row, requests[i])
-            got[i].append(token)
-            if goes_on:
-                rows[row] = i
+            filling[row] = waiting.pop(0)
+            engine.begin(row, requests[filling[row]])
+        for row, i in list(filling.items()):
+            done = engine.fill(row)
+            if done is not None:
+                del filling[row]
+                got[i].append(done[0])
+                if done[1]:
+                    rows[row] = i
         if not waiting and not engine.busy.any():
             return got
         out = engine.run_chunk()
+        if steps is not None:
+            steps.append((len(filling), sorted(r for r in rows if (out[r] != NO_TOKEN).any())))
         for row, i in list(rows.items()):
             got[i] += [int(t) for t in out[row] if t != NO_TOKEN]
             if cancel and i in cancel and len(got[i]) >= cancel[i]:
@@ -78,6 +89,33 @@ def test_greedy_requests_get_their_tokens_alone_whatever_their_company(gen):
         assert got[i] == _alone(gen, r), (i, r)
 
 
+def test_a_long_prompt_goes_in_a_chunk_per_decode_chunk_while_others_stream(gen):
+    # NOTE: a 27-token prompt takes 4 prefill steps of 8 tokens; the stream already running gets tokens
+    # from the decode chunk after each of them, and both get what their prompt gets alone
+    engine = gen.continuous()
+    requests = [Request((5, 6, 7), 30), Request(tuple(range(3, 30)), 5)]
+    assert engine.geometry.chunks(27) == 4 and engine.geometry.chunks(8) == 1
+    steps = []
+    got = serve(engine, requests, steps=steps)
+    assert [rows for _, rows in steps[:4]] == [[0]] * 4 and [n for n, _ in steps[1:4]] == [1, 1, 1]
+    assert steps[4][1] == [0, 1]
+    for i, r in enumerate(requests):
+        assert got[i] == _alone(gen, r)
+
+
+def test_a_request_cancelled_while_its_prompt_goes_in_frees_its_row(gen):
+    engine = gen.continuous()
+    row = engine.free_row()
+    assert engine.begin(row, Request(tuple(range(3, 30)), 5)) == 4
+    assert engine.fill(row) is None and engine.busy[row]
+    engine.run_chunk()
+    assert engine.busy[row]            # still reserved: its prompt is half in
+    engine.free(row)
+    assert not engine.busy.any()
+    again = Request(tuple(range(40, 60)), 6)
+    assert serve(engine, [again])[0] == _alone(gen, again)
+
+
 def test_a_request_ends_at_the_models_eos(gen):
     # NOTE: eos chosen as a token the prompt's free run makes, so that the request ends early
     free = _alone(gen, Request((5, 9, 14), 12), eos_token_id=[])
@@ -85,7 +123,8 @@ def test_a_request_ends_at_the_models_eos(gen):
     engine = ContinuousEngine(gen.geometry, dataclasses.replace(gen.defaults, eos_token_id=(eos,)),
                               program(gen.decode_captured.graph, gen.policy),
                               lambda b: program(gen.prefill1_captured(b).graph, gen.policy),
-                              gen.held.all_prepared(gen.source_weights))
+                              gen.held.all_prepared(gen.source_weights),
+                              extend1=program(gen.extend_captured(1).graph, gen.policy))
     got = serve(engine, _requests(3, 2) + [Request((5, 9, 14), 12)] + _requests(3, 3))
     assert got[2] == free[:free.index(eos) + 1] and len(got[2]) < 12
     assert not engine.busy.any()
@@ -131,6 +170,7 @@ def test_bad_requests_name_the_limit(gen):
         engine.check(Request((3,) * 41, 4))
     with pytest.raises(GenerationError, match="max_new_tokens=30 does not fit the context"):
         engine.check(Request((3,) * 20, 30))
+    assert engine.check(Request((3,) * 20, 21)).max_new_tokens == 21     # NOTE: padding takes no slot
     with pytest.raises(GenerationError, match="top_p=1.5"):
         engine.check(Request((3,), 4, decode_strategy="sampling", top_p=1.5))
 

@@ -63,6 +63,37 @@ def test_greedy_equals_paddleformers_generate(built, kw):
     np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-6)
 
 
+def test_long_prompts_prefilled_in_chunks_equal_paddleformers_generate(built):
+    # NOTE: prefill_chunk=8: prompts of 21 and 13 tokens go in as 3 chunks of 8 (the first left-padded),
+    # against what the cache holds; the penalty case checks that the chunks' ids all count as seen
+    net, _ = built
+    gen = Generator(net, max_batch_size=BATCH, max_length=SLOTS, chunk=4, prefill_chunk=8)
+    assert gen.geometry.buckets == (8,)
+    ids, mask = _prompts([21, 13, 9], 21, seed=4)
+    for kw in (dict(max_new_tokens=9), dict(max_new_tokens=6, repetition_penalty=1.5)):
+        want, want_scores = _paddle(net, ids, mask, decode_strategy="greedy_search", **kw)
+        got, scores = gen.generate(ids, attention_mask=mask, **kw)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-6)
+    with compiles_seen() as compiles:
+        gen.generate(ids[1:, 8:], attention_mask=mask[1:, 8:], max_new_tokens=3)
+    assert not compiles, "a prompt of another chunk count compiled again"
+
+
+def test_the_padding_a_bucket_adds_is_not_a_seen_token(built):
+    # NOTE: PaddleFormers penalises the ids a row holds, and a lone prompt holds no padding: so with
+    # pad_token_id set to the token greedy picks next, the penalty must leave it alone (the bucket's
+    # padding once counted as seen pad ids)
+    net, gen = built
+    ids, mask = _prompts([5], 5, seed=6)
+    free, _ = _paddle(net, ids, mask, max_new_tokens=1, decode_strategy="greedy_search")
+    pad = int(free[0, 0])
+    kw = dict(max_new_tokens=4, repetition_penalty=3.0, pad_token_id=pad)
+    want, _ = _paddle(net, ids, mask, decode_strategy="greedy_search", eos_token_id=-1, **kw)
+    got, _ = gen.generate(ids, attention_mask=mask, eos_token_id=[], **kw)
+    np.testing.assert_array_equal(got, want)
+
+
 def test_rows_end_at_their_own_eos(built):
     # NOTE: eos chosen as a token greedy decoding emits mid-way in one row, so that row ends early and
     # is padded, while the others go on; scores stop at the EOS step

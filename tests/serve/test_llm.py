@@ -32,7 +32,7 @@ LOAD_CLIENTS, LOAD_REQUESTS, LOAD_BOUND_S = 64, 480, 240
 def llm(tmp_path_factory):
     """(served folder, the artifact loaded here)."""
     folder = tmp_path_factory.mktemp("llm")
-    gen = Generator(_model("llama"), max_batch_size=ROWS, max_length=CONTEXT, chunk=CHUNK)
+    gen = Generator(_model("llama"), max_batch_size=ROWS, max_length=CONTEXT, chunk=CHUNK, prefill_chunk=16)
     px.export(gen, str(folder / "llm.pxa"), tokenizer=_tokenizer(), chat_template=TEMPLATE)
     return str(folder), pxa.load(str(folder / "llm.pxa"))
 

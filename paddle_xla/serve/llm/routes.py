@@ -187,8 +187,8 @@ class LlmHandlers:
     async def _events(self, model: LlmModel, ids, s: R.Sampling) -> AsyncIterator[Piece]:
         engine, g = model.scheduler.engine, model.artifact.geometry
         max_new = s.max_tokens
-        if max_new is None:                          # NOTE: chat without max_tokens: what the context leaves
-            max_new = max(1, g.max_length - g.bucket(min(len(ids), g.max_length)) + 1)
+        if max_new is None:    # NOTE: chat without max_tokens: what the context leaves (padding takes no slot)
+            max_new = max(1, g.max_length - len(ids) + 1)
         request = GenRequest(tuple(ids), max_new, "sampling" if s.temperature > 0 else "greedy_search",
                              temperature=s.temperature if s.temperature > 0 else 1.0, top_k=s.top_k, top_p=s.top_p,
                              repetition_penalty=s.repetition_penalty, min_new_tokens=s.min_tokens, seed=s.seed)

@@ -1,9 +1,11 @@
 """The scheduler of one served language model: a thread that runs its ContinuousEngine.
 
 Between decode chunks it drops what was cancelled or ran past its deadline (freeing the row at once),
-and inserts waiting requests into free rows: while streams are running, one insert per chunk, so that a
-prefill holds them up for one prefill at most; with none running, as many as there are free rows. The
-tokens of each chunk go to their requests' asyncio queues on the server's event loop. Paddle-free.
+and prefills waiting requests into free rows. While streams are running, it runs one prefill step per
+decode chunk (a prompt within a bucket whole, a longer one one prefill_chunk of tokens at a time, over
+as many rounds as it takes), so that a prompt of any length holds them up for one chunk at most; with
+none running, it prefills as many as there are free rows, whole. The tokens of each chunk go to their
+requests' asyncio queues on the server's event loop. Paddle-free.
 
 A request's events on its queue: ("token", id) ..., then ("end", reason) with reason "stop" (EOS),
 "length" (max_tokens), "cancelled", "timeout" or "error: <message>".
@@ -49,6 +51,7 @@ class Scheduler:
         self._cond = threading.Condition()
         self._waiting: collections.deque[Stream] = collections.deque()
         self._running: dict[int, Stream] = {}
+        self._filling: dict[int, Stream] = {}       # rows whose prompt is going in, oldest first
         self._stopping = self._stopped = False
         self._thread = threading.Thread(target=self._main, name=f"paddle-xla-llm {name}", daemon=True)
 
@@ -105,13 +108,13 @@ class Scheduler:
                 pass
         except Exception as e:
             self.on_failure(f"{self.name}: the decode loop failed: {type(e).__name__}: {e}")
-            for stream in list(self._running.values()) + list(self._waiting):
+            for stream in list(self._running.values()) + list(self._filling.values()) + list(self._waiting):
                 stream.send("end", f"error: {type(e).__name__}: {e}")
 
     def _next(self) -> bool:
         """One round: settle cancellations and deadlines, admit, run one chunk. False when done."""
         with self._cond:
-            while not self._waiting and not self._running and not self._stopped:
+            while not self._waiting and not self._running and not self._filling and not self._stopped:
                 if self._stopping:
                     return False
                 self._cond.wait(0.5)
@@ -120,9 +123,14 @@ class Scheduler:
             self._settle(time.monotonic())
             admit = self._admissible()
         for stream in admit:
-            start = time.monotonic()
-            self._insert(stream)
-            self._observe("prefill", time.monotonic() - start)
+            self._begin(stream)
+        if self._running:
+            if self._filling:
+                self._fill(next(iter(self._filling)))
+        else:
+            for row in list(self._filling):
+                while row in self._filling:
+                    self._fill(row)
         self._gauge()
         if self._running:
             start = time.monotonic()
@@ -133,28 +141,49 @@ class Scheduler:
         return True
 
     def _settle(self, now: float) -> None:
-        for row, stream in list(self._running.items()):
-            reason = _dropped(stream, now)
-            if reason:
-                self.engine.free(row)
-                del self._running[row]
-                stream.send("end", reason)
+        for rows in (self._running, self._filling):
+            for row, stream in list(rows.items()):
+                reason = _dropped(stream, now)
+                if reason:
+                    self.engine.free(row)
+                    del rows[row]
+                    stream.send("end", reason)
         for stream in [s for s in self._waiting if _dropped(s, now)]:
             self._waiting.remove(stream)
             stream.send("end", _dropped(stream, now))
 
     def _admissible(self) -> list[Stream]:
-        free = self.engine.geometry.max_batch_size - len(self._running)
-        n = min(free, 1 if self._running else free, len(self._waiting))
+        free = self.engine.geometry.max_batch_size - len(self._running) - len(self._filling)
+        # NOTE: with streams running, one prompt goes in at a time (one prefill step per decode chunk)
+        n = min(free, len(self._waiting), (0 if self._filling else 1) if self._running else free)
         return [self._waiting.popleft() for _ in range(n)]
 
-    def _insert(self, stream: Stream) -> None:
+    def _begin(self, stream: Stream) -> None:
         row = self.engine.free_row()
         try:
-            token, goes_on = self.engine.insert(row, stream.request)
+            self.engine.begin(row, stream.request)
         except Exception as e:   # NOTE: checked at submit; anything else is this request's error, not the server's
             stream.send("end", f"error: {type(e).__name__}: {e}")
             return
+        self._filling[row] = stream
+
+    def _fill(self, row: int) -> None:
+        """One prefill step of the prompt going into `row`; after its last, its first token goes out."""
+        stream = self._filling[row]
+        start = time.monotonic()
+        try:
+            done = self.engine.fill(row)
+        except Exception as e:
+            self.engine.free(row)
+            del self._filling[row]
+            stream.send("end", f"error: {type(e).__name__}: {e}")
+            return
+        finally:
+            self._observe("prefill", time.monotonic() - start)
+        if done is None:
+            return
+        del self._filling[row]
+        token, goes_on = done
         if self.metrics is not None:
             self.metrics.tokens_in.inc(len(stream.request.ids))
         self._emit(stream, token)
