@@ -113,10 +113,17 @@ class ContinuousEngine:
     def _absorb_fn(self):
         if self._absorb is None:
             extend, eos = self._extend1, self.eos
-            self._absorb = jax.jit(
-                lambda w, s, row, ids, mask, fresh, last, limit, params, key: SL.absorb_row(
-                    extend, w, s, row, ids, mask, fresh, last, limit, params, key, eos),
-                donate_argnums=(1,))
+            # NOTE: two programs: the chunk reads the cache, the put writes the row back (slots.absorb_row says why)
+            self.chunk_programs = (
+                jax.jit(lambda w, s, row, ids, mask, fresh, last, limit, params, key: SL.absorb_row(
+                    extend, w, s, row, ids, mask, fresh, last, limit, params, key, eos)),
+                jax.jit(SL.with_row, donate_argnums=(0,)))
+
+            def run(w, s, row, *args):
+                absorb, put = self.chunk_programs
+                view, token, goes_on = absorb(w, s, row, *args)
+                return put(s, row, view), token, goes_on
+            self._absorb = run
         return self._absorb
 
     def _run_fn(self):

@@ -144,11 +144,14 @@ def absorb(extend: Callable, weights, s: Slots, ids, mask, fresh, last, live, li
 
 def absorb_row(extend: Callable, weights, s: Slots, row, ids, mask, fresh, last, limit, params: R.RowParams, key,
                eos_ids: tuple[int, ...]) -> tuple[Slots, jax.Array, jax.Array]:
-    """absorb for one request's chunk (ids, mask [1, c]) into `row`, the other rows untouched; params as
-    [1] arrays. Returns (slots, the first token, whether the row goes on): meaningful after the last chunk."""
+    """absorb for one request's chunk (ids, mask [1, c]) into `row`; params as [1] arrays. Returns (the row's
+    new state as batch-1 Slots, the first token, whether the row goes on; the last two meaningful after the
+    last chunk). `with_row` puts the state back, in a program of its own: read and written back in one
+    program, the cache was copied whole twice per chunk by XLA:CPU (2 x 600 MB at 32 rows x 768 slots in
+    fp32), as the row's slice was fused into its readers."""
     view, _ = absorb(extend, weights, _row_of(s, row), ids, mask, jnp.reshape(fresh, (1,)), last, jnp.ones(1, bool),
                      jnp.reshape(limit, (1,)), params, key[None], eos_ids)
-    return _with_row(s, row, view), view.token[0], view.live[0]
+    return view, view.token[0], view.live[0]
 
 
 def _row_of(s: Slots, row) -> Slots:
@@ -159,7 +162,8 @@ def _row_of(s: Slots, row) -> Slots:
     return Slots(past, *rest)
 
 
-def _with_row(s: Slots, row, view: Slots) -> Slots:
+def with_row(s: Slots, row, view: Slots) -> Slots:
+    """s with `row` set to the batch-1 Slots `view`."""
     past = lax.dynamic_update_slice_in_dim(s.past, view.past, row, axis=1)
     rest = [jax.tree.map(lambda a, v: lax.dynamic_update_slice_in_dim(a, v.astype(a.dtype), row, axis=0),
                          getattr(s, f), getattr(view, f)) for f in Slots._fields[1:]]
