@@ -165,7 +165,9 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
     ap.add_argument("--requests-per-client", type=int, default=2)
     ap.add_argument("--rows", type=int, default=32, help="decode batch rows (the generator's max_batch_size)")
-    ap.add_argument("--chunk", type=int, default=2, help="decode steps per host call")
+    ap.add_argument("--chunk", type=int, default=1, help="decode steps per host call")
+    ap.add_argument("--prefill-chunk", type=int, default=128,
+                    help="prompts longer than this go in this many tokens per decode chunk")
     ap.add_argument("--paddle-requests", type=int, default=6)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "serve_llm.json"))
@@ -183,7 +185,8 @@ def main() -> int:
     net = LlamaForCausalLM(LlamaConfig(**{**shape, "max_position_embeddings": 1024}))
     net.eval()
     context = prompt[1] + output[1]
-    gen = Generator(net, max_batch_size=args.rows, max_length=context, chunk=args.chunk)
+    prefill_chunk = 16 if args.quick else args.prefill_chunk       # NOTE: --quick's prompts are chunked too
+    gen = Generator(net, max_batch_size=args.rows, max_length=context, chunk=args.chunk, prefill_chunk=prefill_chunk)
     folder = tempfile.mkdtemp(prefix="serve_llm_")
     start = time.perf_counter()
     px.export(gen, os.path.join(folder, "llm.pxa"))
@@ -209,7 +212,8 @@ def main() -> int:
         stop()
     result = {"model": f"PaddleFormers LlamaForCausalLM, random weights, "
                        f"{sum(int(np.prod(p.shape)) for p in net.parameters()) / 1e6:.0f}M parameters",
-              "rows": args.rows, "chunk": args.chunk, "context": context, "prompt_tokens": prompt,
+              "rows": args.rows, "chunk": args.chunk, "prefill_chunk": prefill_chunk, "context": context,
+              "prompt_tokens": prompt,
               "output_tokens": output, "export_s": export_s, "server_ready_s": service.ready_s,
               "levels": levels, "offline": base, "paddle_service": theirs, "threads": os.cpu_count(),
               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
@@ -221,7 +225,8 @@ def main() -> int:
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
-    print(f"\n{result['model']}; {args.rows} rows, chunk {args.chunk}; prompts {prompt[0]}-{prompt[1]}, "
+    print(f"\n{result['model']}; {args.rows} rows, chunk {args.chunk}, prefill chunk {prefill_chunk}; "
+          f"prompts {prompt[0]}-{prompt[1]}, "
           f"outputs {output[0]}-{output[1]} tokens\n")
     print("| clients | output tok/s | req/s | TTFT p50 / p99 ms | ITL p50 / p99 ms |")
     print("|---|---|---|---|---|")
