@@ -25,6 +25,7 @@ from ..lowering.lower import lower
 from ..lowering.int8 import QUANT_TYPES
 from ..lowering.policy import LoweringPolicy
 from ..runtime.held import HeldWeights
+from . import grouped_attention
 from . import row_logits as R
 from . import slots as SL
 from .config import DecodeConfig, decode_config
@@ -94,8 +95,9 @@ class Geometry:
 
 
 def program(graph: Graph, policy: LoweringPolicy):
-    """The Graph as run(weights, *feeds) -> fetches, weights a dict holding (at least) its persistables."""
-    fn = lower(graph, policy)
+    """The Graph as run(weights, *feeds) -> fetches, weights a dict holding (at least) its persistables.
+    Its grouped-query attention reads the keys and values unrepeated (grouped_attention.py)."""
+    fn = lower(grouped_attention.rewrite(graph), policy)
     names = [f.name for f in graph.feeds]
     trainable = {p.name for p in graph.params if p.trainable}
     persistables = {p.name for p in graph.params}
