@@ -1,5 +1,5 @@
 """Start-up noise that says nothing about the user's model, hidden unless asked: Paddle's glog lines,
-its ccache warning and its static-graph notes on .place/.contiguous() during capture, JAX's report that it found no TPU on a machine that has none, matplotlib's
+its ccache warning and its static-graph notes on .place/.contiguous() and on cond branches during capture, JAX's report that it found no TPU on a machine that has none, matplotlib's
 font-cache notice. `PADDLE_XLA_VERBOSE=1` (or the CLI's --verbose) shows them all again.
 
 Two levels. Importing paddle_xla hides only those named lines, so a library user's own warnings,
@@ -40,6 +40,9 @@ def quiet_library_noise() -> None:
     # NOTE: Paddle's static graph says this of every .place / .contiguous() a model (PaddleFormers' do)
     # calls while paddle_xla captures it: the capture's business, nothing the user can change
     _ignore(message=r"Tensor do not have '(place|contiguous)' interface", category=UserWarning)
+    # NOTE: and this of PaddleFormers' mask code (`if past_key_values_length > 0`) when a generator captures
+    # its decode step and prefill chunks: dy2static promoting a branch's Python constant to a tensor
+    _ignore(message=r"Return results from different branches in cond", category=UserWarning)
     for name in _NOISY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
 

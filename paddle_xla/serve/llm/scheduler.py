@@ -227,8 +227,10 @@ class Scheduler:
         g = self.engine.geometry
         self.metrics.busy.set(self.busy_rows)
         self.metrics.waiting.set(len(self._waiting))
-        # NOTE: a running request holds its prompt's slots and one per token it made but the last
-        used = sum(len(s.request.ids) + s.made - 1 for s in self._running.values())
+        # NOTE: a running request holds its prompt's slots and one per token it made but the last; a prompt
+        # going in is counted whole (its row's slots are its own from the first chunk)
+        used = (sum(len(s.request.ids) + s.made - 1 for s in self._running.values())
+                + sum(len(s.request.ids) for s in self._filling.values()))
         self.metrics.kv_free.set(g.max_batch_size * g.max_length - used)
 
 
