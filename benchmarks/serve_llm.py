@@ -10,7 +10,7 @@ arrives as one event, so with --chunk k, k - 1 of every k gaps are near zero). I
 tokens/s, request throughput, TTFT and inter-token latency p50/p99, and the decode step time of a
 full batch (offline, so the ITL goal has its yardstick).
 
-    .venv/bin/python benchmarks/serve_llm.py                 # about 15 minutes on 2 cores
+    .venv/bin/python benchmarks/serve_llm.py                 # about 25 minutes on 2 cores
     .venv/bin/python benchmarks/serve_llm.py --quick         # a tiny model, seconds: checks the script runs
 """
 from __future__ import annotations
@@ -163,10 +163,10 @@ def offline(gen, jobs, batch: int) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
-    ap.add_argument("--requests-per-client", type=int, default=2)
+    ap.add_argument("--requests-per-client", type=int, default=4)
     ap.add_argument("--rows", type=int, default=32, help="decode batch rows (the generator's max_batch_size)")
     ap.add_argument("--chunk", type=int, default=1, help="decode steps per host call")
-    ap.add_argument("--prefill-chunk", type=int, default=128,
+    ap.add_argument("--prefill-chunk", type=int, default=64,
                     help="prompts longer than this go in this many tokens per decode chunk")
     ap.add_argument("--paddle-requests", type=int, default=6)
     ap.add_argument("--quick", action="store_true")
