@@ -28,6 +28,7 @@ import paddle
 from paddle.static import InputSpec
 
 from ..errors import CaptureError
+from .gpu_only_ops import gpu_only_ops
 from .sources import Captured, from_layer
 
 
@@ -59,7 +60,8 @@ def vocab_size(model) -> int:
 
 def _call(model, ids):
     kwargs = {"return_dict": True} if "return_dict" in inspect.signature(model.forward).parameters else {}
-    return model(paddle.to_tensor(ids), **kwargs)
+    with gpu_only_ops():
+        return model(paddle.to_tensor(ids), **kwargs)
 
 
 def check_causal(model, vocab: int, length: int = 6) -> None:
@@ -97,7 +99,7 @@ def cache_class(model):
     if not has_cache_api(model):
         raise CaptureError(f"{type(model).__name__}.forward takes no past_key_values: paddle_xla's generator needs "
                            "a model with a KV-cache API (PaddleFormers' causal LMs have one)")
-    with paddle.no_grad():
+    with paddle.no_grad(), gpu_only_ops():
         out = model(paddle.to_tensor([[1]], dtype="int64"), use_cache=True, return_dict=True)
     cache = getattr(out, "past_key_values", None)
     if cache is None or not hasattr(cache, "layers"):

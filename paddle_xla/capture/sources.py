@@ -15,6 +15,7 @@ import paddle
 
 from ..errors import CaptureError, ModelLoadError
 from .aborts import guarded, located
+from .gpu_only_ops import gpu_only_ops
 from ..graph import Graph, Tensor
 from .pir_reader import dtype_name, program_to_graph, shape_of
 from .to_static_help import hint, leave_accessors_to_python, recursion_culprit
@@ -178,7 +179,7 @@ def _concrete_program(layer, specs):
     leave_accessors_to_python(layer)
     found: list[str] = []
     try:
-        with guarded() as found:
+        with guarded() as found, gpu_only_ops():
             static = paddle.jit.to_static(layer, input_spec=specs, full_graph=True)
             return static.forward.concrete_program
     except Exception as e:

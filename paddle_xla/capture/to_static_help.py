@@ -60,6 +60,8 @@ def recursion_culprit(error: BaseException) -> str | None:
 
 # NOTE: Paddle ops whose static builders fail on a CPU-only Paddle, and the model setting that avoids them.
 CPU_ONLY_HINTS = {
+    # NOTE: capture builds this op from its parts on a CPU-only Paddle (gpu_only_ops.py); the hint is for a
+    # call that reaches Paddle's own builder anyway
     "fused_rms_norm_ext": "the model's fused RMSNorm (fuse_rms_norm=True, PaddleFormers' default) needs Paddle's "
                           "GPU build to capture; set fuse_rms_norm=False in its config (the numbers are the same)",
 }
