@@ -66,6 +66,7 @@ class ContinuousEngine:
         self._inserts: dict[int, Callable] = {}
         self._run = None
         self._absorb = None
+        self.chunk_programs = None      # (the chunk, the row's write-back), made on first use (_absorb_fn)
         self._filling: dict[int, _Fill] = {}
         self._free = jax.jit(SL.free, donate_argnums=(0,))
         self._slots = None
@@ -157,16 +158,16 @@ class ContinuousEngine:
         `fill` calls its prompt takes: one for a prompt within a bucket, else one per prefill_chunk tokens."""
         cfg = self.check(request)
         g, n = self.geometry, len(request.ids)
-        width = g.bucket(n) or g.chunks(n) * g.prefill_chunk
+        whole, width = g.bucket(n) is not None, g.prefill_width(n)
         ids, mask = padded(np.asarray([request.ids], np.int64), np.ones((1, n), np.int64), width, 1, cfg.pad_token_id)
-        step = width if g.bucket(n) else g.prefill_chunk
+        step = width if whole else g.prefill_chunk
         params = R.RowParams(np.array([cfg.sampling]), np.array([cfg.temperature], np.float32),
                              np.array([cfg.top_k], np.int32), np.array([cfg.top_p], np.float32),
                              np.array([cfg.repetition_penalty], np.float32), np.array([cfg.min_new_tokens], np.int32))
         key = (jax.random.PRNGKey(request.seed) if request.seed is not None else
                jax.random.fold_in(self._base_key, next(self._seeds)))
         steps = [(ids[:, i:i + step], mask[:, i:i + step]) for i in range(0, width, step)]
-        self._filling[row] = _Fill(steps, np.int32(cfg.max_new_tokens), params, key, whole=g.bucket(n) is not None)
+        self._filling[row] = _Fill(steps, np.int32(cfg.max_new_tokens), params, key, whole=whole)
         self.busy[row] = True
         return len(steps)
 

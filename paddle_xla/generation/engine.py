@@ -82,6 +82,10 @@ class Geometry:
         """How many prefill steps a prompt of n tokens takes: 1 in a bucket, else ceil(n / prefill_chunk)."""
         return 1 if self.bucket(n) is not None else -(-n // self.prefill_chunk)
 
+    def prefill_width(self, n: int) -> int:
+        """The width a prompt of n tokens is left-padded to: its bucket, or a whole number of prefill chunks."""
+        return self.bucket(n) or self.chunks(n) * self.prefill_chunk
+
     @property
     def cache_dtype(self):
         return {"fp32": jnp.float32, "bf16": jnp.bfloat16, "fp16": jnp.float16}[self.precision]
@@ -224,8 +228,7 @@ class Engine:
         prompts' bucket, or (longer than prefill_chunk) the extend program a chunk at a time."""
         g, eos, b = self.geometry, tuple(cfg.eos_token_id), self.geometry.max_batch_size
         limit, rows = np.full(b, cfg.max_new_tokens, np.int32), rows_of(cfg, b)
-        bucket = g.bucket(ids.shape[1])
-        width = bucket or g.chunks(ids.shape[1]) * g.prefill_chunk
+        bucket, width = g.bucket(ids.shape[1]), g.prefill_width(ids.shape[1])
         ids, mask = padded(ids, mask, width, b, cfg.pad_token_id)
         if bucket is not None:
             return self._start_fn(bucket, eos, cfg.pad_token_id)(params, ids, mask, live, limit, rows, keys)

@@ -177,10 +177,7 @@ def insert(prefill: Callable, weights, s: Slots, row, ids, mask, limit, params: 
     row's pending K/V (its previous request's last) are dropped with the rest of its state."""
     one = start(prefill, weights, ids, mask, jnp.ones(1, bool), jnp.reshape(limit, (1,)), params, key[None],
                 s.valid.shape[1], s.past.dtype, eos_ids)
-    zero = jnp.zeros((), jnp.int32)
-    past = lax.dynamic_update_slice(s.past, one.past, (zero, row, zero, zero, zero))
-    rest = [jax.tree.map(lambda a, v: _set_row(a, row, v[0]), getattr(s, f), getattr(one, f)) for f in Slots._fields[1:]]
-    return Slots(past, *rest), one.token[0], one.live[0]
+    return with_row(s, row, one), one.token[0], one.live[0]
 
 
 def free(s: Slots, row) -> Slots:
