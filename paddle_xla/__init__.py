@@ -9,7 +9,8 @@ from .quiet import quiet_library_noise as _quiet_library_noise
 
 _quiet_library_noise()   # NOTE: first, so that Paddle's glog level is set if Paddle is not loaded yet
 
-from .errors import (CaptureError, CheckFailedError, CheckpointError, FeedError, GenerationError,  # noqa: F401
+from .errors import (CaptureError, CheckFailedError, CheckpointError, DistributedError, FeedError,  # noqa: F401
+                     GenerationError,
                      LoweringError, ModelLoadError, PaddleXlaError, StrategyError, TrainingError,
                      UnsupportedOpsError)
 from .graph import Graph  # noqa: F401
@@ -23,6 +24,12 @@ from .runtime.host_heap import keep_freed_memory as _keep_freed_memory  # noqa: 
 _enable_compile_cache()
 # NOTE: before XLA starts its threads (host_heap.py says why, and what it costs)
 _keep_freed_memory()
+
+from .parallel.join import join_from_environment as _join_from_environment  # noqa: E402
+
+# NOTE: before the script can start a JAX backend: a process whose launcher (paddle.distributed.launch,
+# srun, mpirun, torchrun, paddle-xla launch) names several ranks joins them here, or stops with the reason
+_join_from_environment()
 
 # public name -> the module that defines it (imported lazily: these modules import paddle)
 _LAZY = {
@@ -38,7 +45,7 @@ _LAZY = {
 }
 
 __all__ = sorted([*_LAZY, "Graph", "Strategy", "LossScale", "PaddleXlaError", "CaptureError",
-                  "CheckFailedError", "CheckpointError", "GenerationError",
+                  "CheckFailedError", "CheckpointError", "DistributedError", "GenerationError",
                   "FeedError", "LoweringError", "ModelLoadError", "StrategyError", "TrainingError",
                   "UnsupportedOpsError"])
 

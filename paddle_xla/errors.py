@@ -51,3 +51,7 @@ class ExportError(LoweringError):
 
 class GenerationError(PaddleXlaError):
     """A generate call asked for something the generator cannot do: a bad argument or length."""
+
+
+class DistributedError(PaddleXlaError):
+    """A process of a multi-process job cannot join its group, or lost a member of it."""

@@ -4,6 +4,8 @@ It *is* a paddle.Model whose adapter (the object paddle.Model hands every batch 
 XLA programs, so fit's loop, callbacks, progress bar and metrics are Paddle's own, unchanged."""
 from __future__ import annotations
 
+import contextlib
+import os
 from typing import Any
 
 import numpy as np
@@ -186,11 +188,26 @@ class XlaAdapter:
         self.prepare()   # NOTE: recapture so training resumes from the loaded weights
 
 
+@contextlib.contextmanager
+def _adapter_of_one_rank():
+    """paddle.Model.__init__ builds Paddle's own adapter, which paddle_xla's replaces at once; under several
+    ranks that adapter would start Paddle's collective runtime (init_parallel_env, which needs
+    paddle.distributed.launch's endpoints) and a DataParallel copy, neither used here. fit() still reads
+    the ranks for its DistributedBatchSampler."""
+    saved = os.environ.pop("PADDLE_TRAINERS_NUM", None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["PADDLE_TRAINERS_NUM"] = saved
+
+
 class Model(paddle.Model):
     """paddle.Model, trained and evaluated with XLA. Same constructor and methods."""
 
     def __init__(self, network, inputs=None, labels=None, strategy=None):
-        super().__init__(network, inputs, labels)
+        with _adapter_of_one_rank():
+            super().__init__(network, inputs, labels)
         self._inputs = _specs(self._inputs, "input")
         self._labels = _specs(self._labels, "label")
         self.strategy = strategy

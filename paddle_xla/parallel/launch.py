@@ -9,7 +9,8 @@ batch to the step, places only its own devices' part of it, and reads back the s
 Environment (set by `launch`, or by hand on each host):
   PADDLE_XLA_COORDINATOR  host:port of process 0    PADDLE_XLA_NUM_PROCESSES  N
   PADDLE_XLA_PROCESS_ID   0 .. N-1                  PADDLE_XLA_CPU_DEVICES    virtual CPU devices each
-On CPU the processes talk through gloo (jax_cpu_collectives_implementation)."""
+On CPU the processes talk through gloo (jax_cpu_collectives_implementation). Other launchers'
+variables (Paddle's own, SLURM, Open MPI, torchrun) are read by group.py and joined by join.py."""
 from __future__ import annotations
 
 import os
@@ -19,21 +20,10 @@ import subprocess
 import sys
 import time
 
-ENV = ("PADDLE_XLA_COORDINATOR", "PADDLE_XLA_NUM_PROCESSES", "PADDLE_XLA_PROCESS_ID")
-
-
 def initialize() -> bool:
     """Join the process group named by the environment; False (and nothing done) without one."""
-    if not all(os.environ.get(k) for k in ENV):
-        return False
-    import jax
-    if os.environ.get("JAX_PLATFORMS", "cpu").startswith("cpu"):
-        # NOTE: without gloo, CPU devices of different processes cannot run collectives.
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator_address=os.environ["PADDLE_XLA_COORDINATOR"],
-                               num_processes=int(os.environ["PADDLE_XLA_NUM_PROCESSES"]),
-                               process_id=int(os.environ["PADDLE_XLA_PROCESS_ID"]))
-    return True
+    from .join import join_from_environment
+    return join_from_environment() is not None
 
 
 def _free_port() -> int:

@@ -17,6 +17,7 @@ from ..graph import Graph
 from ..lowering.interpreter import check_message
 from ..lowering.lower import checked_ops, lower
 from ..lowering.policy import LoweringPolicy
+from ..parallel import shares
 from ..train import optim
 from ..train.step import STEP_COMPILER_OPTIONS, TrainState, make_grads, make_step, not_finite_message
 from .compile_cache import compile_progress
@@ -51,7 +52,8 @@ class StepRunner:
         from ..strategy import Strategy
         self.graph = graph
         self.name = name or graph.meta.get("source", "model")     # what the compile progress line calls it
-        self.strategy = strategy if strategy is not None else Strategy()
+        from ..parallel.shares import strategy_for_group
+        self.strategy = strategy_for_group(strategy if strategy is not None else Strategy())
         self.engine = None
         self._grads_jit = None
         self._seen: set[tuple] = set()      # signatures compiled so far (jax.jit caches the executables)
@@ -116,13 +118,19 @@ class StepRunner:
         k = len(feeds)
         keys = jax.vmap(lambda i: jax.random.fold_in(state.key, i))(state.step + jnp.arange(k))
         stacked = {n: np.stack([np.asarray(f[n]) for f in feeds]) for n in feeds[0]}
+        share = next(iter(stacked.values())).shape[1] if stacked else 0
+        if shares.joined():
+            stacked = shares.global_batches(stacked)
         with self._compiling("train step", stacked):
             res = self.engine(state.params, state.buffers, state.opt_state, stacked, keys, lrs)
         done = k if self.engine.scaler_cfg is not None or res.finite.all() else int(np.argmin(res.finite))
         new = TrainState(res.params, res.buffers, res.opt_state, state.step + done, state.key)
         losses = [float(x) for x in res.losses]
         error = None if done == k else not_finite_message(state.step + done, losses[done])
-        return StepResult(new, losses, list(res.fetches), error)
+        fetches = list(res.fetches)
+        if shares.joined():
+            fetches = [shares.own_rows(f, share) for f in fetches]
+        return StepResult(new, losses, fetches, error)
 
     def backward(self, s: TrainState, feeds, accumulated, micro: int):
         """One forward and backward pass without an update -> (loss, fetches, buffers, summed grads)."""

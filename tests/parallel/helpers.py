@@ -66,11 +66,19 @@ def annotated_mlp(mesh):
 
 
 def train(kind: str, strategy=None, steps: int = 3, batch: int = 16, verbose=False, build=None):
-    """(per-step losses, {state_dict key: weight}, the TrainStep); `build` replaces setup(kind)."""
+    """(per-step losses, {state_dict key: weight}, the TrainStep); `build` replaces setup(kind). Under
+    several processes each feeds its rank's block of every global batch, as DistributedBatchSampler does."""
     net, opt, specs = build() if build is not None else setup(kind)
     step = px.train_step(net, loss_fn(), opt, specs, LABEL, strategy=strategy)
-    losses = [step(*x, *y) for x, y in batches(kind, steps, batch)]
+    losses = [step(*own_share(x), *own_share(y)) for x, y in batches(kind, steps, batch)]
     return losses, by_key(step), step
+
+
+def own_share(arrays):
+    """This process's block of each array's rows (all of them for one process)."""
+    import jax
+    r, n = jax.process_index(), jax.process_count()
+    return [a[r * len(a) // n:(r + 1) * len(a) // n] for a in arrays]
 
 
 def by_key(step) -> dict[str, np.ndarray]:
