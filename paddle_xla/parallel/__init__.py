@@ -19,7 +19,11 @@
   engine.py     the jitted SPMD pipeline step over the mesh (stages x tensor), steps_per_call steps per call; EngineBase
   sharded.py    the one-stage step: replicas (manual) x tensor (GSPMD), sharding stages 1-3
   state.py      the engine's packed, sharded state seen as plain mappings
-  launch.py     many processes joined with jax.distributed (`paddle-xla launch`)
+  group.py      which process group the launcher's environment names (Paddle's, SLURM, Open MPI, torchrun, ...)
+  join.py       joining it at `import paddle_xla`, in bounded time, or stopping with the reason
+  liveness.py   a lost rank stops every other process at once, naming it
+  shares.py     each process feeds its share of the global batch (DistributedBatchSampler's); gathered per step
+  launch.py     `paddle-xla launch`: N processes on this host, joined the same way
 
 Numbers: every layout reproduces one device. BatchNorm statistics are per group (replica x
 micro-batch) of the batch; see data.py.

@@ -2,9 +2,8 @@
 variables set by any cluster launcher) starts N processes that join with jax.distributed.initialize.
 
 JAX's own distributed runtime does the work; nothing here moves tensors. The launcher runs each
-process through `bootstrap`, which joins the group before the user's script imports anything, so
-an unchanged single-process training script runs on every process: each one passes the same global
-batch to the step, places only its own devices' part of it, and reads back the same losses.
+process through `bootstrap`, which joins the group before the user's script imports anything. Each
+process feeds its own share of the global batch, as under paddle.distributed.launch (shares.py).
 
 Environment (set by `launch`, or by hand on each host):
   PADDLE_XLA_COORDINATOR  host:port of process 0    PADDLE_XLA_NUM_PROCESSES  N

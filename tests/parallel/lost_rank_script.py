@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -28,4 +29,6 @@ for i, (x, y) in enumerate(batches("mlp", steps, 16)):
     with open(f"{out}.{jax.process_index()}", "w") as f:
         json.dump(losses, f)
     if i == kill_after and jax.process_index() == 1:
+        with open(f"{out}.killed", "w") as f:
+            f.write(repr(time.time()))
         os.kill(os.getpid(), signal.SIGKILL)
