@@ -325,7 +325,7 @@ def test_a_planted_wrapper_module_is_never_run(tmp_path):
     """Before, train_step imported <tmp>/paddle_xla_wrappers/net_with_loss_<sha1>.py if it existed."""
     import hashlib
     from paddle_xla.capture import wrap
-    src = wrap._TEMPLATE.format(args="x", inputs="x", labels="")
+    src = wrap._TEMPLATE.format(args="x", call="x", labels="")
     folder = os.path.join(tempfile.gettempdir(), "paddle_xla_wrappers")
     os.makedirs(folder, exist_ok=True)
     planted = os.path.join(folder, f"net_with_loss_{hashlib.sha1(src.encode()).hexdigest()[:12]}.py")

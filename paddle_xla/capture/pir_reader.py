@@ -50,9 +50,15 @@ def dtype_name(dt) -> str | None:
     return aliases.get(name, name)
 
 
+# NOTE: "in place" in Paddle's op info, but they write no new values: the output shares the operand's
+# memory (Tensor.detach()). Later readers of the operand must keep reading it, gradient and all; seeing
+# the detached output instead would cut the gradient of every later use.
+ALIASES_ONLY = ("pd_op.share_data_",)
+
+
 def inplace_pairs(op) -> dict[int, int]:
     """{output index: operand index} of an op that writes operands in place, from Paddle's op info."""
-    if not op.name().endswith("_") or op.name().startswith(("builtin.", "cf.")):
+    if not op.name().endswith("_") or op.name().startswith(("builtin.", "cf.")) or op.name() in ALIASES_ONLY:
         return {}
     return dict(pir.get_op_inplace_info(op))
 

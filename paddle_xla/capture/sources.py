@@ -18,7 +18,8 @@ from .aborts import guarded, located
 from .gpu_only_ops import gpu_only_ops
 from ..graph import Graph, Tensor
 from .pir_reader import dtype_name, program_to_graph, shape_of
-from .to_static_help import hint, leave_accessors_to_python, recursion_culprit
+from .to_static_help import (hint, leave_accessors_to_python, leave_to_python, qualified, recursion_culprit,
+                             structure_culprit)
 
 
 @dataclass
@@ -177,20 +178,29 @@ def _concrete_program(layer, specs):
     had_own = "forward" in layer.__dict__
     own = layer.__dict__.get("forward")
     leave_accessors_to_python(layer)
-    found: list[str] = []
-    try:
-        with guarded() as found, gpu_only_ops():
-            static = paddle.jit.to_static(layer, input_spec=specs, full_graph=True)
-            return static.forward.concrete_program
-    except Exception as e:
-        if found:   # NOTE: a pattern that would have aborted the process (aborts.py)
-            raise located(found[0], e) from None
-        _raise_capture_error(layer, e)
-    finally:
-        if had_own:
-            layer.__dict__["forward"] = own
-        else:
-            layer.__dict__.pop("forward", None)
+    left: list[str] = []
+    while True:
+        found: list[str] = []
+        try:
+            with guarded() as found, gpu_only_ops():
+                static = paddle.jit.to_static(layer, input_spec=specs, full_graph=True)
+                return static.forward.concrete_program
+        except Exception as e:
+            if found:   # NOTE: a pattern that would have aborted the process (aborts.py)
+                raise located(found[0], e) from None
+            culprit = structure_culprit(e)
+            if culprit is not None and len(left) < MAX_LEFT_TO_PYTHON and qualified(culprit) not in left:
+                left.append(leave_to_python(culprit))
+                continue
+            _raise_capture_error(layer, e)
+        finally:
+            if had_own:
+                layer.__dict__["forward"] = own
+            else:
+                layer.__dict__.pop("forward", None)
+
+
+MAX_LEFT_TO_PYTHON = 8      # NOTE: functions left to Python in one capture, before its failure is reported
 
 
 def _raise_capture_error(layer, e: Exception):

@@ -9,6 +9,9 @@ object a Layer holds are marked `paddle.jit.not_to_static`: they run as Python, 
 edge module (imports paddle)."""
 from __future__ import annotations
 
+import os
+import re
+import sys
 import types
 
 import paddle
@@ -70,3 +73,49 @@ CPU_ONLY_HINTS = {
 def hint(message: str) -> str:
     """A sentence on what to change, when `message` (Paddle's error) names an op with a known way around."""
     return next((f" Hint: {text}." for op, text in CPU_ONLY_HINTS.items() if op in message), "")
+
+
+# ---- functions whose `if` tests Python structure ---------------------------------------------------
+# NOTE: to_static turns every `if` with a `return` inside into a cond whose branches must return alike.
+# A helper that unpacks a Python tuple by its length (PaddleFormers' sft_loss.unpack_logits: 1 or 4
+# items) cannot be converted, though it needs no converting: its tests read Python values, never
+# tensors. Such a function is left to Python, and capture tries again. A function whose `if` does read a
+# tensor then fails in Python with Paddle's own message, which is reported.
+STRUCTURE_ERRORS = ("different number of return value", "don't have the same number of elements",
+                    "don't have the same nested structure")
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\w+)')
+
+
+def structure_culprit(error: BaseException):
+    """The user's function to_static failed to convert for an if/else of unlike returns, or None."""
+    text = str(error)
+    if type(error).__name__ != "Dygraph2StaticException" or not any(s in text for s in STRUCTURE_ERRORS):
+        return None
+    frames = [(p, int(n), f) for p, n, f in _FRAME.findall(text)
+              if os.path.isfile(p) and "to_static_tmp" not in p and f"{os.sep}paddle{os.sep}" not in p]
+    return _function_at(*frames[-1]) if frames else None
+
+
+def _function_at(path: str, line: int, name: str):
+    path = os.path.realpath(path)
+    module = next((m for m in list(sys.modules.values())
+                   if os.path.realpath(getattr(m, "__file__", None) or "") == path), None)
+    if module is None:
+        return None
+    found = []
+    for value in vars(module).values():
+        for fn in [value, *(vars(value).values() if isinstance(value, type) else ())]:
+            code = getattr(fn, "__code__", None)
+            if code is not None and code.co_name == name and os.path.realpath(code.co_filename) == path \
+                    and code.co_firstlineno <= line:
+                found.append(fn)
+    return max(found, key=lambda f: f.__code__.co_firstlineno) if found else None
+
+
+def qualified(fn) -> str:
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def leave_to_python(fn) -> str:
+    paddle.jit.not_to_static(fn)
+    return qualified(fn)

@@ -14,7 +14,16 @@ _TEMPLATE = '''import paddle
 
 
 def _flat(out):
-    return list(out) if isinstance(out, (list, tuple)) else [out]
+    # NOTE: a model's own output object (PaddleFormers' ModelOutput) lists its fields, loss first. A cache
+    # object among them (use_cache=True, Qwen2's default) is for the next call's decoding, which a
+    # training step never makes: it is left out (its tensors then feed nothing, and are not computed).
+    out = out.to_tuple() if hasattr(out, "to_tuple") else out
+    out = list(out) if isinstance(out, (list, tuple)) else [out]
+    return [o for o in out if not _is_cache(o)]
+
+
+def _is_cache(value):
+    return type(value).__name__.endswith("Cache") and not isinstance(value, (paddle.Tensor, list, tuple))
 
 
 class NetWithLoss(paddle.nn.Layer):
@@ -24,7 +33,7 @@ class NetWithLoss(paddle.nn.Layer):
         self.loss_fn = loss_fn
 
     def forward(self, {args}):
-        outs = _flat(self.net({inputs}))
+        outs = _flat(self.net({call}))
         loss = self.loss_fn(*outs, {labels}) if self.loss_fn is not None else outs[0]
         return [loss] + outs
 '''
@@ -36,8 +45,11 @@ class NetWithLoss(paddle.nn.Layer):
 SOURCE_PREFIX = "<paddle_xla net_with_loss "
 
 
-def _module(inputs: list[str], labels: list[str]):
-    src = _TEMPLATE.format(args=", ".join(inputs + labels), inputs=", ".join(inputs), labels=", ".join(labels))
+def _module(inputs: list[str], labels: list[str], own_loss: bool):
+    # NOTE: without a loss_fn the model computes its own loss (model(input_ids, labels=labels)), so the
+    # labels go to it by name; with one, the model sees the inputs alone, as in the user's loop.
+    call = ", ".join(inputs + ([f"{n}={n}" for n in labels] if own_loss else []))
+    src = _TEMPLATE.format(args=", ".join(inputs + labels), call=call, labels=", ".join(labels))
     digest = hashlib.sha256(src.encode()).hexdigest()[:16]
     filename = f"{SOURCE_PREFIX}{digest}>"
     # NOTE: mtime None: linecache.checkcache keeps entries with no file behind them.
@@ -49,9 +61,10 @@ def _module(inputs: list[str], labels: list[str]):
 
 
 def net_with_loss(net: paddle.nn.Layer, loss_fn, input_names: list[str], label_names: list[str]) -> paddle.nn.Layer:
-    """forward(*inputs, *labels) -> [loss, *net_outputs]; with loss_fn None, net's first output is the loss."""
+    """forward(*inputs, *labels) -> [loss, *net_outputs]; with loss_fn None, net(*inputs, label=label, ...)
+    computes the loss itself and returns it first."""
     safe = [_ident(n) for n in input_names], [_ident(n) for n in label_names]
-    return _module(*safe).NetWithLoss(net, loss_fn)
+    return _module(*safe, own_loss=loss_fn is None).NetWithLoss(net, loss_fn)
 
 
 def _ident(name: str) -> str:

@@ -4,6 +4,7 @@ Shape-like results stay NumPy, so later shape arithmetic is static under jit."""
 from __future__ import annotations
 
 import jax.numpy as jnp
+from jax import lax
 import numpy as np
 
 from .registry import lowering
@@ -95,6 +96,12 @@ def _symbolic_arange(bounds, dtype):
                          "has no symbolic length")
     ints = [b if is_symbol(b) else int(b) for b in bounds]
     return jnp.arange(*ints).astype(dtype)
+
+
+@lowering("pd_op.share_data", layout="unary", inplace=True)
+def share_data(x):
+    # NOTE: Tensor.detach() in a static program: the same values, and no gradient through them
+    return lax.stop_gradient(x)
 
 
 @lowering("pd_op.assign", layout="unary")
