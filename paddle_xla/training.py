@@ -21,7 +21,7 @@ from .parallel.tensor_plan import tensor_plan_for
 from .capture.stage_markers import markers
 from .runtime.step_runner import StepRunner
 from .train.step import TrainState, split_weights
-from .capture.wrap import net_with_loss
+from .capture.wrap import net_with_loss, takes_labels
 
 
 @x64.methods
@@ -37,6 +37,7 @@ class TrainStep:
                                 "inference; training updates float weights: drop quant_type from the training Strategy")
         self.net, self.optimizer = net, optimizer
         specs = list(input_spec) + list(label_spec)
+        _check_own_loss(net, loss_fn, label_spec)
         wrapper = net_with_loss(net, loss_fn, [s.name for s in input_spec], [s.name for s in label_spec])
         self.captured = capture.from_layer(wrapper, specs, training=True)
         report = check_graph(self.captured.graph)
@@ -184,6 +185,18 @@ class TrainStep:
         self._lr_offset = int(extra.get("lr_offset", 0))
         self._step.set_scaler_state(extra.get("loss_scaler"))
         self.loss_scale, self.skipped_steps = self._step.loss_scale, self._step.skipped_steps
+
+
+def _check_own_loss(net, loss_fn, label_spec) -> None:
+    """Labels without a loss_fn go to the model, which computes its own loss; a model that takes no such
+    argument would train on its first output with the labels unread."""
+    names = [s.name for s in label_spec]
+    if loss_fn is None and names and not takes_labels(net, names):
+        raise TrainingError(
+            f"loss_fn is None, so {type(net).__name__} must compute its own loss from the labels "
+            f"{names}, but its forward takes no argument named {' or '.join(map(repr, names))}. Pass a loss_fn "
+            "(loss_fn(*outputs, *labels)), or name the label InputSpecs as the forward's arguments "
+            "(e.g. InputSpec(..., name='labels')), or drop label_spec if the first output already is the loss.")
 
 
 def train_step(net, loss_fn, optimizer, input_spec, label_spec=(), **kw) -> TrainStep:

@@ -340,3 +340,35 @@ def test_a_planted_wrapper_module_is_never_run(tmp_path):
         assert not marker.exists()
     finally:
         os.remove(planted)
+
+
+def test_labels_without_a_loss_fn_need_a_model_that_takes_them():
+    """loss_fn=None with label specs means the model computes its loss from them (PaddleFormers'
+    model(input_ids, labels=labels)); a forward without such an argument is refused, not trained on its
+    first output with the labels unread."""
+    net = MeanOut()
+    with pytest.raises(px.TrainingError, match=r"forward takes no argument named 'label'.*Pass a loss_fn"):
+        px.train_step(net, None, paddle.optimizer.SGD(0.1, parameters=net.parameters()),
+                      [InputSpec([4, 64], "float32", "x")], [InputSpec([4], "int64", "label")])
+
+
+class OwnLoss(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.fc = paddle.nn.Linear(64, 3)
+
+    def forward(self, x, labels=None):
+        logits = self.fc(x)
+        return paddle.nn.functional.cross_entropy(logits, labels), logits
+
+
+def test_labels_without_a_loss_fn_go_to_the_model_by_name():
+    x, y = np.random.default_rng(0).standard_normal((4, 64)).astype("float32"), np.array([0, 2, 1, 2])
+    paddle.seed(3)
+    net = OwnLoss()
+    step = px.train_step(net, None, paddle.optimizer.SGD(0.1, parameters=net.parameters()),
+                         [InputSpec([4, 64], "float32", "x")], [InputSpec([4], "int64", "labels")])
+    paddle.seed(3)
+    ref = OwnLoss()
+    want = float(ref(paddle.to_tensor(x), labels=paddle.to_tensor(y))[0])
+    np.testing.assert_allclose(step(x, y), want, rtol=1e-6)

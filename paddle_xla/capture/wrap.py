@@ -61,10 +61,23 @@ def _module(inputs: list[str], labels: list[str], own_loss: bool):
 
 
 def net_with_loss(net: paddle.nn.Layer, loss_fn, input_names: list[str], label_names: list[str]) -> paddle.nn.Layer:
-    """forward(*inputs, *labels) -> [loss, *net_outputs]; with loss_fn None, net(*inputs, label=label, ...)
-    computes the loss itself and returns it first."""
+    """forward(*inputs, *labels) -> [loss, *net_outputs]; with loss_fn None, net's first output is the loss,
+    and when net's forward takes the labels by name, net(*inputs, label=label, ...) computes it."""
     safe = [_ident(n) for n in input_names], [_ident(n) for n in label_names]
-    return _module(*safe, own_loss=loss_fn is None).NetWithLoss(net, loss_fn)
+    own = loss_fn is None and bool(label_names) and takes_labels(net, safe[1])
+    return _module(*safe, own_loss=own).NetWithLoss(net, loss_fn)
+
+
+def takes_labels(net: paddle.nn.Layer, names: list[str]) -> bool:
+    """Whether net.forward accepts every one of `names` as a keyword (model(input_ids, labels=labels))."""
+    import inspect
+    try:
+        params = inspect.signature(net.forward).parameters
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return True
+    return all(n in params and params[n].kind is not inspect.Parameter.POSITIONAL_ONLY for n in names)
 
 
 def _ident(name: str) -> str:
