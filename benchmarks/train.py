@@ -112,6 +112,86 @@ def resnet_results(b, batch: int, repeats: int, peak_gflops: float, model: str =
     return out
 
 
+# ---- a Llama-shaped causal LM of ~94M parameters (PaddleFormers' LlamaForCausalLM), its own loss ----------
+
+LLAMA = dict(vocab_size=16384, hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12,
+             num_key_value_heads=4, max_position_embeddings=2048, fuse_rms_norm=False, use_cache=False)
+
+
+def _llama(batch: int, seq: int):
+    import numpy as np
+    import paddle
+    zoo = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".zoo")
+    if zoo not in sys.path:
+        sys.path.append(zoo)        # NOTE: PaddleFormers lives beside the venv (make zoo), never in it
+    from paddleformers.transformers.llama import LlamaConfig, LlamaForCausalLM
+    paddle.seed(0)
+    net = LlamaForCausalLM(LlamaConfig(**LLAMA))
+    net.train()
+    opt = paddle.optimizer.AdamW(3e-4, parameters=net.parameters(), weight_decay=0.01)
+    ids = np.random.default_rng(0).integers(3, LLAMA["vocab_size"], (batch, seq)).astype("int64")
+    return net, opt, ids, np.roll(ids, -1, axis=1)
+
+
+def llama_flops(batch: int, seq: int, params: int) -> float:
+    """Model FLOPs of one training step: 6 x matmul params x tokens + causal attention's score and value
+    products (12 x layers x hidden x seq per token, halved for the causal mask)."""
+    tokens = batch * seq
+    return tokens * (6 * params + 6 * LLAMA["num_hidden_layers"] * LLAMA["hidden_size"] * seq)
+
+
+def llama_paddle(b, batch: int, seq: int, repeats: int):
+    import paddle
+    net, opt, ids, labels = _llama(batch, seq)
+    x, y = paddle.to_tensor(ids), paddle.to_tensor(labels)
+
+    def step():
+        loss = net(x, labels=y)[0]
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+        return float(loss)
+    return b.time_calls(step, repeats)
+
+
+def llama_xla(b, batch: int, seq: int, repeats: int, precision: str):
+    import numpy as np
+    from paddle.static import InputSpec
+
+    import paddle_xla as px
+    net, opt, ids, labels = _llama(batch, seq)
+    step = px.train_step(net, None, opt, [InputSpec([batch, seq], "int64", "input_ids")],
+                         [InputSpec([batch, seq], "int64", "labels")], strategy=px.Strategy(precision=precision))
+    return b.time_calls(lambda: np.asarray(step(ids, labels)), repeats)
+
+
+def llama_results(b, batch: int, seq: int, repeats: int, peak_gflops: float) -> dict:
+    """PaddleFormers' eager training (Paddle's only way to train it on CPU: to_static of its loss fails,
+    issue 30) against paddle_xla in fp32 and bf16; tokens/s, MFU and the speed-up."""
+    import numpy as np
+    net, _, _, _ = _llama(1, 8)
+    # NOTE: the weights of matrix products; the embedding is a lookup and the norms' scales are per element
+    params = sum(int(np.prod(v.shape)) for k, v in net.state_dict().items() if "embed_tokens" not in k and v.ndim == 2)
+    flops = llama_flops(batch, seq, params)
+    jobs = {"paddle_eager": lambda: llama_paddle(b, batch, seq, repeats),
+            "paddle_xla_fp32": lambda: llama_xla(b, batch, seq, repeats, "fp32"),
+            "paddle_xla_bf16": lambda: llama_xla(b, batch, seq, repeats, "bf16")}
+    b.llama_params = {"params": sum(int(np.prod(p.shape)) for p in net.parameters()), "matmul_params": params}
+    out = {}
+    for name, job in jobs.items():
+        print(f"timing llama {name} ...", flush=True)
+        try:
+            r = job()
+        except Exception as e:  # NOTE: one failing configuration must not lose the others' figures
+            out[name] = {"error": f"{type(e).__name__}: {e}"[:800]}
+            continue
+        b.add_rates(r, batch, flops, peak_gflops)
+        r["tokens_per_s"] = r["samples_per_s"] * seq
+        out[name] = r
+    b._ratios(out)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default="base")
@@ -119,7 +199,9 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=5, help="BERT: interleaved rounds; ResNet-50: timed calls")
     ap.add_argument("--max-predictions", type=int, default=20)
-    ap.add_argument("--models", default="bert,resnet50", help=f"comma-separated: bert, {', '.join(CNNS)}")
+    ap.add_argument("--models", default="bert,resnet50", help=f"comma-separated: bert, llama, {', '.join(CNNS)}")
+    ap.add_argument("--llama-batch", type=int, default=1)
+    ap.add_argument("--llama-seq", type=int, default=512)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "train.json"))
     args = ap.parse_args()
     from paddle_xla.cli import bench as b
@@ -128,6 +210,10 @@ def main() -> None:
     models = args.models.split(",")
     print("building BERT configurations, then timing them in interleaved rounds ...", flush=True)
     report = b.run_interleaved(s, builders(b, s) if "bert" in models else {}, args.repeats)
+    if "llama" in models:
+        report["results"]["train_llama"] = llama_results(b, args.llama_batch, args.llama_seq, args.repeats,
+                                                         report["matmul_peak"]["fp32_gflops"])
+        report["llama"] = dict(LLAMA, batch=args.llama_batch, seq=args.llama_seq, **b.llama_params)
     for cnn in (m for m in models if m in CNNS):
         report["results"][f"train_{cnn}"] = resnet_results(b, args.batch, args.repeats,
                                                            report["matmul_peak"]["fp32_gflops"], cnn)
@@ -138,8 +224,12 @@ def main() -> None:
     print("| configuration | step | samples/s | MFU (fp32 peak) | vs Paddle's best |")
     print("|---|---|---|---|---|")
     for part, cfg, step, sps, mfu, vs in b.rows(report):
-        model = part[len("train_"):] if part.startswith("train_") and part[len("train_"):] in CNNS else "BERT"
+        model = part[len("train_"):] if part.startswith("train_") and part[len("train_"):] in (*CNNS, "llama") else "BERT"
         print(f"| {model} {cfg} | {step} | {sps} | {mfu} | {vs} |")
+    for cfg, r in report["results"].get("train_llama", {}).items():
+        if isinstance(r, dict) and "tokens_per_s" in r:
+            print(f"llama {cfg}: {r['tokens_per_s']:.0f} tokens/s, MFU {r['mfu_fp32']:.1%}, "
+                  f"{r.get('speedup_vs_paddle_best', float('nan')):.2f}x Paddle")
 
 
 if __name__ == "__main__":
