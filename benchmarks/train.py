@@ -166,8 +166,8 @@ def llama_xla(b, batch: int, seq: int, repeats: int, precision: str):
 
 
 def llama_results(b, batch: int, seq: int, repeats: int, peak_gflops: float) -> dict:
-    """PaddleFormers' eager training (Paddle's only way to train it on CPU: to_static of its loss fails,
-    issue 30) against paddle_xla in fp32 and bf16; tokens/s, MFU and the speed-up."""
+    """PaddleFormers' eager training (issue 30 found Paddle's own to_static failing on this model's loss)
+    against paddle_xla in fp32 and bf16; tokens/s, MFU and the speed-up."""
     import numpy as np
     net, _, _, _ = _llama(1, 8)
     # NOTE: the weights of matrix products; the embedding is a lookup and the norms' scales are per element
