@@ -28,6 +28,7 @@ CASES = [
     OpCase("assign", lambda x: paddle.assign(x) * 2.0, [Arg((2, 3))], ["pd_op.assign"]),
     # NOTE: the detached factor carries no gradient: d/dx (x * detach(x)) is detach(x), not 2x
     OpCase("detach", lambda x: x * x.detach() + x.sum().detach(), [Arg((2, 3))], ["pd_op.share_data_"]),
+    OpCase("share_data", lambda x: x * paddle._C_ops.share_data(x), [Arg((2, 3))], ["pd_op.share_data"]),
     OpCase("assign_out", lambda x, y: paddle.assign(x, output=y) + y, [Arg((2, 3)), Arg((2, 3), grad=False)],
            ["pd_op.assign_out_"], grad=False),
 ]
