@@ -97,7 +97,11 @@ def resnet_results(b, batch: int, repeats: int, peak_gflops: float, model: str =
             "paddle_to_static": lambda: resnet_paddle(b, batch, repeats, static=True, name=model),
             "paddle_xla_fp32": lambda: resnet_xla(b, batch, repeats, "fp32", model),
             "paddle_xla_bf16": lambda: resnet_xla(b, batch, repeats, "bf16", model)}
-    flops = 3 * _cnn_flops(model, batch)
+    return timed(b, model, jobs, batch, 3 * _cnn_flops(model, batch), peak_gflops)
+
+
+def timed(b, model: str, jobs: dict, batch: int, flops: float, peak_gflops: float) -> dict:
+    """Each configuration's timing with its rates, then the speed-ups over Paddle's best."""
     out = {}
     for name, job in jobs.items():
         print(f"timing {model} {name} ...", flush=True)
@@ -165,31 +169,21 @@ def llama_xla(b, batch: int, seq: int, repeats: int, precision: str):
     return b.time_calls(lambda: np.asarray(step(ids, labels)), repeats)
 
 
-def llama_results(b, batch: int, seq: int, repeats: int, peak_gflops: float) -> dict:
+def llama_results(b, batch: int, seq: int, repeats: int, peak_gflops: float) -> tuple[dict, dict]:
     """PaddleFormers' eager training (issue 30 found Paddle's own to_static failing on this model's loss)
-    against paddle_xla in fp32 and bf16; tokens/s, MFU and the speed-up."""
+    against paddle_xla in fp32 and bf16; tokens/s, MFU and the speed-up, and the model's sizes."""
     import numpy as np
     net, _, _, _ = _llama(1, 8)
     # NOTE: the weights of matrix products; the embedding is a lookup and the norms' scales are per element
     params = sum(int(np.prod(v.shape)) for k, v in net.state_dict().items() if "embed_tokens" not in k and v.ndim == 2)
-    flops = llama_flops(batch, seq, params)
     jobs = {"paddle_eager": lambda: llama_paddle(b, batch, seq, repeats),
             "paddle_xla_fp32": lambda: llama_xla(b, batch, seq, repeats, "fp32"),
             "paddle_xla_bf16": lambda: llama_xla(b, batch, seq, repeats, "bf16")}
-    b.llama_params = {"params": sum(int(np.prod(p.shape)) for p in net.parameters()), "matmul_params": params}
-    out = {}
-    for name, job in jobs.items():
-        print(f"timing llama {name} ...", flush=True)
-        try:
-            r = job()
-        except Exception as e:  # NOTE: one failing configuration must not lose the others' figures
-            out[name] = {"error": f"{type(e).__name__}: {e}"[:800]}
-            continue
-        b.add_rates(r, batch, flops, peak_gflops)
-        r["tokens_per_s"] = r["samples_per_s"] * seq
-        out[name] = r
-    b._ratios(out)
-    return out
+    out = timed(b, "llama", jobs, batch, llama_flops(batch, seq, params), peak_gflops)
+    for r in out.values():
+        if "samples_per_s" in r:
+            r["tokens_per_s"] = r["samples_per_s"] * seq
+    return out, {"params": sum(int(np.prod(p.shape)) for p in net.parameters()), "matmul_params": params}
 
 
 def main() -> None:
@@ -211,9 +205,9 @@ def main() -> None:
     print("building BERT configurations, then timing them in interleaved rounds ...", flush=True)
     report = b.run_interleaved(s, builders(b, s) if "bert" in models else {}, args.repeats)
     if "llama" in models:
-        report["results"]["train_llama"] = llama_results(b, args.llama_batch, args.llama_seq, args.repeats,
-                                                         report["matmul_peak"]["fp32_gflops"])
-        report["llama"] = dict(LLAMA, batch=args.llama_batch, seq=args.llama_seq, **b.llama_params)
+        report["results"]["train_llama"], sizes = llama_results(b, args.llama_batch, args.llama_seq, args.repeats,
+                                                                report["matmul_peak"]["fp32_gflops"])
+        report["llama"] = dict(LLAMA, batch=args.llama_batch, seq=args.llama_seq, **sizes)
     for cnn in (m for m in models if m in CNNS):
         report["results"][f"train_{cnn}"] = resnet_results(b, args.batch, args.repeats,
                                                            report["matmul_peak"]["fp32_gflops"], cnn)

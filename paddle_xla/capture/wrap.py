@@ -64,13 +64,15 @@ def net_with_loss(net: paddle.nn.Layer, loss_fn, input_names: list[str], label_n
     """forward(*inputs, *labels) -> [loss, *net_outputs]; with loss_fn None, net's first output is the loss,
     and when net's forward takes the labels by name, net(*inputs, label=label, ...) computes it."""
     safe = [_ident(n) for n in input_names], [_ident(n) for n in label_names]
-    own = loss_fn is None and bool(label_names) and takes_labels(net, safe[1])
+    own = loss_fn is None and bool(label_names) and takes_labels(net, label_names)
     return _module(*safe, own_loss=own).NetWithLoss(net, loss_fn)
 
 
 def takes_labels(net: paddle.nn.Layer, names: list[str]) -> bool:
-    """Whether net.forward accepts every one of `names` as a keyword (model(input_ids, labels=labels))."""
+    """Whether net.forward accepts every one of `names` (as the wrapper spells them) as a keyword
+    (model(input_ids, labels=labels))."""
     import inspect
+    names = [_ident(n) for n in names]
     try:
         params = inspect.signature(net.forward).parameters
     except (TypeError, ValueError):

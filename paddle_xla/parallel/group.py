@@ -161,11 +161,8 @@ def _slurm(env):
 
 def _first_host(nodelist: str) -> str:
     """The first host of a SLURM node list: "gpu[003-005,9],cpu1" -> "gpu003"."""
-    head = nodelist.split(",")[0] if "[" not in nodelist.split(",")[0] else nodelist.split("]")[0] + "]"
-    if "[" not in head:
-        return head
-    prefix, ranges = head.rstrip("]").split("[", 1)
-    return prefix + ranges.split(",")[0].split("-")[0]
+    prefix, ranges = re.match(r"([^,\[]*)(?:\[([^\]]*)\])?", nodelist).groups()
+    return prefix if ranges is None else prefix + re.split(r"[,-]", ranges)[0]
 
 
 def _open_mpi(env):

@@ -85,9 +85,9 @@ def _serve(server: socket.socket, n: int) -> None:
                 # NOTE: kept open: closing it would look like this process's loss to a peer still exiting
                 _State.finished.append(_State.peers.pop(rank))
                 continue
-            how = "failed with an error" if said == "fail" else "was lost (its process ended without finishing)"
-            _tell_others(f"{'failed' if said == 'fail' else 'lost'} {rank} {hosts[rank]}")
-            _stop(0, rank, hosts[rank], how)
+            failed = said == "fail"
+            _tell_others(f"{'failed' if failed else 'lost'} {rank} {hosts[rank]}")
+            _stop(0, rank, hosts[rank], failed)
 
 
 def _follow(conn: socket.socket, rank: int) -> None:
@@ -96,8 +96,7 @@ def _follow(conn: socket.socket, rank: int) -> None:
     if said == "bye" or _State.leaving:
         return
     kind, lost, host = said.split(" ", 2) if said.count(" ") >= 2 else ("lost", "0", "process 0's host")
-    how = "failed with an error" if kind == "failed" else "was lost (its process ended without finishing)"
-    _stop(rank, int(lost), host, how)
+    _stop(rank, int(lost), host, kind == "failed")
 
 
 def _readline(conn: socket.socket) -> str:
@@ -124,13 +123,15 @@ def _tell_others(message: str) -> None:
             pass
 
 
-def _stop(me: int, lost: int, host: str, how: str) -> None:
+def _stop(me: int, lost: int, host: str, failed: bool) -> None:
     import jax
+    how = "failed with an error" if failed else "was lost (its process ended without finishing)"
     _State.verdict = (
         f"rank {lost} of {jax.process_count()} (on {host}) {how}. This process (rank {me}) stops now: its "
         f"collectives would wait for rank {lost} forever. Checkpoints are written atomically, so the last one "
         "saved is complete; restart the whole job (every rank) to resume from it.")
-    print(f"paddle_xla: DistributedError: {_State.verdict} [{_State.last_error}]", file=sys.stderr, flush=True)
+    seen = f" [{_State.last_error}]" if _State.last_error else ""
+    print(f"paddle_xla: DistributedError: {_State.verdict}{seen}", file=sys.stderr, flush=True)
     os._exit(LOST_EXIT_STATUS)
 
 

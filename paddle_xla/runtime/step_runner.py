@@ -52,8 +52,7 @@ class StepRunner:
         from ..strategy import Strategy
         self.graph = graph
         self.name = name or graph.meta.get("source", "model")     # what the compile progress line calls it
-        from ..parallel.shares import strategy_for_group
-        self.strategy = strategy_for_group(strategy if strategy is not None else Strategy())
+        self.strategy = shares.strategy_for_group(strategy if strategy is not None else Strategy())
         self.engine = None
         self._grads_jit = None
         self._seen: set[tuple] = set()      # signatures compiled so far (jax.jit caches the executables)
@@ -118,8 +117,9 @@ class StepRunner:
         k = len(feeds)
         keys = jax.vmap(lambda i: jax.random.fold_in(state.key, i))(state.step + jnp.arange(k))
         stacked = {n: np.stack([np.asarray(f[n]) for f in feeds]) for n in feeds[0]}
-        share = next(iter(stacked.values())).shape[1] if stacked else 0
-        if shares.joined():
+        joined = shares.joined()
+        if joined:
+            share = next(iter(stacked.values())).shape[1]
             stacked = shares.global_batches(stacked)
         with self._compiling("train step", stacked):
             res = self.engine(state.params, state.buffers, state.opt_state, stacked, keys, lrs)
@@ -128,7 +128,7 @@ class StepRunner:
         losses = [float(x) for x in res.losses]
         error = None if done == k else not_finite_message(state.step + done, losses[done])
         fetches = list(res.fetches)
-        if shares.joined():
+        if joined:
             fetches = [shares.own_rows(f, share) for f in fetches]
         return StepResult(new, losses, fetches, error)
 
