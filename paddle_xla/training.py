@@ -28,17 +28,20 @@ from .capture.wrap import net_with_loss, takes_labels
 class TrainStep:
     """One compiled training step: forward, loss, gradients, clipping, update, LR schedule.
 
-    `step(*inputs, *labels) -> loss (float)`; `step.sync_to(net)` writes weights back to the Layer."""
+    `step(*inputs, *labels) -> loss (float)`; `step.sync_to(net)` writes weights back to the Layer.
+    inputs_by_name=True calls net(name=value, ...) with the InputSpecs' names, as model(**batch) does."""
 
     def __init__(self, net: paddle.nn.Layer, loss_fn, optimizer: paddle.optimizer.Optimizer,
-                 input_spec: Sequence, label_spec: Sequence = (), *, seed: int = 0, strategy=None):
+                 input_spec: Sequence, label_spec: Sequence = (), *, seed: int = 0, strategy=None,
+                 inputs_by_name: bool = False):
         if strategy is not None and strategy.quant_type is not None:
             raise StrategyError(f"Strategy(quant_type={strategy.quant_type!r}) holds a generator's weights in int8 for "
                                 "inference; training updates float weights: drop quant_type from the training Strategy")
         self.net, self.optimizer = net, optimizer
         specs = list(input_spec) + list(label_spec)
         _check_own_loss(net, loss_fn, label_spec)
-        wrapper = net_with_loss(net, loss_fn, [s.name for s in input_spec], [s.name for s in label_spec])
+        wrapper = net_with_loss(net, loss_fn, [s.name for s in input_spec], [s.name for s in label_spec],
+                                by_name=inputs_by_name)
         self.captured = capture.from_layer(wrapper, specs, training=True)
         report = check_graph(self.captured.graph)
         if not report.ok:

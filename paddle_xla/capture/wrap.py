@@ -45,10 +45,12 @@ class NetWithLoss(paddle.nn.Layer):
 SOURCE_PREFIX = "<paddle_xla net_with_loss "
 
 
-def _module(inputs: list[str], labels: list[str], own_loss: bool):
+def _module(inputs: list[str], labels: list[str], own_loss: bool, by_name: bool = False):
     # NOTE: without a loss_fn the model computes its own loss (model(input_ids, labels=labels)), so the
-    # labels go to it by name; with one, the model sees the inputs alone, as in the user's loop.
-    call = ", ".join(inputs + ([f"{n}={n}" for n in labels] if own_loss else []))
+    # labels go to it by name; with one, the model sees the inputs alone, as in the user's loop. With
+    # by_name the inputs go by name too (model(**batch), as PaddleFormers' Trainer calls it).
+    given = [f"{n}={n}" for n in inputs] if by_name else inputs
+    call = ", ".join(given + ([f"{n}={n}" for n in labels] if own_loss else []))
     src = _TEMPLATE.format(args=", ".join(inputs + labels), call=call, labels=", ".join(labels))
     digest = hashlib.sha256(src.encode()).hexdigest()[:16]
     filename = f"{SOURCE_PREFIX}{digest}>"
@@ -60,12 +62,14 @@ def _module(inputs: list[str], labels: list[str], own_loss: bool):
     return mod
 
 
-def net_with_loss(net: paddle.nn.Layer, loss_fn, input_names: list[str], label_names: list[str]) -> paddle.nn.Layer:
+def net_with_loss(net: paddle.nn.Layer, loss_fn, input_names: list[str], label_names: list[str],
+                  by_name: bool = False) -> paddle.nn.Layer:
     """forward(*inputs, *labels) -> [loss, *net_outputs]; with loss_fn None, net's first output is the loss,
-    and when net's forward takes the labels by name, net(*inputs, label=label, ...) computes it."""
+    and when net's forward takes the labels by name, net(*inputs, label=label, ...) computes it. With
+    by_name, net(input=input, ...): the input names are the forward's argument names."""
     safe = [_ident(n) for n in input_names], [_ident(n) for n in label_names]
     own = loss_fn is None and bool(label_names) and takes_labels(net, label_names)
-    return _module(*safe, own_loss=own).NetWithLoss(net, loss_fn)
+    return _module(*safe, own_loss=own, by_name=by_name).NetWithLoss(net, loss_fn)
 
 
 def takes_labels(net: paddle.nn.Layer, names: list[str]) -> bool:

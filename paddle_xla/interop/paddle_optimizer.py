@@ -318,6 +318,7 @@ def from_paddle_state_dict(config: optim_lib.OptimizerConfig, state_dict: Mappin
                            params: Mapping[str, Any] | None = None) -> tuple[dict, Any]:
     """(state, schedule_state) from `paddle_opt.state_dict()`. A parameter with no accumulators yet
     (Paddle creates them at the first step) gets fresh ones from `params`."""
+    _refuse_foreign(config, state_dict)
     fresh = None
     state = {}
     for name in config.trainable():
@@ -334,6 +335,21 @@ def from_paddle_state_dict(config: optim_lib.OptimizerConfig, state_dict: Mappin
             raise CheckpointError(f"the Paddle state lacks {missing} for {name}")
         state[name] = {acc: jnp.asarray(_numpy(v)) for acc, v in found.items()}
     return state, _schedule_state_of(config, state_dict.get("LR_Scheduler"))
+
+
+def _refuse_foreign(config, state_dict) -> None:
+    """Accumulators of parameters this optimizer does not hold (a state saved from a model whose parameters
+    were named otherwise, e.g. built in another order) are an error: taken silently, every parameter would
+    start from fresh moments. Paddle's own step stops on them too."""
+    stems = [accumulator_key(config, n, "", suffix="") for n, _ in config.params]
+    foreign = [k for k in state_dict if k not in ("LR_Scheduler", "master_weights")
+               and not any(k.startswith(stem) for stem in stems)]
+    if foreign:
+        raise CheckpointError(
+            f"The optimizer state holds {len(foreign)} accumulators of parameters this model does not have (e.g. "
+            f"{foreign[:3]}; this model's parameters are named like {[n for n, _ in config.params][:3]}). It was "
+            "saved from a model whose parameters were named otherwise: build the model the same way, in a fresh "
+            "process (or inside paddle.utils.unique_name.guard()), before loading it.")
 
 
 def _find_accumulator(config, state_dict, name, acc):

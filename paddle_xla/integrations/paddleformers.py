@@ -1,0 +1,187 @@
+"""PaddleFormers' Trainer, with paddle_xla running the training step. Swap two imports:
+
+    from paddle_xla.integrations.paddleformers import Trainer, TrainingArguments
+
+and keep the arguments, dataset, collator and callbacks. PaddleFormers' own code still builds the
+optimizer and LR schedule from the arguments, loads the data, logs, evaluates, saves and resumes
+checkpoints in its own layout; paddle_xla replaces the step: each optimizer step's micro-batches run as
+one compiled program (forward, the model's own loss, backward, clipping, Paddle's exact update rule),
+spread as the arguments' parallel flags say (integrations/trainer_args.py maps them onto a Strategy).
+The Paddle model and optimizer are brought up to date before every evaluation and save, and when
+training ends.
+
+An edge module: it imports paddle and paddleformers (which is not a paddle_xla dependency)."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+
+import jax
+import numpy as np
+import paddle
+from paddle.static import InputSpec
+
+try:
+    from paddleformers.trainer import Trainer as _Trainer
+    from paddleformers.trainer import TrainingArguments as _TrainingArguments
+except ImportError as e:        # pragma: no cover - the message is the point
+    raise ImportError("paddle_xla.integrations.paddleformers wraps PaddleFormers' Trainer: install PaddleFormers "
+                      "(pip install paddleformers) in this environment.") from e
+
+from ..errors import FeedError, TrainingError
+from ..training import TrainStep
+from .trainer_args import strategy_from
+
+
+@dataclasses.dataclass
+class TrainingArguments(_TrainingArguments):
+    """PaddleFormers' TrainingArguments, the same fields and defaults. It remembers which arguments were
+    set before PaddleFormers' own checks rewrite them: in one process those clear tensor_model_parallel_size,
+    pipeline_model_parallel_size and sharding, which paddle_xla spreads over this process's devices."""
+
+    def __post_init__(self):
+        self._px_given = given_arguments(self)
+        super().__post_init__()
+
+
+def given_arguments(args) -> dict:
+    """The arguments whose value differs from TrainingArguments' default, as the user set them."""
+    given = {}
+    for f in dataclasses.fields(_TrainingArguments):
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        value = getattr(args, f.name, default)
+        if default is dataclasses.MISSING or value != default:
+            given[f.name] = value
+    return given
+
+
+class Trainer(_Trainer):
+    """paddleformers.trainer.Trainer whose training step runs on XLA (see the module's docstring)."""
+
+    def __init__(self, model=None, criterion=None, args: TrainingArguments | None = None, *pos, **kw):
+        given = getattr(args, "_px_given", None)
+        if given is None:
+            raise TrainingError(
+                "paddle_xla's Trainer needs its own TrainingArguments (the same fields and defaults): "
+                "PaddleFormers' clears tensor_model_parallel_size, pipeline_model_parallel_size and sharding in a "
+                "single process before paddle_xla could read them. Build them with "
+                "`from paddle_xla.integrations.paddleformers import TrainingArguments`.")
+        if jax.process_count() > 1:
+            raise TrainingError(
+                f"paddle_xla's Trainer runs in one process (this is one of {jax.process_count()}): it spreads the "
+                "step over this process's devices. Under several processes, train with px.train_step, which "
+                "feeds each process's share of the batch.")
+        self.px_strategy = strategy_from(given, devices=jax.local_device_count())
+        if criterion is not None:
+            raise TrainingError("paddle_xla's Trainer trains on the model's own loss (model(**batch, labels=...)"
+                                "[0]); a criterion= is not supported: drop it, or use px.train_step with loss_fn.")
+        super().__init__(model, None, args, *pos, **kw)
+        _undo_layer_recompute(self.model, given)
+        self._px_step: TrainStep | None = None
+        self._px_pending: list[dict] = []
+
+    # ---- what PaddleFormers would do in Paddle, paddle_xla does in the compiled step ------------------
+    def _wrap_amp_model(self, args, model):
+        """Precision is the Strategy's: no Paddle AMP decoration, no Paddle loss scaler."""
+        self.do_grad_scaling = False
+        self.enable_autocast_context_manager = False
+
+    def _wrap_model(self, model, training=True):
+        """No Paddle DataParallel or fleet wrapper: the Strategy spreads the step."""
+        return model
+
+    def training_step(self, model, inputs, step_control=0):
+        """Holds the micro-batches of one optimizer step; the last one runs them all as one compiled step.
+        Returns each micro-batch's share of the step's loss, as PaddleFormers does (loss / accumulation):
+        0 until the step runs, then the mean of the micro-batches' losses."""
+        self._px_pending.append(_host_batch(inputs))
+        if len(self._px_pending) < self.args.gradient_accumulation_steps:
+            return paddle.to_tensor(0.0, dtype="float32")
+        batch, self._px_pending = _joined(self._px_pending), []
+        step = self._px_step or self._build_step(batch)
+        return paddle.to_tensor(step(**batch), dtype="float32")
+
+    def optimizer_step(self, args, model, parameters_list=None):
+        """The update already ran inside the compiled step; Paddle's scheduler advances with it, so logs,
+        checkpoints and a resumed run read the same learning rate."""
+        if self._px_pending:
+            raise TrainingError(
+                f"The epoch ended after {len(self._px_pending)} of gradient_accumulation_steps="
+                f"{args.gradient_accumulation_steps} micro-batches; paddle_xla runs whole optimizer steps: use "
+                "an epoch length divisible by it, dataloader_drop_last=True, or max_steps.")
+        self.lr_scheduler.step()
+
+    # ---- Paddle's model and optimizer brought up to date before Paddle code reads them -----------------
+    def train(self, *a, **kw):
+        self._px_step, self._px_pending = None, []      # NOTE: a resumed run loads the checkpoint first
+        try:
+            return super().train(*a, **kw)
+        finally:
+            self.sync_to_paddle()
+
+    def evaluate(self, *a, **kw):
+        self.sync_to_paddle()
+        return super().evaluate(*a, **kw)
+
+    def _save_checkpoint(self, model, metrics=None):
+        self.sync_to_paddle()
+        return super()._save_checkpoint(model, metrics)
+
+    def save_model(self, *a, **kw):
+        self.sync_to_paddle()
+        return super().save_model(*a, **kw)
+
+    def sync_to_paddle(self) -> None:
+        """The trained weights into the model, the optimizer's state and schedule into its Paddle optimizer."""
+        if self._px_step is not None:
+            self._px_step.sync_to(self.model)
+
+    # ---- the compiled step ---------------------------------------------------------------------------
+    def _build_step(self, batch: dict) -> TrainStep:
+        names = list(batch)
+        if not any(n in batch for n in self.label_names):
+            raise TrainingError(
+                f"The batches hold {names} but no labels ({self.label_names}): the model's first output would be "
+                "taken as the loss. Give the collator a 'labels' field (label_names= names others).")
+        specs = [InputSpec([None, *v.shape[1:]], str(v.dtype), n) for n, v in batch.items()]
+        self.model.train()
+        self._px_step = TrainStep(self.model, None, self.optimizer, specs, strategy=self.px_strategy,
+                                  inputs_by_name=True)
+        return self._px_step
+
+
+def _host_batch(inputs: dict) -> dict:
+    batch = {}
+    for name, value in inputs.items():
+        if isinstance(value, paddle.Tensor):
+            value = value.numpy()
+        if not isinstance(value, np.ndarray):
+            raise FeedError(f"The batch's {name!r} is a {type(value).__name__}; paddle_xla's Trainer feeds tensors "
+                            "only: let the collator return arrays, or drop the field.")
+        batch[name] = value
+    return batch
+
+
+def _joined(micro: list[dict]) -> dict:
+    """One optimizer step's micro-batches, in order, as one batch (the Strategy splits it back)."""
+    shapes = [{n: v.shape for n, v in m.items()} for m in micro]
+    if any(s != shapes[0] for s in shapes[1:]):
+        raise FeedError(
+            f"The micro-batches of one optimizer step differ in shape ({shapes}); paddle_xla runs them as one "
+            "compiled step. Pad every batch to one length (e.g. the collator's padding='max_length', "
+            "max_length=...), which also spares a compile per length.")
+    return {n: np.concatenate([m[n] for m in micro]) for n in micro[0]}
+
+
+def _undo_layer_recompute(model, given) -> None:
+    """PaddleFormers turns on its layers' own recompute for recompute_granularity; here the Strategy
+    recomputes in the compiled step instead (Paddle's recompute is an eager-mode mechanism)."""
+    if not given.get("recompute_granularity"):
+        return
+
+    def off(layer):
+        if getattr(layer, "enable_recompute", None) is True:
+            layer.enable_recompute = False
+    model.apply(off)

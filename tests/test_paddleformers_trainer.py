@@ -1,0 +1,247 @@
+"""PaddleFormers' own Trainer against paddle_xla's (paddle_xla.integrations.paddleformers), same arguments,
+same data, same tiny Llama: the logged loss curve, evaluation, final weights and checkpoints that resume in
+either. PaddleFormers' Trainer runs in Paddle eager on this CPU host, so it is the reference."""
+import shutil
+
+import numpy as np
+import paddle
+import pytest
+
+from generation.paddleformers import module
+from generation.test_generator import TINY
+
+import paddle_xla as px
+from paddle_xla.errors import CheckpointError, FeedError, StrategyError, TrainingError
+
+trainer_lib = module("trainer")
+llama = module("transformers.llama")
+from paddle_xla.integrations import paddleformers as pxf     # noqa: E402  (PaddleFormers is on the path now)
+
+STEPS = 20
+BASE = dict(max_steps=STEPS, per_device_train_batch_size=2, learning_rate=1e-3, warmup_steps=3, logging_steps=1,
+            max_grad_norm=1.0, weight_decay=0.01, save_steps=10, seed=0, report_to=["none"], disable_tqdm=True,
+            amp_master_grad=False, dataloader_shuffle=False, save_to_hf=False,
+            # NOTE: PaddleFormers' default flex checkpoints need Paddle's fleet to load, even on one CPU
+            save_checkpoint_format=None, load_checkpoint_format=None)
+
+
+class Tokens(paddle.io.Dataset):
+    """Random token rows; labels are the next token, with a prompt of 0-3 tokens that carries no loss."""
+
+    def __init__(self, rows=64, seq=16, seed=0):
+        self.ids = np.random.default_rng(seed).integers(3, TINY["vocab_size"], (rows, seq)).astype("int64")
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        ids = self.ids[i]
+        labels = np.roll(ids, -1)
+        labels[-1] = -100
+        labels[:i % 4] = -100
+        return {"input_ids": ids, "labels": labels}
+
+
+class Logged(trainer_lib.TrainerCallback):
+    def __init__(self):
+        self.losses, self.evals = [], []
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        if logs and "loss" in logs:
+            self.losses.append(logs["loss"])
+        if logs and "eval_loss" in logs:
+            self.evals.append(logs["eval_loss"])
+
+
+def _train(kind, out, resume=None, eval_dataset=None, **extra):
+    """One Trainer run in a fresh name scope (parameter names as in a fresh process, so that checkpoints
+    load across runs) -> (logged losses, eval losses, final weights, trainer)."""
+    with paddle.utils.unique_name.guard():
+        paddle.seed(1)
+        net = llama.LlamaForCausalLM(llama.LlamaConfig(**TINY))
+        args_cls, trainer_cls = ((pxf.TrainingArguments, pxf.Trainer) if kind == "px"
+                                 else (trainer_lib.TrainingArguments, trainer_lib.Trainer))
+        logged = Logged()
+        trainer = trainer_cls(model=net, args=args_cls(output_dir=str(out), **{**BASE, **extra}),
+                              train_dataset=Tokens(), eval_dataset=eval_dataset, callbacks=[logged])
+        trainer.train(resume_from_checkpoint=resume)
+    return logged.losses, logged.evals, {k: v.numpy() for k, v in net.state_dict().items()}, trainer
+
+
+def _same_weights(got, want, tol=2e-5):
+    """Each weight's largest difference, relative to its largest value (AdamW's first steps move every element
+    by about lr whatever its gradient, so one element's rounding may show more than the tensor's)."""
+    for k, w in want.items():
+        assert np.max(np.abs(got[k] - w)) <= tol * np.max(np.abs(w)), k
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """PaddleFormers' Trainer: 20 steps, evaluating at steps 10 and 20, saving at 10 and 20."""
+    return _train("pf", tmp_path_factory.mktemp("pf"), eval_dataset=Tokens(8, seed=1), eval_steps=10,
+                  evaluation_strategy="steps")
+
+
+def test_loss_curve_evaluation_and_weights_equal_paddleformers(reference, tmp_path):
+    losses, evals, weights, trainer = _train("px", tmp_path, eval_dataset=Tokens(8, seed=1), eval_steps=10,
+                                             evaluation_strategy="steps")
+    assert trainer.px_strategy == px.Strategy()
+    assert len(losses) == STEPS and len(evals) == 2
+    # NOTE: PaddleFormers logs losses rounded to 8 digits
+    np.testing.assert_allclose(losses, reference[0], atol=3e-6)
+    np.testing.assert_allclose(evals, reference[1], atol=3e-6)
+    _same_weights(weights, reference[2])
+    # NOTE: PaddleFormers' layout, written by its own save code from the synced model and optimizer
+    for name in ("model_state.pdparams", "optimizer.pdopt", "scheduler.pdparams", "trainer_state.bin"):
+        assert (tmp_path / "checkpoint-10" / name).is_file(), name
+
+
+@pytest.mark.parametrize("first,second", [("pf", "px"), ("px", "pf")])
+def test_checkpoints_resume_in_either_trainer(reference, tmp_path, first, second):
+    _train(first, tmp_path)
+    losses, _, weights, _ = _train(second, tmp_path, resume=str(tmp_path / "checkpoint-10"))
+    np.testing.assert_allclose(losses, reference[0][10:], atol=3e-6)
+    _same_weights(weights, reference[2])
+
+
+def test_gradient_accumulation_equals_paddleformers(tmp_path, monkeypatch):
+    # NOTE: PaddleFormers synchronizes the device before scaling accumulated gradients, which Paddle's CPU
+    # build refuses; nothing runs asynchronously on CPU, so the reference skips it.
+    monkeypatch.setattr(paddle.device, "synchronize", lambda *a, **k: None)
+    want = _train("pf", tmp_path / "pf", gradient_accumulation_steps=2, max_steps=8)
+    got = _train("px", tmp_path / "px", gradient_accumulation_steps=2, max_steps=8)
+    assert got[3].px_strategy == px.Strategy(micro_batches=2, loss_reduction="mean")
+    np.testing.assert_allclose(got[0], want[0], atol=3e-6)
+    _same_weights(got[2], want[2])
+
+
+def test_parallel_flags_equal_paddleformers_data_parallel(tmp_path, monkeypatch):
+    """tensor x pipeline x sharding (PaddleFormers' default stage1) over 8 of the 16 virtual devices, 2 micro-batches of 2 rows. The two
+    replicas each take one row of each micro-batch, each part with its own token mean, and the 4 means are
+    averaged: what PaddleFormers computes on 2 ranks, and in one process with gradient_accumulation_steps=4
+    over 1-row batches."""
+    monkeypatch.setattr(paddle.device, "synchronize", lambda *a, **k: None)
+    want = _train("pf", tmp_path / "pf", per_device_train_batch_size=1, gradient_accumulation_steps=4, max_steps=5)
+    got = _train("px", tmp_path / "px", max_steps=5, gradient_accumulation_steps=2, tensor_model_parallel_size=2,
+                 pipeline_model_parallel_size=2, sharding_parallel_size=2)
+    assert got[3].px_strategy == px.Strategy(replicas=2, stages=2, tensor=2, micro_batches=2, sharding=1,
+                                             tensor_plan="auto", schedule="1f1b", loss_reduction="mean")
+    np.testing.assert_allclose(got[0], want[0], atol=3e-6)
+    _same_weights(got[2], want[2])
+
+
+def test_bf16_and_recompute_become_the_strategy(reference, tmp_path):
+    """Paddle's CPU build runs PaddleFormers' bf16 autocast in float32 (its losses equal fp32's), so the
+    reference here is paddle_xla's own step under the same Strategy."""
+    losses, _, _, trainer = _train("px", tmp_path, bf16=True, amp_master_grad=True, recompute_granularity="full",
+                                   max_steps=4, save_steps=100)
+    assert trainer.px_strategy == px.Strategy(precision="bf16", recompute="layer")
+    assert not np.allclose(losses, reference[0][:4], atol=1e-6)          # bf16 did round
+    np.testing.assert_allclose(losses, reference[0][:4], atol=2e-2)
+
+
+def _lora_run(kind, out):
+    peft = module("peft")
+    with paddle.utils.unique_name.guard():
+        paddle.seed(1)
+        net = peft.LoRAModel(llama.LlamaForCausalLM(llama.LlamaConfig(**TINY)),
+                             peft.LoRAConfig(target_modules=[".*q_proj.*", ".*v_proj.*"], r=4, lora_alpha=8))
+        net.mark_only_lora_as_trainable()
+        frozen = {k: v.numpy() for k, v in net.state_dict().items() if "lora" not in k}
+        args_cls, trainer_cls = ((pxf.TrainingArguments, pxf.Trainer) if kind == "px"
+                                 else (trainer_lib.TrainingArguments, trainer_lib.Trainer))
+        logged = Logged()
+        args = args_cls(output_dir=str(out), **{**BASE, "max_steps": 6, "save_steps": 100})
+        trainer_cls(model=net, args=args, train_dataset=Tokens(), callbacks=[logged]).train()
+    return logged.losses, {k: v.numpy() for k, v in net.state_dict().items()}, frozen
+
+
+def test_lora_trains_as_in_paddleformers(tmp_path):
+    want = _lora_run("pf", tmp_path / "pf")
+    losses, weights, frozen = _lora_run("px", tmp_path / "px")
+    np.testing.assert_allclose(losses, want[0], atol=3e-6)
+    _same_weights(weights, want[1])
+    for k, v in frozen.items():
+        np.testing.assert_array_equal(weights[k], v, err_msg=k)      # NOTE: the base stays bit for bit
+
+
+def test_arguments_without_meaning_are_refused_all_at_once(tmp_path):
+    args = pxf.TrainingArguments(output_dir=str(tmp_path), report_to=["none"], amp_master_grad=False,
+                                 sep_parallel_size=2, tp_async_allreduce=True, use_expert_parallel=True)
+    with pytest.raises(StrategyError) as e:
+        pxf.Trainer(model=llama.LlamaForCausalLM(llama.LlamaConfig(**TINY)), args=args, train_dataset=Tokens())
+    text = str(e.value)
+    assert "3 of the TrainingArguments" in text
+    for name, reason in [("sep_parallel_size=2", "sequence"), ("tp_async_allreduce=True", "XLA schedules"),
+                         ("use_expert_parallel=True", "mixture-of-experts")]:
+        assert name in text and reason in text
+
+
+def test_plain_paddleformers_arguments_are_refused(tmp_path):
+    args = trainer_lib.TrainingArguments(output_dir=str(tmp_path), report_to=["none"], amp_master_grad=False)
+    with pytest.raises(TrainingError, match="integrations.paddleformers import TrainingArguments"):
+        pxf.Trainer(model=llama.LlamaForCausalLM(llama.LlamaConfig(**TINY)), args=args, train_dataset=Tokens())
+
+
+class _NoLabels(Tokens):
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i]}
+
+
+class _Ragged(Tokens):
+    def __getitem__(self, i):
+        item = super().__getitem__(i)
+        return {k: v[: 16 - 4 * (i % 2)] for k, v in item.items()}
+
+
+@pytest.mark.parametrize("dataset,error,words", [
+    (_NoLabels(), TrainingError, "no labels"),
+    (_Ragged(), FeedError, "padding='max_length'"),
+])
+def test_bad_batches_are_named(tmp_path, dataset, error, words):
+    args = pxf.TrainingArguments(output_dir=str(tmp_path), report_to=["none"], amp_master_grad=False, max_steps=2,
+                                 per_device_train_batch_size=1, gradient_accumulation_steps=2,
+                                 dataloader_shuffle=False)
+    trainer = pxf.Trainer(model=llama.LlamaForCausalLM(llama.LlamaConfig(**TINY)), args=args, train_dataset=dataset)
+    with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)")):
+        trainer.train()
+
+
+def test_optimizer_state_of_other_parameter_names_is_refused(tmp_path):
+    """A .pdopt keyed by another model's parameter names would leave every moment fresh, silently."""
+    _train("pf", tmp_path, max_steps=10)
+    paddle.seed(1)
+    net = llama.LlamaForCausalLM(llama.LlamaConfig(**TINY))        # NOTE: outside a name guard: other names
+    opt = paddle.optimizer.AdamW(1e-3, parameters=net.parameters())
+    opt.set_state_dict(paddle.load(str(tmp_path / "checkpoint-10" / "optimizer.pdopt")))
+    spec = [paddle.static.InputSpec([None, 16], "int64", "input_ids")]
+    with pytest.raises(CheckpointError, match="parameters this model does not have"):
+        px.train_step(net, None, opt, spec, [paddle.static.InputSpec([None, 16], "int64", "labels")])
+
+
+def test_every_argument_read_is_a_paddleformers_argument():
+    """The lists of arguments paddle_xla maps or keeps name real TrainingArguments fields (a typo would refuse
+    the user's argument, or keep one that is no longer PaddleFormers')."""
+    import dataclasses
+    from paddle_xla.integrations import trainer_args
+    fields = {f.name for f in dataclasses.fields(trainer_lib.TrainingArguments)}
+    assert set(trainer_args.TO_STRATEGY) <= fields
+    assert trainer_args.KEPT - fields <= {"eval_strategy"}      # NOTE: the newer name of evaluation_strategy
+
+
+@pytest.mark.parametrize("given,want", [
+    ({"sharding": "stage3"}, px.Strategy(replicas=16, sharding=3, loss_reduction="mean")),
+    ({"sharding": "stage2", "tensor_model_parallel_size": 4}, px.Strategy(replicas=4, tensor=4, sharding=2,
+                                                                          tensor_plan="auto", loss_reduction="mean")),
+    ({"sharding_parallel_size": 4}, px.Strategy(replicas=4, sharding=1, loss_reduction="mean")),
+    ({"fp16": True, "recompute_method": "uniform"}, px.Strategy(precision="fp16", recompute="layer")),
+])
+def test_argument_mapping(given, want):
+    from paddle_xla.integrations.trainer_args import strategy_from
+    assert strategy_from(given, devices=16) == want
+
+
+def test_sharding_options_other_than_stages_are_refused():
+    from paddle_xla.integrations.trainer_args import strategy_from
+    with pytest.raises(StrategyError, match="offload"):
+        strategy_from({"sharding": "stage2 offload"}, devices=16)
