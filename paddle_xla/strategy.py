@@ -12,6 +12,7 @@
 | tensor                | devices each layer is split over (tensor parallelism, GSPMD) | (IPU: tensor splitting)   |
 | tensor_plan           | what is split: None/"auto", or {layer-path rule: "colwise" | "rowwise" | "vocab"} (or Paddle's dist.ColWiseParallel() / RowWiseParallel()) | |
 | sharding              | 0-3, Paddle's ShardingStage: 1 optimizer state, 2 + gradients, 3 + parameters, over replicas | replicated tensor sharding |
+| sequence              | devices the sequence is split over (context parallelism: activations split along dimension 1 of the inputs, attention gathers keys/values) | (Paddle: sep / context parallel) |
 | shard_optimizer_state | ZeRO-1 over replicas (the same as sharding=1)                 | replicated tensor sharding|
 | schedule              | pipeline schedule: "gpipe" | "1f1b" (memory flat in micro_batches) | (IPU: pipelined by default)|
 | loss_reduction        | "auto" | "mean" | "sum": how micro-batch losses combine        |                           |
@@ -101,10 +102,11 @@ class Strategy:
     tensor: int = 1
     tensor_plan: Any = None               # None | "auto" | {layer-path rule: "colwise" | "rowwise" | "vocab"}
     sharding: int = 0                     # 0 | 1 (optimizer state) | 2 (+ gradients) | 3 (+ parameters)
+    sequence: int = 1                     # devices each sequence is split over (context parallelism)
     quant_type: str | None = None         # None | "weight_only_int8" (px.Generator only)
 
     def __post_init__(self):
-        for name in ("replicas", "stages", "micro_batches", "steps_per_call", "tensor"):
+        for name in ("replicas", "stages", "micro_batches", "steps_per_call", "tensor", "sequence"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise StrategyError(f"Strategy.{name} must be a positive int, got {v!r}.")
@@ -125,6 +127,9 @@ class Strategy:
         self._check_loss_scale()
         self._check_sharding()
         self._check_tensor()
+        if self.sequence > 1 and self.stages > 1:
+            raise StrategyError(f"sequence={self.sequence} with pipeline stages is not supported yet; use "
+                                "stages=1 (replicas x sequence x tensor), or sequence=1 with stages.")
         if self.stages > 1 and self.micro_batches < self.stages:
             raise StrategyError(
                 f"With {self.stages} pipeline stages, micro_batches must be at least {self.stages} (got "
@@ -208,11 +213,12 @@ class Strategy:
         import jax
         have = jax.device_count()
         need = self.devices
-        layout = f"replicas x stages x tensor = {self.replicas} x {self.stages} x {self.tensor} = {need}"
+        layout = (f"replicas x stages x sequence x tensor = {self.replicas} x {self.stages} x {self.sequence} x "
+                  f"{self.tensor} = {need}")
         if need > have:
             raise StrategyError(
                 f"{layout} devices, but only {have} are visible ({jax.devices()[0].platform}). Lower replicas, "
-                f"stages or tensor, or on CPU set XLA_FLAGS=--xla_force_host_platform_device_count={need} "
+                f"stages, sequence or tensor, or on CPU set XLA_FLAGS=--xla_force_host_platform_device_count={need} "
                 "before importing jax.")
         if jax.process_count() > 1 and 1 < need != have:
             raise StrategyError(
@@ -221,7 +227,7 @@ class Strategy:
 
     @property
     def devices(self) -> int:
-        return self.replicas * self.stages * self.tensor
+        return self.replicas * self.stages * self.sequence * self.tensor
 
     @property
     def groups(self) -> int:

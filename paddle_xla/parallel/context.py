@@ -31,6 +31,7 @@ class Context:
     interpreter: InterpreterFactory
     recompute: str | None
     weights_in: Callable | None = None    # P as this device holds it -> P as the program reads it (sharding=3)
+    feeds_in: Callable | None = None      # a micro-batch's feeds -> the same, split along the sequence
 
     @property
     def groups(self) -> int:
@@ -86,6 +87,8 @@ def stage_forward(ctx: Context, s: int, P: Mapping, Sh: Mapping, B: Mapping, fee
     """Stage s on one micro-batch: (its outputs, its buffers packed after the update)."""
     old = ctx.buffers[s].unpack(B)
     weights = {**ctx.params[s].unpack(P), **Sh, **old}
+    if ctx.feeds_in is not None:
+        feeds = ctx.feeds_in(feeds)
     outs, new = run(ctx.graph, ctx.subs[s], weights, feeds, received, key,
                     interpreter=ctx.interpreter, remat_layers=ctx.recompute == "layer")
     return outs, ctx.buffers[s].pack({**old, **new}, ctx.widths["buffers"])

@@ -112,13 +112,21 @@ class EngineBase:
             self.strategy.check_batch(x.shape[1])
         fn = self.compiled(feeds)
         state = self.place(params, buffers, opt_state)
-        feeds = {n: mesh_put(x, sharding(self.mesh, None, "replica")) for n, x in feeds.items()}
+        feeds = {n: mesh_put(x, self._feed_sharding(n, x)) for n, x in feeds.items()}
         keys = mesh_put(jax.random.key_data(keys), sharding(self.mesh))
         lrs = mesh_put(np.asarray(lrs, np.float32), sharding(self.mesh))
         *state, self.scaler, losses, oks, fetches = fn(*state, self.scaler, feeds, keys, lrs)
         views = self.views(*state)
         micro = next(iter(feeds.values())).shape[1] // self.strategy.groups
         return CallResult(*views, to_host(losses), to_host(oks), [_unstack(to_host(f), micro) for f in fetches])
+
+    def _feed_sharding(self, name: str, x: np.ndarray):
+        """[steps, batch, ...] split over replicas; with sequence > 1, the sequence (dimension 2) too when
+        it divides, so no device ever holds a whole sequence."""
+        q = self.strategy.sequence
+        if q > 1 and x.ndim > 2 and x.shape[2] % q == 0:
+            return sharding(self.mesh, None, "replica", "sequence")
+        return sharding(self.mesh, None, "replica")
 
     @property
     def loss_scale(self) -> float | None:
@@ -330,7 +338,7 @@ def memory_analysis(engine: Engine, params, buffers, opt_state, feeds: Mapping[s
     state = engine.place(params, buffers, opt_state)
     k = next(iter(feeds.values())).shape[0]
     keys = jax.random.key_data(jax.random.split(jax.random.key(0), k))
-    feeds = {n: mesh_put(x, sharding(engine.mesh, None, "replica")) for n, x in feeds.items()}
+    feeds = {n: mesh_put(x, engine._feed_sharding(n, x)) for n, x in feeds.items()}
     compiled = fn.lower(*state, engine.scaler, feeds, keys, np.zeros(k, np.float32)).compile()
     m = compiled.memory_analysis()
     return {"argument_bytes": int(m.argument_size_in_bytes), "output_bytes": int(m.output_size_in_bytes),

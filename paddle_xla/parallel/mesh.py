@@ -1,8 +1,8 @@
-"""The device mesh: axes ("replica", "stage", "tensor"), as Graphcore's replicas x pipelined IPUs,
-each stage's layers split over `tensor` devices.
+"""The device mesh: axes ("replica", "stage", "sequence", "tensor"), as Graphcore's replicas x pipelined
+IPUs, each stage's layers split over `tensor` devices, and its sequence over `sequence` devices.
 
-Device (r, s, t) holds part t of pipeline stage s of replica r. The tensor axis is innermost, then
-the stage: the devices that split one layer (the chattiest collectives) sit next to each other in
+Device (r, s, q, t) holds part t of sequence part q of pipeline stage s of replica r. The tensor axis is
+innermost, then the sequence (whose attention gathers keys and values), then the stage: the devices that split one layer (the chattiest collectives) sit next to each other in
 jax.devices() order, then a replica's stages, so on a multi-host run both stay within a host where
 they can. The axes are Auto (GSPMD places the tensor axis's collectives; jax.make_mesh's default,
 Explicit, would refuse sharding constraints inside a shard_map)."""
@@ -14,14 +14,14 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from ..strategy import Strategy
 
-AXES = ("replica", "stage", "tensor")
+AXES = ("replica", "stage", "sequence", "tensor")
 
 
 def make_mesh(strategy: Strategy, devices=None) -> Mesh:
     if devices is None:
         strategy.check_devices()        # NOTE: a Strategy planned for another machine may ask for more
     devices = list(devices if devices is not None else jax.devices())[: strategy.devices]
-    grid = np.array(devices).reshape(strategy.replicas, strategy.stages, strategy.tensor)
+    grid = np.array(devices).reshape(strategy.replicas, strategy.stages, strategy.sequence, strategy.tensor)
     return Mesh(grid, AXES, axis_types=(AxisType.Auto,) * len(AXES))
 
 

@@ -111,7 +111,20 @@ class ShardedEngine(EngineBase):
                       interpreter=interp, recompute=st.recompute)
         if st.sharding >= 3:
             ctx = replace(ctx, weights_in=self._gather(ctx))
+        if st.sequence > 1:
+            ctx = replace(ctx, feeds_in=self._split_sequence(sequence_split(feeds, st.sequence, first_dim=2)))
         return ctx, ()
+
+    def _split_sequence(self, names: frozenset):
+        """Context parallelism: the named feeds' dimension 1 (the sequence) split over the "sequence" axis.
+        GSPMD carries the split through every op that keeps the sequence dimension, so each device holds
+        1/sequence of the activations; attention's keys and values are gathered for its scores (which are
+        then [sequence / N, sequence] per device). Values are those of one device (a layout, not a change)."""
+        split = NamedSharding(self.mesh, P(None, "sequence"))
+
+        def feeds_in(feeds):
+            return {n: jax.lax.with_sharding_constraint(x, split) if n in names else x for n, x in feeds.items()}
+        return feeds_in
 
     def _gather(self, ctx: Context):
         def weights_in(P_):
@@ -206,6 +219,19 @@ class ShardedEngine(EngineBase):
                 "optimizer": sum(local(leaf, self.shard_O[n][acc]) for n, accs in self.opt_tpl.items()
                                  for acc, leaf in accs.items())}
 
+
+
+def sequence_split(feeds: Mapping[str, np.ndarray], sequence: int, first_dim: int) -> frozenset:
+    """The feeds whose sequence dimension (dimension 1 of a sample batch; `first_dim` in `feeds`, which
+    may carry leading step dimensions) `sequence` divides. None: a StrategyError naming the shapes."""
+    names = frozenset(n for n, x in feeds.items() if x.ndim > first_dim and x.shape[first_dim] % sequence == 0)
+    if not names:
+        shapes = {n: tuple(x.shape[first_dim - 1:]) for n, x in feeds.items()}
+        from ..errors import StrategyError
+        raise StrategyError(f"Strategy(sequence={sequence}) splits each input's dimension 1 (the sequence), but no "
+                            f"input has one that {sequence} divides: {shapes}. Pad the sequence to a multiple of "
+                            f"{sequence}, or lower sequence.")
+    return names
 
 
 def _replica_dim(shape: tuple, tdim: int | None, replicas: int) -> int | None:

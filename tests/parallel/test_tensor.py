@@ -156,7 +156,7 @@ def test_a_rule_that_matches_no_layer_is_named():
     (dict(tensor_plan={"*.linear1": "colwise"}), r"tensor_plan splits layers over the tensor axis, but tensor=1"),
     (dict(tensor=2, tensor_plan={"*.linear1": "diagonal"}), r"asks for 'diagonal'; use one of"),
     (dict(replicas=2, tensor=2, stages=2, micro_batches=2, sharding=2), r"sharding=2 with pipeline stages"),
-    (dict(tensor=32), r"replicas x stages x tensor = 1 x 1 x 32 = 32 devices, but only 16"),
+    (dict(tensor=32), r"replicas x stages x sequence x tensor = 1 x 1 x 1 x 32 = 32 devices, but only 16"),
 ])
 def test_an_invalid_strategy_says_what_to_change(fields, match):
     with pytest.raises(StrategyError, match=match):
