@@ -130,6 +130,14 @@ def test_parallel_flags_equal_paddleformers_data_parallel(tmp_path, monkeypatch)
     _same_weights(got[2], want[2])
 
 
+def test_sequence_split_equals_paddleformers(reference, tmp_path):
+    """sep_parallel_size x context_parallel_size split each sequence over 4 of the 16 devices: the same numbers."""
+    losses, _, weights, trainer = _train("px", tmp_path, sep_parallel_size=2, context_parallel_size=2, save_steps=100)
+    assert trainer.px_strategy == px.Strategy(sequence=4)
+    np.testing.assert_allclose(losses, reference[0], atol=3e-6)
+    _same_weights(weights, reference[2])
+
+
 def test_bf16_and_recompute_become_the_strategy(reference, tmp_path):
     """Paddle's CPU build runs PaddleFormers' bf16 autocast in float32 (its losses equal fp32's), so the
     reference here is paddle_xla's own step under the same Strategy."""
@@ -167,12 +175,12 @@ def test_lora_trains_as_in_paddleformers(tmp_path):
 
 def test_arguments_without_meaning_are_refused_all_at_once(tmp_path):
     args = pxf.TrainingArguments(output_dir=str(tmp_path), report_to=["none"], amp_master_grad=False,
-                                 sep_parallel_size=2, tp_async_allreduce=True, use_expert_parallel=True)
+                                 sequence_parallel=True, tp_async_allreduce=True, use_expert_parallel=True)
     with pytest.raises(StrategyError) as e:
         pxf.Trainer(model=llama.LlamaForCausalLM(llama.LlamaConfig(**TINY)), args=args, train_dataset=Tokens())
     text = str(e.value)
     assert "3 of the TrainingArguments" in text
-    for name, reason in [("sep_parallel_size=2", "sequence"), ("tp_async_allreduce=True", "XLA schedules"),
+    for name, reason in [("sequence_parallel=True", "sep_parallel_size or context_parallel_size"), ("tp_async_allreduce=True", "XLA schedules"),
                          ("use_expert_parallel=True", "mixture-of-experts")]:
         assert name in text and reason in text
 

@@ -42,6 +42,10 @@ class TrainingArguments(_TrainingArguments):
 
     def __post_init__(self):
         self._px_given = given_arguments(self)
+        # NOTE: PaddleFormers' checks refuse a sequence split in one process (its sharding degree is -1 there);
+        # here it is the Strategy's, read above.
+        for name in ("sep_parallel_size", "context_parallel_size"):
+            setattr(self, name, -1)
         super().__post_init__()
 
 

@@ -27,6 +27,8 @@ TO_STRATEGY = {
     "fp16": "precision='fp16'",
     "fp16_opt_level": "precision (O1 and O2 both keep float32 master weights here)",
     "amp_master_grad": "precision (float32 master weights and gradients always)",
+    "sep_parallel_size": "sequence (context parallelism; times context_parallel_size)",
+    "context_parallel_size": "sequence (context parallelism; times sep_parallel_size)",
     "recompute_granularity": "recompute='layer'",
     "recompute_method": "recompute='layer'",
     "recompute_num_layers": "recompute='layer'",
@@ -48,8 +50,9 @@ count_trained_tokens save_to_hf convert_from_hf load_from_hf past_index minimum_
 
 # NOTE: the reasons the refusal gives, by the argument's name; the first pattern that matches wins.
 _REASONS = [
-    (r"^(sep_parallel_size|context_parallel_size|sequence_parallel|cp_|split_inputs_sequence_dim)",
-     "paddle_xla does not split along the sequence yet"),
+    (r"^(sequence_parallel|cp_|split_inputs_sequence_dim)",
+     "Megatron's split of the sequence inside the tensor group is not available: split it over its own devices "
+     "with sep_parallel_size or context_parallel_size (Strategy.sequence)"),
     (r"overlap|fusion|fuse_|async|release_grads|comm|p2p|offload|pre_alloc|sync_|_sync|clear_every_step_cache|"
      r"fa_version|flatten_param_grads|split_param|reduce_avg|scheduler|dualpipev|split_backward|"
      r"replace_with_|mp_|pp_|tp_|sd_",
@@ -64,6 +67,7 @@ def strategy_from(given: Mapping[str, Any], *, devices: int) -> Strategy:
     from TrainingArguments' defaults). `devices`: how many this process can use."""
     refuse_unmapped(given)
     tensor = _degree(given, "tensor_model_parallel_size")
+    sequence = _degree(given, "sep_parallel_size") * _degree(given, "context_parallel_size")
     stages = _degree(given, "pipeline_model_parallel_size")
     micro = int(given.get("gradient_accumulation_steps", 1))
     # NOTE: PaddleFormers' default is sharding="stage1", applied once there is more than one rank
@@ -72,11 +76,12 @@ def strategy_from(given: Mapping[str, Any], *, devices: int) -> Strategy:
     if "sharding" in given and stage and replicas == 1:
         # NOTE: sharding named with no degree spreads over every replica the devices allow, as PaddleFormers
         # computes sharding_parallel_size from the world size.
-        replicas = max(devices // (tensor * stages), 1)
+        replicas = max(devices // (tensor * stages * sequence), 1)
     precision = "fp16" if given.get("fp16") else "bf16" if given.get("bf16") else "fp32"
     recompute = "layer" if any(given.get(k) for k in ("recompute_granularity", "recompute_method",
                                                       "recompute_num_layers")) else None
-    fields = dict(replicas=replicas, stages=stages, tensor=tensor, micro_batches=micro, precision=precision,
+    fields = dict(replicas=replicas, stages=stages, tensor=tensor, sequence=sequence, micro_batches=micro,
+                  precision=precision,
                   recompute=recompute, sharding=stage if replicas > 1 else 0)
     if tensor > 1:
         fields["tensor_plan"] = "auto"
