@@ -49,18 +49,26 @@ def tensor_plan_for(graph: Graph, keys: Mapping[str, str], strategy, verbose: bo
         return None
     plan = make_plan(graph, keys, strategy.tensor_plan, strategy.tensor)
     note = ""
-    if strategy.sequence > 1 and strategy.replicas > 1 and "vocab" in plan.layers.values():
-        # NOTE: XLA's SPMD partitioner aborts the process (a failed CHECK in spmd_partitioner_util) on a
-        # vocab-split projection whose input is split along the sequence inside the replicas' shard_map;
-        # kept whole, the numbers are the same and the sequence split still holds.
-        layers = {layer: kind for layer, kind in plan.layers.items() if kind != "vocab"}
-        shapes = {p.name: tuple(p.shape) for p in graph.params}
-        plan = TensorPlan(_dims(layers, keys, shapes, strategy.tensor), layers, plan.how)
+    if keeps_vocab_whole(strategy) and "vocab" in plan.layers.values():
+        plan = without_vocab(plan, graph, keys, strategy.tensor)
         note = ("\n  (vocab splits kept whole: with replicas and sequence together XLA's partitioner cannot split "
                 "them)")
     if verbose:
         print(plan.describe(strategy.tensor) + note)
     return plan
+
+
+def keeps_vocab_whole(strategy) -> bool:
+    """XLA's SPMD partitioner aborts the process (a failed CHECK in spmd_partitioner_util) on a vocab-split
+    projection whose input is split along the sequence inside the replicas' shard_map; kept whole, the
+    numbers are the same and the sequence split still holds."""
+    return strategy.sequence > 1 and strategy.replicas > 1
+
+
+def without_vocab(plan: TensorPlan, graph: Graph, keys: Mapping[str, str], tensor: int) -> TensorPlan:
+    layers = {layer: kind for layer, kind in plan.layers.items() if kind != "vocab"}
+    shapes = {p.name: tuple(p.shape) for p in graph.params}
+    return TensorPlan(_dims(layers, keys, shapes, tensor), layers, plan.how)
 
 
 def make_plan(graph: Graph, keys: Mapping[str, str], rules, tensor: int) -> TensorPlan:

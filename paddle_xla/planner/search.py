@@ -1,7 +1,7 @@
 """The layout planner: every Strategy the engines run on `devices` devices, each with its predicted
 bytes per device and step time on a device profile, ranked. Paddle-free.
 
-Bytes per device, for one layout (R replicas, S stages, T tensor, sharding, M micro-batches):
+Bytes per device, for one layout (R replicas, S stages, Q sequence, T tensor, sharding, M micro-batches):
 - weights, optimizer state and the batch slice, exactly as the engines hold them: a tensor split
   divides a weight by T, sharding 1 divides the optimizer state by R, sharding 3 the weights too
   (planner/costs.py has the bytes of each);
@@ -10,11 +10,12 @@ Bytes per device, for one layout (R replicas, S stages, T tensor, sharding, M mi
 - sharding 3: the weights gathered for the forward, transiently whole;
 - activations: what autodiff keeps per micro-batch (JAX's own residual count), of which XLA keeps
   ACTIVATION_KEPT after fusion (measured on XLA:CPU against memory_analysis), split by T inside
-  tensor-parallel layers, times the micro-batches a schedule keeps alive; GPipe keeps every tick's
-  residual slots for every stage unfused.
+  tensor-parallel layers and by Q along the sequence (the batch slice too), times the micro-batches a
+  schedule keeps alive; GPipe keeps every tick's residual slots for every stage unfused.
 Step time: 3 forward passes of FLOPs (4 with recomputation) at the profile's achievable rate,
 divided over the devices that share the work, stretched by the pipeline bubble, plus the bytes the
-layout moves (gradient all-reduce, sharding's gathers, tensor all-reduces, stage sends) over the
+layout moves (gradient all-reduce, sharding's gathers, tensor all-reduces, the sequence split's gathers of
+attention's keys and values, stage sends) over the
 profile's links, none of it overlapped."""
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from ..errors import StrategyError
-from ..parallel.tensor_plan import TensorPlan, make_plan
+from ..parallel.tensor_plan import TensorPlan, keeps_vocab_whole, make_plan, without_vocab
 from ..strategy import Strategy, planned_elsewhere
 from .costs import ModelCosts, activations
 from .profiles import GB, DeviceProfile
@@ -46,6 +47,8 @@ def planned(tensor_plan=None, **fields) -> Strategy:
 def describe(layout: Strategy) -> str:
     """A layout in one short line: replicas x stages x tensor, then what differs from the plain step."""
     parts = [f"{layout.replicas}x{layout.stages}x{layout.tensor}"]
+    if layout.sequence > 1:
+        parts.append(f"sequence={layout.sequence}")
     if layout.sharding:
         parts.append(f"sharding={layout.sharding}")
     if layout.micro_batches > 1:
@@ -110,14 +113,15 @@ class Plan:
 
 
 # ---- the search ----------------------------------------------------------------------------------
-def layouts(devices: int, global_batch: int, precisions=("bf16", "fp32")):
+def layouts(devices: int, global_batch: int, precisions=("bf16", "fp32"), sequences=(1,)):
     """Every layout the engines run, as Strategies: each combination Strategy accepts (stages with
-    sharding <= 1, M >= S for pipelines, a schedule only with stages) whose groups split the batch."""
-    for r, s, t in _factorizations(devices):
+    sharding <= 1, M >= S for pipelines, a schedule only with stages, a sequence split without stages)
+    whose groups split the batch. `sequences`: the sequence splits the model's inputs allow."""
+    for r, s, q, t in _factorizations(devices, sequences):
         for sharding, m, recompute, schedule, precision in itertools.product(
                 (0, 1, 2, 3), _micro_batches(global_batch // r), (None, "layer"), ("gpipe", "1f1b"), precisions):
             try:
-                layout = planned(replicas=r, stages=s, tensor=t, sharding=sharding, micro_batches=m,
+                layout = planned(replicas=r, stages=s, sequence=q, tensor=t, sharding=sharding, micro_batches=m,
                                  recompute=recompute, schedule=schedule, precision=precision)
                 layout.check_batch(global_batch)
             except StrategyError:
@@ -125,12 +129,22 @@ def layouts(devices: int, global_batch: int, precisions=("bf16", "fp32")):
             yield layout
 
 
-def _factorizations(n: int):
+def _factorizations(n: int, sequences=(1,)):
     for r in range(1, n + 1):
         if n % r == 0:
             for s in range(1, n // r + 1):
                 if (n // r) % s == 0:
-                    yield r, s, n // (r * s)
+                    for q in sequences:
+                        if (n // (r * s)) % q == 0 and (q == 1 or s == 1):
+                            yield r, s, q, n // (r * s * q)
+
+
+def sequence_splits(costs: ModelCosts, devices: int) -> tuple[int, ...]:
+    """The sequence splits the planner offers: the degrees that divide an input's dimension 1 (the
+    sequence, 2 or more per device) and the devices."""
+    lengths = [f.shape[1] for f in costs.graph.feeds if len(f.shape) >= 2 and isinstance(f.shape[1], int)]
+    return tuple(q for q in range(1, devices + 1) if devices % q == 0
+                 and (q == 1 or any(n > 0 and n % q == 0 and n // q >= 2 for n in lengths)))
 
 
 def _micro_batches(per_replica: int):
@@ -146,12 +160,15 @@ def plan(costs: ModelCosts, keys: Mapping[str, str], profile: DeviceProfile, dev
     """Every runnable layout predicted and ranked: those that fit first, fastest first."""
     tplans: dict[int, TensorPlan | None] = {}
     rows = []
-    for lay in layouts(devices, global_batch, precisions):
+    for lay in layouts(devices, global_batch, precisions, sequence_splits(costs, devices)):
         if lay.tensor not in tplans:
             tplans[lay.tensor] = _tensor_plan(costs, keys, rules, lay.tensor)
         if lay.tensor > 1 and tplans[lay.tensor] is None:
             continue
-        rows.append(predict(costs, lay, profile, global_batch, tplans[lay.tensor], stage_bytes))
+        tplan = tplans[lay.tensor]
+        if tplan is not None and keeps_vocab_whole(lay):
+            tplan = without_vocab(tplan, costs.graph, keys, lay.tensor)
+        rows.append(predict(costs, lay, profile, global_batch, tplan, stage_bytes))
     rows.sort(key=lambda r: (not r.fits, -r.samples_per_second, r.total_bytes))
     return Plan(rows, profile, devices, global_batch, {t: p for t, p in tplans.items() if p is not None}, rules)
 
@@ -167,7 +184,7 @@ def _tensor_plan(costs: ModelCosts, keys, rules, tensor: int) -> TensorPlan | No
 
 def predict(costs: ModelCosts, lay: Strategy, profile: DeviceProfile, global_batch: int,
             tplan: TensorPlan | None = None, stage_bytes=None) -> Prediction:
-    R, S, T, M = lay.replicas, lay.stages, lay.tensor, lay.micro_batches
+    R, S, T, M, Q = lay.replicas, lay.stages, lay.tensor, lay.micro_batches, lay.sequence
     dims = dict(tplan.dims) if tplan is not None else {}
     weights = grads = opt = 0.0
     for name, nbytes in costs.weight_bytes.items():
@@ -185,7 +202,7 @@ def predict(costs: ModelCosts, lay: Strategy, profile: DeviceProfile, global_bat
         share = max(stage_bytes(S)) / sum(stage_bytes(S)) if stage_bytes is not None else 1.0 / S
         weights, grads, opt = weights * share, grads * share, opt * share
     buffers = sum(n for k, n in costs.weight_bytes.items() if k not in costs.trainable)
-    batch = costs.feed_bytes_per_sample * global_batch / R
+    batch = costs.feed_bytes_per_sample * global_batch / R / Q
     acts = activations(costs, lay.precision, lay.recompute == "layer")
     micro = global_batch / (R * M)
     split = _activation_split(tplan, T)
@@ -197,7 +214,9 @@ def predict(costs: ModelCosts, lay: Strategy, profile: DeviceProfile, global_bat
         # Fitted on XLA:CPU; the planner's table in benchmarks/README.md shows how well.
         kept = 1.5 * (M + S - 1) * one if lay.schedule == "gpipe" else 2 * one
     else:
-        kept = ACTIVATION_KEPT * (acts.per_sample * micro * split + acts.fixed)
+        # NOTE: a sequence split divides every activation that carries the sequence, attention's scores too
+        # ([sequence / Q, sequence] per device)
+        kept = ACTIVATION_KEPT * (acts.per_sample * micro * split / Q + acts.fixed)
     full_weights = sum(costs.weight_bytes[n] / (T if n in dims else 1) for n in costs.trainable)
     # NOTE: sharding 3 gathers each weight whole for the forward and again for the backward; XLA:CPU held
     # one whole copy over replicas alone, two when the gathered weights are split over tensor as well.
@@ -226,9 +245,9 @@ def _activation_split(tplan: TensorPlan | None, tensor: int) -> float:
 
 def step_seconds(costs: ModelCosts, lay: Strategy, profile: DeviceProfile, global_batch: int, grads: float,
                  tplan: TensorPlan | None) -> float:
-    R, S, T, M = lay.replicas, lay.stages, lay.tensor, lay.micro_batches
+    R, S, T, M, Q = lay.replicas, lay.stages, lay.tensor, lay.micro_batches, lay.sequence
     passes = 4 if lay.recompute else 3
-    compute = passes * costs.flops_per_sample * global_batch / (R * S * T) / profile.rate(lay.precision)
+    compute = passes * costs.flops_per_sample * global_batch / (R * S * T * Q) / profile.rate(lay.precision)
     bubble = (S - 1) / (M + S - 1) if S > 1 else 0.0
     compute /= (1 - bubble)
     bw = profile.link_gbytes * 1e9
@@ -238,7 +257,18 @@ def step_seconds(costs: ModelCosts, lay: Strategy, profile: DeviceProfile, globa
     if T > 1:
         # NOTE: a rowwise projection's output is all-reduced over the tensor devices, forward and backward.
         moved += 2 * 2 * (T - 1) / T * _rowwise_bytes_per_sample(costs, tplan) * global_batch / R
+    if Q > 1:
+        # NOTE: attention's keys and values are all-gathered over the sequence devices in the forward, and
+        # their gradients reduce-scattered in the backward.
+        moved += 2 * (Q - 1) / Q * _attention_operand_bytes_per_sample(costs) * global_batch / R / T
     return compute + moved / bw
+
+
+def _attention_operand_bytes_per_sample(costs: ModelCosts) -> float:
+    """Bytes per sample of the second operands of matmuls between activations (attention's keys and values)."""
+    params = {p.value for p in costs.graph.params}
+    return sum(costs.value_bytes_per_sample.get(op.inputs[1], 0.0) for op in costs.graph.block.ops
+               if op.name == "pd_op.matmul" and op.inputs[0] not in params and op.inputs[1] not in params)
 
 
 def _rowwise_bytes_per_sample(costs: ModelCosts, tplan: TensorPlan | None) -> float:

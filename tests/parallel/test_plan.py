@@ -8,7 +8,7 @@ from paddle.static import InputSpec
 import paddle_xla as px
 from paddle_xla.errors import StrategyError
 from paddle_xla.parallel.engine import memory_analysis
-from paddle_xla.parallel.tensor_plan import make_plan
+from paddle_xla.parallel.tensor_plan import tensor_plan_for
 from paddle_xla.planner.costs import model_costs
 from paddle_xla.planner.profiles import PROFILES
 from paddle_xla.planner.search import describe, planned, predict
@@ -18,7 +18,8 @@ from parallel.tensor_models import setup
 
 LAYOUTS = [planned(replicas=16), planned(replicas=4, tensor=4), planned(replicas=16, sharding=3),
            planned(replicas=4, tensor=4, sharding=3), planned(replicas=4, sharding=2),
-           planned(replicas=2, stages=4, micro_batches=8, schedule="1f1b")]
+           planned(replicas=2, stages=4, micro_batches=8, schedule="1f1b"), planned(replicas=4, sequence=4),
+           planned(replicas=2, sequence=2, tensor=4), planned(replicas=4, sequence=4, sharding=3)]
 
 
 def _measured_and_predicted(kind, layout):
@@ -28,7 +29,7 @@ def _measured_and_predicted(kind, layout):
     m = memory_analysis(step._step.engine, s.params, s.buffers, s.opt_state, feeds)
     costs = model_costs(step.graph, step.config)
     keys = step.captured.state_keys
-    tplan = make_plan(step.graph, keys, None, layout.tensor) if layout.tensor > 1 else None
+    tplan = tensor_plan_for(step.graph, keys, layout, verbose=False)
     got = predict(costs, layout, PROFILES["h200"], 16, tplan, _stage_bytes(step.graph, keys, costs))
     return m["argument_bytes"] + m["temp_bytes"], got.total_bytes
 
@@ -48,6 +49,10 @@ def test_plan_ranks_layouts_and_returns_a_strategy_that_runs():
     net, opt, specs, labels, loss = setup("decoder")
     plan = px.plan(net, specs, labels, opt, loss_fn=loss, global_batch=16, devices=16, device="h200")
     assert plan.rows[0].fits and "samples/s" in plan.table()
+    # NOTE: the decoder's sequence (8) splits over 2 and 4 devices (2 tokens or more each), never with stages
+    offered = {r.layout.sequence for r in plan.rows}
+    assert offered == {1, 2, 4}, offered
+    assert all(r.layout.stages == 1 for r in plan.rows if r.layout.sequence > 1)
     best = plan.best
     assert best.devices == 16 and isinstance(best, px.Strategy)
     # NOTE: the fastest layout on a roomy device keeps tensor-parallel all-reduces off its links.
