@@ -121,7 +121,8 @@ class Trainer(_Trainer):
     def train(self, *a, **kw):
         self._px_step, self._px_pending = None, []      # NOTE: a resumed run loads the checkpoint first
         try:
-            return super().train(*a, **kw)
+            with _paddle_device_sync_skipped():
+                return super().train(*a, **kw)
         finally:
             self.sync_to_paddle()
 
@@ -154,6 +155,19 @@ class Trainer(_Trainer):
         self._px_step = TrainStep(self.model, None, self.optimizer, specs, strategy=self.px_strategy,
                                   inputs_by_name=True)
         return self._px_step
+
+
+@contextlib.contextmanager
+def _paddle_device_sync_skipped():
+    """PaddleFormers' loop synchronizes Paddle's device before scaling accumulated gradients, which Paddle's
+    CPU build refuses (TypeError: device should be gpu, xpu, ...). Nothing runs on Paddle's device here (the
+    step is XLA's, and returns its loss to the host), so while training the call does nothing."""
+    sync = paddle.device.synchronize
+    paddle.device.synchronize = lambda *a, **k: None
+    try:
+        yield
+    finally:
+        paddle.device.synchronize = sync
 
 
 def _host_batch(inputs: dict) -> dict:
