@@ -4,8 +4,6 @@ It *is* a paddle.Model whose adapter (the object paddle.Model hands every batch 
 XLA programs, so fit's loop, callbacks, progress bar and metrics are Paddle's own, unchanged."""
 from __future__ import annotations
 
-import contextlib
-import os
 from typing import Any
 
 import numpy as np
@@ -16,6 +14,7 @@ from . import capture, x64
 from .runtime.compiled import CompiledModel
 from .training import TrainStep
 from .capture.wrap import net_with_loss
+from .parallel.group import paddle_sees_one_rank
 
 
 def _to_list(x) -> list:
@@ -188,25 +187,13 @@ class XlaAdapter:
         self.prepare()   # NOTE: recapture so training resumes from the loaded weights
 
 
-@contextlib.contextmanager
-def _adapter_of_one_rank():
-    """paddle.Model.__init__ builds Paddle's own adapter, which paddle_xla's replaces at once; under several
-    ranks that adapter would start Paddle's collective runtime (init_parallel_env, which needs
-    paddle.distributed.launch's endpoints) and a DataParallel copy, neither used here. fit() still reads
-    the ranks for its DistributedBatchSampler."""
-    saved = os.environ.pop("PADDLE_TRAINERS_NUM", None)
-    try:
-        yield
-    finally:
-        if saved is not None:
-            os.environ["PADDLE_TRAINERS_NUM"] = saved
-
-
 class Model(paddle.Model):
     """paddle.Model, trained and evaluated with XLA. Same constructor and methods."""
 
     def __init__(self, network, inputs=None, labels=None, strategy=None):
-        with _adapter_of_one_rank():
+        # NOTE: paddle.Model.__init__ builds Paddle's own adapter, which paddle_xla's replaces at once; fit()
+        # still reads the ranks for its DistributedBatchSampler.
+        with paddle_sees_one_rank():
             super().__init__(network, inputs, labels)
         self._inputs = _specs(self._inputs, "input")
         self._labels = _specs(self._labels, "label")

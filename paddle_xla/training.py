@@ -20,6 +20,7 @@ from .train import checkpoint, optim
 from .parallel.tensor_plan import tensor_plan_for
 from .capture.stage_markers import markers
 from .runtime.step_runner import StepRunner
+from .parallel.mesh import to_host
 from .train.step import TrainState, split_weights
 from .capture.wrap import net_with_loss, takes_labels
 
@@ -143,7 +144,10 @@ class TrainStep:
     def paddle_optimizer_state(self) -> dict:
         """The optimizer state in paddle_opt.state_dict()'s layout (save it as .pdopt, or
         set_state_dict it into the Paddle optimizer to continue natively)."""
-        return optim_interop.to_paddle_state_dict(self.config, self.state.opt_state, self.state.params,
+        # NOTE: on the host: the state may be split across processes (sharding), each gathering it at once
+        opt = {n: {a: to_host(x) for a, x in accs.items()} for n, accs in self.state.opt_state.items()}
+        params = {n: to_host(x) for n, x in self.state.params.items()}
+        return optim_interop.to_paddle_state_dict(self.config, opt, params,
                                                   schedule_state=self._lr_offset + self.state.step)
 
     # ---- weights back to Paddle, checkpoints -------------------------------------------------
@@ -153,7 +157,8 @@ class TrainStep:
         return self._step.report()
 
     def weights(self) -> dict[str, np.ndarray]:
-        return {k: np.asarray(v) for k, v in {**self.state.params, **self.state.buffers}.items()}
+        # NOTE: to_host gathers a weight split across processes (sharding 3), in every process at once
+        return {k: to_host(v) for k, v in {**self.state.params, **self.state.buffers}.items()}
 
     def sync_to(self, net: paddle.nn.Layer | None = None, optimizer: bool = True) -> None:
         """Copy trained weights and buffers into the Paddle Layer (then paddle.save works as usual),

@@ -1,7 +1,10 @@
 """PaddleFormers' own Trainer against paddle_xla's (paddle_xla.integrations.paddleformers), same arguments,
 same data, same tiny Llama: the logged loss curve, evaluation, final weights and checkpoints that resume in
 either. PaddleFormers' Trainer runs in Paddle eager on this CPU host, so it is the reference."""
-import shutil
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import paddle
@@ -53,7 +56,7 @@ class Logged(trainer_lib.TrainerCallback):
             self.evals.append(logs["eval_loss"])
 
 
-def _train(kind, out, resume=None, eval_dataset=None, **extra):
+def _train(kind, out, resume=None, eval_dataset=None, dataset=None, **extra):
     """One Trainer run in a fresh name scope (parameter names as in a fresh process, so that checkpoints
     load across runs) -> (logged losses, eval losses, final weights, trainer)."""
     with paddle.utils.unique_name.guard():
@@ -63,7 +66,7 @@ def _train(kind, out, resume=None, eval_dataset=None, **extra):
                                  else (trainer_lib.TrainingArguments, trainer_lib.Trainer))
         logged = Logged()
         trainer = trainer_cls(model=net, args=args_cls(output_dir=str(out), **{**BASE, **extra}),
-                              train_dataset=Tokens(), eval_dataset=eval_dataset, callbacks=[logged])
+                              train_dataset=dataset or Tokens(), eval_dataset=eval_dataset, callbacks=[logged])
         trainer.train(resume_from_checkpoint=resume)
     return logged.losses, logged.evals, {k: v.numpy() for k, v in net.state_dict().items()}, trainer
 
@@ -237,19 +240,52 @@ def test_every_argument_read_is_a_paddleformers_argument():
     assert trainer_args.KEPT - fields <= {"eval_strategy"}      # NOTE: the newer name of evaluation_strategy
 
 
-@pytest.mark.parametrize("given,want", [
-    ({"sharding": "stage3"}, px.Strategy(replicas=16, sharding=3, loss_reduction="mean")),
-    ({"sharding": "stage2", "tensor_model_parallel_size": 4}, px.Strategy(replicas=4, tensor=4, sharding=2,
-                                                                          tensor_plan="auto", loss_reduction="mean")),
-    ({"sharding_parallel_size": 4}, px.Strategy(replicas=4, sharding=1, loss_reduction="mean")),
-    ({"fp16": True, "recompute_method": "uniform"}, px.Strategy(precision="fp16", recompute="layer")),
+@pytest.mark.parametrize("given,want", [      # NOTE: Strategy fields (built in the test: they need 16 devices)
+    ({"sharding": "stage3"}, dict(replicas=16, sharding=3, loss_reduction="mean")),
+    ({"sharding": "stage2", "tensor_model_parallel_size": 4}, dict(replicas=4, tensor=4, sharding=2, tensor_plan="auto",
+                                                                   loss_reduction="mean")),
+    ({"sharding_parallel_size": 4}, dict(replicas=4, sharding=1, loss_reduction="mean")),
+    ({"fp16": True, "recompute_method": "uniform"}, dict(precision="fp16", recompute="layer")),
 ])
 def test_argument_mapping(given, want):
     from paddle_xla.integrations.trainer_args import strategy_from
-    assert strategy_from(given, devices=16) == want
+    assert strategy_from(given, devices=16) == px.Strategy(**want)
 
 
 def test_sharding_options_other_than_stages_are_refused():
     from paddle_xla.integrations.trainer_args import strategy_from
     with pytest.raises(StrategyError, match="offload"):
         strategy_from({"sharding": "stage2 offload"}, devices=16)
+
+
+class _AsTwoRanksShareIt(Tokens):
+    """The rows in the order two data-parallel ranks take them: PaddleFormers' sampler deals rank r the rows
+    r, r + 2, ..., so step k's 2 x 2 rows are [4k, 4k + 2] on rank 0 and [4k + 1, 4k + 3] on rank 1."""
+
+    def __getitem__(self, i):
+        k, j = divmod(i, 4)
+        return super().__getitem__(4 * k + (0, 2, 1, 3)[j])
+
+
+def test_paddle_launch_two_processes(tmp_path, monkeypatch):
+    """`python -m paddle.distributed.launch --nproc_per_node 2 train.py`, as PaddleFormers users start it: each
+    process reads its share of every batch, paddle_xla joins them into one data-parallel step (one device
+    per process, PaddleFormers' default sharding stage1 over the two), and process 0 alone writes the
+    checkpoints. The same numbers as PaddleFormers' data parallelism over those shares."""
+    from parallel.test_launchers import clean_env, logs
+    env = clean_env()
+    env["XLA_FLAGS"] = env["XLA_FLAGS"].replace("device_count=8", "device_count=1")
+    out, run_dir = tmp_path / "curve.json", tmp_path / "run"
+    script = str(Path(__file__).parent / "paddleformers_trainer_script.py")
+    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir",
+           str(tmp_path / "log"), script, str(out), str(run_dir)]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:] + logs(tmp_path / "log")
+    got = json.loads(out.read_text())
+    assert (got["strategy"]["replicas"], got["strategy"]["sharding"]) == (2, 1)
+    monkeypatch.setattr(paddle.device, "synchronize", lambda *a, **k: None)
+    want = _train("pf", tmp_path / "pf", dataset=_AsTwoRanksShareIt(), gradient_accumulation_steps=2, max_steps=6,
+                  save_steps=3)
+    np.testing.assert_allclose(got["losses"], want[0], atol=3e-6)
+    _same_weights({k: np.asarray(v, np.float32) for k, v in got["weights"].items()}, want[2])
+    assert (run_dir / "checkpoint-6" / "model_state.pdparams").is_file()

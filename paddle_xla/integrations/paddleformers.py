@@ -30,6 +30,7 @@ except ImportError as e:        # pragma: no cover - the message is the point
                       "(pip install paddleformers) in this environment.") from e
 
 from ..errors import FeedError, TrainingError
+from ..parallel.group import paddle_sees_one_rank
 from ..training import TrainStep
 from .trainer_args import strategy_from
 
@@ -43,10 +44,12 @@ class TrainingArguments(_TrainingArguments):
     def __post_init__(self):
         self._px_given = given_arguments(self)
         # NOTE: PaddleFormers' checks refuse a sequence split in one process (its sharding degree is -1 there);
-        # here it is the Strategy's, read above.
+        # here it is the Strategy's, read above. Under several processes PaddleFormers would start Paddle's
+        # fleet for its own parallel flags: paddle_xla's processes are joined already.
         for name in ("sep_parallel_size", "context_parallel_size"):
             setattr(self, name, -1)
-        super().__post_init__()
+        with _one_paddle_rank():
+            super().__post_init__()
 
 
 def given_arguments(args) -> dict:
@@ -72,16 +75,12 @@ class Trainer(_Trainer):
                 "PaddleFormers' clears tensor_model_parallel_size, pipeline_model_parallel_size and sharding in a "
                 "single process before paddle_xla could read them. Build them with "
                 "`from paddle_xla.integrations.paddleformers import TrainingArguments`.")
-        if jax.process_count() > 1:
-            raise TrainingError(
-                f"paddle_xla's Trainer runs in one process (this is one of {jax.process_count()}): it spreads the "
-                "step over this process's devices. Under several processes, train with px.train_step, which "
-                "feeds each process's share of the batch.")
-        self.px_strategy = strategy_from(given, devices=jax.local_device_count())
+        self.px_strategy = strategy_from(given, devices=jax.device_count(), processes=jax.process_count())
         if criterion is not None:
             raise TrainingError("paddle_xla's Trainer trains on the model's own loss (model(**batch, labels=...)"
                                 "[0]); a criterion= is not supported: drop it, or use px.train_step with loss_fn.")
-        super().__init__(model, None, args, *pos, **kw)
+        with _one_paddle_rank():
+            super().__init__(model, None, args, *pos, **kw)
         _undo_layer_recompute(self.model, given)
         self._px_step: TrainStep | None = None
         self._px_pending: list[dict] = []
@@ -121,7 +120,7 @@ class Trainer(_Trainer):
     def train(self, *a, **kw):
         self._px_step, self._px_pending = None, []      # NOTE: a resumed run loads the checkpoint first
         try:
-            with _paddle_device_sync_skipped():
+            with _paddle_device_sync_skipped(), _one_paddle_rank():
                 return super().train(*a, **kw)
         finally:
             self.sync_to_paddle()
@@ -132,11 +131,24 @@ class Trainer(_Trainer):
 
     def _save_checkpoint(self, model, metrics=None):
         self.sync_to_paddle()
-        return super()._save_checkpoint(model, metrics)
+        if jax.process_index() == 0:        # NOTE: every process holds the same state; one writes it
+            return super()._save_checkpoint(model, metrics)
 
     def save_model(self, *a, **kw):
         self.sync_to_paddle()
-        return super().save_model(*a, **kw)
+        if jax.process_index() == 0:
+            return super().save_model(*a, **kw)
+
+    def _get_train_sampler(self):
+        """Under several processes each reads its own share of every global batch, as PaddleFormers' own
+        data-parallel sampler deals them (interleaved by rank); paddle_xla gathers the shares for the step."""
+        if jax.process_count() == 1 or self.train_dataset is None:
+            return super()._get_train_sampler()
+        from paddleformers.utils.batch_sampler import MappingDistributedBatchSampler
+        return MappingDistributedBatchSampler(
+            self.train_dataset, batch_size=self.args.per_device_train_batch_size, num_replicas=jax.process_count(),
+            rank=jax.process_index(), shuffle=self.args.dataloader_shuffle, drop_last=self.args.dataloader_drop_last,
+            data_seed=self.args.seed)
 
     def sync_to_paddle(self) -> None:
         """The trained weights into the model, the optimizer's state and schedule into its Paddle optimizer."""
@@ -155,6 +167,21 @@ class Trainer(_Trainer):
         self._px_step = TrainStep(self.model, None, self.optimizer, specs, strategy=self.px_strategy,
                                   inputs_by_name=True)
         return self._px_step
+
+
+@contextlib.contextmanager
+def _one_paddle_rank():
+    """Paddle shown one rank (group.paddle_sees_one_rank), its cached view of the ranks too: Paddle reads
+    PADDLE_TRAINERS_NUM once, into paddle.distributed.parallel's global ParallelEnv, at the first call that
+    asks for the world size."""
+    from paddle.distributed import parallel as paddle_parallel
+    cached = paddle_parallel._global_parallel_env
+    with paddle_sees_one_rank():
+        paddle_parallel._global_parallel_env = None
+        try:
+            yield
+        finally:
+            paddle_parallel._global_parallel_env = cached
 
 
 @contextlib.contextmanager

@@ -62,9 +62,11 @@ _REASONS = [
 ]
 
 
-def strategy_from(given: Mapping[str, Any], *, devices: int) -> Strategy:
+def strategy_from(given: Mapping[str, Any], *, devices: int, processes: int = 1) -> Strategy:
     """The Strategy the arguments the user set ask for (`given`: name -> value, only those that differ
-    from TrainingArguments' defaults). `devices`: how many this process can use."""
+    from TrainingArguments' defaults). `devices`: how many the run has (all processes'); under several
+    `processes` every device takes part, the ones no other flag uses as data-parallel replicas, with
+    PaddleFormers' default sharding (stage1) over them, as it does over its ranks."""
     refuse_unmapped(given)
     tensor = _degree(given, "tensor_model_parallel_size")
     sequence = _degree(given, "sep_parallel_size") * _degree(given, "context_parallel_size")
@@ -73,7 +75,7 @@ def strategy_from(given: Mapping[str, Any], *, devices: int) -> Strategy:
     # NOTE: PaddleFormers' default is sharding="stage1", applied once there is more than one rank
     stage = _sharding_stage(given.get("sharding", "stage1"))
     replicas = max(_degree(given, "sharding_parallel_size"), _degree(given, "sharding_degree"))
-    if "sharding" in given and stage and replicas == 1:
+    if ("sharding" in given and stage or processes > 1) and replicas == 1:
         # NOTE: sharding named with no degree spreads over every replica the devices allow, as PaddleFormers
         # computes sharding_parallel_size from the world size.
         replicas = max(devices // (tensor * stages * sequence), 1)

@@ -13,6 +13,7 @@ launcher took for itself (the master, then one endpoint per rank, in ascending o
 port), unless PADDLE_XLA_COORDINATOR_PORT names one."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -202,3 +203,17 @@ def _tpu_pod(env):
 
 READERS: tuple[Callable[[Mapping[str, str]], Group | None], ...] = (
     _paddle_xla, _paddle_launch, _slurm, _open_mpi, _torchrun, _tpu_pod)
+
+
+@contextlib.contextmanager
+def paddle_sees_one_rank():
+    """Paddle's own set-up code (paddle.Model's adapter, PaddleFormers' TrainingArguments and Trainer) starts
+    Paddle's collective runtime and wraps models for it when PADDLE_TRAINERS_NUM says there are several
+    ranks. Under paddle_xla the step is XLA's and the processes are already joined, so while that code runs
+    Paddle is shown one rank."""
+    saved = os.environ.pop("PADDLE_TRAINERS_NUM", None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["PADDLE_TRAINERS_NUM"] = saved
