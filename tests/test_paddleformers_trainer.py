@@ -56,12 +56,17 @@ class Logged(trainer_lib.TrainerCallback):
             self.evals.append(logs["eval_loss"])
 
 
-def _train(kind, out, resume=None, eval_dataset=None, dataset=None, **extra):
+def _llama():
+    return llama.LlamaForCausalLM(llama.LlamaConfig(**TINY))
+
+
+def _train(kind, out, resume=None, eval_dataset=None, dataset=None, build=_llama, **extra):
     """One Trainer run in a fresh name scope (parameter names as in a fresh process, so that checkpoints
-    load across runs) -> (logged losses, eval losses, final weights, trainer)."""
+    load across runs) on the model build() makes after paddle.seed(1) -> (logged losses, eval losses, final
+    weights, trainer)."""
     with paddle.utils.unique_name.guard():
         paddle.seed(1)
-        net = llama.LlamaForCausalLM(llama.LlamaConfig(**TINY))
+        net = build()
         args_cls, trainer_cls = ((pxf.TrainingArguments, pxf.Trainer) if kind == "px"
                                  else (trainer_lib.TrainingArguments, trainer_lib.Trainer))
         logged = Logged()
@@ -151,28 +156,22 @@ def test_bf16_and_recompute_become_the_strategy(reference, tmp_path):
     np.testing.assert_allclose(losses, reference[0][:4], atol=2e-2)
 
 
-def _lora_run(kind, out):
+def _lora():
     peft = module("peft")
-    with paddle.utils.unique_name.guard():
-        paddle.seed(1)
-        net = peft.LoRAModel(llama.LlamaForCausalLM(llama.LlamaConfig(**TINY)),
-                             peft.LoRAConfig(target_modules=[".*q_proj.*", ".*v_proj.*"], r=4, lora_alpha=8))
-        net.mark_only_lora_as_trainable()
-        frozen = {k: v.numpy() for k, v in net.state_dict().items() if "lora" not in k}
-        args_cls, trainer_cls = ((pxf.TrainingArguments, pxf.Trainer) if kind == "px"
-                                 else (trainer_lib.TrainingArguments, trainer_lib.Trainer))
-        logged = Logged()
-        args = args_cls(output_dir=str(out), **{**BASE, "max_steps": 6, "save_steps": 100})
-        trainer_cls(model=net, args=args, train_dataset=Tokens(), callbacks=[logged]).train()
-    return logged.losses, {k: v.numpy() for k, v in net.state_dict().items()}, frozen
+    net = peft.LoRAModel(_llama(), peft.LoRAConfig(target_modules=[".*q_proj.*", ".*v_proj.*"], r=4, lora_alpha=8))
+    net.mark_only_lora_as_trainable()
+    return net
 
 
 def test_lora_trains_as_in_paddleformers(tmp_path):
-    want = _lora_run("pf", tmp_path / "pf")
-    losses, weights, frozen = _lora_run("px", tmp_path / "px")
+    want = _train("pf", tmp_path / "pf", build=_lora, max_steps=6, save_steps=100)
+    losses, _, weights, _ = _train("px", tmp_path / "px", build=_lora, max_steps=6, save_steps=100)
     np.testing.assert_allclose(losses, want[0], atol=3e-6)
-    _same_weights(weights, want[1])
-    for k, v in frozen.items():
+    _same_weights(weights, want[2])
+    with paddle.utils.unique_name.guard():
+        paddle.seed(1)
+        start = {k: v.numpy() for k, v in _lora().state_dict().items() if "lora" not in k}
+    for k, v in start.items():
         np.testing.assert_array_equal(weights[k], v, err_msg=k)      # NOTE: the base stays bit for bit
 
 
@@ -180,7 +179,7 @@ def test_arguments_without_meaning_are_refused_all_at_once(tmp_path):
     args = pxf.TrainingArguments(output_dir=str(tmp_path), report_to=["none"], amp_master_grad=False,
                                  sequence_parallel=True, tp_async_allreduce=True, use_expert_parallel=True)
     with pytest.raises(StrategyError) as e:
-        pxf.Trainer(model=llama.LlamaForCausalLM(llama.LlamaConfig(**TINY)), args=args, train_dataset=Tokens())
+        pxf.Trainer(model=_llama(), args=args, train_dataset=Tokens())
     text = str(e.value)
     assert "3 of the TrainingArguments" in text
     for name, reason in [("sequence_parallel=True", "sep_parallel_size or context_parallel_size"), ("tp_async_allreduce=True", "XLA schedules"),
@@ -191,7 +190,7 @@ def test_arguments_without_meaning_are_refused_all_at_once(tmp_path):
 def test_plain_paddleformers_arguments_are_refused(tmp_path):
     args = trainer_lib.TrainingArguments(output_dir=str(tmp_path), report_to=["none"], amp_master_grad=False)
     with pytest.raises(TrainingError, match="integrations.paddleformers import TrainingArguments"):
-        pxf.Trainer(model=llama.LlamaForCausalLM(llama.LlamaConfig(**TINY)), args=args, train_dataset=Tokens())
+        pxf.Trainer(model=_llama(), args=args, train_dataset=Tokens())
 
 
 class _NoLabels(Tokens):
@@ -213,7 +212,7 @@ def test_bad_batches_are_named(tmp_path, dataset, error, words):
     args = pxf.TrainingArguments(output_dir=str(tmp_path), report_to=["none"], amp_master_grad=False, max_steps=2,
                                  per_device_train_batch_size=1, gradient_accumulation_steps=2,
                                  dataloader_shuffle=False)
-    trainer = pxf.Trainer(model=llama.LlamaForCausalLM(llama.LlamaConfig(**TINY)), args=args, train_dataset=dataset)
+    trainer = pxf.Trainer(model=_llama(), args=args, train_dataset=dataset)
     with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)")):
         trainer.train()
 
@@ -222,7 +221,7 @@ def test_optimizer_state_of_other_parameter_names_is_refused(tmp_path):
     """A .pdopt keyed by another model's parameter names would leave every moment fresh, silently."""
     _train("pf", tmp_path, max_steps=10)
     paddle.seed(1)
-    net = llama.LlamaForCausalLM(llama.LlamaConfig(**TINY))        # NOTE: outside a name guard: other names
+    net = _llama()        # NOTE: outside a name guard: other names
     opt = paddle.optimizer.AdamW(1e-3, parameters=net.parameters())
     opt.set_state_dict(paddle.load(str(tmp_path / "checkpoint-10" / "optimizer.pdopt")))
     spec = [paddle.static.InputSpec([None, 16], "int64", "input_ids")]

@@ -83,8 +83,7 @@ def strategy_from(given: Mapping[str, Any], *, devices: int, processes: int = 1)
     recompute = "layer" if any(given.get(k) for k in ("recompute_granularity", "recompute_method",
                                                       "recompute_num_layers")) else None
     fields = dict(replicas=replicas, stages=stages, tensor=tensor, sequence=sequence, micro_batches=micro,
-                  precision=precision,
-                  recompute=recompute, sharding=stage if replicas > 1 else 0)
+                  precision=precision, recompute=recompute, sharding=stage if replicas > 1 else 0)
     if tensor > 1:
         fields["tensor_plan"] = "auto"
     if stages > 1:
@@ -108,7 +107,8 @@ def refuse_unmapped(given: Mapping[str, Any]) -> None:
     lines = "\n".join(f"  - {k}={given[k]!r}: {_reason(k)}" for k in bad)
     raise StrategyError(f"paddle_xla's Trainer cannot honour {len(bad)} of the TrainingArguments you set, and "
                         f"will not ignore them:\n{lines}\nRemove them (or set them back to their defaults). "
-                        "The arguments it reads are listed in README's 'Language models: training'.")
+                        "The arguments it reads are listed in README's 'Training language models with "
+                        "PaddleFormers' Trainer'.")
 
 
 def _reason(name: str) -> str:

@@ -123,8 +123,7 @@ class EngineBase:
     def _feed_sharding(self, name: str, x: np.ndarray):
         """[steps, batch, ...] split over replicas; with sequence > 1, the sequence (dimension 2) too when
         it divides, so no device ever holds a whole sequence."""
-        q = self.strategy.sequence
-        if q > 1 and x.ndim > 2 and x.shape[2] % q == 0:
+        if splits_sequence(x, self.strategy.sequence, dim=2):
             return sharding(self.mesh, None, "replica", "sequence")
         return sharding(self.mesh, None, "replica")
 
@@ -330,6 +329,23 @@ def _unstack(x, micro: int) -> np.ndarray:
     """[groups, micro-batch, ...] back to [batch, ...]; other fetches stay one row per group."""
     x = np.asarray(x)
     return x.reshape((-1,) + x.shape[2:]) if x.ndim >= 2 and x.shape[1] == micro else x
+
+
+def splits_sequence(x: np.ndarray, sequence: int, dim: int) -> bool:
+    """Whether Strategy(sequence=N) splits this feed: it has a sequence dimension (dimension 1 of a sample
+    batch, `dim` here with leading step dimensions) that N divides."""
+    return sequence > 1 and x.ndim > dim and x.shape[dim] % sequence == 0
+
+
+def sequence_split(feeds: Mapping[str, np.ndarray], sequence: int, first_dim: int) -> frozenset:
+    """The feeds that splits_sequence splits; none is a StrategyError naming the shapes."""
+    names = frozenset(n for n, x in feeds.items() if splits_sequence(x, sequence, first_dim))
+    if not names:
+        shapes = {n: tuple(x.shape[first_dim - 1:]) for n, x in feeds.items()}
+        raise StrategyError(f"Strategy(sequence={sequence}) splits each input's dimension 1 (the sequence), but no "
+                            f"input has one that {sequence} divides: {shapes}. Pad the sequence to a multiple of "
+                            f"{sequence}, or lower sequence.")
+    return names
 
 
 def memory_analysis(engine: Engine, params, buffers, opt_state, feeds: Mapping[str, np.ndarray]) -> dict:

@@ -37,7 +37,7 @@ from ..train.step import STEP_COMPILER_OPTIONS
 from . import update
 from .context import Context, all_gather, axis_index, group_keys, pmean, psum, psum_scatter, scan
 from .data import GATHERED, accumulate
-from .engine import EngineBase
+from .engine import EngineBase, sequence_split
 from .mesh import put as mesh_put
 from .pack import Natural
 from .program import whole
@@ -219,19 +219,6 @@ class ShardedEngine(EngineBase):
                 "optimizer": sum(local(leaf, self.shard_O[n][acc]) for n, accs in self.opt_tpl.items()
                                  for acc, leaf in accs.items())}
 
-
-
-def sequence_split(feeds: Mapping[str, np.ndarray], sequence: int, first_dim: int) -> frozenset:
-    """The feeds whose sequence dimension (dimension 1 of a sample batch; `first_dim` in `feeds`, which
-    may carry leading step dimensions) `sequence` divides. None: a StrategyError naming the shapes."""
-    names = frozenset(n for n, x in feeds.items() if x.ndim > first_dim and x.shape[first_dim] % sequence == 0)
-    if not names:
-        shapes = {n: tuple(x.shape[first_dim - 1:]) for n, x in feeds.items()}
-        from ..errors import StrategyError
-        raise StrategyError(f"Strategy(sequence={sequence}) splits each input's dimension 1 (the sequence), but no "
-                            f"input has one that {sequence} divides: {shapes}. Pad the sequence to a multiple of "
-                            f"{sequence}, or lower sequence.")
-    return names
 
 
 def _replica_dim(shape: tuple, tdim: int | None, replicas: int) -> int | None:

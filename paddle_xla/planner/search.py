@@ -159,15 +159,18 @@ def plan(costs: ModelCosts, keys: Mapping[str, str], profile: DeviceProfile, dev
          rules=None, precisions=("bf16", "fp32"), stage_bytes=None) -> Plan:
     """Every runnable layout predicted and ranked: those that fit first, fastest first."""
     tplans: dict[int, TensorPlan | None] = {}
+    whole_vocab: dict[int, TensorPlan] = {}        # NOTE: the plans of layouts that keep the vocab whole
     rows = []
     for lay in layouts(devices, global_batch, precisions, sequence_splits(costs, devices)):
         if lay.tensor not in tplans:
             tplans[lay.tensor] = _tensor_plan(costs, keys, rules, lay.tensor)
-        if lay.tensor > 1 and tplans[lay.tensor] is None:
-            continue
         tplan = tplans[lay.tensor]
+        if lay.tensor > 1 and tplan is None:
+            continue
         if tplan is not None and keeps_vocab_whole(lay):
-            tplan = without_vocab(tplan, costs.graph, keys, lay.tensor)
+            if lay.tensor not in whole_vocab:
+                whole_vocab[lay.tensor] = without_vocab(tplan, costs.graph, keys, lay.tensor)
+            tplan = whole_vocab[lay.tensor]
         rows.append(predict(costs, lay, profile, global_batch, tplan, stage_bytes))
     rows.sort(key=lambda r: (not r.fits, -r.samples_per_second, r.total_bytes))
     return Plan(rows, profile, devices, global_batch, {t: p for t, p in tplans.items() if p is not None}, rules)
