@@ -14,6 +14,7 @@ exclude_from_weight_decay_fn, parameter groups) is evaluated here, once.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 import warnings
 from typing import Any, Mapping
@@ -31,7 +32,8 @@ from ..train import clip as clip_lib
 from ..train import lr as lr_lib
 from ..train import optim as optim_lib
 
-# NOTE: AdamW is not a subclass of Adam in Paddle, but keep the specific classes first anyway.
+# NOTE: exact Paddle classes; a subclass is read as its nearest one here only if it leaves the
+# update alone (see _rule_of).
 _RULE_READERS = (
     (popt.AdamW, lambda o: optim_lib.AdamW(beta1=_f(o._beta1), beta2=_f(o._beta2), epsilon=_f(o._epsilon),
                                            amsgrad=bool(o._amsgrad), weight_decay=_f(o._weight_decay))),
@@ -77,12 +79,62 @@ def optimizer_config(opt: popt.Optimizer, names: Mapping[int | str, str] | None 
         name=opt._name)
 
 
+# The methods Paddle's optimizers compute an update with (Optimizer.step -> _apply_optimize -> regularization,
+# _create_optimization_pass -> accumulators, _append_optimize_op, _finish_update; Adam/AdamW's own step and
+# multi-tensor path). A subclass that overrides one of them has an update of its own (PaddleFormers'
+# AdamWMini keeps one moment2 per tensor; AdamWCustom quantizes): read as its Paddle base, it would train
+# with the base's numbers, silently. Other overrides (__init__, __str__, new methods) leave the rule alone.
+_UPDATE_METHODS = (
+    "step", "minimize", "apply_gradients", "_apply_optimize", "_declarative_step",
+    "_create_optimization_pass", "_pir_create_optimization_pass",
+    "append_regularization_ops", "_create_regularization_of_grad", "_update_regularization",
+    "_create_global_learning_rate", "_global_learning_rate", "_create_param_lr",
+    "_create_accumulators", "_add_moments_pows", "_add_accumulator", "_get_accumulator",
+    "_get_accumulator_master", "_create_master_weight", "_is_dtype_fp16_or_bf16",
+    "_append_optimize_op", "_multi_tensor_init", "_append_optimize_multi_tensor_op", "_finish_update",
+    "_add_param_group", "_update_param_group", "_get_parameter",
+)
+
+
 def _rule_of(opt):
-    for cls, read in _RULE_READERS:
-        if isinstance(opt, cls):
-            return read(opt)
-    supported = ", ".join(cls.__name__ for cls, _ in _RULE_READERS)
-    raise TrainingError(f"paddle_xla cannot train with {type(opt).__name__} yet; use one of {supported}")
+    readers = dict(_RULE_READERS)
+    base = next((cls for cls in type(opt).__mro__ if cls in readers), None)
+    if base is None:
+        raise TrainingError(f"paddle_xla cannot train with {_where(type(opt))} yet; use one of {_supported()}")
+    own = _own_update_methods(opt, base)
+    if own:
+        hint = " (PaddleFormers' Trainer: optim='adamw')" if type(opt).__module__.startswith("paddleformers") else ""
+        raise TrainingError(
+            f"paddle_xla cannot train with {_where(type(opt))}: it subclasses paddle.optimizer.{base.__name__} but "
+            f"overrides {', '.join(own)}, so its update is its own, and paddle_xla computes only the update rules "
+            f"of Paddle's own optimizers (read as {base.__name__}, it would train with other numbers). Use one of "
+            f"{_supported()}{hint}, or a subclass that leaves those methods alone.")
+    return readers[base](opt)
+
+
+def _own_update_methods(opt, base) -> list[str]:
+    """The update methods type(opt) (or opt itself) defines otherwise than the Paddle class `base`."""
+    cls = type(opt)
+    return [m for m in _UPDATE_METHODS
+            if getattr(cls, m, None) is not getattr(base, m, None) or m in vars(opt)]
+
+
+def _supported() -> str:
+    return "paddle.optimizer." + ", ".join(cls.__name__ for cls, _ in _RULE_READERS)
+
+
+def _where(cls) -> str:
+    """module.Class (file:line), the class and where it is defined."""
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    try:
+        file = inspect.getsourcefile(cls)
+    except TypeError:
+        return name
+    try:
+        line = f":{inspect.getsourcelines(cls)[1]}"
+    except (OSError, TypeError):
+        line = ""
+    return f"{name} ({file}{line})" if file else name
 
 
 def _param_groups(opt):
@@ -317,48 +369,95 @@ _SCALAR_ACCS = {"beta1_pow_acc", "beta2_pow_acc"}
 def from_paddle_state_dict(config: optim_lib.OptimizerConfig, state_dict: Mapping[str, Any],
                            params: Mapping[str, Any] | None = None) -> tuple[dict, Any]:
     """(state, schedule_state) from `paddle_opt.state_dict()`. A parameter with no accumulators yet
-    (Paddle creates them at the first step) gets fresh ones from `params`."""
-    _refuse_foreign(config, state_dict)
+    (Paddle creates them at the first step) gets fresh ones from `params`.
+
+    Accumulators of a multi_precision optimizer (named after the parameter's float32 master weight,
+    `<param>_fp32_master_0_moment1_0`) are read as the parameter's own: paddle_xla's parameters are
+    float32 masters already. State for parameters this optimizer does not train (frozen, or not
+    given to it) is left alone; see `_refuse_foreign` for when such state is an error."""
+    keys = _accumulator_keys(config, state_dict)
+    _refuse_foreign(config, state_dict, keys)
     fresh = None
     state = {}
     for name in config.trainable():
         rule = config.rule_of(name)
-        found = {acc: _find_accumulator(config, state_dict, name, acc) for acc in rule.accumulators}
-        if rule.accumulators and all(v is None for v in found.values()):
+        found = keys[name]
+        if rule.accumulators and all(k is None for k in found.values()):
             if params is None:
                 raise CheckpointError(f"the Paddle state has no accumulators for {name}; pass params to start fresh ones")
             fresh = fresh or optim_lib.init_state(config, params)
             state[name] = fresh[name]
             continue
-        missing = [acc for acc, v in found.items() if v is None]
+        missing = [acc for acc, k in found.items() if k is None]
         if missing:
             raise CheckpointError(f"the Paddle state lacks {missing} for {name}")
-        state[name] = {acc: jnp.asarray(_numpy(v)) for acc, v in found.items()}
+        state[name] = {acc: jnp.asarray(_numpy(state_dict[k])) for acc, k in found.items()}
+        if params is not None and name in params:
+            for acc, k in found.items():
+                shape, want = tuple(state[name][acc].shape), tuple(np.shape(params[name]))
+                if acc not in _SCALAR_ACCS and shape != want:
+                    raise CheckpointError(
+                        f"the Paddle state's {k} has shape {list(shape)}, but the parameter {name} has {list(want)}: "
+                        "the state was saved from another model that names its parameters alike (or from this one "
+                        "built in another order); load the optimizer state saved with this model, built the same way")
     return state, _schedule_state_of(config, state_dict.get("LR_Scheduler"))
 
 
-def _refuse_foreign(config, state_dict) -> None:
-    """Accumulators of parameters this optimizer does not hold (a state saved from a model whose parameters
-    were named otherwise, e.g. built in another order) are an error: taken silently, every parameter would
-    start from fresh moments. Paddle's own step stops on them too."""
-    stems = [accumulator_key(config, n, "", suffix="") for n, _ in config.params]
-    foreign = [k for k in state_dict if k not in ("LR_Scheduler", "master_weights")
-               and not any(k.startswith(stem) for stem in stems)]
-    if foreign:
+# NOTE: Paddle names a multi_precision optimizer's accumulators after the master weight it creates,
+# param.name + "_fp32_master" + "_<n>" (Optimizer._gen_master_weight_var_name), and keeps the master
+# weights themselves under "master_weights", keyed by param.name.
+_MASTER_INFIX = re.compile(r"_fp32_master_\d+_")
+_COUNTER = re.compile(r"^(.*)_\d+$")
+_NOT_ACCUMULATORS = ("LR_Scheduler", "master_weights")
+
+
+def _accumulator_keys(config, state_dict) -> dict[str, dict[str, str | None]]:
+    """{param: {accumulator: its key in state_dict, or None}} for every parameter of the config (trainable
+    or not): the key is accumulator_key(...) with any "_<n>" counter, or its multi_precision form."""
+    by_stem: dict[str, list[str]] = {}
+    for key in state_dict:
+        m = _COUNTER.match(key) if key not in _NOT_ACCUMULATORS else None
+        if m is None:
+            continue
+        stems = {m.group(1), _MASTER_INFIX.sub("_", m.group(1), count=1)}
+        for stem in stems:
+            by_stem.setdefault(stem, []).append(key)
+    out = {}
+    for name, _ in config.params:
+        found = {}
+        for acc in config.rule_of(name).accumulators:
+            stem = accumulator_key(config, name, acc, suffix="")
+            keys = by_stem.get(stem, [])
+            if len(keys) > 1:
+                raise CheckpointError(f"several Paddle accumulators match {stem}_<n>: {keys}")
+            found[acc] = keys[0] if keys else None
+        out[name] = found
+    return out
+
+
+def _refuse_foreign(config, state_dict, keys) -> None:
+    """A state saved from a model whose parameters were named otherwise (e.g. built in another order), or by an
+    optimizer of another `name`, is an error when a trainable parameter finds no state in it while the file
+    holds state it cannot place: taken silently, those parameters would start from fresh moments. Paddle's own
+    step stops on them too. State for names this optimizer does not train (frozen parameters, parameters not
+    given to it) is fine on its own: nothing of this model's is lost."""
+    consumed = {k for found in keys.values() for k in found.values() if k is not None}
+    fresh = [name for name in config.trainable()
+             if config.rule_of(name).accumulators and all(k is None for k in keys[name].values())]
+    if not fresh:
+        return
+    ours = {config.settings(name).paddle_name or name for name, _ in config.params}
+    unplaced = [k for k in state_dict if k not in _NOT_ACCUMULATORS and k not in consumed]
+    unplaced += [f"master_weights[{n!r}]" for n in (state_dict.get("master_weights") or {}) if n not in ours]
+    if unplaced:
+        named = [config.settings(n).paddle_name or n for n in fresh]
         raise CheckpointError(
-            f"The optimizer state holds {len(foreign)} accumulators of parameters this model does not have (e.g. "
-            f"{foreign[:3]}; this model's parameters are named like {[n for n, _ in config.params][:3]}). It was "
-            "saved from a model whose parameters were named otherwise: build the model the same way, in a fresh "
-            "process (or inside paddle.utils.unique_name.guard()), before loading it.")
-
-
-def _find_accumulator(config, state_dict, name, acc):
-    stem = accumulator_key(config, name, acc, suffix="")
-    pattern = re.compile(re.escape(stem) + r"_(\d+)$")
-    keys = [k for k in state_dict if pattern.match(k)]
-    if len(keys) > 1:
-        raise CheckpointError(f"several Paddle accumulators match {stem}_<n>: {keys}")
-    return state_dict[keys[0]] if keys else None
+            f"The optimizer state holds {len(unplaced)} entries of parameters this model does not have (e.g. "
+            f"{unplaced[:3]}), and none for {len(fresh)} of this model's {len(config.trainable())} trainable "
+            f"parameters (e.g. {named[:3]}), which would start from fresh moments. It was saved from a model whose "
+            "parameters were named otherwise, or by an optimizer of another name: build the model the same way, in "
+            "a fresh process (or inside paddle.utils.unique_name.guard()), and give the optimizer the same name, "
+            "before loading it.")
 
 
 def _schedule_state_of(config, lr_state):
