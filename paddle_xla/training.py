@@ -91,6 +91,12 @@ class TrainStep:
         # by default (by_step=True).
         return float(self.schedule.lr_at(self._lr_offset + self.state.step))
 
+    def hold_schedule(self) -> None:
+        """The LR schedule stays where it was before the step just run: PaddleFormers' Trainer does not advance
+        it on a step its fp16 loss scaler skipped (a plain Paddle loop, stepping its scheduler every
+        iteration, does)."""
+        self._lr_offset -= 1
+
     def feeds(self, args, kwargs) -> dict[str, Any]:
         args = [a.numpy() if isinstance(a, paddle.Tensor) else a for a in args]
         kwargs = {k: v.numpy() if isinstance(v, paddle.Tensor) else v for k, v in kwargs.items()}

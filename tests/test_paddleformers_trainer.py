@@ -124,18 +124,54 @@ def test_gradient_accumulation_equals_paddleformers(tmp_path, monkeypatch):
 
 
 def test_parallel_flags_equal_paddleformers_data_parallel(tmp_path, monkeypatch):
-    """tensor x pipeline x sharding (PaddleFormers' default stage1) over 8 of the 16 virtual devices, 2 micro-batches of 2 rows. The two
-    replicas each take one row of each micro-batch, each part with its own token mean, and the 4 means are
-    averaged: what PaddleFormers computes on 2 ranks, and in one process with gradient_accumulation_steps=4
-    over 1-row batches."""
+    """tensor x pipeline x sharding (PaddleFormers' default stage1) over 8 of the 16 virtual devices, in one
+    process. The two replicas are PaddleFormers' two data-parallel ranks: each reads its own 1-row batches
+    (rank r the rows r, r + 2, ...), 2 micro-batches per step, and the 4 token means are averaged: what
+    PaddleFormers computes in one process with gradient_accumulation_steps=4 over 1-row batches."""
     monkeypatch.setattr(paddle.device, "synchronize", lambda *a, **k: None)
     want = _train("pf", tmp_path / "pf", per_device_train_batch_size=1, gradient_accumulation_steps=4, max_steps=5)
-    got = _train("px", tmp_path / "px", max_steps=5, gradient_accumulation_steps=2, tensor_model_parallel_size=2,
-                 pipeline_model_parallel_size=2, sharding_parallel_size=2)
+    got = _train("px", tmp_path / "px", max_steps=5, per_device_train_batch_size=1, gradient_accumulation_steps=2,
+                 tensor_model_parallel_size=2, pipeline_model_parallel_size=2, sharding_parallel_size=2)
     assert got[3].px_strategy == px.Strategy(replicas=2, stages=2, tensor=2, micro_batches=2, sharding=1,
                                              tensor_plan="auto", schedule="1f1b", loss_reduction="mean")
     np.testing.assert_allclose(got[0], want[0], atol=3e-6)
     _same_weights(got[2], want[2])
+    assert got[3].state.consumed_samples == 5 * 1 * 2 * 2          # steps x rows x micro-batches x ranks
+
+
+def test_replicas_resume_on_the_samples_each_rank_had_left(tmp_path):
+    """Two replicas in one process, stopped at step 5 and resumed: each rank skips the rows it consumed, so
+    the resumed steps equal the uninterrupted run's (a one-rank count would replay half of them)."""
+    args = dict(per_device_train_batch_size=1, sharding_parallel_size=2, max_steps=10, save_steps=5)
+    whole = _train("px", tmp_path / "whole", **args)
+    _train("px", tmp_path / "part", **args)
+    resumed = _train("px", tmp_path / "part", resume=str(tmp_path / "part" / "checkpoint-5"), **args)
+    np.testing.assert_allclose(resumed[0], whole[0][5:], atol=3e-6)
+    _same_weights(resumed[2], whole[2])
+
+
+def test_load_best_model_at_end_keeps_the_best(tmp_path):
+    """load_best_model_at_end: the best checkpoint (the lower eval loss: the first, as this model overfits) is the model
+    train() leaves, as in PaddleFormers; the final weights are not written back over it."""
+    extra = dict(eval_dataset=Tokens(8, seed=1), evaluation_strategy="steps", eval_steps=10,
+                 load_best_model_at_end=True, metric_for_best_model="eval_loss")
+    want = _train("pf", tmp_path / "pf", **extra)
+    got = _train("px", tmp_path / "px", **extra)
+    assert got[3].state.best_model_checkpoint.endswith("checkpoint-10")
+    _same_weights(got[2], want[2])
+    last = paddle.load(str(tmp_path / "px" / "checkpoint-20" / "model_state.pdparams"), return_numpy=True)
+    assert not np.allclose(got[2]["model.layers.0.mlp.up_proj.weight"], last["model.layers.0.mlp.up_proj.weight"])
+
+
+def test_fp16_skipped_steps_leave_the_schedule(tmp_path):
+    """fp16 starts its loss scale at scale_loss; a step the scaler skips on overflow does not advance the
+    learning-rate schedule (PaddleFormers steps it only when its GradScaler ran the optimizer)."""
+    _, _, _, trainer = _train("px", tmp_path, fp16=True, scale_loss=2.0 ** 24, max_steps=6, save_steps=100)
+    assert trainer.px_strategy.loss_scale.init == 2.0 ** 24
+    assert 0 < trainer.px_skipped_steps < 6
+    assert trainer.lr_scheduler.last_epoch == 6 - trainer.px_skipped_steps
+    # NOTE: the steps that did run used the schedule's first learning rates (warmup from 0), as PaddleFormers'
+    assert trainer.lr_scheduler.get_lr() == pytest.approx(1e-3 * (6 - trainer.px_skipped_steps) / 3)
 
 
 def test_sequence_split_equals_paddleformers(reference, tmp_path):
@@ -177,13 +213,15 @@ def test_lora_trains_as_in_paddleformers(tmp_path):
 
 def test_arguments_without_meaning_are_refused_all_at_once(tmp_path):
     args = pxf.TrainingArguments(output_dir=str(tmp_path), report_to=["none"], amp_master_grad=False,
-                                 sequence_parallel=True, tp_async_allreduce=True, use_expert_parallel=True)
+                                 sequence_parallel=True, tp_async_allreduce=True, use_expert_parallel=True,
+                                 past_index=1, save_on_each_node=True)
     with pytest.raises(StrategyError) as e:
         pxf.Trainer(model=_llama(), args=args, train_dataset=Tokens())
     text = str(e.value)
-    assert "3 of the TrainingArguments" in text
-    for name, reason in [("sequence_parallel=True", "sep_parallel_size or context_parallel_size"), ("tp_async_allreduce=True", "XLA schedules"),
-                         ("use_expert_parallel=True", "mixture-of-experts")]:
+    assert "5 of the TrainingArguments" in text
+    for name, reason in [("sequence_parallel=True", "sep_parallel_size or context_parallel_size"),
+                         ("tp_async_allreduce=True", "XLA schedules"), ("use_expert_parallel=True", "mixture-of-experts"),
+                         ("past_index=1", "not fed back"), ("save_on_each_node=True", "storage every node reads")]:
         assert name in text and reason in text
 
 
@@ -217,11 +255,25 @@ def test_bad_batches_are_named(tmp_path, dataset, error, words):
         trainer.train()
 
 
+class _Stream(paddle.io.IterableDataset):
+    def __iter__(self):
+        yield from Tokens()
+
+
+def test_iterable_dataset_over_replicas_is_refused(tmp_path):
+    args = pxf.TrainingArguments(output_dir=str(tmp_path), report_to=["none"], amp_master_grad=False, max_steps=2,
+                                 sharding_parallel_size=2)
+    trainer = pxf.Trainer(model=_llama(), args=args, train_dataset=_Stream())
+    with pytest.raises(FeedError, match="map-style"):
+        trainer.train()
+
+
 def test_optimizer_state_of_other_parameter_names_is_refused(tmp_path):
     """A .pdopt keyed by another model's parameter names would leave every moment fresh, silently."""
     _train("pf", tmp_path, max_steps=10)
     paddle.seed(1)
-    net = _llama()        # NOTE: outside a name guard: other names
+    _llama()              # NOTE: outside a name guard, after another model: other names (also when run alone)
+    net = _llama()
     opt = paddle.optimizer.AdamW(1e-3, parameters=net.parameters())
     opt.set_state_dict(paddle.load(str(tmp_path / "checkpoint-10" / "optimizer.pdopt")))
     spec = [paddle.static.InputSpec([None, 16], "int64", "input_ids")]
@@ -244,7 +296,8 @@ def test_every_argument_read_is_a_paddleformers_argument():
     ({"sharding": "stage2", "tensor_model_parallel_size": 4}, dict(replicas=4, tensor=4, sharding=2, tensor_plan="auto",
                                                                    loss_reduction="mean")),
     ({"sharding_parallel_size": 4}, dict(replicas=4, sharding=1, loss_reduction="mean")),
-    ({"fp16": True, "recompute_method": "uniform"}, dict(precision="fp16", recompute="layer")),
+    ({"fp16": True, "recompute_method": "uniform"}, dict(precision="fp16", recompute="layer",
+                                                          loss_scale=px.LossScale(init=2.0 ** 15))),
 ])
 def test_argument_mapping(given, want):
     from paddle_xla.integrations.trainer_args import strategy_from

@@ -14,6 +14,7 @@ An edge module: it imports paddle and paddleformers (which is not a paddle_xla d
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 
 import jax
@@ -24,6 +25,7 @@ from paddle.static import InputSpec
 try:
     from paddleformers.trainer import Trainer as _Trainer
     from paddleformers.trainer import TrainingArguments as _TrainingArguments
+    from paddleformers.utils.batch_sampler import MappingDistributedBatchSampler
 except ImportError as e:        # pragma: no cover - the message is the point
     raise ImportError("paddle_xla.integrations.paddleformers wraps PaddleFormers' Trainer: install PaddleFormers "
                       "(pip install paddleformers) in this environment.") from e
@@ -32,6 +34,7 @@ from ..errors import FeedError, TrainingError
 from ..parallel.group import paddle_sees_one_rank
 from ..training import TrainStep
 from .trainer_args import strategy_from
+from .trainer_batches import ProcessRows
 
 
 @dataclasses.dataclass
@@ -83,12 +86,16 @@ class Trainer(_Trainer):
         _undo_layer_recompute(self.model, given)
         self._px_step: TrainStep | None = None
         self._px_pending: list[dict] = []
+        self._px_rows = ProcessRows.of(self.px_strategy.replicas, jax.process_count(), jax.process_index())
+        self._px_skipped = 0            # fp16: the compiled step's count of overflow steps it skipped
+        self.px_skipped_steps = 0       # fp16: this Trainer's, over every compiled step it built
 
     # ---- what PaddleFormers would do in Paddle, paddle_xla does in the compiled step ------------------
     def _wrap_amp_model(self, args, model):
-        """Precision is the Strategy's: no Paddle AMP decoration, no Paddle loss scaler."""
+        """Training precision is the Strategy's: no Paddle AMP decoration, no Paddle loss scaler. Evaluation
+        stays PaddleFormers' (Paddle eager), under the autocast it would use, so eval losses read the same."""
         self.do_grad_scaling = False
-        self.enable_autocast_context_manager = False
+        self.enable_autocast_context_manager = True
 
     def _wrap_model(self, model, training=True):
         """No Paddle DataParallel or fleet wrapper: the Strategy spreads the step."""
@@ -101,9 +108,11 @@ class Trainer(_Trainer):
         self._px_pending.append(_host_batch(inputs))
         if len(self._px_pending) < self.args.gradient_accumulation_steps:
             return paddle.to_tensor(0.0, dtype="float32")
-        batch, self._px_pending = _joined(self._px_pending), []
+        _same_shapes(self._px_pending)
+        batch, self._px_pending = self._px_rows.block(self._px_pending), []
         step = self._px_step or self._build_step(batch)
-        return paddle.to_tensor(step(**batch), dtype="float32")
+        loss = step(**batch)
+        return paddle.to_tensor(loss, dtype="float32")
 
     def optimizer_step(self, args, model, parameters_list=None):
         """The update already ran inside the compiled step; Paddle's scheduler advances with it, so logs,
@@ -113,16 +122,37 @@ class Trainer(_Trainer):
                 f"The epoch ended after {len(self._px_pending)} of gradient_accumulation_steps="
                 f"{args.gradient_accumulation_steps} micro-batches; paddle_xla runs whole optimizer steps: use "
                 "an epoch length divisible by it, dataloader_drop_last=True, or max_steps.")
-        self.lr_scheduler.step()
+        # NOTE: fp16: a step the loss scaler skipped (overflow) leaves the schedule where it was, as
+        # PaddleFormers does when its GradScaler finds an inf.
+        if self._px_step.skipped_steps == self._px_skipped:
+            self.lr_scheduler.step()
+        else:
+            self._px_step.hold_schedule()
+            self.px_skipped_steps += 1
+        self._px_skipped = self._px_step.skipped_steps
 
     # ---- Paddle's model and optimizer brought up to date before Paddle code reads them -----------------
     def train(self, *a, **kw):
         self._px_step, self._px_pending = None, []      # NOTE: a resumed run loads the checkpoint first
+        self._refuse_iterable_over_ranks()
         try:
             with _paddle_device_sync_skipped(), _one_paddle_rank():
                 return super().train(*a, **kw)
         finally:
             self.sync_to_paddle()
+
+    def _maybe_log_save_evaluate(self, *a, **kw):
+        """After the last step Paddle's model takes over: it is brought up to date and the compiled step
+        retired before PaddleFormers' train() goes on to code that writes into the model (loading the best
+        checkpoint for load_best_model_at_end), which a later sync would otherwise undo."""
+        # NOTE: PaddleFormers counts consumed samples for the one rank it sees; its ranks are the replicas
+        self.state.consumed_samples = (self.state.global_step * self.args.per_device_train_batch_size
+                                       * self.args.gradient_accumulation_steps * self.px_strategy.replicas)
+        out = super()._maybe_log_save_evaluate(*a, **kw)
+        if self.state.global_step >= self.state.max_steps or self.control.should_training_stop:
+            self.sync_to_paddle()
+            self._px_step = None
+        return out
 
     def evaluate(self, *a, **kw):
         self.sync_to_paddle()
@@ -139,15 +169,22 @@ class Trainer(_Trainer):
             return super().save_model(*a, **kw)
 
     def _get_train_sampler(self):
-        """Under several processes each reads its own share of every global batch, as PaddleFormers' own
-        data-parallel sampler deals them (interleaved by rank); paddle_xla gathers the shares for the step."""
-        if jax.process_count() == 1 or self.train_dataset is None:
+        """The data PaddleFormers' ranks would read, one per replica of the Strategy (trainer_batches.py):
+        with one replica in one process, PaddleFormers' own one-rank sampler; otherwise its data-parallel
+        sampler's deal, for each of the ranks this process feeds."""
+        if self.train_dataset is None or (self.px_strategy.replicas == 1 and jax.process_count() == 1):
             return super()._get_train_sampler()
-        from paddleformers.utils.batch_sampler import MappingDistributedBatchSampler
-        return MappingDistributedBatchSampler(
-            self.train_dataset, batch_size=self.args.per_device_train_batch_size, num_replicas=jax.process_count(),
-            rank=jax.process_index(), shuffle=self.args.dataloader_shuffle, drop_last=self.args.dataloader_drop_last,
-            data_seed=self.args.seed)
+        return _RanksBatchSampler(self.train_dataset, self.args, self._px_rows)
+
+    def _refuse_iterable_over_ranks(self) -> None:
+        if self.train_dataset is None or _has_length(self.train_dataset):
+            return
+        if self.px_strategy.replicas > 1 or jax.process_count() > 1:
+            raise FeedError(
+                f"An iterable train_dataset under {self.px_strategy.replicas} data-parallel replicas and "
+                f"{jax.process_count()} processes: paddle_xla deals each replica the samples PaddleFormers' rank "
+                "would read, which needs a dataset with a length (a map-style paddle.io.Dataset). Use one, or "
+                "train on one replica in one process.")
 
     def sync_to_paddle(self) -> None:
         """The trained weights into the model, the optimizer's state and schedule into its Paddle optimizer."""
@@ -164,7 +201,8 @@ class Trainer(_Trainer):
         specs = [InputSpec([None, *v.shape[1:]], str(v.dtype), n) for n, v in batch.items()]
         self.model.train()
         self._px_step = TrainStep(self.model, None, self.optimizer, specs, strategy=self.px_strategy,
-                                  inputs_by_name=True)
+                                  inputs_by_name=True, seed=self.args.seed)
+        self._px_skipped = 0
         return self._px_step
 
 
@@ -208,15 +246,49 @@ def _host_batch(inputs: dict) -> dict:
     return batch
 
 
-def _joined(micro: list[dict]) -> dict:
-    """One optimizer step's micro-batches, in order, as one batch (the Strategy splits it back)."""
+def _same_shapes(micro: list[dict]) -> None:
+    """One optimizer step's micro-batches run as one compiled step: they must agree in shape."""
     shapes = [{n: v.shape for n, v in m.items()} for m in micro]
     if any(s != shapes[0] for s in shapes[1:]):
         raise FeedError(
             f"The micro-batches of one optimizer step differ in shape ({shapes}); paddle_xla runs them as one "
             "compiled step. Pad every batch to one length (e.g. the collator's padding='max_length', "
             "max_length=...), which also spares a compile per length.")
-    return {n: np.concatenate([m[n] for m in micro]) for n in micro[0]}
+
+
+def _has_length(dataset) -> bool:
+    if isinstance(dataset, paddle.io.IterableDataset):
+        return False            # NOTE: its __len__ raises RuntimeError
+    try:
+        len(dataset)
+    except TypeError:
+        return False
+    return True
+
+
+class _RanksBatchSampler(MappingDistributedBatchSampler):
+    """PaddleFormers' data-parallel sampler, dealing over the Strategy's replicas as over its ranks, for
+    the ranks [first, stop) this process feeds: each batch is those ranks' batches one after another."""
+
+    def __init__(self, dataset, args, rows: ProcessRows):
+        super().__init__(dataset, batch_size=args.per_device_train_batch_size, num_replicas=rows.ranks,
+                         rank=rows.first, shuffle=args.dataloader_shuffle, drop_last=args.dataloader_drop_last,
+                         data_seed=args.seed)
+        self._ranks = range(rows.first, rows.stop)
+
+    def set_epoch(self, epoch=0, consumed_samples=0):
+        # NOTE: PaddleFormers computes consumed_samples on resume for the one rank it is shown (its
+        # dataset_world_size is 1 here); the samples all ranks consumed are that many per rank.
+        super().set_epoch(epoch, consumed_samples * self.nranks)
+
+    def __iter__(self):
+        per_rank = []
+        for rank in self._ranks:
+            one = copy.copy(self)
+            one.local_rank = rank
+            per_rank.append(MappingDistributedBatchSampler.__iter__(one))
+        for batches in zip(*per_rank):
+            yield [i for batch in batches for i in batch]
 
 
 def _undo_layer_recompute(model, given) -> None:

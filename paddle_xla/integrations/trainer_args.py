@@ -14,7 +14,7 @@ import re
 from typing import Any, Mapping
 
 from ..errors import StrategyError
-from ..strategy import Strategy
+from ..strategy import LossScale, Strategy
 
 TO_STRATEGY = {
     "tensor_model_parallel_size": "tensor (tensor_plan='auto')",
@@ -26,6 +26,7 @@ TO_STRATEGY = {
     "bf16": "precision='bf16'",
     "fp16": "precision='fp16'",
     "fp16_opt_level": "precision (O1 and O2 both keep float32 master weights here)",
+    "scale_loss": "loss_scale=LossScale(init=scale_loss) under fp16 (PaddleFormers' GradScaler's start)",
     "amp_master_grad": "precision (float32 master weights and gradients always)",
     "sep_parallel_size": "sequence (context parallelism; times context_parallel_size)",
     "context_parallel_size": "sequence (context parallelism; times sep_parallel_size)",
@@ -39,17 +40,20 @@ output_dir overwrite_output_dir do_train do_eval do_predict evaluation_strategy 
 per_device_train_batch_size per_device_eval_batch_size eval_accumulation_steps learning_rate weight_decay adam_beta1
 adam_beta2 adam_epsilon max_grad_norm num_train_epochs max_steps lr_scheduler_type warmup_ratio warmup_steps
 num_cycles lr_end power min_lr log_on_each_node logging_dir output_signal_dir logging_strategy logging_first_step
-logging_steps save_strategy save_steps save_total_limit save_on_each_node no_cuda seed bf16_full_eval fp16_full_eval
+logging_steps save_strategy save_steps save_total_limit no_cuda seed bf16_full_eval fp16_full_eval
 dataloader_shuffle dataloader_drop_last eval_steps max_evaluate_steps dataloader_num_workers prefetch_factor run_name
 device disable_tqdm remove_unused_columns label_names load_best_model_at_end metric_for_best_model greater_is_better
 ignore_data_skip optim report_to resume_from_checkpoint skip_memory_metrics save_tokenizer save_rng_states
 pad_token_id save_checkpoint_format load_checkpoint_format save_last_step ignore_load_lr_and_optim
 ignore_save_lr_and_optim metrics_output_path skip_profile_timer timer lazy_data_processing local_rank
-count_trained_tokens save_to_hf convert_from_hf load_from_hf past_index minimum_eval_times
+count_trained_tokens save_to_hf convert_from_hf load_from_hf minimum_eval_times
 """.split())
 
 # NOTE: the reasons the refusal gives, by the argument's name; the first pattern that matches wins.
 _REASONS = [
+    (r"^past_index$", "the model's memory outputs are not fed back into the next step: the compiled step takes "
+                      "the batch's inputs only"),
+    (r"^save_on_each_node$", "process 0 alone writes checkpoints here: put output_dir on storage every node reads"),
     (r"^(sequence_parallel|cp_|split_inputs_sequence_dim)",
      "Megatron's split of the sequence inside the tensor group is not available: split it over its own devices "
      "with sep_parallel_size or context_parallel_size (Strategy.sequence)"),
@@ -58,7 +62,7 @@ _REASONS = [
      r"replace_with_|mp_|pp_|tp_|sd_",
      "a Paddle runtime or kernel choice: XLA schedules communication, fusion and memory itself"),
     (r"expert|moe|mtp|muon", "mixture-of-experts, multi-token prediction and Muon are not supported here"),
-    (r"amp_custom_|scale_loss", "paddle_xla's precision follows Paddle AMP O1's own op lists and loss scaling"),
+    (r"amp_custom_", "paddle_xla's precision follows Paddle AMP O1's own op lists"),
 ]
 
 
@@ -88,6 +92,9 @@ def strategy_from(given: Mapping[str, Any], *, devices: int, processes: int = 1)
         fields["tensor_plan"] = "auto"
     if stages > 1:
         fields["schedule"] = "1f1b"
+    if precision == "fp16":
+        # NOTE: PaddleFormers starts its GradScaler at scale_loss (default 2**15), not Paddle's 2**16
+        fields["loss_scale"] = LossScale(init=float(given.get("scale_loss", 2.0 ** 15)))
     if replicas * micro > 1:
         # NOTE: PaddleFormers scales the summed gradients by 1/gradient_accumulation_steps and data
         # parallelism averages over ranks: the mean of the parts' losses.
