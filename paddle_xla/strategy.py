@@ -12,7 +12,8 @@
 | tensor                | devices each layer is split over (tensor parallelism, GSPMD) | (IPU: tensor splitting)   |
 | tensor_plan           | what is split: None/"auto", or {layer-path rule: "colwise" | "rowwise" | "vocab"} (or Paddle's dist.ColWiseParallel() / RowWiseParallel()) | |
 | sharding              | 0-3, Paddle's ShardingStage: 1 optimizer state, 2 + gradients, 3 + parameters, over replicas | replicated tensor sharding |
-| sequence              | devices the sequence is split over (context parallelism: activations split along dimension 1 of the inputs, attention gathers keys/values) | (Paddle: sep / context parallel) |
+| sequence              | devices the sequence is split over (context parallelism: activations split along dimension 1 of the inputs) | (Paddle: sep / context parallel) |
+| sequence_attention    | "ring" (key/value blocks passed round the sequence devices) | "gather" (each gathers all keys/values) | |
 | shard_optimizer_state | ZeRO-1 over replicas (the same as sharding=1)                 | replicated tensor sharding|
 | schedule              | pipeline schedule: "gpipe" | "1f1b" (memory flat in micro_batches) | (IPU: pipelined by default)|
 | loss_reduction        | "auto" | "mean" | "sum": how micro-batch losses combine        |                           |
@@ -53,6 +54,7 @@ TENSOR_KINDS = ("colwise", "rowwise", "vocab")
 # splits a weight's second dimension (and the bias), RowWiseParallel its first (an Embedding's vocab).
 PADDLE_PLANS = {"ColWiseParallel": "colwise", "RowWiseParallel": "rowwise"}
 REDUCTIONS = ("auto", "mean", "sum")
+SEQUENCE_ATTENTION = ("ring", "gather")
 _AUTO = "auto"
 
 
@@ -103,6 +105,7 @@ class Strategy:
     tensor_plan: Any = None               # None | "auto" | {layer-path rule: "colwise" | "rowwise" | "vocab"}
     sharding: int = 0                     # 0 | 1 (optimizer state) | 2 (+ gradients) | 3 (+ parameters)
     sequence: int = 1                     # devices each sequence is split over (context parallelism)
+    sequence_attention: str = "ring"      # "ring" | "gather": how attention reads keys of other devices
     quant_type: str | None = None         # None | "weight_only_int8" (px.Generator only)
 
     def __post_init__(self):
@@ -127,6 +130,9 @@ class Strategy:
         self._check_loss_scale()
         self._check_sharding()
         self._check_tensor()
+        if self.sequence_attention not in SEQUENCE_ATTENTION:
+            raise StrategyError(f"Strategy.sequence_attention must be one of {SEQUENCE_ATTENTION}, got "
+                                f"{self.sequence_attention!r}.")
         if self.sequence > 1 and self.stages > 1:
             raise StrategyError(f"sequence={self.sequence} with pipeline stages is not supported yet; use "
                                 "stages=1 (replicas x sequence x tensor), or sequence=1 with stages.")

@@ -37,6 +37,7 @@ from ..train.step import STEP_COMPILER_OPTIONS
 from . import update
 from .context import Context, all_gather, axis_index, group_keys, pmean, psum, psum_scatter, scan
 from .data import GATHERED, accumulate
+from . import ring_attention
 from .engine import EngineBase, sequence_split
 from .mesh import put as mesh_put
 from .pack import Natural
@@ -103,9 +104,10 @@ class ShardedEngine(EngineBase):
     # ---- compiling ----------------------------------------------------------------------------------
     def _context(self, feeds: Mapping[str, np.ndarray]) -> tuple[Context, tuple]:
         st = self.strategy
-        interp = interpreter_factory(self.graph, LoweringPolicy.live(st.precision))
+        graph = self._attention_graph()
+        interp = interpreter_factory(graph, LoweringPolicy.live(st.precision))
         weight = 1.0 / st.groups if self.reduction == "mean" else 1.0
-        ctx = Context(graph=self.graph, subs=(whole(self.graph),), params=self.param_layouts,
+        ctx = Context(graph=graph, subs=(whole(graph),), params=self.param_layouts,
                       buffers=self.buffer_layouts, opt=self.opt_layouts, widths={**self.widths, "box": {}}, sends=(),
                       replicas=st.replicas, stages=1, micro_batches=st.micro_batches, loss_weight=weight,
                       interpreter=interp, recompute=st.recompute)
@@ -115,11 +117,20 @@ class ShardedEngine(EngineBase):
             ctx = replace(ctx, feeds_in=self._split_sequence(sequence_split(feeds, st.sequence, first_dim=2)))
         return ctx, ()
 
+    def _attention_graph(self):
+        """Under Strategy(sequence=N) with sequence_attention="ring", the graph with its attention as a ring
+        over the sequence devices (ring_attention.py); otherwise the graph as captured."""
+        st = self.strategy
+        if st.sequence == 1 or st.sequence_attention != "ring":
+            return self.graph
+        return ring_attention.rewrite(self.graph, axis="sequence", size=st.sequence, mesh=self.mesh)
+
     def _split_sequence(self, names: frozenset):
         """Context parallelism: the named feeds' dimension 1 (the sequence) split over the "sequence" axis.
         GSPMD carries the split through every op that keeps the sequence dimension, so each device holds
-        1/sequence of the activations; attention's keys and values are gathered for its scores (which are
-        then [sequence / N, sequence] per device). Values are those of one device (a layout, not a change)."""
+        1/sequence of the activations. Attention goes round a ring (_attention_graph), or, with
+        sequence_attention="gather", GSPMD gathers its keys and values (scores [sequence / N, sequence] per
+        device). Values are those of one device (a layout, not a change)."""
         split = NamedSharding(self.mesh, P(None, "sequence"))
 
         def feeds_in(feeds):

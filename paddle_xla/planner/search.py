@@ -22,7 +22,7 @@ Step time: 3 forward passes of FLOPs (4 with recomputation) at the profile's ach
 divided over the devices that share the work, stretched by the pipeline bubble, plus the bytes the
 layout moves (the gradient all-reduce over every device holding a whole copy of a weight, replicas x
 sequence, sharding's gathers, tensor all-reduces, the sequence split's gathers of attention's keys and
-values, stage sends) over the profile's links, none of it overlapped."""
+values (or their ring), stage sends) over the profile's links, none of it overlapped."""
 from __future__ import annotations
 
 import dataclasses
@@ -248,7 +248,8 @@ def predict(costs: ModelCosts, lay: Strategy, profile: DeviceProfile, global_bat
         kept = 1.5 * (M + S - 1) * one if lay.schedule == "gpipe" else 2 * one
     else:
         # NOTE: a sequence split divides every activation that carries the sequence, attention's scores too
-        # ([sequence / Q, sequence] per device)
+        # ([sequence / Q, sequence] per device when keys are gathered; the ring recomputes its blocks in the
+        # backward pass and keeps none, so this over-counts it: +8 % on the Llama at sequence 256, Q=4)
         kept = ACTIVATION_KEPT * (acts.per_sample * micro * split / Q + acts.fixed)
     full_weights = sum(costs.weight_bytes[n] / (T if n in dims else 1) for n in costs.trainable)
     # NOTE: sharding 3 gathers each weight whole for the forward and again for the backward; XLA:CPU held
@@ -303,9 +304,11 @@ def step_seconds(costs: ModelCosts, lay: Strategy, profile: DeviceProfile, globa
         # NOTE: a rowwise projection's output is all-reduced over the tensor devices, forward and backward.
         moved += 2 * 2 * (T - 1) / T * _rowwise_bytes_per_sample(costs, tplan) * global_batch / R
     if Q > 1:
-        # NOTE: attention's keys and values are all-gathered over the sequence devices in the forward, and
-        # their gradients reduce-scattered in the backward.
-        moved += 2 * (Q - 1) / Q * _attention_operand_bytes_per_sample(costs) * global_batch / R / T
+        # NOTE: attention's keys and values: gathered over the sequence devices in the forward and their
+        # gradients reduce-scattered in the backward (2 passes), or, round the ring, passed on Q - 1 times in
+        # the forward and again with their gradients in the backward (3).
+        passes = 3 if lay.sequence_attention == "ring" else 2
+        moved += passes * (Q - 1) / Q * _attention_operand_bytes_per_sample(costs) * global_batch / R / T
     return compute + moved / bw
 
 

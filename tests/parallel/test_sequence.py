@@ -88,14 +88,35 @@ def _temp_bytes(strategy, seq):
 
 @pytest.mark.slow
 def test_each_device_holds_a_part_of_the_activations():
-    """At sequence 512, four devices each hold under a third of one device's temporaries; a sequence twice as
-    long over four devices needs less per device than one device needs for the shorter one. (Attention's
-    scores are [sequence / N, sequence] per device: keys and values are gathered, not passed round a ring.)"""
+    """At sequence 512, the ring over four devices holds under a tenth of one device's temporaries (scores
+    [sequence / 4, sequence / 4] at a time, recomputed in the backward pass), under half of what gathering
+    the keys and values holds ([sequence / 4, sequence] scores per layer), and a sequence twice as long
+    over four devices needs less per device than one device needs for the shorter one."""
     one = _temp_bytes(px.Strategy(loss_reduction="mean"), 512)
-    four = _temp_bytes(px.Strategy(sequence=4, loss_reduction="mean"), 512)
+    ring = _temp_bytes(px.Strategy(sequence=4, loss_reduction="mean"), 512)
+    gather = _temp_bytes(px.Strategy(sequence=4, sequence_attention="gather", loss_reduction="mean"), 512)
     longer = _temp_bytes(px.Strategy(sequence=4, loss_reduction="mean"), 1024)
-    assert four < one / 3, (four, one)
-    assert longer < one, (longer, one)
+    assert ring < one / 10, (ring, one)
+    assert ring < gather / 2, (ring, gather)
+    assert gather < one / 3, (gather, one)
+    assert longer < one / 4, (longer, one)
+
+
+def test_every_attention_goes_round_the_ring():
+    """Each decoder layer's attention becomes one ring (a model whose attention were left as captured would
+    still match one device, through the gathered keys: this is what says the ring ran)."""
+    step = _step(px.Strategy(sequence=4, loss_reduction="mean"))
+    graph = step._step.engine._attention_graph()
+    names = [op.name for op in graph.block.ops]
+    assert names.count("paddle_xla.ring_attention") == CONFIG["num_hidden_layers"]
+    assert "pd_op.softmax" not in names
+
+
+def test_ring_and_gather_agree_under_bf16():
+    """bf16 (Paddle AMP O1): the ring's products take half operands as the captured matmuls do."""
+    ring = _train(px.Strategy(sequence=4, precision="bf16", loss_reduction="mean"))[0]
+    gather = _train(px.Strategy(sequence=4, sequence_attention="gather", precision="bf16", loss_reduction="mean"))[0]
+    np.testing.assert_allclose(ring, gather, rtol=2e-3)
 
 
 def test_a_sequence_no_input_can_split_is_refused():

@@ -1,0 +1,188 @@
+"""paddle_xla.ring_attention: attention over a sequence split across devices, as a ring.
+
+Found only in programs parallel/ring_attention.py rewrites under Strategy(sequence=N): the model's own
+`softmax(epilogue(q @ k^T)) @ v`, the epilogue (its scaling, mask and casts) held in the op's sub-block.
+Each of the N devices holds its block of the queries, keys and values. In N steps the key/value blocks
+travel round the ring (ppermute to the next device), and each device folds the block it holds into a
+running softmax (the largest score so far, the sum of exponentials, the weighted values). The backward
+pass goes round the ring again, recomputing each block's scores from the saved log-sum-exp, the key and
+value gradients travelling with their blocks until they are home. So a device keeps [T/N, T/N] scores
+at a time and O(T/N) per layer for the backward pass, where gathering the keys (GSPMD's way) keeps
+[T/N, T] scores per layer. The same numbers as the unsplit attention, to float32 rounding (the sums
+are taken in another order).
+
+Where the split does not apply (one device, a sequence the devices do not divide, keys of another
+length than the queries) the op computes the attention as the program wrote it. Paddle-free."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from .registry import lowering
+
+
+@lowering("paddle_xla.ring_attention", kind="control")
+def ring_attention(interp, op, env, q, k, v, *outer, axis, size, mesh, scores, epilogue_out):
+    epilogue = _epilogue(interp, op, scores, epilogue_out)
+    products = _Products(interp.half, jnp.result_type(q.dtype, k.dtype))
+    length = q.shape[2] if q.ndim == 4 else 0
+    if size == 1 or q.ndim != 4 or length % size or k.shape[2] != length or v.shape[2] != length:
+        return _whole(q, k, v, outer, epilogue, products)
+    here = jax.sharding.get_abstract_mesh()
+    split = P(None, None, axis, None)
+    specs = tuple(_outer_spec(x, length, axis) for x in outer)
+    ring = _ring(axis, size, length, epilogue, products)
+    mapped = jax.shard_map(lambda q, k, v, *outer: ring(q, k, v, tuple(outer)),
+                           mesh=mesh if here.empty else here, in_specs=(split, split, split, *specs),
+                           out_specs=split, axis_names={axis}, check_vma=False)
+    return mapped(q, k, v, *outer)
+
+
+class _Products:
+    """The two attention products as Paddle AMP runs them: under bf16/fp16 both operands in half and a float32
+    result (matmul is a white-list op); otherwise in the operands' own type."""
+
+    def __init__(self, half, dtype):
+        self.half, self.out = half, jnp.float32 if half is not None else dtype
+
+    def cast(self, x):
+        return x if self.half is None else x.astype(self.half)
+
+    def __call__(self, equation: str, a, b):
+        return jnp.einsum(equation, self.cast(a), self.cast(b), preferred_element_type=self.out)
+
+
+def _epilogue(interp, op, scores: int, out: int):
+    """(scores, outer values) -> the softmax's input, through the model's own ops (the op's sub-block)."""
+    (block,) = op.blocks
+    names = op.inputs[3:]
+
+    def run(s, outer):
+        local = {scores: s, **dict(zip(names, outer))}
+        interp.run_block(block, local)
+        return local[out]
+    return run
+
+
+def _whole(q, k, v, outer, epilogue, products):
+    x = epilogue(products("bhqd,bhkd->bhqk", q, k), tuple(outer))
+    p = jax.nn.softmax(x.astype(jnp.promote_types(x.dtype, jnp.float32)), axis=-1)
+    return products("bhqk,bhkd->bhqd", p, v)
+
+
+def _outer_spec(x, length: int, axis: str):
+    """An epilogue operand broadcasts against the scores [B, H, T, T]: its next-to-last dimension, when it
+    has the queries' length, is split with them (a mask's rows); the rest is whole on every device."""
+    if getattr(x, "ndim", 0) >= 2 and x.shape[-2] == length and length > 1:
+        return P(*([None] * (x.ndim - 2)), axis, None)
+    return P()
+
+
+def _key_block(outer, source, block: int, length: int):
+    """Each operand's columns for the key block from device `source` (those with the keys' length)."""
+    return tuple(jax.lax.dynamic_slice_in_dim(x, source * block, block, axis=x.ndim - 1)
+                 if _by_key(x, length) else x for x in outer)
+
+
+def _by_key(x, length: int) -> bool:
+    return getattr(x, "ndim", 0) >= 1 and x.shape[-1] == length and length > 1
+
+
+def _ring(axis: str, n: int, length: int, epilogue, products):
+    """The per-device ring (inside shard_map over `axis`), with its own backward pass."""
+    block = length // n
+    forward_perm = [(i, (i + 1) % n) for i in range(n)]
+
+    def rotate(*xs):
+        return tuple(jax.lax.ppermute(x, axis, forward_perm) for x in xs)
+
+    def source(j):
+        return (jax.lax.axis_index(axis) - j) % n
+
+    def scores_of(q, k, outer, j):
+        s = products("bhqd,bhkd->bhqk", q, k)
+        return s, _key_block(outer, source(j), block, length)
+
+    def forward(q, k, v, outer):
+        acc = jnp.promote_types(products.out, jnp.float32)
+        o = jnp.zeros(q.shape, acc)
+        m = jnp.full(q.shape[:3] + (1,), -jnp.inf, acc)
+        total = jnp.zeros(q.shape[:3] + (1,), acc)
+
+        def step(j, carry):
+            o, m, total, k, v = carry
+            s, ex = scores_of(q, k, outer, j)
+            x = epilogue(s, ex).astype(acc)
+            m_new = jnp.maximum(m, x.max(-1, keepdims=True))
+            # NOTE: a row whose scores are all -inf so far: exp(-inf - -inf) would be nan
+            safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
+            e = jnp.exp(x - safe)
+            scale = jnp.exp(m - safe)
+            o = o * scale + products("bhqk,bhkd->bhqd", e, v).astype(acc)
+            return (o, m_new, total * scale + e.sum(-1, keepdims=True), *rotate(k, v))
+
+        o, m, total, _, _ = jax.lax.fori_loop(0, n, step, (o, m, total, k, v))
+        out = o / total
+        lse = jnp.where(jnp.isfinite(m), m, 0.0) + jnp.log(total)
+        return out.astype(products.out), (q, k, v, outer, out, lse)
+
+    def backward(res, d_out):
+        q, k, v, outer, out, lse = res
+        acc = lse.dtype
+        d_out = d_out.astype(acc)
+        rowdot = jnp.sum(d_out * out, -1, keepdims=True)
+        zeros = lambda x: jnp.zeros(x.shape, acc)       # noqa: E731
+        d_outer = tuple(zeros(x) if _is_float(x) else None for x in outer)
+
+        def step(j, carry):
+            dq, k, v, dk, dv, d_outer = carry
+            s, ex = scores_of(q, k, outer, j)
+            x, pull = jax.vjp(epilogue, s, ex)
+            p = jnp.exp(x.astype(acc) - lse)
+            dv = dv + products("bhqk,bhqd->bhkd", p, d_out).astype(acc)
+            dp = products("bhqd,bhkd->bhqk", d_out, v).astype(acc)
+            ds, d_ex = pull((p * (dp - rowdot)).astype(x.dtype))
+            dq = dq + products("bhqk,bhkd->bhqd", ds, k).astype(acc)
+            dk = dk + products("bhqk,bhqd->bhkd", ds, q).astype(acc)
+            d_outer = _add_outer(d_outer, d_ex, outer, source(j), block, length)
+            k, v, dk, dv = rotate(k, v, dk, dv)
+            return dq, k, v, dk, dv, d_outer
+
+        dq, _, _, dk, dv, d_outer = jax.lax.fori_loop(0, n, step, (zeros(q), k, v, zeros(k), zeros(v), d_outer))
+        return (dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype),
+                tuple(_cotangent(x, d) for x, d in zip(outer, d_outer)))
+
+    @jax.custom_vjp
+    def ring(q, k, v, outer):
+        return forward(q, k, v, outer)[0]
+
+    ring.defvjp(forward, backward)
+    return ring
+
+
+def _is_float(x) -> bool:
+    return jnp.issubdtype(jnp.result_type(x), jnp.floating)
+
+
+def _add_outer(total, d_ex, outer, source, block, length):
+    """The epilogue operands' gradients, each key block's into its columns."""
+    out = []
+    for acc, d, x in zip(total, d_ex, outer):
+        if acc is None:
+            out.append(None)
+        elif _by_key(x, length):
+            start = source * block
+            cur = jax.lax.dynamic_slice_in_dim(acc, start, block, axis=acc.ndim - 1)
+            out.append(jax.lax.dynamic_update_slice_in_dim(acc, cur + d.astype(acc.dtype), start, axis=acc.ndim - 1))
+        else:
+            out.append(acc + d.astype(acc.dtype))
+    return tuple(out)
+
+
+def _cotangent(x, d):
+    if d is None:
+        return np.zeros(jnp.shape(x), jax.dtypes.float0)
+    return d.astype(jnp.result_type(x))
+

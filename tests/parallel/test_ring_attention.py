@@ -1,0 +1,65 @@
+"""The ring attention of Strategy(sequence=N) on attention written in the ways Paddle code writes it: keys
+transposed by an op or by transpose_y, an additive padding mask that hides whole key blocks from some rows
+(-inf, so a device's running softmax starts from nothing), and a model that also returns its attention
+weights (left as captured: they are read twice). Each trains as one device does (16 virtual CPU devices)."""
+import numpy as np
+import paddle
+import paddle.nn as nn
+import paddle.nn.functional as F
+import pytest
+from paddle.static import InputSpec
+
+import paddle_xla as px
+
+B, S, E, H = 4, 16, 16, 2
+
+
+class Attention(nn.Layer):
+    def __init__(self, transpose_op: bool, returns_weights: bool):
+        super().__init__()
+        self.qkv, self.out = nn.Linear(E, 3 * E), nn.Linear(E, E)
+        self.transpose_op, self.returns_weights = transpose_op, returns_weights
+
+    def forward(self, x, mask):
+        q, k, v = (t.reshape([B, S, H, E // H]).transpose([0, 2, 1, 3]) for t in self.qkv(x).split(3, axis=-1))
+        if self.transpose_op:
+            scores = paddle.matmul(q, k.transpose([0, 1, 3, 2]))
+        else:
+            scores = paddle.matmul(q, k, transpose_y=True)
+        weights = F.softmax(scores * (E // H) ** -0.5 + mask, axis=-1)
+        y = self.out(paddle.matmul(weights, v).transpose([0, 2, 1, 3]).reshape([B, S, E]))
+        loss = (y ** 2).mean()
+        return (loss, weights.sum()) if self.returns_weights else loss
+
+
+def _mask():
+    """Row b sees keys [0, S - 4b): rows 1-3 have their last 1-3 key blocks (of 4) hidden whole."""
+    mask = np.zeros((B, 1, S, S), "float32")
+    for b in range(B):
+        mask[b, :, :, S - 4 * b:] = -np.inf
+    return mask
+
+
+def _train(strategy, **kind):
+    with paddle.utils.unique_name.guard():
+        paddle.seed(0)
+        net = Attention(**kind)
+        opt = paddle.optimizer.SGD(0.1, parameters=net.parameters())
+        specs = [InputSpec([B, S, E], "float32", "x"), InputSpec([B, 1, S, S], "float32", "mask")]
+        step = px.train_step(net, None, opt, specs, strategy=strategy)
+    rng = np.random.default_rng(0)
+    losses = [step(rng.standard_normal((B, S, E)).astype("float32"), _mask()) for _ in range(3)]
+    return losses, step.weights(), step
+
+
+@pytest.mark.parametrize("kind", [dict(transpose_op=True, returns_weights=False),
+                                  dict(transpose_op=False, returns_weights=False),
+                                  dict(transpose_op=False, returns_weights=True)])
+def test_ring_attention_trains_as_one_device(kind):
+    want_losses, want, _ = _train(None, **kind)
+    losses, got, step = _train(px.Strategy(sequence=4), **kind)
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
+    for name, w in want.items():
+        np.testing.assert_allclose(got[name], w, atol=1e-6, err_msg=name)
+    rings = [op.name for op in step._step.engine._attention_graph().block.ops].count("paddle_xla.ring_attention")
+    assert rings == (0 if kind["returns_weights"] else 1)
