@@ -22,6 +22,7 @@ import dataclasses
 from collections import Counter
 
 from ..graph import Block, Graph, Op
+from ..graph_patterns import unrepeated_heads
 
 SWAP_LAST_TWO = [0, 1, 3, 2]
 EPILOGUE_OPS = frozenset({"pd_op.scale", "pd_op.add", "pd_op.cast", "pd_op.multiply", "pd_op.divide",
@@ -39,6 +40,7 @@ def rewrite(graph: Graph, *, axis: str, size: int, mesh) -> Graph:
         found = _attention(i, ops, producer, readers)
         if found is None or found.chain & dropped:
             continue
+        found = found.grouped({v: ops[j] for v, j in producer.items()})
         fused[i] = found.op(ops[i], axis=axis, size=size, mesh=mesh)
         dropped |= found.chain
     if not fused:
@@ -55,6 +57,12 @@ class _Found:
     scores: int                 # the value the epilogue starts from
     epilogue: list[Op]
     chain: set[int]             # positions of the ops the ring replaces (not the final matmul's own)
+
+    def grouped(self, op_of: dict) -> "_Found":
+        """Grouped-query attention: the keys and values before the model repeats each head for its group of
+        query heads, when both are repeated so (the ring passes 1/group of the bytes round)."""
+        k, v = unrepeated_heads(self.k, op_of), unrepeated_heads(self.v, op_of)
+        return self if k is None or v is None else dataclasses.replace(self, k=k, v=v)
 
     def op(self, final: Op, *, axis, size, mesh) -> Op:
         made = {v for op in self.epilogue for v in op.outputs} | {self.scores}
