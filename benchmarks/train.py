@@ -194,7 +194,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5, help="BERT: interleaved rounds; ResNet-50: timed calls")
     ap.add_argument("--max-predictions", type=int, default=20)
     ap.add_argument("--models", default="bert,resnet50", help=f"comma-separated: bert, llama, {', '.join(CNNS)}")
-    ap.add_argument("--llama-batch", type=int, default=1)
+    ap.add_argument("--llama-batch", type=int, default=8)
     ap.add_argument("--llama-seq", type=int, default=512)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "train.json"))
     args = ap.parse_args()
