@@ -319,21 +319,25 @@ class _AsTwoRanksShareIt(Tokens):
         return super().__getitem__(4 * k + (0, 2, 1, 3)[j])
 
 
-def test_paddle_launch_two_processes(tmp_path, monkeypatch):
-    """`python -m paddle.distributed.launch --nproc_per_node 2 train.py`, as PaddleFormers users start it: each
-    process reads its share of every batch, paddle_xla joins them into one data-parallel step (one device
-    per process, PaddleFormers' default sharding stage1 over the two), and process 0 alone writes the
-    checkpoints. The same numbers as PaddleFormers' data parallelism over those shares."""
+def _launch_two(tmp_path, extra: dict) -> tuple[dict, Path]:
     from parallel.test_launchers import clean_env, logs
     env = clean_env()
     env["XLA_FLAGS"] = env["XLA_FLAGS"].replace("device_count=8", "device_count=1")
     out, run_dir = tmp_path / "curve.json", tmp_path / "run"
     script = str(Path(__file__).parent / "paddleformers_trainer_script.py")
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir",
-           str(tmp_path / "log"), script, str(out), str(run_dir)]
+           str(tmp_path / "log"), script, str(out), str(run_dir), json.dumps(extra)]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:] + logs(tmp_path / "log")
-    got = json.loads(out.read_text())
+    return json.loads(out.read_text()), run_dir
+
+
+def test_paddle_launch_two_processes(tmp_path, monkeypatch):
+    """`python -m paddle.distributed.launch --nproc_per_node 2 train.py`, as PaddleFormers users start it: each
+    process reads its share of every batch, paddle_xla joins them into one data-parallel step (one device
+    per process, PaddleFormers' default sharding stage1 over the two), and process 0 alone writes the
+    checkpoints. The same numbers as PaddleFormers' data parallelism over those shares."""
+    got, run_dir = _launch_two(tmp_path, {})
     assert (got["strategy"]["replicas"], got["strategy"]["sharding"]) == (2, 1)
     monkeypatch.setattr(paddle.device, "synchronize", lambda *a, **k: None)
     want = _train("pf", tmp_path / "pf", dataset=_AsTwoRanksShareIt(), gradient_accumulation_steps=2, max_steps=6,
@@ -341,3 +345,14 @@ def test_paddle_launch_two_processes(tmp_path, monkeypatch):
     np.testing.assert_allclose(got["losses"], want[0], atol=3e-6)
     _same_weights({k: np.asarray(v, np.float32) for k, v in got["weights"].items()}, want[2])
     assert (run_dir / "checkpoint-6" / "model_state.pdparams").is_file()
+
+
+def test_paddle_launch_two_processes_share_one_replica(tmp_path):
+    """tensor_model_parallel_size=2 over the two processes: one data-parallel rank, whose batch both processes
+    read (PaddleFormers' ranks of one tensor group read the same data), each feeding half of its rows. The
+    same numbers as PaddleFormers in one process."""
+    got, _ = _launch_two(tmp_path, {"tensor_model_parallel_size": 2})
+    assert (got["strategy"]["replicas"], got["strategy"]["tensor"]) == (1, 2)
+    want = _train("pf", tmp_path / "pf", max_steps=6, save_steps=3)
+    np.testing.assert_allclose(got["losses"], want[0], atol=3e-6)
+    _same_weights({k: np.asarray(v, np.float32) for k, v in got["weights"].items()}, want[2])
