@@ -163,6 +163,20 @@ def test_load_best_model_at_end_keeps_the_best(tmp_path):
     assert not np.allclose(got[2]["model.layers.0.mlp.up_proj.weight"], last["model.layers.0.mlp.up_proj.weight"])
 
 
+def test_load_best_model_at_end_over_replicas_and_an_uneven_epoch(tmp_path):
+    """Two replicas over 9 rows (4 steps of 2, one row left over): the sampler's length is the steps that run,
+    and the model train() leaves is the best checkpoint's."""
+    _, _, weights, trainer = _train(
+        "px", tmp_path, dataset=Tokens(9), per_device_train_batch_size=1, sharding_parallel_size=2, max_steps=-1,
+        num_train_epochs=1, save_steps=2, eval_dataset=Tokens(8, seed=1), evaluation_strategy="steps",
+        eval_steps=2, load_best_model_at_end=True, metric_for_best_model="eval_loss")
+    assert trainer.state.global_step == 4 and len(trainer.get_train_dataloader()) == 4
+    best = paddle.load(str(Path(trainer.state.best_model_checkpoint) / "model_state.pdparams"), return_numpy=True)
+    assert not trainer.state.best_model_checkpoint.endswith("checkpoint-4")
+    for k, w in best.items():
+        np.testing.assert_array_equal(weights[k], w, err_msg=k)
+
+
 def test_fp16_skipped_steps_leave_the_schedule(tmp_path):
     """fp16 starts its loss scale at scale_loss; a step the scaler skips on overflow does not advance the
     learning-rate schedule (PaddleFormers steps it only when its GradScaler ran the optimizer)."""

@@ -135,10 +135,15 @@ class Trainer(_Trainer):
     def train(self, *a, **kw):
         self._px_step, self._px_pending = None, []      # NOTE: a resumed run loads the checkpoint first
         self._refuse_iterable_over_ranks()
+        done = False
         try:
             with _paddle_device_sync_skipped(), _one_paddle_rank():
-                return super().train(*a, **kw)
+                out = super().train(*a, **kw)
+            done = True
+            return out
         finally:
+            if done and self.args.load_best_model_at_end and self.state.best_model_checkpoint is not None:
+                self._px_step = None        # NOTE: the model holds the best checkpoint now; keep it
             self.sync_to_paddle()
 
     def _maybe_log_save_evaluate(self, *a, **kw):
@@ -275,6 +280,12 @@ class _RanksBatchSampler(MappingDistributedBatchSampler):
                          rank=rows.first, shuffle=args.dataloader_shuffle, drop_last=args.dataloader_drop_last,
                          data_seed=args.seed)
         self._ranks = range(rows.first, rows.stop)
+
+    def __len__(self):
+        # NOTE: Paddle's DistributedBatchSampler counts ceil(samples / ranks) per rank; this one (as its
+        # PaddleFormers base yields) floor: PaddleFormers' max_steps must be the steps that run
+        per_rank, batch = self.total_size // self.nranks, self.batch_size * self._acc_steps
+        return per_rank // batch if self.drop_last else -(-per_rank // batch)
 
     def set_epoch(self, epoch=0, consumed_samples=0):
         # NOTE: PaddleFormers computes consumed_samples on resume for the one rank it is shown (its

@@ -28,7 +28,9 @@ def ring_attention(interp, op, env, q, k, v, *outer, axis, size, mesh, scores, e
     epilogue = _epilogue(interp, op, scores, epilogue_out)
     products = _Products(interp.half, jnp.result_type(q.dtype, k.dtype))
     length = q.shape[2] if q.ndim == 4 else 0
-    if size == 1 or q.ndim != 4 or length % size or k.shape[2] != length or v.shape[2] != length:
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        return _as_written(q, k, v, outer, epilogue, products)
+    if size == 1 or length % size or k.shape[2] != length or v.shape[2] != length:
         return _whole(q, k, v, outer, epilogue, products)
     here = jax.sharding.get_abstract_mesh()
     split = P(None, None, axis, None)
@@ -49,9 +51,20 @@ class _Products:
     def __init__(self, half, dtype):
         self.half, self.out = half, jnp.float32 if half is not None else dtype
 
+    def _cast(self, a, b):
+        # NOTE: float64 keeps its type under AMP, as the captured matmul's does (half.cast_floats)
+        if self.half is None or jnp.float64 in (a.dtype, b.dtype):
+            return a, b
+        return a.astype(self.half), b.astype(self.half)
+
     def _dot(self, equation, a, b):
-        a, b = (x if self.half is None else x.astype(self.half) for x in (a, b))
-        return jnp.einsum(equation, a, b, preferred_element_type=self.out)
+        a, b = self._cast(a, b)
+        out = jnp.promote_types(self.out, jnp.result_type(a, b)) if jnp.float64 in (a.dtype, b.dtype) else self.out
+        return jnp.einsum(equation, a, b, preferred_element_type=out)
+
+    def matmul(self, a, b):
+        a, b = self._cast(a, b)
+        return jnp.matmul(a, b, preferred_element_type=self.out if self.half is not None else None)
 
     def _grouped(self, equation: str, a, b, kv: int, heads_out: bool = True):
         """The product per group when there are fewer key/value heads than query heads, else the plain one
@@ -83,6 +96,14 @@ def _epilogue(interp, op, scores: int, out: int):
         interp.run_block(block, local)
         return local[out]
     return run
+
+
+def _as_written(q, k, v, outer, epilogue, products):
+    """Attention of another rank than [B, H, T, D] (heads folded into the batch, one head): the program's own
+    products, left to GSPMD."""
+    x = epilogue(products.matmul(q, jnp.swapaxes(k, -1, -2)), tuple(outer))
+    p = jax.nn.softmax(x.astype(jnp.promote_types(x.dtype, jnp.float32)), axis=-1)
+    return products.matmul(p, v)
 
 
 def _whole(q, k, v, outer, epilogue, products):

@@ -33,7 +33,8 @@ def rewrite(graph: Graph, *, axis: str, size: int, mesh) -> Graph:
     """The graph with each attention it finds as one ring attention over mesh axis `axis` of `size`."""
     ops = list(graph.block.ops)
     readers = Counter(v for op in graph.block.walk() for v in op.inputs if v is not None)
-    readers.update(graph.fetches)
+    # NOTE: a value the program returns or writes back has a reader outside the block too
+    readers.update([f.value for f in graph.fetches] + [v for _, v in graph.buffer_updates])
     producer = {v: i for i, op in enumerate(ops) for v in op.outputs}
     fused, dropped = {}, set()
     for i, op in enumerate(ops):
@@ -105,13 +106,19 @@ def _attention(i: int, ops: list[Op], producer: dict, readers: Counter) -> _Foun
 
 
 def _upstream(op: Op, ops: list[Op], producer: dict, readers: Counter) -> int | None:
-    """The operand of an epilogue op that carries the scores: the one made, with no other reader, by another
-    epilogue op or by the scores' matmul (the mask and constants are made elsewhere, or read by every layer)."""
-    for value in op.inputs:
-        j = None if value is None else _source(value, producer, readers)
-        if j is not None and (ops[j].name in EPILOGUE_OPS or ops[j].name == "pd_op.matmul"):
-            return value
-    return None
+    """The operand of an epilogue op that carries the scores: the one whose single-reader chain of epilogue
+    ops reaches a matmul (a mask built by its own elementwise ops, `(1 - m) * -1e4`, reaches none)."""
+    return next((v for v in op.inputs if v is not None and _reaches_matmul(v, ops, producer, readers)), None)
+
+
+def _reaches_matmul(value: int, ops: list[Op], producer: dict, readers: Counter, depth: int = 8) -> bool:
+    j = _source(value, producer, readers)
+    if j is None or depth == 0:
+        return False
+    if ops[j].name == "pd_op.matmul":
+        return True
+    return ops[j].name in EPILOGUE_OPS and any(
+        v is not None and _reaches_matmul(v, ops, producer, readers, depth - 1) for v in ops[j].inputs)
 
 
 def _source(value: int, producer: dict, readers: Counter) -> int | None:
