@@ -3,6 +3,8 @@
 `producer` maps a value id to the Op that makes it."""
 from __future__ import annotations
 
+SWAP_LAST_TWO = [0, 1, 3, 2]        # the transpose perm of k^T in q @ k^T, as Paddle code writes it
+
 
 def unrepeated_heads(value: int, producer) -> int | None:
     """The [B, KV, S, D] tensor that `value` repeats as reshape(expand(unsqueeze(t, [2]), [B, KV, G, S, D]),

@@ -15,9 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..graph import Graph, Op
-from ..graph_patterns import unrepeated_heads as _unrepeated
-
-SWAP_LAST_TWO = [0, 1, 3, 2]
+from ..graph_patterns import SWAP_LAST_TWO, unrepeated_heads as _unrepeated
 
 
 def rewrite(graph: Graph) -> Graph:

@@ -111,8 +111,7 @@ class Trainer(_Trainer):
         _same_shapes(self._px_pending)
         batch, self._px_pending = self._px_rows.block(self._px_pending), []
         step = self._px_step or self._build_step(batch)
-        loss = step(**batch)
-        return paddle.to_tensor(loss, dtype="float32")
+        return paddle.to_tensor(step(**batch), dtype="float32")
 
     def optimizer_step(self, args, model, parameters_list=None):
         """The update already ran inside the compiled step; Paddle's scheduler advances with it, so logs,

@@ -22,9 +22,8 @@ import dataclasses
 from collections import Counter
 
 from ..graph import Block, Graph, Op
-from ..graph_patterns import unrepeated_heads
+from ..graph_patterns import SWAP_LAST_TWO, unrepeated_heads
 
-SWAP_LAST_TWO = [0, 1, 3, 2]
 EPILOGUE_OPS = frozenset({"pd_op.scale", "pd_op.add", "pd_op.cast", "pd_op.multiply", "pd_op.divide",
                           "pd_op.subtract"})
 
