@@ -27,6 +27,23 @@ def unrepeated_heads(value: int, producer) -> int | None:
     return unsqueeze.inputs[0]
 
 
+def slot_parts(value: int, producer) -> tuple[int, ...]:
+    """The parts `value` concatenates along its slots axis (the keys' or values' [.., S, D] axis -2, as a KV
+    cache appends a step's new ones to what it holds: concat([cache, new], axis=-2)), or (value,) when it is
+    not such a concatenation."""
+    concat = producer.get(value)
+    if concat is None or concat.name != "pd_op.concat" or len(concat.inputs) != 2:
+        return (value,)
+    combine, axis = producer.get(concat.inputs[0]), producer.get(concat.inputs[1])
+    if combine is None or combine.name != "builtin.combine" or axis is None or axis.name != "pd_op.full":
+        return (value,)
+    # NOTE: 2 is the slots axis only of a 4-D [B, H, S, D]: the grouped products take 4-D operands and
+    # refuse others when lowered
+    if axis.attrs.get("value") not in (-2, 2) or len(combine.inputs) < 2:
+        return (value,)
+    return tuple(combine.inputs)
+
+
 def _constant(value: int, producer) -> list[int] | None:
     op = producer.get(value)
     if op is None or op.name != "pd_op.full_int_array":

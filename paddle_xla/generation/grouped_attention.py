@@ -8,14 +8,19 @@ the biggest thing the step writes (G times the cache read, per layer). This rewr
 matmuls at the keys and values before the repetition (paddle_xla.grouped_scores / grouped_values,
 ops/grouped_attention.py), which compute the same products. The repeat ops lose their readers and XLA
 drops them. A matmul that reads anything else is left alone, so a model without GQA, or one that
-repeats its heads another way, runs as captured. Paddle-free.
+repeats its heads another way, runs as captured.
+
+The keys and values a decode step (or a prefill chunk) attends to are the cache with the step's new ones
+appended (concat([cache, new], axis=-2), in the model's cache class). The products read those parts
+where they lie, so the concatenation loses its attention readers and the step no longer copies the
+whole cache into it; a model without GQA gets the same (one group member per head). Paddle-free.
 """
 from __future__ import annotations
 
 import dataclasses
 
 from ..graph import Graph, Op
-from ..graph_patterns import SWAP_LAST_TWO, unrepeated_heads as _unrepeated
+from ..graph_patterns import SWAP_LAST_TWO, slot_parts, unrepeated_heads
 
 
 def rewrite(graph: Graph) -> Graph:
@@ -32,16 +37,24 @@ def _grouped(op: Op, producer) -> Op | None:
         return None
     x, y = op.inputs[:2]
     if op.attrs.get("transpose_y"):
-        keys = _unrepeated(y, producer)
-        return None if keys is None else _as(op, "paddle_xla.grouped_scores", x, keys)
+        return _as(op, "paddle_xla.grouped_scores", x, _shared(y, producer))
     swap = producer.get(y)
     if swap is not None and swap.name == "pd_op.transpose" and list(swap.attrs.get("perm", ())) == SWAP_LAST_TWO:
-        keys = _unrepeated(swap.inputs[0], producer)
+        keys = _shared(swap.inputs[0], producer)
         if keys is not None:
             return _as(op, "paddle_xla.grouped_scores", x, keys)
-    values = _unrepeated(y, producer)
-    return None if values is None else _as(op, "paddle_xla.grouped_values", x, values)
+    return _as(op, "paddle_xla.grouped_values", x, _shared(y, producer))
 
 
-def _as(op: Op, name: str, x: int, kv: int) -> Op:
-    return dataclasses.replace(op, name=name, inputs=(x, kv), attrs={})
+def _shared(value: int, producer) -> tuple[int, ...] | None:
+    """The keys or values a matmul operand holds, unrepeated and in their slot parts; None when the operand
+    is neither repeated heads nor a concatenation along the slots (then the matmul stays as it is)."""
+    kv = unrepeated_heads(value, producer)
+    parts = slot_parts(value if kv is None else kv, producer)
+    if kv is None and len(parts) == 1:
+        return None
+    return parts
+
+
+def _as(op: Op, name: str, x: int, kv: tuple[int, ...] | None) -> Op | None:
+    return None if kv is None else dataclasses.replace(op, name=name, inputs=(x,) + kv, attrs={})

@@ -32,7 +32,10 @@ def prompt_positions(mask):
 
 
 class Slots(NamedTuple):
-    past: jax.Array         # [2L, B, H, S, D]
+    # NOTE: one array per layer's keys and per layer's values, [B, H, S, D] each, not one [2L, B, H, S, D]:
+    # an attention reads its layer's cache where it lies only if that is a whole buffer (XLA:CPU copies a
+    # slice of a bigger one before a product reads it, 600 MB per step at 32 rows x 768 slots in fp32)
+    past: tuple             # 2L x [B, H, S, D]: layer i's keys at 2i, its values at 2i + 1
     valid: jax.Array        # [B, S] int64: 1 where a slot holds a real token's K/V
     cursor: jax.Array       # [B] int32: the slot the row's next K/V goes into
     token: jax.Array        # [B] int64: the row's last token, not yet in the cache
@@ -55,7 +58,8 @@ def empty(cache_shape, cache_dtype, vocab: int) -> Slots:
 
     def i32():
         return jnp.zeros(batch, jnp.int32)      # NOTE: one buffer per field: the state is donated
-    return Slots(jnp.zeros(cache_shape, cache_dtype), jnp.zeros((batch, slots), jnp.int64), i32(),
+    past = tuple(jnp.zeros(cache_shape[1:], cache_dtype) for _ in range(layers2))
+    return Slots(past, jnp.zeros((batch, slots), jnp.int64), i32(),
                  jnp.zeros(batch, jnp.int64), jnp.zeros(batch, jnp.int64), jnp.zeros(batch, bool), i32(), i32(),
                  jnp.zeros(batch, jnp.float32), jnp.zeros((batch, vocab), bool), jnp.zeros((batch, 2), jnp.uint32),
                  R.row_params(batch), jnp.zeros((batch, layers2, heads, dim), cache_dtype), i32(),
@@ -91,7 +95,7 @@ def start(prefill: Callable, weights, ids, mask, live, limit, params: R.RowParam
     logits, kv = prefill(weights, ids, mask, prompt_positions(mask))
     kv, valid, span = packed(kv, mask, slots)
     batch, (layers2, _, heads, _, dim) = ids.shape[0], kv.shape
-    s = Slots(kv.astype(cache_dtype), valid.astype(jnp.int64), span.astype(jnp.int32), jnp.zeros(batch, jnp.int64),
+    s = Slots(tuple(kv.astype(cache_dtype)), valid.astype(jnp.int64), span.astype(jnp.int32), jnp.zeros(batch, jnp.int64),
               jnp.sum(mask, axis=-1).astype(jnp.int64), jnp.zeros(batch, bool), jnp.zeros(batch, jnp.int32),
               jnp.zeros(batch, jnp.int32), jnp.zeros(batch, jnp.float32),
               R.seen_tokens(ids, logits.shape[-1]), keys, params,
@@ -131,10 +135,11 @@ def absorb(extend: Callable, weights, s: Slots, ids, mask, fresh, last, live, li
     cursor = jnp.where(fresh, 0, s.cursor)
     seen = jnp.where(fresh[:, None], False, s.seen) | R.seen_tokens(ids, s.seen.shape[1])
     logits, kv = extend(weights, ids, jnp.concatenate([valid, mask.astype(valid.dtype)], axis=-1),
-                        chunk_positions(cursor, mask), s.past)
+                        chunk_positions(cursor, mask), jnp.stack(s.past))
     at = jnp.where(mask != 0, cursor[:, None] + jnp.cumsum(mask, axis=-1).astype(jnp.int32) - 1, slots)
     rows = jnp.arange(batch)[:, None]
-    past = s.past.at[:, rows, :, at].set(jnp.transpose(kv, (1, 3, 0, 2, 4)).astype(s.past.dtype), mode="drop")
+    past = tuple(layer.at[rows, :, at].set(jnp.transpose(new, (0, 2, 1, 3)).astype(layer.dtype), mode="drop")
+                 for layer, new in zip(s.past, kv))
     valid = valid.at[rows, at].set(1, mode="drop")
     filled = s._replace(past=past, valid=valid, cursor=cursor + jnp.sum(mask, axis=-1).astype(jnp.int32), seen=seen,
                         live=jnp.zeros(batch, bool), pending_on=jnp.zeros(batch, bool))
@@ -155,19 +160,13 @@ def absorb_row(extend: Callable, weights, s: Slots, row, ids, mask, fresh, last,
 
 
 def _row_of(s: Slots, row) -> Slots:
-    """The batch-1 Slots of one row (the cache's batch is its axis 1)."""
-    past = lax.dynamic_slice_in_dim(s.past, row, 1, axis=1)
-    rest = [jax.tree.map(lambda a: lax.dynamic_slice_in_dim(a, row, 1, axis=0), getattr(s, f))
-            for f in Slots._fields[1:]]
-    return Slots(past, *rest)
+    """The batch-1 Slots of one row (every array's batch is its axis 0)."""
+    return jax.tree.map(lambda a: lax.dynamic_slice_in_dim(a, row, 1, axis=0), s)
 
 
 def with_row(s: Slots, row, view: Slots) -> Slots:
     """s with `row` set to the batch-1 Slots `view`."""
-    past = lax.dynamic_update_slice_in_dim(s.past, view.past, row, axis=1)
-    rest = [jax.tree.map(lambda a, v: lax.dynamic_update_slice_in_dim(a, v.astype(a.dtype), row, axis=0),
-                         getattr(s, f), getattr(view, f)) for f in Slots._fields[1:]]
-    return Slots(past, *rest)
+    return jax.tree.map(lambda a, v: lax.dynamic_update_slice_in_dim(a, v.astype(a.dtype), row, axis=0), s, view)
 
 
 def insert(prefill: Callable, weights, s: Slots, row, ids, mask, limit, params: R.RowParams, key,
@@ -176,7 +175,7 @@ def insert(prefill: Callable, weights, s: Slots, row, ids, mask, limit, params: 
     request's decode arguments as [1] arrays. Returns (slots, first token, whether the row goes on). The
     row's pending K/V (its previous request's last) are dropped with the rest of its state."""
     one = start(prefill, weights, ids, mask, jnp.ones(1, bool), jnp.reshape(limit, (1,)), params, key[None],
-                s.valid.shape[1], s.past.dtype, eos_ids)
+                s.valid.shape[1], s.past[0].dtype, eos_ids)
     return with_row(s, row, one), one.token[0], one.live[0]
 
 
@@ -190,7 +189,7 @@ def _write_pending(s: Slots) -> tuple[jax.Array, jax.Array]:
     batch, slots = s.valid.shape
     rows = jnp.arange(batch)
     at = jnp.where(s.pending_on, s.pending_at, slots)          # NOTE: out of range: dropped
-    past = s.past.at[:, rows, :, at].set(s.pending, mode="drop")
+    past = tuple(layer.at[rows, :, at].set(s.pending[:, i], mode="drop") for i, layer in enumerate(s.past))
     valid = s.valid.at[rows, at].set(1, mode="drop")
     return past, valid
 
@@ -206,14 +205,16 @@ def step(decode: Callable, weights, s: Slots, eos_ids: tuple[int, ...], pad: int
     batch = s.valid.shape[0]
     past, valid = _write_pending(s)
     mask = jnp.concatenate([valid, jnp.ones((batch, 1), valid.dtype)], axis=-1)
-    logits, new = decode(weights, s.token[:, None], mask, s.position[:, None], past)
+    # NOTE: the program takes the cache as one [2L, ...] feed and unbinds it per layer: XLA folds the slices of
+    # this stack back into the layers' own buffers
+    logits, new = decode(weights, s.token[:, None], mask, s.position[:, None], jnp.stack(past))
     split = jax.vmap(jax.random.split)(s.keys)
     token, term = R.choose(logits, s.params, s.seen, s.t, split[:, 1], eos_ids)
     token, scores, live = finish(token, term, s.scores, s.live, s.t, s.limit, eos_ids, pad)
     made = jnp.where(s.live, token, NO_TOKEN)
     seen = jnp.where(s.live[:, None], R.mark_seen(s.seen, token), s.seen)
     return Slots(past, valid, s.cursor + s.live, token.astype(s.token.dtype), s.position + s.live, live,
-                 s.t + s.live, s.limit, scores, seen, split[:, 0], s.params, jnp.moveaxis(new, 1, 0).astype(past.dtype),
+                 s.t + s.live, s.limit, scores, seen, split[:, 0], s.params, jnp.moveaxis(new, 1, 0).astype(past[0].dtype),
                  s.cursor, s.live), made
 
 

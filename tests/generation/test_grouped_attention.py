@@ -31,6 +31,23 @@ def test_the_grouped_products_equal_the_repeated_ones(heads, kv_heads, t):
                                np.matmul(p.astype(np.float64), v_rep), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("heads,kv_heads", [(12, 4), (4, 4)])
+def test_keys_and_values_in_parts_give_the_products_of_their_concatenation(heads, kv_heads):
+    # NOTE: a decode step's cache and its new token, read where they lie
+    rng = np.random.default_rng(heads)
+    b, t, d, cut = 2, 3, 8, (7, 1)
+    q, p = rng.standard_normal((b, heads, t, d), np.float32), rng.standard_normal((b, heads, t, sum(cut)), np.float32)
+    keys = [rng.standard_normal((b, kv_heads, n, d), np.float32) for n in cut]
+    values = [rng.standard_normal((b, kv_heads, n, d), np.float32) for n in cut]
+    whole_k, whole_v = (jnp.asarray(np.concatenate(x, axis=2)) for x in (keys, values))
+    np.testing.assert_allclose(grouped_scores(jnp.asarray(q), *map(jnp.asarray, keys)),
+                               grouped_scores(jnp.asarray(q), whole_k), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(grouped_values(jnp.asarray(p), *map(jnp.asarray, values)),
+                               grouped_values(jnp.asarray(p), whole_v), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="over 8 slots do not match values in parts of \\[7, 2\\]"):
+        grouped_values(jnp.asarray(p), jnp.asarray(values[0]), jnp.zeros((b, kv_heads, 2, d)))
+
+
 def test_heads_that_do_not_split_into_groups_are_refused():
     with pytest.raises(ValueError, match="5 query heads do not split into groups over 2"):
         grouped_scores(jnp.zeros((1, 5, 1, 4)), jnp.zeros((1, 2, 3, 4)))
@@ -81,7 +98,7 @@ def test_a_matmul_that_reads_anything_else_is_left_alone(gen):
     assert weight_matmuls and len(weight_matmuls) == len([op for op in graph.ops() if op.name == "pd_op.matmul"]) - 4
 
 
-def test_the_decode_step_writes_no_repeated_keys_or_values(gen):
+def test_the_decode_step_copies_no_keys_or_values(gen):
     # NOTE: the repeated copy is a [B, KV, G, S + 1, D] broadcast per layer; its absence is the point
     g = gen.geometry
     engine = gen.engine
@@ -93,3 +110,21 @@ def test_the_decode_step_writes_no_repeated_keys_or_values(gen):
     heads = gen.model.config.num_attention_heads
     repeated = f"f32[{g.max_batch_size},{g.kv_heads},{heads // g.kv_heads},{g.max_length + 1},{g.head_dim}]"
     assert repeated not in hlo
+    # NOTE: nor a copy of a layer's cache: not the model's concat of the cache and the new token ([.., S + 1, ..]),
+    # nor a slice of one stacked cache ([.., S, ..]); the only instructions making either shape are the
+    # layers' own buffers and the in-place write of the step's K/V (a scatter)
+    layer = (g.max_batch_size, g.kv_heads, g.max_length, g.head_dim)
+    made = _makers(hlo, {f"f32[{','.join(map(str, layer))}]", f"f32[{','.join(map(str, layer[:2] + (layer[2] + 1,) + layer[3:]))}]"})
+    assert made and made <= {"parameter", "get-tuple-element", "bitcast", "tuple", "scatter"}, made
+
+
+def _makers(hlo: str, types: set[str]) -> set[str]:
+    """The kinds of the instructions in `hlo` whose result has one of `types` (a scatter fusion counts as scatter)."""
+    kinds = set()
+    for line in hlo.splitlines():
+        name, _, rest = line.strip().removeprefix("ROOT ").partition(" = ")
+        result, _, op = rest.partition(" ")
+        if result.split("{")[0] in types:
+            kind = op.split("(")[0]
+            kinds.add("scatter" if "scatter" in name else kind)
+    return kinds
