@@ -185,9 +185,18 @@ class TrainStep:
         names = self.stable_names()
         return checkpoint.fingerprint({names.get(p.name, p.name): p.shape for p in self.graph.params})
 
+    def scaler_state(self) -> dict | None:
+        """The fp16 loss scaler (scale, clean steps in a row, skipped steps), or None without one."""
+        return self._step.scaler_state()
+
+    def set_scaler_state(self, state: dict | None) -> None:
+        """Go on from a scaler_state() (a resumed run's); None leaves the scaler as it is."""
+        self._step.set_scaler_state(state)
+        self.loss_scale, self.skipped_steps = self._step.loss_scale, self._step.skipped_steps
+
     def save_checkpoint(self, path: str) -> None:
         extra = {"lr_offset": self._lr_offset, "schedule": self.schedule.to_dict()}
-        scaler = self._step.scaler_state()                     # fp16: scale, clean steps, skipped steps
+        scaler = self.scaler_state()
         if scaler is not None:
             extra["loss_scaler"] = scaler
         checkpoint.save(path, self.state, self.fingerprint(), extra, names=self.stable_names())
@@ -197,8 +206,7 @@ class TrainStep:
         scaler, all or nothing."""
         self.state, extra = checkpoint.load(path, self.state, self.fingerprint(), names=self.stable_names())
         self._lr_offset = int(extra.get("lr_offset", 0))
-        self._step.set_scaler_state(extra.get("loss_scaler"))
-        self.loss_scale, self.skipped_steps = self._step.loss_scale, self._step.skipped_steps
+        self.set_scaler_state(extra.get("loss_scaler"))
 
 
 def _check_own_loss(net, loss_fn, label_spec) -> None:

@@ -188,6 +188,24 @@ def test_fp16_skipped_steps_leave_the_schedule(tmp_path):
     assert trainer.lr_scheduler.get_lr() == pytest.approx(1e-3 * (6 - trainer.px_skipped_steps) / 3)
 
 
+def test_fp16_resumes_at_the_loss_scale_it_reached(tmp_path):
+    """The loss scaler goes into each checkpoint as PaddleFormers' GradScaler state (scaler.pdparams): a run
+    stopped at step 4 and resumed skips the steps the uninterrupted run skips and ends with its weights
+    (restarting at scale_loss, it would skip its first steps again)."""
+    args = dict(fp16=True, scale_loss=2.0 ** 24, max_steps=8, save_steps=4)
+    whole = _train("px", tmp_path / "whole", **args)
+    _train("px", tmp_path / "part", **args)
+    saved = paddle.load(str(tmp_path / "part" / "checkpoint-4" / "scaler.pdparams"), return_numpy=True)
+    assert saved["scale"][0] < 2.0 ** 24 and saved["incr_every_n_steps"] == 2000
+    scaler = paddle.amp.GradScaler()
+    scaler.load_state_dict(saved)        # NOTE: Paddle's own GradScaler reads it, for a native resume
+    resumed = _train("px", tmp_path / "part", resume=str(tmp_path / "part" / "checkpoint-4"), **args)
+    assert resumed[3].px_skipped_steps == 0 < whole[3].px_skipped_steps
+    np.testing.assert_allclose(resumed[0], whole[0][4:], atol=3e-6)
+    _same_weights(resumed[2], whole[2])
+    assert resumed[3].lr_scheduler.last_epoch == whole[3].lr_scheduler.last_epoch
+
+
 def test_sequence_split_equals_paddleformers(reference, tmp_path):
     """sep_parallel_size x context_parallel_size split each sequence over 4 of the 16 devices: the same numbers."""
     losses, _, weights, trainer = _train("px", tmp_path, sep_parallel_size=2, context_parallel_size=2, save_steps=100)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import os
 
 import jax
 import numpy as np
@@ -26,6 +27,7 @@ try:
     from paddleformers.trainer import Trainer as _Trainer
     from paddleformers.trainer import TrainingArguments as _TrainingArguments
     from paddleformers.utils.batch_sampler import MappingDistributedBatchSampler
+    from paddleformers.utils.env import PREFIX_CHECKPOINT_DIR, SCALER_NAME
 except ImportError as e:        # pragma: no cover - the message is the point
     raise ImportError("paddle_xla.integrations.paddleformers wraps PaddleFormers' Trainer: install PaddleFormers "
                       "(pip install paddleformers) in this environment.") from e
@@ -88,6 +90,7 @@ class Trainer(_Trainer):
         self._px_pending: list[dict] = []
         self._px_rows = ProcessRows.of(self.px_strategy.replicas, jax.process_count(), jax.process_index())
         self._px_skipped = 0            # fp16: the compiled step's count of overflow steps it skipped
+        self._px_scaler_resumed = None  # fp16: the loss scaler a resumed checkpoint held, for the next step built
         self.px_skipped_steps = 0       # fp16: this Trainer's, over every compiled step it built
 
     # ---- what PaddleFormers would do in Paddle, paddle_xla does in the compiled step ------------------
@@ -133,6 +136,7 @@ class Trainer(_Trainer):
     # ---- Paddle's model and optimizer brought up to date before Paddle code reads them -----------------
     def train(self, *a, **kw):
         self._px_step, self._px_pending = None, []      # NOTE: a resumed run loads the checkpoint first
+        self._px_scaler_resumed = None
         self._refuse_iterable_over_ranks()
         done = False
         try:
@@ -165,7 +169,34 @@ class Trainer(_Trainer):
     def _save_checkpoint(self, model, metrics=None):
         self.sync_to_paddle()
         if jax.process_index() == 0:        # NOTE: every process holds the same state; one writes it
-            return super()._save_checkpoint(model, metrics)
+            out = super()._save_checkpoint(model, metrics)
+            self._save_loss_scaler()
+            return out
+
+    # ---- fp16: the loss scaler goes where PaddleFormers keeps its GradScaler's -----------------------
+    def _save_loss_scaler(self) -> None:
+        """The compiled step's loss scaler into the checkpoint as PaddleFormers saves its GradScaler
+        (scaler.pdparams, GradScaler.state_dict()'s layout), so that a resumed run, this Trainer's or
+        PaddleFormers' own, goes on at the scale training had reached."""
+        state = self._px_step.scaler_state() if self._px_step is not None else None
+        if state is None:
+            return
+        ls = self.px_strategy.loss_scale
+        folder = os.path.join(self.args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        paddle.save({"scale": np.asarray([state["scale"]], np.float32), "incr_ratio": ls.growth_factor,
+                     "decr_ratio": ls.backoff_factor, "incr_every_n_steps": ls.growth_interval,
+                     "decr_every_n_nan_or_inf": 1, "incr_count": int(state["good"]), "decr_count": 0,
+                     "use_dynamic_loss_scaling": ls.dynamic}, os.path.join(folder, SCALER_NAME))
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        path = os.path.join(checkpoint, SCALER_NAME) if checkpoint else None
+        if self.px_strategy.loss_scale is None or path is None or not os.path.isfile(path):
+            return
+        saved = paddle.load(path, return_numpy=True)
+        # NOTE: the skipped count is this run's (PaddleFormers does not keep one either)
+        self._px_scaler_resumed = {"scale": float(np.asarray(saved["scale"]).reshape(-1)[0]),
+                                   "good": int(saved["incr_count"]), "skipped": 0}
 
     def save_model(self, *a, **kw):
         self.sync_to_paddle()
@@ -206,6 +237,7 @@ class Trainer(_Trainer):
         self.model.train()
         self._px_step = TrainStep(self.model, None, self.optimizer, specs, strategy=self.px_strategy,
                                   inputs_by_name=True, seed=self.args.seed)
+        self._px_step.set_scaler_state(self._px_scaler_resumed)
         self._px_skipped = 0
         return self._px_step
 
