@@ -8,7 +8,8 @@ SWAP_LAST_TWO = [0, 1, 3, 2]        # the transpose perm of k^T in q @ k^T, as P
 
 def unrepeated_heads(value: int, producer) -> int | None:
     """The [B, KV, S, D] tensor that `value` repeats as reshape(expand(unsqueeze(t, [2]), [B, KV, G, S, D]),
-    [B, KV * G, S, D]), or None when it is not that (shapes read from the constant shape operands)."""
+    [B, KV * G, S, D]), or None when it is not that. The shape operands are constants, or, with a batch
+    fixed only at call time, stacks of the tensor's own dimensions (slices of its shape) and constants."""
     reshape = producer.get(value)
     if reshape is None or reshape.name != "pd_op.reshape":
         return None
@@ -18,13 +19,21 @@ def unrepeated_heads(value: int, producer) -> int | None:
     unsqueeze = producer.get(expand.inputs[0])
     if unsqueeze is None or unsqueeze.name != "pd_op.unsqueeze":
         return None
-    axes, big, merged = (_constant(unsqueeze.inputs[1], producer), _constant(expand.inputs[1], producer),
-                         _constant(reshape.inputs[1], producer))
+    t = unsqueeze.inputs[0]
+    axes, big, merged = (_constant(unsqueeze.inputs[1], producer), _dims(expand.inputs[1], producer),
+                         _dims(reshape.inputs[1], producer))
     if axes not in ([2], [-3]) or big is None or merged is None or len(big) != 5 or len(merged) != 4:
         return None
-    if merged[1] != big[1] * big[2] or merged[2:] != big[3:] or min(big[1:]) < 1:
+    group, slots = big[2], big[3:]
+    if not all(isinstance(d, int) and d >= 1 for d in (group, *slots)) or merged[2:] != slots:
         return None
-    return unsqueeze.inputs[0]
+    # NOTE: the batch and heads must be t's own (an expand may also broadcast a dimension of 1), and the
+    # reshape must keep the batch; with those, the element count leaves KV * G as the only merged heads
+    if not all(_is_dim_of(big[i], t, i, producer) for i in (0, 1)) or merged[0] not in (big[0], 0):
+        return None
+    if isinstance(merged[1], int) and isinstance(big[1], int) and merged[1] not in (big[1] * group, -1):
+        return None
+    return t
 
 
 def slot_parts(value: int, producer) -> tuple[int, ...]:
@@ -42,6 +51,39 @@ def slot_parts(value: int, producer) -> tuple[int, ...]:
     if axis.attrs.get("value") not in (-2, 2) or len(combine.inputs) < 2:
         return (value,)
     return tuple(combine.inputs)
+
+
+def _dims(value: int, producer) -> list | None:
+    """A shape operand's entries: an int where it is a constant, else the id of the value it stacks."""
+    fixed = _constant(value, producer)
+    if fixed is not None:
+        return fixed
+    stack = producer.get(value)
+    combine = producer.get(stack.inputs[0]) if stack is not None and stack.name == "pd_op.stack" else None
+    if combine is None or combine.name != "builtin.combine":
+        return None
+    return [_scalar(v, producer) for v in combine.inputs]
+
+
+def _scalar(value: int, producer) -> int | str:
+    op = producer.get(value)
+    if op is not None and op.name == "pd_op.full" and float(op.attrs.get("value", 0.5)).is_integer():
+        return int(op.attrs["value"])
+    return f"%{value}"                  # NOTE: a str, so no value id passes for a constant
+
+
+def _is_dim_of(entry, t: int, axis: int, producer) -> bool:
+    """Whether a shape entry is t's size along `axis`: a positive constant (taken as written, as a fixed
+    shape is), -1 (keep the size), or slice(shape(t), [axis], [axis + 1])."""
+    if isinstance(entry, int):
+        return entry >= 1 or entry == -1
+    op = producer.get(int(entry[1:]))
+    if op is None or op.name != "pd_op.slice" or list(op.attrs.get("axes", ())) != [0]:
+        return False
+    shape = producer.get(op.inputs[0])
+    bounds = [_constant(v, producer) for v in op.inputs[1:3]]
+    return (shape is not None and shape.name in ("pd_op.shape", "pd_op.shape64") and shape.inputs[0] == t
+            and bounds == [[axis], [axis + 1]])
 
 
 def _constant(value: int, producer) -> list[int] | None:
