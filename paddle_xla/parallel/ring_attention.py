@@ -9,7 +9,7 @@ more than one [T/N, T/N] block of them (ops/ring_attention.py).
 The pattern, as Paddle's eager attention writes it (PaddleFormers' Llama, Qwen2, ERNIE 4.5, GPT):
     scores = matmul(q, transpose(k, [0, 1, 3, 2]))    (or matmul(q, k, transpose_y=True))
     x      = epilogue(scores)                         (elementwise ops, each reading the previous value:
-                                                       scale, the mask's add, a cast)
+                                                       scale, the mask's add or where, a cast, a clamp)
     p      = softmax(x, axis=-1)
     out    = matmul(p, v)
 Each intermediate value must have that one reader (a model that returns its attention weights keeps
@@ -24,8 +24,11 @@ from collections import Counter
 from ..graph import Block, Graph, Op
 from ..graph_patterns import SWAP_LAST_TWO, unrepeated_heads
 
+# NOTE: elementwise ops only: the ring runs them on one [T/N, T/N] block of scores at a time, with each
+# operand's block (a mask's rows and columns) cut to match, which is exact for nothing else
 EPILOGUE_OPS = frozenset({"pd_op.scale", "pd_op.add", "pd_op.cast", "pd_op.multiply", "pd_op.divide",
-                          "pd_op.subtract"})
+                          "pd_op.subtract", "pd_op.where", "pd_op.masked_fill", "pd_op.maximum",
+                          "pd_op.minimum", "pd_op.tanh", "pd_op.full_like"})
 
 
 def rewrite(graph: Graph, *, axis: str, size: int, mesh) -> Graph:
@@ -83,41 +86,54 @@ def _attention(i: int, ops: list[Op], producer: dict, readers: Counter) -> _Foun
     soft = _source(p, producer, readers)
     if soft is None or ops[soft].name != "pd_op.softmax" or ops[soft].attrs.get("axis") not in (-1, 3):
         return None
-    chain, epilogue = {soft}, []
     x = ops[soft].inputs[0]
-    j = _source(x, producer, readers)
-    while j is not None and ops[j].name in EPILOGUE_OPS:
-        epilogue.insert(0, ops[j])
-        chain.add(j)
-        x = _upstream(ops[j], ops, producer, readers)
-        j = None if x is None else _source(x, producer, readers)
-    if j is None or ops[j].name != "pd_op.matmul" or ops[j].attrs.get("transpose_x"):
+    found = _epilogue(x, ops, producer, readers)
+    if found is None:
         return None
+    j, epilogue = found
     q, k = ops[j].inputs[:2]
-    chain.add(j)
+    chain = {soft, j} | {producer[o] for op in epilogue for o in op.outputs}
     if not ops[j].attrs.get("transpose_y"):
         t = _source(k, producer, readers)
         if t is None or ops[t].name != "pd_op.transpose" or list(ops[t].attrs.get("perm", ())) != SWAP_LAST_TWO:
             return None
         chain.add(t)
         k = ops[t].inputs[0]
-    return _Found(q, k, v, x, epilogue, chain)
+    return _Found(q, k, v, ops[j].outputs[0], epilogue, chain)
 
 
-def _upstream(op: Op, ops: list[Op], producer: dict, readers: Counter) -> int | None:
-    """The operand of an epilogue op that carries the scores: the one whose single-reader chain of epilogue
-    ops reaches a matmul (a mask built by its own elementwise ops, `(1 - m) * -1e4`, reaches none)."""
-    return next((v for v in op.inputs if v is not None and _reaches_matmul(v, ops, producer, readers)), None)
+def _epilogue(x: int, ops: list[Op], producer: dict, readers: Counter) -> tuple[int, list[Op]] | None:
+    """(position of the scores matmul, the epilogue ops in program order) for the softmax input x: every
+    elementwise op between one q @ k^T and x, or None when there is no such matmul, or more than one, or
+    a value made on the way is read outside it (the ring would drop that reader's value). A DAG, not only
+    a chain: paddle.where in a static program broadcasts its operands through full_like(scores) + adds."""
+    if readers[x] != 1 or x not in producer:
+        return None
+    reach: dict[int, int | None] = {}          # value -> the scores matmul it descends from, or None
 
-
-def _reaches_matmul(value: int, ops: list[Op], producer: dict, readers: Counter, depth: int = 8) -> bool:
-    j = _source(value, producer, readers)
-    if j is None or depth == 0:
-        return False
-    if ops[j].name == "pd_op.matmul":
-        return True
-    return ops[j].name in EPILOGUE_OPS and any(
-        v is not None and _reaches_matmul(v, ops, producer, readers, depth - 1) for v in ops[j].inputs)
+    def scores_of(value: int, depth: int = 0):
+        if value in reach:
+            return reach[value]
+        reach[value] = None
+        j = producer.get(value)
+        if j is None or depth > 64:
+            return None
+        op = ops[j]
+        if op.name == "pd_op.matmul" and not op.attrs.get("transpose_x"):
+            reach[value] = j
+        elif op.name in EPILOGUE_OPS:
+            found = {scores_of(u, depth + 1) for u in op.inputs if u is not None} - {None}
+            reach[value] = found.pop() if len(found) == 1 else (-1 if found else None)
+        return reach[value]
+    j = scores_of(x)
+    if j is None or j < 0:
+        return None
+    inside = sorted({producer[v] for v, m in reach.items() if m == j and producer[v] != j})
+    uses = Counter(u for pos in inside for u in ops[pos].inputs if u is not None)
+    made = [o for pos in inside for o in ops[pos].outputs] + [ops[j].outputs[0]]
+    if any(uses[o] != readers[o] for o in made if o != x):
+        return None
+    return j, [ops[pos] for pos in inside]
 
 
 def _source(value: int, producer: dict, readers: Counter) -> int | None:

@@ -1,7 +1,9 @@
 """The ring attention of Strategy(sequence=N) on attention written in the ways Paddle code writes it: keys
-transposed by an op or by transpose_y, an additive padding mask that hides whole key blocks from some rows
-(-inf, so a device's running softmax starts from nothing), and a model that also returns its attention
-weights (left as captured: they are read twice). Each trains as one device does (16 virtual CPU devices)."""
+transposed by an op or by transpose_y, a padding mask that hides whole key blocks from some rows (-inf, so
+a device's running softmax starts from nothing) added, or applied with paddle.where or masked_fill (a DAG
+through full_like(scores) in a static program), a finfo.min floor, tanh soft-capping, and a model that
+also reads its attention weights or scaled scores elsewhere (left as captured: the ring would drop that
+reader). Each trains as one device does (16 virtual CPU devices)."""
 import numpy as np
 import paddle
 import paddle.nn as nn
@@ -33,11 +35,25 @@ class Attention(nn.Layer):
             scores = paddle.matmul(q, k, transpose_y=True)
         if self.style == "built":           # NOTE: the mask made from 0/1 in the program, added first
             weights = F.softmax((1.0 - (mask < -1).astype("float32")) * -1e4 * -1.0 - 1e4 + scores, axis=-1)
+        elif self.style == "where":         # NOTE: masked as paddle.where writes it
+            weights = F.softmax(paddle.where(mask < -1, paddle.to_tensor(float("-inf")), scores * 0.25), axis=-1)
+        elif self.style == "masked_fill":
+            weights = F.softmax((scores * 0.25).masked_fill(mask < -1, float("-inf")), axis=-1)
+        elif self.style == "clamp":         # NOTE: the finfo.min floor some models put under the mask
+            weights = F.softmax(paddle.maximum(scores * 0.25 + mask, paddle.to_tensor(np.finfo("float32").min)),
+                                axis=-1)
+        elif self.style == "capped":        # NOTE: tanh soft-capping of the scores (Gemma 2's)
+            weights = F.softmax(paddle.tanh(scores / 5.0) * 5.0 + mask, axis=-1)
+        elif self.style == "scaled_read_twice":
+            scaled = scores * 0.25
+            weights = F.softmax(scaled + mask, axis=-1)
         else:
             weights = F.softmax(scores * (E // H) ** -0.5 + mask, axis=-1)
         y = paddle.matmul(weights, v).reshape([B, H, S, E // H])
         y = self.out(y.transpose([0, 2, 1, 3]).reshape([B, S, E]))
         loss = (y ** 2).mean()
+        if self.style == "scaled_read_twice":
+            loss = loss + 1e-3 * scaled.mean()
         if self.returns_weights == "sum":
             return loss, weights.sum()
         if self.returns_weights:
@@ -69,7 +85,12 @@ def _train(strategy, **kind):
     (dict(transpose_op=True), 1),
     (dict(), 1),
     (dict(style="built"), 1),
-    (dict(style="folded"), 1),                    # NOTE: rewritten, computed as the program wrote it
+    (dict(style="folded"), 1),
+    (dict(style="where"), 1),
+    (dict(style="masked_fill"), 1),
+    (dict(style="clamp"), 1),
+    (dict(style="capped"), 1),
+    (dict(style="scaled_read_twice"), 0),         # NOTE: an epilogue value has a reader outside it                    # NOTE: rewritten, computed as the program wrote it
     (dict(returns_weights="sum"), 0),             # NOTE: the weights have a second reader
     (dict(returns_weights=True), 0),              # NOTE: the weights are an output of the program
 ])
