@@ -90,7 +90,9 @@ def step_bytes(gen, batch: int, slots: int) -> int:
     import jax
     held = gen.engine._device_params()
     vocab = [k for k, v in held.items() if hasattr(v, "ndim") and v.ndim == 2 and SHAPE["vocab_size"] in v.shape]
-    gathered = [k for k in vocab if held[k].shape[0] == SHAPE["vocab_size"]] if len(vocab) > 1 else []
+    # NOTE: the embedding is [vocab, hidden]; a head held as [N, K] (gen.held.nk) is that shape too
+    gathered = [k for k in vocab if held[k].shape[0] == SHAPE["vocab_size"] and k not in gen.held.nk] \
+        if len(vocab) > 1 else []
     # NOTE: leaf by leaf: an int8-held weight is its values and its scales
     weights = sum(leaf.nbytes for k, v in held.items() if k not in gathered[:1] for leaf in jax.tree.leaves(v))
     itemsize = np.dtype(gen.geometry.cache_dtype).itemsize

@@ -155,13 +155,16 @@ class Generator:
                                             one_length=src.one_length,
                                             prefill_chunk=None if src.one_length else prefill_chunk)
         self.policy = LoweringPolicy.live(precision, inference=True)
+        if self.strategy.tensor > 1:
+            # NOTE: the tensor plan places weights by Paddle's [K, N] dimensions
+            self.policy = dataclasses.replace(self.policy, nk_weights=False)
         self.defaults = defaults_of(getattr(model, "config", None))
         self.decode_captured = src.decode
         self.source_weights = dict(self.decode_captured.weights)      # as Paddle holds them (export writes these)
         self.held = held_weights(self.decode_captured.graph, self.policy, self.geometry.quant_type)
         self._prefill_captured, self._prefill1_captured, self._continuous = {}, {}, None
         self._extend_captured: dict[int, object] = {}
-        self.engine = Engine(self.geometry, self.defaults, program(self.decode_captured.graph, self.policy),
+        self.engine = Engine(self.geometry, self.defaults, program(self.decode_captured.graph, self.policy, self.held),
                              self._prefill_program, self.held.all_prepared(self.source_weights), seed=seed,
                              place=_placement(self.strategy, self.decode_captured),
                              extend=self._extend_program(max_batch_size))
@@ -203,12 +206,12 @@ class Generator:
 
         def run(weights, *feeds):
             if not made:
-                made.append(program(self.extend_captured(batch).graph, self.policy))
+                made.append(program(self.extend_captured(batch).graph, self.policy, self.held))
             return made[0](weights, *feeds)
         return run
 
     def _prefill_program(self, bucket: int):
-        return program(self.prefill_captured(bucket).graph, self.policy)
+        return program(self.prefill_captured(bucket).graph, self.policy, self.held)
 
     def generate(self, input_ids, attention_mask=None, seed: int | None = None, **kwargs):
         """(new token ids [batch, T] int64, mean scores [batch, 1] float32), as PaddleFormers' generate."""
@@ -227,8 +230,8 @@ class Generator:
         """The engine a server runs: requests inserted into free rows between decode chunks (made once)."""
         if self._continuous is None:
             self._continuous = ContinuousEngine(
-                self.geometry, self.defaults, program(self.decode_captured.graph, self.policy),
-                lambda b: program(self.prefill1_captured(b).graph, self.policy),
+                self.geometry, self.defaults, program(self.decode_captured.graph, self.policy, self.held),
+                lambda b: program(self.prefill1_captured(b).graph, self.policy, self.held),
                 self.held.all_prepared(self.source_weights), place=_placement(self.strategy, self.decode_captured),
                 extend1=self._extend_program(1))
         return self._continuous

@@ -1,5 +1,5 @@
-"""Conv filters held as HWIO by an inference program on CPU: outputs, new weights, export and
-px.Model evaluation all still see Paddle's OIHW weights."""
+"""Conv filters held as HWIO, and float32 matmul weights as [N, K], by an inference program on CPU:
+outputs, new weights, export and px.Model evaluation all still see Paddle's OIHW and [K, N] weights."""
 import numpy as np
 import pytest
 import paddle
@@ -38,7 +38,7 @@ def test_filters_are_held_as_hwio_and_outputs_match():
     net, model = _model()
     held = {k: tuple(v.shape) for k, v in model.compiled.params.items()}
     assert held[net.conv.weight.name] == (3, 3, 3, 8) and held[net.dw.weight.name] == (3, 3, 1, 8)
-    assert held[net.fc.weight.name] == (8, 4)                       # not a filter: untouched
+    assert held[net.fc.weight.name] == (4, 8)                       # a matmul weight: [N, K]
     np.testing.assert_allclose(model(X), net(paddle.to_tensor(X)).numpy(), rtol=1e-5, atol=1e-6)
 
 
@@ -67,6 +67,54 @@ def test_cpu_export_holds_filters_as_hwio(tmp_path):
     assert loaded.manifest["exported"]["cpu"]["hwio_filters"] == sorted([net.conv.weight.name, net.dw.weight.name])
     assert tuple(loaded.params[net.conv.weight.name].shape) == (3, 3, 3, 8)
     np.testing.assert_allclose(loaded(X), net(paddle.to_tensor(X)).numpy(), rtol=1e-5, atol=1e-6)
+
+
+class Linears(nn.Layer):
+    """A square weight (held transposed it would still fit: only the layout tells), a wide one, one also read
+    by another op, and one read as transpose_y."""
+
+    def __init__(self):
+        super().__init__()
+        self.square, self.wide = nn.Linear(8, 8), nn.Linear(8, 16)
+        self.shared = self.create_parameter([16, 16])
+        self.by_rows = self.create_parameter([8, 16])
+
+    def forward(self, x):
+        h = paddle.matmul(self.wide(nn.functional.relu(self.square(x))), self.shared)
+        return h + self.shared.sum(0) + paddle.matmul(x, self.by_rows.T.T, transpose_y=False) \
+            + paddle.matmul(h, self.by_rows, transpose_y=True).sum(-1, keepdim=True)
+
+
+def _linears():
+    paddle.seed(0)
+    net = Linears()
+    net.eval()
+    return net, px.compile(net, [InputSpec([None, 8], "float32", "x")])
+
+
+XL = np.random.default_rng(1).standard_normal((3, 8)).astype("float32")
+
+
+def test_matmul_weights_are_held_as_nk_and_outputs_match(tmp_path):
+    net, model = _linears()
+    held = {k: tuple(v.shape) for k, v in model.compiled.params.items()}
+    assert held[net.square.weight.name] == (8, 8) and held[net.wide.weight.name] == (16, 8)
+    assert held[net.shared.name] == (16, 16) and held[net.by_rows.name] == (8, 16)    # read by other ops too
+    assert model.compiled.held.nk == {net.square.weight.name, net.wide.weight.name}
+    want = net(paddle.to_tensor(XL)).numpy()
+    np.testing.assert_allclose(model(XL), want, rtol=1e-5, atol=1e-5)
+    with paddle.no_grad():
+        net.square.weight.set_value(net.square.weight * -2.0)
+    model.compiled.set_weights({net.square.weight.name: net.square.weight.numpy()})
+    want = net(paddle.to_tensor(XL)).numpy()
+    np.testing.assert_allclose(model(XL), want, rtol=1e-5, atol=1e-5)
+    px.export(model, str(tmp_path / "mlp.pxa"))
+    loaded = artifact.load(str(tmp_path / "mlp.pxa"))
+    assert loaded.mode == "exported"
+    assert loaded.manifest["exported"]["cpu"]["nk_weights"] == sorted([net.square.weight.name, net.wide.weight.name])
+    np.testing.assert_allclose(loaded(XL), want, rtol=1e-5, atol=1e-5)
+    again = artifact.load(str(tmp_path / "mlp.pxa"), prefer_graph=True)
+    np.testing.assert_allclose(again(XL), want, rtol=1e-5, atol=1e-5)
 
 
 def test_bf16_export_runs_the_same_kernel_forms_as_compile(tmp_path):

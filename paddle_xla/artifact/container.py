@@ -34,8 +34,10 @@ from ..lowering.policy import LOWERING_VERSION, PLATFORMS, LoweringPolicy, live_
 # last release: an older reader would feed the filters as OIHW (silently wrong where the shapes agree), so
 # it must refuse these. 3: a generator may prefill long prompts in chunks (geometry.prefill_chunk, the
 # extend programs) and holds prefills only up to that chunk: an older reader would look for prefills up to
-# max_length and call the artifact damaged.
-FORMAT_VERSION = 3
+# max_length and call the artifact damaged. 4: a CPU inference executable reads the float32 matmul weights
+# its manifest lists (exported.<p>.nk_weights) as [N, K]; an older reader would feed them as [K, N]
+# (silently wrong for a square weight).
+FORMAT_VERSION = 4
 MANIFEST, GRAPH, WEIGHTS, STRATEGY = "manifest.json", "graph.json", "weights.safetensors", "strategy.json"
 current_platform = live_platform
 

@@ -57,7 +57,7 @@ class GeneratorArtifact:
                         ) + "; the Graphs are lowered here" + lowering_moved(manifest)
             policy = LoweringPolicy.live(self.geometry.precision, inference=True)
             held = held_weights(self.graphs["decode"], policy, self.geometry.quant_type)
-            make = lambda n: program(self.graphs[n], policy)  # noqa: E731
+            make = lambda n: program(self.graphs[n], policy, held)  # noqa: E731
         weights = held.all_prepared(weights_of(path, members[WEIGHTS]))
         chunked = self.geometry.chunked
         self.engine = Engine(self.geometry, self.defaults, make("decode"), lambda b: make(f"prefill_{b}"), weights,

@@ -67,7 +67,7 @@ def export_generator(gen, path: str, platforms=("cpu",), tokenizer=None, chat_te
         held = held_weights(graphs["decode"], policies[p], g.quant_type)
         laid_out = held.all_prepared(weights)
         for name, graph in graphs.items():
-            members[program_member(p, name)] = _serialized(graph, policies[p], laid_out, p, g.cache_dtype)
+            members[program_member(p, name)] = _serialized(graph, policies[p], held, laid_out, p, g.cache_dtype)
         exported[p] = {"programs": {n: program_member(p, n) for n in graphs}, **held.to_manifest()}
     text = tokenizer_json(tokenizer)
     if text is not None:
@@ -92,8 +92,8 @@ def program_weights(graph) -> list[str]:
     return sorted(p.name for p in graph.params)
 
 
-def _serialized(graph, policy, weights, platform: str, cache_dtype) -> bytes:
-    run = program(graph, policy)
+def _serialized(graph, policy, held, weights, platform: str, cache_dtype) -> bytes:
+    run = program(graph, policy, held)
     mine = {k: weights[k] for k in program_weights(graph)}
     # NOTE: the decode step reads the KV cache in the engine's cache dtype (bf16 under bf16), not the
     # float32 the capture declared

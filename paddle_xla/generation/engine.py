@@ -24,6 +24,7 @@ from ..graph import Graph
 from ..lowering.lower import lower
 from ..lowering.int8 import QUANT_TYPES
 from ..lowering.policy import LoweringPolicy
+from ..lowering.layouts import nk_weight_names
 from ..runtime.held import HeldWeights
 from . import grouped_attention
 from . import row_logits as R
@@ -98,20 +99,34 @@ class Geometry:
         return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
 
 
-def program(graph: Graph, policy: LoweringPolicy):
-    """The Graph as run(weights, *feeds) -> fetches, weights a dict holding (at least) its persistables.
-    Its grouped-query attention reads the keys and values unrepeated (grouped_attention.py)."""
+def program(graph: Graph, policy: LoweringPolicy, held: HeldWeights | None = None):
+    """The Graph as run(weights, *feeds) -> fetches, weights a dict holding (at least) its persistables, laid
+    out as `held` says (None: as Paddle holds them). Its grouped-query attention reads the keys and values
+    unrepeated (grouped_attention.py)."""
     fn = lower(grouped_attention.rewrite(graph), policy)
     names = [f.name for f in graph.feeds]
     trainable = {p.name for p in graph.params if p.trainable}
     persistables = {p.name for p in graph.params}
+    flipped = _flipped(graph, policy, held)
 
     def run(weights, *feeds):
-        params = {k: weights[k] for k in persistables & trainable}
-        buffers = {k: weights[k] for k in persistables - trainable}
+        got = {k: weights[k].T if k in flipped else weights[k] for k in persistables}
+        params = {k: got[k] for k in persistables & trainable}
+        buffers = {k: got[k] for k in persistables - trainable}
         outs, _ = fn(params, buffers, dict(zip(names, feeds)), None)
         return outs
     return run
+
+
+def _flipped(graph: Graph, policy: LoweringPolicy, held: HeldWeights | None) -> set[str]:
+    """The weights held in one [K, N] / [N, K] layout that this program reads in the other. The weights are
+    held by what the decode step reads; another program (a prefill) whose op reads a weight otherwise
+    decides for itself, so a weight it reads differently is transposed on the way in (a square weight
+    would otherwise be read transposed, silently)."""
+    int8 = held.int8 if held is not None else frozenset()
+    reads = nk_weight_names(graph) - int8 if policy.nk_weights else set()
+    given = (held.nk if held is not None else frozenset()) & {p.name for p in graph.params}
+    return reads ^ given
 
 
 def held_weights(graph: Graph, policy: LoweringPolicy, quant_type: str | None = None) -> HeldWeights:

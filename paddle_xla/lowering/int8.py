@@ -18,6 +18,7 @@ import numpy as np
 from jax import lax
 
 from ..graph import Graph
+from .layouts import matmul_weight_names
 from ..strategy import QUANT_TYPES  # noqa: F401  (the names a Strategy accepts)
 
 
@@ -45,15 +46,7 @@ def quantize(w, dtype) -> Int8Weight:
 
 def int8_weight_names(graph: Graph) -> set[str]:
     """2-D float32 parameters read only as the untransposed second operand of pd_op.matmul."""
-    ok = {p.name for p in graph.params if p.dtype == "float32" and len(p.shape) == 2}
-    by_value = {p.value: p.name for p in graph.params}
-    for op in graph.ops():
-        for i, v in enumerate(op.inputs):
-            name = by_value.get(v)
-            if name in ok and not (op.name == "pd_op.matmul" and i == 1 and not op.attrs.get("transpose_y")
-                                   and not op.attrs.get("transpose_x")):
-                ok.discard(name)
-    return ok & graph.params_read_only_by(lambda op, i: op == "pd_op.matmul" and i == 1)
+    return matmul_weight_names(graph)
 
 
 def int8_matmul(x, w: Int8Weight, *, half=None, transpose_x=False, transpose_y=False):

@@ -137,6 +137,7 @@ class GraphPlan:
     """What a policy decides for one Graph (lower.plan): the value ids it applies to."""
     nhwc_filters: frozenset[int] | None = None     # convolutions that run channels-last (None: none)
     hwio_filters: frozenset[int] = frozenset()     # filters that arrive as HWIO
+    nk_weights: frozenset[int] = frozenset()       # matmul weights that arrive as [N, K]
 
 
 class Interpreter:
@@ -150,7 +151,7 @@ class Interpreter:
         self.checks: list[tuple[Op, Any]] = []       # the top-level block's asserts, in program order
         self.depth = 0
         self.half = HALF.get(policy.precision)
-        self.kernels = kernels.Context(policy, self.half, plan.hwio_filters)
+        self.kernels = kernels.Context(policy, self.half, plan.hwio_filters, plan.nk_weights)
         self.layout = Tracker(plan.nhwc_filters) if plan.nhwc_filters is not None else None
 
     def run_block(self, block: Block, env: dict[int, Any]) -> dict[int, Any]:

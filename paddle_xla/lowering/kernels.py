@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from .channels_last import CONV_OPS
 from .half import half_matmul, half_pointwise_conv, is_float
 from .int8 import Int8Weight, int8_matmul
-from .layouts import conv_hwio
+from .layouts import conv_hwio, matmul_nk
 from ..ops.activation import gelu_by_erf
 from ..ops.conv import is_pointwise_conv, pointwise_conv
 from ..ops.depthwise import depthwise_by_shifts, is_depthwise, is_narrow, narrow_conv_by_shifts
@@ -36,6 +36,7 @@ class Context:
     policy: LoweringPolicy
     half: Any                   # the half dtype of a bf16/fp16 policy, else None
     hwio_filters: frozenset     # value ids of the filters the runtime holds as HWIO
+    nk_weights: frozenset = frozenset()     # value ids of the matmul weights the runtime holds as [N, K]
 
 
 def _conv_by_shifts(op, args, attrs, ctx: Context):
@@ -76,6 +77,14 @@ def _on_half_values(form, x, w, *, half, **attrs):
 def _hwio_conv(op, args, attrs, ctx: Context):
     if op.name in CONV_OPS and op.inputs[1] in ctx.hwio_filters:
         return Kernel(conv_hwio, cast=True)
+    return None
+
+
+def _nk_matmul(op, args, attrs, ctx: Context):
+    # NOTE: a weight held as [N, K] must be read so whatever else applies but int8 (layouts.nk_weight_names
+    # holds float32 weights only, and only under a float32 policy)
+    if op.name == "pd_op.matmul" and op.inputs[1] in ctx.nk_weights:
+        return Kernel(matmul_nk, cast=True)
     return None
 
 
@@ -137,11 +146,12 @@ def _max_pool_by_shifts(op, args, attrs, ctx: Context):
 
 
 # NOTE: in order: a filter held as HWIO must be read as HWIO whatever else applies (the depthwise
-# form reads either layout). The rules stay here rather than on the ops' registrations: each is the
+# form reads either layout), and a matmul weight held as [N, K] as [N, K] (unless it arrives as int8:
+# the plan marks the matmul weights a policy may hold as [N, K], the runtime holds some as int8 instead). The rules stay here rather than on the ops' registrations: each is the
 # policy's choice (target, precision, held layouts, operand shapes) and calls lowering/ code (half.py,
 # layouts.py), which ops/ may not import; the op classes they test are registry queries (CONV_OPS),
 # and every op a rule names is checked to be registered (tests/ops/test_op_properties.py).
-RULES = (_conv_by_shifts, _hwio_conv, _int8_matmul, _half_matmul, _half_pointwise_conv, _half_gelu, _pointwise_conv,
+RULES = (_conv_by_shifts, _hwio_conv, _int8_matmul, _nk_matmul, _half_matmul, _half_pointwise_conv, _half_gelu, _pointwise_conv,
          _max_pool_by_shifts)
 
 

@@ -20,7 +20,7 @@ from ..graph import Graph, Op
 from .half import restore
 from .interpreter import (CoverageReport, GraphPlan, Interpreter, Problem, bind, check_graph,  # noqa: F401
                           resolve)
-from .layouts import hwio_filter_names
+from .layouts import hwio_filter_names, nk_weight_names
 from .policy import LoweringPolicy
 
 # (key) -> Interpreter: what runs a Graph's blocks under one policy (parallel/program.py takes one)
@@ -32,7 +32,9 @@ def plan(graph: Graph, policy: LoweringPolicy) -> GraphPlan:
     # NOTE: channels-last needs a Graph without sub-blocks: a loop carry must keep its declared layout.
     nhwc = conv_filters(graph) if policy.channels_last and can_hold_channels_last(graph) else None
     hwio = hwio_filter_names(graph) if policy.hwio_filters else set()
-    return GraphPlan(nhwc_filters=nhwc, hwio_filters=frozenset(p.value for p in graph.params if p.name in hwio))
+    nk = nk_weight_names(graph) if policy.nk_weights else set()
+    return GraphPlan(nhwc_filters=nhwc, hwio_filters=frozenset(p.value for p in graph.params if p.name in hwio),
+                     nk_weights=frozenset(p.value for p in graph.params if p.name in nk))
 
 
 def interpreter_factory(graph: Graph, policy: LoweringPolicy = LoweringPolicy(),

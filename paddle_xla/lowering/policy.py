@@ -6,6 +6,7 @@
   for "cpu" alone, so an export for another platform never carries them;
 - channels_last: CNN activations held NHWC between the ops that take them (channels_last.py);
 - hwio_filters: convolution filters arrive as HWIO, held so by an inference runtime (layouts.py);
+- nk_weights: float32 matmul weights arrive as [N, K], held so by an inference runtime (layouts.py);
 - forward_only: the function is evaluated, never differentiated (inference), so a kernel form whose
   gradient would differ from Paddle's (a max pool as shifted maxima splits ties) may be chosen.
 
@@ -24,7 +25,7 @@ from ..strategy import PRECISIONS
 
 # NOTE: bump whenever a lowering's numbers may change (a new kernel form, a new cast), so that an
 # artifact re-lowered by a later paddle_xla says its results may differ from the exported ones.
-LOWERING_VERSION = 4
+LOWERING_VERSION = 5        # 5: float32 matmul weights held as [N, K] on CPU (layouts.matmul_nk)
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")   # jax.export's platform names
 
 
@@ -40,6 +41,7 @@ class LoweringPolicy:
     target: str = "cpu"
     channels_last: bool = False
     hwio_filters: bool = False
+    nk_weights: bool = False
     forward_only: bool = False
 
     def __post_init__(self):
@@ -52,9 +54,12 @@ class LoweringPolicy:
     def tuned(cls, target: str, precision: str = "fp32", inference: bool = False) -> "LoweringPolicy":
         """The measured best for `target`. On XLA:CPU: CNN activations channels-last (ResNet-50 b8
         bf16 training step 1.81 -> 1.57 s) and, for inference (the runtime holds the weights between
-        calls), convolution filters as HWIO (ResNet-50 b8 inference 512 -> 451 ms)."""
+        calls), convolution filters as HWIO (ResNet-50 b8 inference 512 -> 451 ms) and float32 matmul
+        weights as [N, K] (layouts.py has the figures)."""
         cpu = target == "cpu"
-        return cls(precision, target, channels_last=cpu, hwio_filters=cpu and inference, forward_only=inference)
+        held = cpu and inference
+        return cls(precision, target, channels_last=cpu, hwio_filters=held, nk_weights=held and precision == "fp32",
+                   forward_only=inference)
 
     @classmethod
     def live(cls, precision: str = "fp32", inference: bool = False) -> "LoweringPolicy":

@@ -121,10 +121,10 @@ def test_a_request_ends_at_the_models_eos(gen):
     free = _alone(gen, Request((5, 9, 14), 12), eos_token_id=[])
     eos = free[3]
     engine = ContinuousEngine(gen.geometry, dataclasses.replace(gen.defaults, eos_token_id=(eos,)),
-                              program(gen.decode_captured.graph, gen.policy),
-                              lambda b: program(gen.prefill1_captured(b).graph, gen.policy),
+                              program(gen.decode_captured.graph, gen.policy, gen.held),
+                              lambda b: program(gen.prefill1_captured(b).graph, gen.policy, gen.held),
                               gen.held.all_prepared(gen.source_weights),
-                              extend1=program(gen.extend_captured(1).graph, gen.policy))
+                              extend1=program(gen.extend_captured(1).graph, gen.policy, gen.held))
     got = serve(engine, _requests(3, 2) + [Request((5, 9, 14), 12)] + _requests(3, 3))
     assert got[2] == free[:free.index(eos) + 1] and len(got[2]) < 12
     assert not engine.busy.any()

@@ -85,7 +85,7 @@ def test_the_rewritten_programs_compute_what_the_captured_ones_do(gen):
             captured = lower(graph, gen.policy)
             params = {p.name: weights[p.name] for p in graph.params}
             want, _ = captured(params, {}, {f.name: v for f, v in zip(graph.feeds, feeds)}, None)
-            got = program(graph, gen.policy)(weights, *feeds)
+            got = program(graph, gen.policy, gen.held)(weights, *feeds)
         for w, g in zip(want, got):
             np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)
 
