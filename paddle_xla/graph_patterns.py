@@ -28,8 +28,10 @@ def unrepeated_heads(value: int, producer) -> int | None:
     if not all(isinstance(d, int) and d >= 1 for d in (group, *slots)) or merged[2:] != slots:
         return None
     # NOTE: the batch and heads must be t's own (an expand may also broadcast a dimension of 1), and the
-    # reshape must keep the batch; with those, the element count leaves KV * G as the only merged heads
-    if not all(_is_dim_of(big[i], t, i, producer) for i in (0, 1)) or merged[0] not in (big[0], 0):
+    # reshape must keep the batch (-1 there would let it fold the group into the batch instead); with
+    # those, the element count leaves KV * G as the only merged heads
+    if not all(_is_dim_of(big[i], t, i, producer) for i in (0, 1)) or merged[0] not in (big[0], 0) \
+            or merged[0] == -1:
         return None
     if isinstance(merged[1], int) and isinstance(big[1], int) and merged[1] not in (big[1] * group, -1):
         return None
@@ -74,7 +76,8 @@ def _scalar(value: int, producer) -> int | str:
 
 def _is_dim_of(entry, t: int, axis: int, producer) -> bool:
     """Whether a shape entry is t's size along `axis`: a positive constant (taken as written, as a fixed
-    shape is), -1 (keep the size), or slice(shape(t), [axis], [axis + 1])."""
+    shape is: where it broadcasts t's 1, the grouped products broadcast it too), -1 (keep the size), or
+    slice(shape(t), [axis], [axis + 1])."""
     if isinstance(entry, int):
         return entry >= 1 or entry == -1
     op = producer.get(int(entry[1:]))

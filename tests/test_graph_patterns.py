@@ -53,7 +53,7 @@ def test_a_repeat_whose_batch_is_read_from_the_keys_is_found():
 
 
 @pytest.mark.parametrize("miss", ["another tensor's batch", "another batch after", "unsqueeze at 1",
-                                  "slots moved", "heads not merged", "group unknown"])
+                                  "slots moved", "heads not merged", "group unknown", "group into the batch"])
 def test_a_near_miss_is_not_taken_for_the_repeat(miss):
     p = _Program()
     other = p.op("pd_op.add", KEYS, KEYS)
@@ -71,6 +71,8 @@ def test_a_near_miss_is_not_taken_for_the_repeat(miss):
         merged["slots"] = 4.0
     elif miss == "heads not merged":
         big["heads"], merged["heads"] = 2.0, 2.0
+    elif miss == "group into the batch":       # NOTE: [B * G, KV, S, D], not [B, KV * G, S, D]
+        big["batch"], big["heads"], merged["batch"], merged["heads"] = -1.0, -1.0, -1.0, heads
     else:
         big["group"] = p.dim(other, 1)
     value = p.repeat(p.stack(big["batch"], big["heads"], big["group"], big["slots"], 16.0),

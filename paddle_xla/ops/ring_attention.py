@@ -27,6 +27,10 @@ from .registry import lowering
 def ring_attention(interp, op, env, q, k, v, *outer, axis, size, mesh, scores, epilogue_out):
     epilogue = _epilogue(interp, op, scores, epilogue_out)
     products = _Products(interp.half, jnp.result_type(q.dtype, k.dtype))
+    # NOTE: keys and values of one batch row shared by every row (the model's repeat broadcast a batch of
+    # 1 with its heads): each row gets them, and their gradients sum back over the rows
+    k, v = (jnp.broadcast_to(t, q.shape[:1] + t.shape[1:]) if t.ndim == q.ndim and t.shape[0] == 1 else t
+            for t in (k, v))
     length = q.shape[2] if q.ndim == 4 else 0
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         return _as_written(q, k, v, outer, epilogue, products)

@@ -8,13 +8,13 @@ more than one [T/N, T/N] block of them (ops/ring_attention.py).
 
 The pattern, as Paddle's eager attention writes it (PaddleFormers' Llama, Qwen2, ERNIE 4.5, GPT):
     scores = matmul(q, transpose(k, [0, 1, 3, 2]))    (or matmul(q, k, transpose_y=True))
-    x      = epilogue(scores)                         (elementwise ops, each reading the previous value:
-                                                       scale, the mask's add or where, a cast, a clamp)
+    x      = epilogue(scores)                         (elementwise ops between the two, a DAG: scale, the
+                                                       mask's add or where, a cast, a clamp)
     p      = softmax(x, axis=-1)
     out    = matmul(p, v)
-Each intermediate value must have that one reader (a model that returns its attention weights keeps
-its attention as captured). The chain becomes one `paddle_xla.ring_attention` op whose sub-block holds
-the epilogue ops, so each block of scores goes through the model's own epilogue (its mask, scaling and
+Every value made on the way must be read only on the way (a model that returns its attention weights,
+or reads its scaled scores elsewhere, keeps its attention as captured). The whole becomes one
+`paddle_xla.ring_attention` op whose sub-block holds the epilogue ops, so each block of scores goes through the model's own epilogue (its mask, scaling and
 casts, whatever they are). Paddle-free."""
 from __future__ import annotations
 

@@ -21,6 +21,9 @@ class Attention(nn.Layer):
         super().__init__()
         self.qkv, self.out = nn.Linear(E, 3 * E), nn.Linear(E, E)
         self.transpose_op, self.returns_weights, self.style = transpose_op, returns_weights, style
+        if style == "shared":
+            self.shared_k = self.create_parameter([1, 1, S, E // H])
+            self.shared_v = self.create_parameter([1, 1, S, E // H])
 
     def forward(self, x, mask):
         q, k, v = (t.reshape([B, S, H, E // H]).transpose([0, 2, 1, 3]) for t in self.qkv(x).split(3, axis=-1))
@@ -29,6 +32,9 @@ class Attention(nn.Layer):
             k = k.reshape([B * H, S, E // H])
             v = v.reshape([B * H, S, E // H])
             mask = mask.expand([B, H, S, S]).reshape([B * H, S, S])
+        if self.style == "shared":          # NOTE: one key/value head of one row, repeated to every row and head
+            k = self.shared_k.unsqueeze(2).expand([B, 1, H, S, E // H]).reshape([B, H, S, E // H])
+            v = self.shared_v.unsqueeze(2).expand([B, 1, H, S, E // H]).reshape([B, H, S, E // H])
         if self.transpose_op:
             scores = paddle.matmul(q, k.transpose([0, 1, 3, 2]))
         else:
@@ -90,7 +96,8 @@ def _train(strategy, **kind):
     (dict(style="masked_fill"), 1),
     (dict(style="clamp"), 1),
     (dict(style="capped"), 1),
-    (dict(style="scaled_read_twice"), 0),         # NOTE: an epilogue value has a reader outside it                    # NOTE: rewritten, computed as the program wrote it
+    (dict(style="scaled_read_twice"), 0),
+    (dict(style="shared"), 1),                    # NOTE: batch-1 keys broadcast by the repeat, unrepeated         # NOTE: an epilogue value has a reader outside it                    # NOTE: rewritten, computed as the program wrote it
     (dict(returns_weights="sum"), 0),             # NOTE: the weights have a second reader
     (dict(returns_weights=True), 0),              # NOTE: the weights are an output of the program
 ])
