@@ -26,7 +26,7 @@ from ..lowering.int8 import QUANT_TYPES
 from ..lowering.policy import LoweringPolicy
 from ..lowering.layouts import nk_weight_names
 from ..runtime.held import HeldWeights
-from . import grouped_attention
+from . import grouped_attention, last_logits
 from . import row_logits as R
 from . import slots as SL
 from .config import DecodeConfig, decode_config
@@ -102,8 +102,8 @@ class Geometry:
 def program(graph: Graph, policy: LoweringPolicy, held: HeldWeights | None = None):
     """The Graph as run(weights, *feeds) -> fetches, weights a dict holding (at least) its persistables, laid
     out as `held` says (None: as Paddle holds them). Its grouped-query attention reads the keys and values
-    unrepeated (grouped_attention.py)."""
-    fn = lower(grouped_attention.rewrite(graph), policy)
+    unrepeated (grouped_attention.py), and its LM head multiplies only the position it returns (last_logits.py)."""
+    fn = lower(last_logits.rewrite(grouped_attention.rewrite(graph)), policy)
     names = [f.name for f in graph.feeds]
     trainable = {p.name for p in graph.params if p.trainable}
     persistables = {p.name for p in graph.params}
