@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
@@ -90,6 +91,22 @@ class Graph:
             for i, v in enumerate(op.inputs):
                 if v is not None:
                     out.setdefault(v, []).append((op.name, i))
+        return out
+
+    def read_counts(self) -> Counter:
+        """value id -> how often it is read: once per operand of every op in any block, and once more for each
+        fetch or written-back buffer (a reader outside the program). A rewrite that drops a value checks
+        that every read of it is its own."""
+        out = Counter(v for op in self.ops() for v in op.inputs if v is not None)
+        out.update([f.value for f in self.fetches] + [v for _, v in self.buffer_updates])
+        return out
+
+    def value_ids(self) -> set[int]:
+        """Every value id the program uses (0 included), so a rewrite can make new ones above them."""
+        out = {f.value for f in self.feeds} | {p.value for p in self.params} | {0}
+        for op in self.ops():
+            out.update(v for v in op.inputs if v is not None)
+            out.update(op.outputs)
         return out
 
     def params_read_only_by(self, accepts) -> set[str]:

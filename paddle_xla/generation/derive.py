@@ -91,7 +91,7 @@ class _Rewriter:
 
     def __init__(self, graph: Graph):
         self.graph = graph
-        self.ids = itertools.count(max(_all_values(graph)) + 1)
+        self.ids = itertools.count(max(graph.value_ids()) + 1)
         self.rename: dict[int, int] = {}
         self.ops: list[Op] = []
 
@@ -146,14 +146,6 @@ def derive(graph: Graph, batch: int, length: int, slots: int | None) -> Graph:
                       "float32"))
     return dataclasses.replace(graph, block=Block(graph.block.args, tuple(r.ops)), feeds=tuple(feeds),
                                fetches=fetches, meta={**graph.meta, "derived": "decode" if step else "prefill"})
-
-
-def _all_values(graph: Graph) -> set[int]:
-    out = {f.value for f in graph.feeds} | {p.value for p in graph.params} | {0}
-    for op in graph.ops():
-        out.update(v for v in op.inputs if v is not None)
-        out.update(op.outputs)
-    return out
 
 
 def check_against_forward(forward: Graph, prefill: Graph, step: Graph, weights, slots: int, vocab: int,

@@ -20,30 +20,23 @@ from ..graph import Graph, Op
 def rewrite(graph: Graph) -> Graph:
     """The graph with each slice of a matmul's rows moved before the matmul."""
     ops = list(graph.block.ops)
-    readers = Counter(v for op in graph.block.walk() for v in op.inputs if v is not None)
-    readers.update([f.value for f in graph.fetches] + [v for _, v in graph.buffer_updates])
+    readers = graph.read_counts()
     producer = {v: i for i, op in enumerate(ops) for v in op.outputs}
-    fresh = _fresh_ids(graph)
     ranks = {f.value: len(f.shape) for f in graph.fetches}
     weights = {p.value: len(p.shape) for p in graph.params}
-    moved = {}
-    for i, op in enumerate(ops):
-        j = _head(op, ops, producer, readers, ranks, weights)
-        if j is not None:
-            moved[j] = i
-    if not moved:
+    heads = {i: j for i, op in enumerate(ops)                 # slice position -> its matmul's
+             if (j := _head(op, ops, producer, readers, ranks, weights)) is not None}
+    if not heads:
         return graph
+    fresh = itertools.count(max(graph.value_ids()) + 1)
     out = []
     for i, op in enumerate(ops):
-        if i in moved:                       # NOTE: the matmul: emitted where the slice was
-            continue
-        if i in moved.values():
-            matmul = ops[next(j for j, s in moved.items() if s == i)]
-            rows = next(fresh)
+        if i in heads:                       # NOTE: the slice, then its matmul, where the slice was
+            matmul, rows = ops[heads[i]], next(fresh)
             out.append(dataclasses.replace(op, inputs=(matmul.inputs[0],) + op.inputs[1:], outputs=(rows,)))
             out.append(dataclasses.replace(matmul, inputs=(rows,) + matmul.inputs[1:], outputs=op.outputs))
-            continue
-        out.append(op)
+        elif i not in heads.values():
+            out.append(op)
     return dataclasses.replace(graph, block=dataclasses.replace(graph.block, ops=tuple(out)))
 
 
@@ -64,11 +57,3 @@ def _head(op: Op, ops: list[Op], producer: dict, readers: Counter, ranks: dict, 
     if ranks.get(op.outputs[0]) != 2 or weights.get(matmul.inputs[1]) != 2:
         return None
     return j
-
-
-def _fresh_ids(graph: Graph):
-    used = {f.value for f in graph.feeds} | {p.value for p in graph.params} | {f.value for f in graph.fetches}
-    for op in graph.block.walk():
-        used.update(v for v in op.inputs if v is not None)
-        used.update(op.outputs)
-    return itertools.count(max(used) + 1)

@@ -147,12 +147,13 @@ def _max_pool_by_shifts(op, args, attrs, ctx: Context):
 
 # NOTE: in order: a filter held as HWIO must be read as HWIO whatever else applies (the depthwise
 # form reads either layout), and a matmul weight held as [N, K] as [N, K] (unless it arrives as int8:
-# the plan marks the matmul weights a policy may hold as [N, K], the runtime holds some as int8 instead). The rules stay here rather than on the ops' registrations: each is the
+# the plan marks the matmul weights a policy may hold as [N, K], the runtime holds some as int8 instead).
+# The rules stay here rather than on the ops' registrations: each is the
 # policy's choice (target, precision, held layouts, operand shapes) and calls lowering/ code (half.py,
 # layouts.py), which ops/ may not import; the op classes they test are registry queries (CONV_OPS),
 # and every op a rule names is checked to be registered (tests/ops/test_op_properties.py).
-RULES = (_conv_by_shifts, _hwio_conv, _int8_matmul, _nk_matmul, _half_matmul, _half_pointwise_conv, _half_gelu, _pointwise_conv,
-         _max_pool_by_shifts)
+RULES = (_conv_by_shifts, _hwio_conv, _int8_matmul, _nk_matmul, _half_matmul, _half_pointwise_conv, _half_gelu,
+         _pointwise_conv, _max_pool_by_shifts)
 
 
 def choose(op, args, attrs, ctx: Context) -> Kernel | None:

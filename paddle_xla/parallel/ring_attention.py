@@ -14,8 +14,8 @@ The pattern, as Paddle's eager attention writes it (PaddleFormers' Llama, Qwen2,
     out    = matmul(p, v)
 Every value made on the way must be read only on the way (a model that returns its attention weights,
 or reads its scaled scores elsewhere, keeps its attention as captured). The whole becomes one
-`paddle_xla.ring_attention` op whose sub-block holds the epilogue ops, so each block of scores goes through the model's own epilogue (its mask, scaling and
-casts, whatever they are). Paddle-free."""
+`paddle_xla.ring_attention` op whose sub-block holds the epilogue ops, so each block of scores goes
+through the model's own epilogue (its mask, scaling and casts, whatever they are). Paddle-free."""
 from __future__ import annotations
 
 import dataclasses
@@ -34,9 +34,7 @@ EPILOGUE_OPS = frozenset({"pd_op.scale", "pd_op.add", "pd_op.cast", "pd_op.multi
 def rewrite(graph: Graph, *, axis: str, size: int, mesh) -> Graph:
     """The graph with each attention it finds as one ring attention over mesh axis `axis` of `size`."""
     ops = list(graph.block.ops)
-    readers = Counter(v for op in graph.block.walk() for v in op.inputs if v is not None)
-    # NOTE: a value the program returns or writes back has a reader outside the block too
-    readers.update([f.value for f in graph.fetches] + [v for _, v in graph.buffer_updates])
+    readers = graph.read_counts()
     producer = {v: i for i, op in enumerate(ops) for v in op.outputs}
     fused, dropped = {}, set()
     for i, op in enumerate(ops):

@@ -3,9 +3,10 @@
 An inference program's weights do not change between calls, so whatever its kernels would do to a weight
 on every call is done once, when the weights are placed: matmul and conv weights that only white-list ops
 read are held in half under bf16/fp16 (BERT-Base bf16: -20 %), conv filters as HWIO on CPU (ResNet-50 b8:
-512 -> 451 ms), float32 matmul weights as [N, K] on CPU; under Strategy(quant_type="weight_only_int8") a generator's matmul weights are held as int8
-values and per-channel scales (lowering/int8.py). CompiledModel, export and the artifact loader all hold weights through this one object,
-so a deployed artifact runs the kernels the live model runs. Paddle-free."""
+512 -> 451 ms), float32 matmul weights as [N, K] on CPU; under Strategy(quant_type="weight_only_int8") a
+generator's matmul weights are held as int8 values and per-channel scales (lowering/int8.py). CompiledModel,
+export and the artifact loader all hold weights through this one object, so a deployed artifact runs the
+kernels the live model runs. Paddle-free."""
 from __future__ import annotations
 
 from dataclasses import dataclass
