@@ -28,8 +28,8 @@ from .capture.causal_lm import (cache_geometry, capture_decode, capture_forward,
 from .errors import GenerationError
 from .generation import derive
 from .generation.config import DecodeConfig, token_ids
-from .generation.continuous import ContinuousEngine
-from .generation.engine import Engine, Geometry, held_weights, program
+from .generation.continuous import CHUNK, ContinuousEngine
+from .generation.engine import Engine, Geometry, held_weights, program, program_together
 from .lowering.policy import LoweringPolicy
 from .parallel.mesh import make_mesh
 from .parallel.pack import split_dim, tensor_spec
@@ -233,8 +233,14 @@ class Generator:
                 self.geometry, self.defaults, program(self.decode_captured.graph, self.policy, self.held),
                 lambda b: program(self.prefill1_captured(b).graph, self.policy, self.held),
                 self.held.all_prepared(self.source_weights), place=_placement(self.strategy, self.decode_captured),
-                extend1=self._extend_program(1))
+                extend1=self._extend_program(1), together=self._together if self.policy.nk_weights else None)
         return self._continuous
+
+    def _together(self, what):
+        """The decode step and a batch-1 prefill (CHUNK: the extend; else a bucket's) as one program whose
+        linear layers' products they share (engine.program_together)."""
+        other = self.extend_captured(1) if what == CHUNK else self.prefill1_captured(what)
+        return program_together([self.decode_captured.graph, other.graph], self.policy, self.held)
 
     def warm_up(self, **kwargs) -> None:
         """Capture and compile every prompt bucket's prefill and the decode loop (for these arguments)."""

@@ -14,8 +14,8 @@ import numpy as np
 from .. import x64
 from ..errors import GenerationError, ModelLoadError
 from ..generation.config import DecodeConfig, token_ids
-from ..generation.continuous import ContinuousEngine
-from ..generation.engine import Engine, Geometry, held_weights, program
+from ..generation.continuous import CHUNK, ContinuousEngine
+from ..generation.engine import Engine, Geometry, held_weights, program, program_together
 from ..graph import Graph
 from ..lowering.policy import LoweringPolicy
 from ..runtime.held import HeldWeights
@@ -62,7 +62,7 @@ class GeneratorArtifact:
         chunked = self.geometry.chunked
         self.engine = Engine(self.geometry, self.defaults, make("decode"), lambda b: make(f"prefill_{b}"), weights,
                              seed=seed, extend=make("extend") if chunked else None)
-        self._make, self._weights, self._seed, self._continuous = make, weights, seed, None
+        self._make, self._held, self._weights, self._seed, self._continuous = make, held, weights, seed, None
         self._tokenizer_text = members.get(TOKENIZER)
         self._tokenizer_obj = None
 
@@ -80,10 +80,27 @@ class GeneratorArtifact:
                 raise ModelLoadError(f"{self.path!r} holds no batch-1 prefill programs, which serving needs: "
                                      "export it again with this paddle_xla (a plain decoder's generator cannot be "
                                      "served: its rows share their positions)")
+            make, together = self._continuous_programs()
             self._continuous = ContinuousEngine(
-                self.geometry, self.defaults, self._make("decode"), lambda b: self._make(f"prefill1_{b}"), self._weights,
-                seed=self._seed, extend1=self._make("extend1") if self.geometry.chunked else None)
+                self.geometry, self.defaults, make("decode"), lambda b: make(f"prefill1_{b}"), self._weights,
+                seed=self._seed, extend1=make("extend1") if self.geometry.chunked else None, together=together)
         return self._continuous
+
+    def _continuous_programs(self):
+        """(make, together) for the continuous engine. Where this platform's lowering shares a decode step's
+        products with a prefill's (engine.program_together), every program a server runs is lowered here from
+        the Graphs, the exported executables included, so that a step beside a prefill and a step alone are
+        one lowering's programs and give a row the same numbers."""
+        policy = LoweringPolicy.live(self.geometry.precision, inference=True)
+        held = held_weights(self.graphs["decode"], policy, self.geometry.quant_type)
+        if not policy.nk_weights or held != self._held:
+            return self._make, None
+        graphs = self.graphs
+
+        def together(what):
+            return program_together([graphs["decode"], graphs["extend1" if what == CHUNK else f"prefill1_{what}"]],
+                                    policy, held)
+        return (lambda n: program(graphs[n], policy, held)), together
 
     def encode(self, prompt: str) -> list[int]:
         ids = self._tokenizer().encode(prompt).ids

@@ -5,8 +5,12 @@ Programs: the generator's decode step, a batch-1 prefill per prompt bucket (a re
 alone, so a long prompt never waits for company and never pads anyone else's), and, for prompts longer
 than the geometry's prefill_chunk, the batch-1 extend program that prefills a prompt a chunk at a time.
 A scheduler interleaves those chunks with decode chunks (`begin`, then `fill` once per decode chunk), so
-a long prompt holds running streams up for one prefill chunk at a time. Every program compiles once:
-insert per bucket, one chunk program, the decode chunk (the row's decode arguments are traced values)."""
+a long prompt holds running streams up for one prefill chunk at a time. Given `together` (the programs'
+Graphs lowered in lockstep, engine.program_together), `step_and_fill` runs a decode step and a prefill
+step as one program whose linear layers multiply the step's rows and the prompt's tokens together: the
+gap a prefill puts between two tokens of a running stream is then one such step, not a step plus a
+prefill. Every program compiles once: insert per bucket, one chunk program, the decode chunk (the row's
+decode arguments are traced values), and with `together` a step beside each bucket and beside a chunk."""
 from __future__ import annotations
 
 import itertools
@@ -22,6 +26,9 @@ from . import row_logits as R
 from . import slots as SL
 from .config import DecodeConfig
 from .engine import padded
+
+
+CHUNK = "chunk"      # together(CHUNK): the decode step beside the batch-1 extend (a bucket: beside its prefill)
 
 
 @dataclass(frozen=True)
@@ -56,11 +63,16 @@ class _Fill:
 
 class ContinuousEngine:
     def __init__(self, geometry, defaults: DecodeConfig, step: Callable, prefill1_for: Callable[[int], Callable],
-                 weights: Mapping, seed: int = 0, place: Callable | None = None, extend1: Callable | None = None):
+                 weights: Mapping, seed: int = 0, place: Callable | None = None, extend1: Callable | None = None,
+                 together: Callable | None = None):
         if geometry.chunked and extend1 is None:
             raise GenerationError(f"prefill_chunk={geometry.prefill_chunk} needs the batch-1 extend program")
         self.geometry, self.defaults = geometry, defaults
         self._step, self._prefill1_for, self._extend1 = step, prefill1_for, extend1
+        # NOTE: together(CHUNK or a bucket) -> both(weights, step feeds, that program's feeds); None: apart
+        self._together = together
+        self._besides: dict = {}
+        self._put = jax.jit(SL.with_row, donate_argnums=(0,))
         self._weights, self._place = dict(weights), place or jax.device_put
         self._params = None
         self._inserts: dict[int, Callable] = {}
@@ -118,7 +130,7 @@ class ContinuousEngine:
             self.chunk_programs = (
                 jax.jit(lambda w, s, row, ids, mask, fresh, last, limit, params, key: SL.absorb_row(
                     extend, w, s, row, ids, mask, fresh, last, limit, params, key, eos)),
-                jax.jit(SL.with_row, donate_argnums=(0,)))
+                self._put)
 
             def run(w, s, row, *args):
                 absorb, put = self.chunk_programs
@@ -126,6 +138,17 @@ class ContinuousEngine:
                 return put(s, row, view), token, goes_on
             self._absorb = run
         return self._absorb
+
+    def _beside_fn(self, bucket: int | None):
+        """A decode step with a prefill step beside it: of a bucket's prompt, or (None) a chunk."""
+        if bucket not in self._besides:
+            both, eos, pad = self._together(CHUNK if bucket is None else bucket), self.eos, self.defaults.pad_token_id
+            beside = SL.step_beside_chunk if bucket is None else SL.step_beside_prompt
+            # NOTE: one step, not a chunk: a decode loop in the same program made XLA:CPU copy the whole cache
+            # (the loop's carry is also read by the prefill's row), so step_and_fill runs the chunk after it
+            self._besides[bucket] = jax.jit(lambda w, s, row, *fill: beside(both, w, s, row, *fill, eos, pad),
+                                            donate_argnums=(1,))
+        return self._besides[bucket]
 
     def _run_fn(self):
         if self._run is None:
@@ -192,6 +215,36 @@ class ContinuousEngine:
         self.busy[row] = goes_on
         return token, goes_on
 
+    def step_and_fill(self, row: int) -> tuple[tuple[int, bool] | None, np.ndarray]:
+        """fill(row), then run_chunk(): (fill's result, the tokens [B, n] each row made). With `together`
+        (module docstring) the prefill step runs beside a decode step, in one program, and a decode chunk of
+        more than one step follows it (then n = 1 + chunk, the filled row in the chunk as after fill); the
+        tokens are each request's own either way."""
+        if self._together is None:
+            done = self.fill(row)
+            return done, self.run_chunk()
+        f = self._filling[row]
+        ids, mask = f.steps.pop(0)
+        with x64.scope():
+            w, s, at = self._weights_on_device(), self._state(), np.int32(row)
+            if f.whole:
+                s, made, view, token, goes_on = self._beside_fn(ids.shape[1])(w, s, at, ids, mask, f.limit, f.params,
+                                                                             f.key)
+            else:
+                s, made, view, token, goes_on = self._beside_fn(None)(w, s, at, ids, mask, np.bool_(f.first),
+                                                                     np.bool_(not f.steps), f.limit, f.params, f.key)
+            self._slots = self._put(s, at, view)
+            f.first = False
+            out, live = np.asarray(made)[:, None], np.asarray(self._slots.live)
+            done = None if f.steps else (int(token), bool(goes_on))
+        if done is not None:
+            del self._filling[row]
+        self.busy &= live
+        self.busy[list(self._filling)] = True
+        if self.geometry.chunk > 1 and self.busy.any():
+            out = np.concatenate([out, self.run_chunk()], axis=1)
+        return done, out
+
     def run_chunk(self) -> np.ndarray:
         """One decode chunk: tokens [B, chunk] each row made (NO_TOKEN where none). Rows that ended are
         free afterwards."""
@@ -212,7 +265,8 @@ class ContinuousEngine:
             self.busy[row] = False
 
     def warm_up(self) -> None:
-        """Compile every bucket's insert, the decode chunk and the free of a cancelled row."""
+        """Compile every bucket's insert, the decode chunk, the free of a cancelled row and (with `together`)
+        the decode step beside each prefill program."""
         self.insert(0, Request((1,), max_new_tokens=3))
         self.free(0)
         for bucket in self.geometry.buckets:
@@ -222,3 +276,10 @@ class ContinuousEngine:
             self.free(0)
         if self.geometry.chunked:
             self.insert(0, Request((1,) * (self.geometry.prefill_chunk + 1), max_new_tokens=1))
+        if self._together is not None:
+            long = (self.geometry.prefill_chunk + 1,) if self.geometry.chunked else ()
+            for n in self.geometry.buckets + long:
+                self.begin(0, Request((1,) * n, max_new_tokens=1))
+                while 0 in self._filling:
+                    self.step_and_fill(0)
+                self.free(0)

@@ -22,6 +22,7 @@ from .. import x64
 from ..errors import GenerationError
 from ..graph import Graph
 from ..lowering.lower import lower
+from ..lowering.shared_products import lower_together
 from ..lowering.int8 import QUANT_TYPES
 from ..lowering.policy import LoweringPolicy
 from ..lowering.layouts import nk_weight_names
@@ -115,6 +116,26 @@ def program(graph: Graph, policy: LoweringPolicy, held: HeldWeights | None = Non
         buffers = {k: got[k] for k in persistables - trainable}
         outs, _ = fn(params, buffers, dict(zip(names, feeds)), None)
         return outs
+    return run
+
+
+def program_together(graphs, policy: LoweringPolicy, held: HeldWeights | None = None):
+    """The Graphs as one run(weights, feeds_1, feeds_2, ...) -> (fetches_1, fetches_2, ...), their linear layers
+    one product each where a row's numbers do not depend on the rows beside it (shared_products.py): a
+    server's decode step beside a prompt's prefill chunk reads each weight once. Each Graph is rewritten as
+    `program` rewrites it, and gets its weights laid out as it reads them."""
+    fn = lower_together([last_logits.rewrite(grouped_attention.rewrite(g)) for g in graphs], policy)
+    names = [[f.name for f in g.feeds] for g in graphs]
+    trainable = [{p.name for p in g.params if p.trainable} for g in graphs]
+    persistables = [{p.name for p in g.params} for g in graphs]
+    flipped = [_flipped(g, policy, held) for g in graphs]
+
+    def run(weights, *feeds):
+        inputs = []
+        for n, t, p, f, fed in zip(names, trainable, persistables, flipped, feeds):
+            got = {k: weights[k].T if k in f else weights[k] for k in p}
+            inputs.append(({k: got[k] for k in p & t}, {k: got[k] for k in p - t}, dict(zip(n, fed))))
+        return tuple(fn(inputs))
     return run
 
 

@@ -92,7 +92,17 @@ def start(prefill: Callable, weights, ids, mask, live, limit, params: R.RowParam
           cache_dtype, eos_ids: tuple[int, ...]) -> Slots:
     """Prefill a batch of prompts (ids, mask [B, P], left-padded) into fresh slots and choose their first
     tokens. live [B]: the rows that hold a prompt; limit [B]: their max_new_tokens; params: [B] arrays."""
-    logits, kv = prefill(weights, ids, mask, prompt_positions(mask))
+    logits, kv = prefill(weights, *_prompt_feeds(ids, mask))
+    return _started(logits, kv, ids, mask, live, limit, params, keys, slots, cache_dtype, eos_ids)
+
+
+def _prompt_feeds(ids, mask):
+    return ids, mask, prompt_positions(mask)
+
+
+def _started(logits, kv, ids, mask, live, limit, params: R.RowParams, keys, slots: int, cache_dtype,
+             eos_ids: tuple[int, ...]) -> Slots:
+    """start's slots from its prefill's logits and K/V."""
     kv, valid, span = packed(kv, mask, slots)
     batch, (layers2, _, heads, _, dim) = ids.shape[0], kv.shape
     s = Slots(tuple(kv.astype(cache_dtype)), valid.astype(jnp.int64), span.astype(jnp.int32), jnp.zeros(batch, jnp.int64),
@@ -130,12 +140,26 @@ def absorb(extend: Callable, weights, s: Slots, ids, mask, fresh, last, live, li
     into the next slots (padding takes none). fresh [B]: the chunk is the row's first (its old cache and
     state are dropped). last (a bool): the chunk ends the prompts, so the rows' first tokens are chosen
     and the live ones start decoding (live, limit, params, keys as in start). Returns (slots, logits)."""
-    batch, slots = s.valid.shape
+    feeds, kept = _chunk_feeds(s, ids, mask, fresh)
+    logits, kv = extend(weights, *feeds)
+    return _absorbed(s, kept, logits, kv, mask, last, live, limit, params, keys, eos_ids), logits
+
+
+def _chunk_feeds(s: Slots, ids, mask, fresh):
+    """The extend program's feeds for a chunk, and what _absorbed keeps of the rows' state."""
     valid = jnp.where(fresh[:, None], 0, s.valid)
     cursor = jnp.where(fresh, 0, s.cursor)
     seen = jnp.where(fresh[:, None], False, s.seen) | R.seen_tokens(ids, s.seen.shape[1])
-    logits, kv = extend(weights, ids, jnp.concatenate([valid, mask.astype(valid.dtype)], axis=-1),
-                        chunk_positions(cursor, mask), jnp.stack(s.past))
+    feeds = (ids, jnp.concatenate([valid, mask.astype(valid.dtype)], axis=-1), chunk_positions(cursor, mask),
+             jnp.stack(s.past))
+    return feeds, (valid, cursor, seen)
+
+
+def _absorbed(s: Slots, kept, logits, kv, mask, last, live, limit, params: R.RowParams, keys,
+              eos_ids: tuple[int, ...]) -> Slots:
+    """absorb's slots from its extend program's logits and the chunk's K/V."""
+    valid, cursor, seen = kept
+    batch, slots = s.valid.shape
     at = jnp.where(mask != 0, cursor[:, None] + jnp.cumsum(mask, axis=-1).astype(jnp.int32) - 1, slots)
     rows = jnp.arange(batch)[:, None]
     past = tuple(layer.at[rows, :, at].set(jnp.transpose(new, (0, 2, 1, 3)).astype(layer.dtype), mode="drop")
@@ -144,7 +168,7 @@ def absorb(extend: Callable, weights, s: Slots, ids, mask, fresh, last, live, li
     filled = s._replace(past=past, valid=valid, cursor=cursor + jnp.sum(mask, axis=-1).astype(jnp.int32), seen=seen,
                         live=jnp.zeros(batch, bool), pending_on=jnp.zeros(batch, bool))
     begun = _first_tokens(filled, logits, filled.cursor, live, limit, params, keys, eos_ids)
-    return jax.tree.map(lambda b, f: jnp.where(last, b, f), begun, filled), logits
+    return jax.tree.map(lambda b, f: jnp.where(last, b, f), begun, filled)
 
 
 def absorb_row(extend: Callable, weights, s: Slots, row, ids, mask, fresh, last, limit, params: R.RowParams, key,
@@ -202,20 +226,64 @@ def step(decode: Callable, weights, s: Slots, eos_ids: tuple[int, ...], pad: int
     nothing reads the cache before the write, and XLA updates it in place. Written after the decode, the
     cache is both read (by the attention) and updated in one loop body, and XLA:CPU copied all of it twice
     per step (2 x 600 MB at 32 rows x 768 slots in fp32)."""
-    batch = s.valid.shape[0]
+    s = _with_pending_written(s)
+    logits, new = decode(weights, *_step_feeds(s))
+    return _stepped(s, logits, new, eos_ids, pad)
+
+
+def _with_pending_written(s: Slots) -> Slots:
     past, valid = _write_pending(s)
-    mask = jnp.concatenate([valid, jnp.ones((batch, 1), valid.dtype)], axis=-1)
+    return s._replace(past=past, valid=valid)
+
+
+def _step_feeds(s: Slots):
+    """The decode program's feeds (the slots' pending K/V already written)."""
+    batch = s.valid.shape[0]
+    mask = jnp.concatenate([s.valid, jnp.ones((batch, 1), s.valid.dtype)], axis=-1)
     # NOTE: the program takes the cache as one [2L, ...] feed and unbinds it per layer: XLA folds the slices of
     # this stack back into the layers' own buffers
-    logits, new = decode(weights, s.token[:, None], mask, s.position[:, None], jnp.stack(past))
+    return s.token[:, None], mask, s.position[:, None], jnp.stack(s.past)
+
+
+def _stepped(s: Slots, logits, new, eos_ids: tuple[int, ...], pad: int) -> tuple[Slots, jax.Array]:
+    """step's slots and tokens from its decode program's logits and K/V."""
     split = jax.vmap(jax.random.split)(s.keys)
     token, term = R.choose(logits, s.params, s.seen, s.t, split[:, 1], eos_ids)
     token, scores, live = finish(token, term, s.scores, s.live, s.t, s.limit, eos_ids, pad)
     made = jnp.where(s.live, token, NO_TOKEN)
     seen = jnp.where(s.live[:, None], R.mark_seen(s.seen, token), s.seen)
-    return Slots(past, valid, s.cursor + s.live, token.astype(s.token.dtype), s.position + s.live, live,
-                 s.t + s.live, s.limit, scores, seen, split[:, 0], s.params, jnp.moveaxis(new, 1, 0).astype(past[0].dtype),
-                 s.cursor, s.live), made
+    return Slots(s.past, s.valid, s.cursor + s.live, token.astype(s.token.dtype), s.position + s.live, live,
+                 s.t + s.live, s.limit, scores, seen, split[:, 0], s.params,
+                 jnp.moveaxis(new, 1, 0).astype(s.past[0].dtype), s.cursor, s.live), made
+
+
+def step_beside_chunk(both: Callable, weights, s: Slots, row, ids, mask, fresh, last, limit, params: R.RowParams,
+                      key, eos_ids: tuple[int, ...], pad: int):
+    """step, and absorb_row's chunk into `row`, in one program: both(weights, step feeds, chunk feeds) runs the
+    decode step and the batch-1 extend with their linear layers' products shared (engine.program_together).
+    The row is not live in the step (its prompt is going in), so the step leaves it as it was. Returns (the
+    slots after the step, the step's tokens [B], then absorb_row's three: the row's state for with_row, its
+    first token, whether it goes on)."""
+    s = _with_pending_written(s)
+    view = _row_of(s, row)
+    feeds, kept = _chunk_feeds(view, ids, mask, jnp.reshape(fresh, (1,)))
+    (logits, new), (chunk_logits, kv) = both(weights, _step_feeds(s), feeds)
+    stepped, made = _stepped(s, logits, new, eos_ids, pad)
+    view = _absorbed(view, kept, chunk_logits, kv, mask, last, jnp.ones(1, bool), jnp.reshape(limit, (1,)), params,
+                     key[None], eos_ids)
+    return stepped, made, view, view.token[0], view.live[0]
+
+
+def step_beside_prompt(both: Callable, weights, s: Slots, row, ids, mask, limit, params: R.RowParams, key,
+                       eos_ids: tuple[int, ...], pad: int):
+    """step, and insert's prefill of a prompt within a bucket, in one program (as step_beside_chunk, with the
+    batch-1 prefill of the bucket in place of the extend). Returns as step_beside_chunk."""
+    s = _with_pending_written(s)
+    (logits, new), (prompt_logits, kv) = both(weights, _step_feeds(s), _prompt_feeds(ids, mask))
+    stepped, made = _stepped(s, logits, new, eos_ids, pad)
+    one = _started(prompt_logits, kv, ids, mask, jnp.ones(1, bool), jnp.reshape(limit, (1,)), params, key[None],
+                   s.valid.shape[1], s.past[0].dtype, eos_ids)
+    return stepped, made, one, one.token[0], one.live[0]
 
 
 def finish(token, term, scores, live, t, limit, eos_ids: tuple[int, ...], pad: int):

@@ -47,12 +47,20 @@ def _alone(gen, request: Request, **kw):
     return row[:ends[0] + 1] if ends else row
 
 
-def serve(engine, requests, admit_per_chunk=1, cancel=None, steps=None):
+def serve(engine, requests, admit_per_chunk=1, cancel=None, steps=None, beside=False):
     """Drive the engine as a scheduler does: begin up to `admit_per_chunk` waiting requests in free rows and
     run one prefill step of each prompt going in between decode chunks; `cancel` = {request index: after
     how many tokens it is freed}; `steps`: a list that gets each round's (prefill steps run, rows that got
-    tokens). Returns each one's tokens."""
+    tokens); `beside`: with streams running, the first prompt's prefill step goes with the decode chunk
+    (engine.step_and_fill), as the server runs it. Returns each one's tokens."""
     got, rows, waiting, filling = {i: [] for i in range(len(requests))}, {}, list(range(len(requests))), {}
+
+    def landed(row, i, done):
+        if done is not None:
+            del filling[row]
+            got[i].append(done[0])
+            if done[1]:
+                rows[row] = i
     for _ in range(500):
         for _ in range(admit_per_chunk):
             row = engine.free_row()
@@ -60,16 +68,16 @@ def serve(engine, requests, admit_per_chunk=1, cancel=None, steps=None):
                 break
             filling[row] = waiting.pop(0)
             engine.begin(row, requests[filling[row]])
-        for row, i in list(filling.items()):
-            done = engine.fill(row)
-            if done is not None:
-                del filling[row]
-                got[i].append(done[0])
-                if done[1]:
-                    rows[row] = i
-        if not waiting and not engine.busy.any():
+        fills, out = list(filling.items()), None
+        if beside and rows and fills:
+            (row, i), fills = fills[0], fills[1:]
+            done, out = engine.step_and_fill(row)
+            landed(row, i, done)
+        for row, i in fills:
+            landed(row, i, engine.fill(row))
+        if not waiting and not engine.busy.any() and out is None:
             return got
-        out = engine.run_chunk()
+        out = engine.run_chunk() if out is None else out
         if steps is not None:
             steps.append((len(filling), sorted(r for r in rows if (out[r] != NO_TOKEN).any())))
         for row, i in list(rows.items()):
@@ -213,3 +221,66 @@ def test_a_prefill_chunk_writes_its_row_without_copying_the_cache(gen):
         copies = [line.strip() for line in hlo.splitlines() if f"= {cache_type}" in line and " copy(" in line]
         assert not copies, copies
     engine.free(row)
+
+
+# ---- a prefill step beside a decode step (engine.step_and_fill: one program, shared products) ----------
+@pytest.fixture(scope="module")
+def gen1():
+    """As gen, with a decode chunk of one step (a server's setting for steady tokens)."""
+    return Generator(_model("llama"), max_batch_size=BATCH, max_length=SLOTS, chunk=1, prefill_chunk=PREFILL_CHUNK)
+
+
+@pytest.mark.parametrize("which", ["gen", "gen1"])
+def test_a_prefill_step_beside_a_decode_step_gives_each_request_its_tokens_alone(which, request):
+    # NOTE: buckets and chunks both go in beside running streams; a decode chunk of 4 follows the shared step
+    gen = request.getfixturevalue(which)
+    engine = gen.continuous()
+    assert engine._together is not None
+    requests = [Request((5, 6, 7), 30)] + _requests(0, 10) + _requests(1, 3, repetition_penalty=1.3) + \
+        _requests(2, 2, min_new_tokens=3)
+    steps = []
+    got = serve(engine, requests, steps=steps, beside=True)
+    assert sum(n for n, _ in steps) >= 5 and set(engine._besides) >= {None, 8}
+    for i, r in enumerate(requests):
+        assert got[i] == _alone(gen, r), (i, r)
+
+
+def test_a_seeded_sampled_request_beside_prefills_is_the_same_as_alone(gen1):
+    engine = gen1.continuous()
+    mine = Request((7, 8, 9, 10), 12, decode_strategy="sampling", temperature=1.3, top_k=20, top_p=0.9, seed=5)
+    alone = serve(engine, [mine])[0]
+    crowd = _requests(4, 5) + _requests(5, 2, decode_strategy="sampling", seed=1)
+    assert serve(engine, crowd[:2] + [mine] + crowd[2:], beside=True)[2] == alone
+
+
+def test_the_step_beside_a_prefill_multiplies_both_in_one_product_without_copying_the_cache(gen1):
+    # NOTE: a linear layer's product holds the step's BATCH rows and the prompt's tokens: one weight read per
+    # layer instead of two. Lowered apart, no product has BATCH + tokens rows
+    from paddle_xla import x64
+    engine = gen1.continuous()
+    engine.warm_up()
+    state, weights = engine._state(), engine._weights_on_device()
+    cache_type = "f32[" + ",".join(map(str, state.past[0].shape)) + "]"
+    for n, width in ((20, PREFILL_CHUNK), (6, 8)):
+        row = engine.free_row()
+        engine.begin(row, Request(tuple(range(3, 3 + n)), 5))
+        f = engine._filling[row]
+        ids, mask = f.steps[0]
+        fill = (ids, mask, np.bool_(True), np.bool_(False)) if n > PREFILL_CHUNK else (ids, mask)
+        with x64.scope():
+            hlo = engine._beside_fn(None if n > PREFILL_CHUNK else width).lower(
+                weights, state, np.int32(row), *fill, f.limit, f.params, f.key).compile().as_text()
+        dots = [line for line in hlo.splitlines() if " dot(" in line]
+        assert sum(f"f32[{BATCH + width}," in line for line in dots) >= 4 * TINY["num_hidden_layers"], dots
+        copies = [line.strip() for line in hlo.splitlines() if f"= {cache_type}" in line and " copy(" in line]
+        assert not copies, copies
+        engine.free(row)
+
+
+def test_no_compile_after_warm_up_beside_prefills(gen1):
+    engine = gen1.continuous()
+    engine.warm_up()
+    with compiles_seen() as compiles:
+        serve(engine, _requests(8, 6) + _requests(9, 3, decode_strategy="sampling", top_p=0.7), admit_per_chunk=2,
+              beside=True)
+    assert not compiles, f"{len(compiles)} compiles after warm-up"

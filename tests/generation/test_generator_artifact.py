@@ -76,6 +76,26 @@ def test_relowered_generator_equals_the_exported_one(exported):
                                   gen.generate(ids, attention_mask=mask, max_new_tokens=8)[0])
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_served_artifact_runs_a_prefill_beside_a_decode_step_where_products_stay_row_exact(precision,
+                                                                                             tmp_path_factory):
+    # NOTE: fp32 on CPU holds its matmul weights as [N, K], where a row's product does not depend on the rows
+    # beside it: the server's programs are then lowered from the Graphs in lockstep; bf16 keeps them apart
+    from paddle_xla.generation.continuous import Request
+    _, gen, path, _ = _exported(precision, tmp_path_factory)
+    engine = pxa.load(path).continuous()
+    assert (engine._together is not None) == (precision == "fp32")
+    engine.insert(0, Request((5, 6, 7), 20))
+    prompt = Request((9, 4, 11, 2, 8), 6)
+    engine.begin(1, prompt)
+    done, out = engine.step_and_fill(1)
+    got = [done[0]] + [int(t) for t in out[1] if t >= 0]      # NOTE: the decode chunk that follows has the row
+    while engine.busy[1]:
+        got += [int(t) for t in engine.run_chunk()[1] if t >= 0]
+    want = gen.generate(np.array([prompt.ids]), max_new_tokens=6)[0][0]
+    assert got == [int(t) for t in want]
+
+
 def test_the_artifacts_tokenizer_round_trips_text(exported):
     _, gen, path, _ = exported
     art = pxa.load(path)

@@ -3,7 +3,8 @@
 Between decode chunks it drops what was cancelled or ran past its deadline (freeing the row at once),
 and prefills waiting requests into free rows. While streams are running, it runs one prefill step per
 decode chunk (a prompt within a bucket whole, a longer one one prefill_chunk of tokens at a time, over
-as many rounds as it takes), so that a prompt of any length holds them up for one chunk at most; with
+as many rounds as it takes), so that a prompt of any length holds them up for one chunk at most; that
+prefill step runs beside the decode step as one program where the engine can (engine.step_and_fill). With
 none running, it prefills as many as there are free rows, whole. The tokens of each chunk go to their
 requests' asyncio queues on the server's event loop. Paddle-free.
 
@@ -124,17 +125,18 @@ class Scheduler:
             admit = self._admissible()
         for stream in admit:
             self._begin(stream)
-        if self._running:
-            if self._filling:
-                self._fill(next(iter(self._filling)))
-        else:
+        if not self._running:
             for row in list(self._filling):
                 while row in self._filling:
                     self._fill(row)
         self._gauge()
         if self._running:
             start = time.monotonic()
-            out = self.engine.run_chunk()
+            if self._filling:
+                # NOTE: the decode chunk with one prefill step beside it (one program where the engine can)
+                out = self._fill(next(iter(self._filling)), beside=True)
+            else:
+                out = self.engine.run_chunk()
             self._observe("decode", time.monotonic() - start)
             self._distribute(out)
             self._gauge()
@@ -167,21 +169,28 @@ class Scheduler:
             return
         self._filling[row] = stream
 
-    def _fill(self, row: int) -> None:
-        """One prefill step of the prompt going into `row`; after its last, its first token goes out."""
+    def _fill(self, row: int, beside: bool = False):
+        """One prefill step of the prompt going into `row`; after its last, its first token goes out. beside:
+        the decode chunk too (engine.step_and_fill), whose tokens it returns; a failure there is the loop's."""
         stream = self._filling[row]
         start = time.monotonic()
+        out = None
         try:
-            done = self.engine.fill(row)
+            if beside:
+                done, out = self.engine.step_and_fill(row)
+            else:
+                done = self.engine.fill(row)
         except Exception as e:
+            if beside:
+                raise
             self.engine.free(row)
             del self._filling[row]
             stream.send("end", f"error: {type(e).__name__}: {e}")
-            return
+            return None
         finally:
             self._observe("prefill", time.monotonic() - start)
         if done is None:
-            return
+            return out
         del self._filling[row]
         token, goes_on = done
         if self.metrics is not None:
@@ -192,6 +201,7 @@ class Scheduler:
             self._running[row] = stream
         else:
             stream.send("end", self._reason(stream))
+        return out
 
     def _distribute(self, out) -> None:
         for row, stream in list(self._running.items()):
