@@ -48,3 +48,32 @@ def test_a_decode_step_and_a_chunk_together_give_what_each_gives_alone(gen, nk):
     stacked = [line for line in hlo.splitlines() if " dot(" in line and f"f32[{BATCH + CHUNK}," in line]
     # NOTE: every linear layer of every block stacks with [N, K] weights (q, k, v, o, gate, up, down); none without
     assert len(stacked) == (7 * TINY["num_hidden_layers"] if nk else 0), stacked
+
+
+# ---- hand-built Graphs: the lockstep walk when the Graphs reach their weights in different orders --------
+def _two_layer(first: str, second: str, rows: int):
+    """x [rows, 64] -> relu(x @ first) @ second, the weights named "A" and "B"."""
+    from paddle_xla.graph import Block, Graph, Op, Param, Tensor
+    ids = {"A": 1, "B": 2}
+    mm = {"transpose_x": False, "transpose_y": False}
+    ops = (Op("pd_op.matmul", (0, ids[first]), (3,), mm, index=0), Op("pd_op.relu", (3,), (4,), {}, index=1),
+           Op("pd_op.matmul", (4, ids[second]), (5,), mm, index=2))
+    params = tuple(Param(n, v, (64, 64), "float32") for n, v in ids.items())
+    return Graph(Block((), ops), (Tensor("x", 0, (rows, 64), "float32"),), params,
+                 (Tensor("y", 5, (rows, 64), "float32"),))
+
+
+@pytest.mark.parametrize("order, stacked", [(("A", "B"), 2), (("B", "A"), 1)])
+def test_graphs_that_reach_their_weights_in_another_order_stack_where_they_meet(order, stacked):
+    from paddle_xla.lowering.policy import LoweringPolicy
+    policy = LoweringPolicy(nk_weights=True, forward_only=True)
+    graphs = [_two_layer("A", "B", 4), _two_layer(*order, 6)]
+    rng = np.random.default_rng(1)
+    weights = {n: rng.standard_normal((64, 64)).astype(np.float32) for n in "AB"}
+    feeds = [(rng.standard_normal((4, 64)).astype(np.float32),), (rng.standard_normal((6, 64)).astype(np.float32),)]
+    both = jax.jit(program_together(graphs, policy))
+    got = both(weights, *feeds)
+    for g, f, out in zip(graphs, feeds, got):
+        np.testing.assert_array_equal(np.asarray(out[0]), np.asarray(jax.jit(program(g, policy))(weights, *f)[0]))
+    hlo = both.lower(weights, *feeds).compile().as_text()
+    assert sum(" dot(" in line and "f32[10,64]" in line for line in hlo.splitlines()) == stacked
