@@ -45,7 +45,10 @@ def prepared(model_cls, net, c):
     return model
 
 
-def main(tiny=False, seed=0):
+# NOTE: seed 1, not 0: with seed 0 one BatchNorm output of ResNet-18's last block lies 1e-7 from ReLU's kink
+# at the first step (float64 Paddle: +1.1e-7), so float32 rounding picks its side and the second loss
+# differs by 0.5 % between two correct runs (native Paddle vs XLA on an AMD CPU; they agreed on Intel).
+def main(tiny=False, seed=1):
     c = CONFIGS["tiny" if tiny else "full"]
     train, test = Digits("train", c["size"]), Digits("test", c["size"])
     print(f"{c['arch']} on digits: {len(train)} training and {len(test)} test images, 3x{c['size']}x{c['size']}")

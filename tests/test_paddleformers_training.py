@@ -12,6 +12,7 @@ import paddle_xla as px
 from generation.test_generator import MODELS, _model
 
 STEPS = 4
+LR = 1e-3
 SPECS = [InputSpec([None, 8], "int64", "input_ids")], [InputSpec([None, 8], "int64", "labels")]
 
 
@@ -28,7 +29,7 @@ def _batches():
 
 
 def _optimizer(net):
-    return paddle.optimizer.AdamW(1e-3, parameters=net.parameters(), weight_decay=0.01,
+    return paddle.optimizer.AdamW(LR, parameters=net.parameters(), weight_decay=0.01,
                                   grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0))
 
 
@@ -70,7 +71,18 @@ def _assert_same(got, want):
             # NOTE: a tied weight (ERNIE's embedding and LM head) is one parameter under two keys
             assert any(np.array_equal(w, want[1][j]) for j in got[1]), k
             continue
-        np.testing.assert_allclose(got[1][k], w, rtol=2e-3, atol=2e-5, err_msg=k)
+        _assert_weights_close(got[1][k], w, k)
+
+
+
+def _assert_weights_close(got, want, key):
+    """Within float32 training noise, allowing AdamW's knife edge: where an element's gradient is near 0 its
+    update lr * m / (sqrt(v) + eps) swings by up to lr per step on a rounding difference (seen on one element
+    of 8192 on an AMD CPU, 5e-5 off). A wrong gradient moves far more elements than 0.1 %."""
+    off = ~np.isclose(got, want, rtol=2e-3, atol=2e-5)
+    assert off.sum() <= max(1, off.size // 1000), \
+        f"{key}: {off.sum()} of {off.size} elements off, e.g. {got[off][:3]} vs {want[off][:3]}"
+    np.testing.assert_allclose(got, want, rtol=0, atol=2 * LR * STEPS, err_msg=key)
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))

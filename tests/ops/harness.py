@@ -7,6 +7,10 @@ Paddle's backward with jax.vjp of the lowering, using the same random cotangents
 """
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -71,6 +75,9 @@ class OpCase:
     outputs: Sequence[int] | None = None      # which outputs to compare (default all)
     seed: int = 0
     training: bool = False
+    # NOTE: the same computation in Paddle's plain ops: the reference on a CPU where Paddle's own kernel for
+    # the op dies (its fused-norm CPU kernels raise SIGILL on AVX2-only AMD EPYC); see own_kernel_runs.
+    plain: Callable | None = None
 
 
 class _Call1(paddle.nn.Layer):
@@ -132,11 +139,12 @@ def _paddle_tensor(x: np.ndarray, dtype: str, grad: bool):
     return t
 
 
-def run_paddle(case: OpCase, xs: list[np.ndarray], cot_seed: int):
-    """Paddle eager outputs, and grads of sum(out * cotangent) w.r.t. the differentiable inputs."""
+def run_paddle(case: OpCase, xs: list[np.ndarray], cot_seed: int, fn: Callable | None = None):
+    """Paddle eager outputs of fn (the case's own call unless given), and grads of sum(out * cotangent)
+    w.r.t. the differentiable inputs."""
     diff = [case.grad and a.grad and a.dtype in FLOATS for a in case.args]
     ts = [_paddle_tensor(x, a.dtype, d) for x, a, d in zip(xs, case.args, diff)]
-    outs = _to_list(case.fn(*ts))
+    outs = _to_list((fn or case.fn)(*ts))
     sel = case.outputs if case.outputs is not None else range(len(outs))
     outs = [outs[i] for i in sel]
     out_np = [_as_np(o) for o in outs]
@@ -228,11 +236,42 @@ def assert_close(case: OpCase, got, want, what, rtol, atol):
                                        atol=atol, err_msg=f"{case.id}: {what}[{i}]")
 
 
+_PROBE = """
+import importlib, sys
+import numpy as np
+harness, table = importlib.import_module(sys.argv[1]), importlib.import_module(sys.argv[2])
+case = next(c for c in table.CASES if c.id == sys.argv[3])
+harness.run_paddle(case, [a.make(np.random.default_rng(0)) for a in case.args], 0)
+"""
+
+
+_KERNELS_RUN: dict[tuple, bool] = {}
+
+
+def own_kernel_runs(case: OpCase) -> bool:
+    """Whether Paddle's own kernels for the case's ops run on this CPU: probed once per op set, by the first
+    case that asks, in a child process, since a kernel built for instructions the CPU lacks kills its
+    process (SIGILL), not a test."""
+    ops = tuple(case.ops)
+    if ops not in _KERNELS_RUN:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        r = subprocess.run([sys.executable, "-c", _PROBE, __name__, case.fn.__module__, case.id], env=env,
+                           capture_output=True, timeout=300)
+        # NOTE: only an illegal instruction means "cannot run here"; any other failure is the test's to report.
+        assert r.returncode in (0, -signal.SIGILL), f"{case.id}: probe failed:\n{r.stderr.decode()[-2000:]}"
+        _KERNELS_RUN[ops] = r.returncode == 0
+    return _KERNELS_RUN[ops]
+
+
+def reference_fn(case: OpCase) -> Callable:
+    return case.fn if case.plain is None or own_kernel_runs(case) else case.plain
+
+
 @x64.enabled
 def check_case(case: OpCase, use_jit: bool):
     rng = np.random.default_rng(case.seed)
     xs = [a.make(rng) for a in case.args]
-    want, want_grads, cots, diff = run_paddle(case, xs, case.seed + 1)
+    want, want_grads, cots, diff = run_paddle(case, xs, case.seed + 1, reference_fn(case))
     got, got_grads = run_xla(case, xs, cots, diff, use_jit)
     assert_close(case, got, want, "output", case.rtol, case.atol)
     if want_grads is not None:

@@ -2,6 +2,7 @@
 import importlib
 import pkgutil
 
+import numpy as np
 import pytest
 
 from . import harness
@@ -27,6 +28,20 @@ def test_case_ids_unique():
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_op_parity(case, use_jit):
     harness.check_case(case, use_jit)
+
+
+PLAIN = [c for c in CASES if c.plain is not None]
+
+
+@pytest.mark.parametrize("case", PLAIN, ids=[c.id for c in PLAIN])
+def test_plain_reference_matches_paddles_kernel(case):
+    """The plain-op reference a case falls back to equals Paddle's own kernel wherever that kernel runs."""
+    if not harness.own_kernel_runs(case):
+        pytest.skip(f"Paddle's CPU kernel for {case.ops} dies with SIGILL on this CPU; nothing to compare")
+    xs = [a.make(np.random.default_rng(case.seed)) for a in case.args]
+    want = harness.run_paddle(case, xs, 0)[0]
+    got = harness.run_paddle(case, xs, 0, case.plain)[0]
+    harness.assert_close(case, got, want, "plain reference", case.rtol, case.atol)
 
 
 def test_every_lowering_has_a_case():
