@@ -104,17 +104,11 @@ def program(graph: Graph, policy: LoweringPolicy, held: HeldWeights | None = Non
     """The Graph as run(weights, *feeds) -> fetches, weights a dict holding (at least) its persistables, laid
     out as `held` says (None: as Paddle holds them). Its grouped-query attention reads the keys and values
     unrepeated (grouped_attention.py), and its LM head multiplies only the position it returns (last_logits.py)."""
-    fn = lower(last_logits.rewrite(grouped_attention.rewrite(graph)), policy)
-    names = [f.name for f in graph.feeds]
-    trainable = {p.name for p in graph.params if p.trainable}
-    persistables = {p.name for p in graph.params}
-    flipped = _flipped(graph, policy, held)
+    fn = lower(_rewritten(graph), policy)
+    inputs = _inputs_of(graph, policy, held)
 
     def run(weights, *feeds):
-        got = {k: weights[k].T if k in flipped else weights[k] for k in persistables}
-        params = {k: got[k] for k in persistables & trainable}
-        buffers = {k: got[k] for k in persistables - trainable}
-        outs, _ = fn(params, buffers, dict(zip(names, feeds)), None)
+        outs, _ = fn(*inputs(weights, feeds), None)
         return outs
     return run
 
@@ -124,19 +118,31 @@ def program_together(graphs, policy: LoweringPolicy, held: HeldWeights | None = 
     one product each where a row's numbers do not depend on the rows beside it (shared_products.py): a
     server's decode step beside a prompt's prefill chunk reads each weight once. Each Graph is rewritten as
     `program` rewrites it, and gets its weights laid out as it reads them."""
-    fn = lower_together([last_logits.rewrite(grouped_attention.rewrite(g)) for g in graphs], policy)
-    names = [[f.name for f in g.feeds] for g in graphs]
-    trainable = [{p.name for p in g.params if p.trainable} for g in graphs]
-    persistables = [{p.name for p in g.params} for g in graphs]
-    flipped = [_flipped(g, policy, held) for g in graphs]
+    fn = lower_together([_rewritten(g) for g in graphs], policy)
+    each = [_inputs_of(g, policy, held) for g in graphs]
 
     def run(weights, *feeds):
-        inputs = []
-        for n, t, p, f, fed in zip(names, trainable, persistables, flipped, feeds):
-            got = {k: weights[k].T if k in f else weights[k] for k in p}
-            inputs.append(({k: got[k] for k in p & t}, {k: got[k] for k in p - t}, dict(zip(n, fed))))
-        return tuple(fn(inputs))
+        return tuple(fn([inputs(weights, fed) for inputs, fed in zip(each, feeds)]))
     return run
+
+
+def _rewritten(graph: Graph) -> Graph:
+    return last_logits.rewrite(grouped_attention.rewrite(graph))
+
+
+def _inputs_of(graph: Graph, policy: LoweringPolicy, held: HeldWeights | None):
+    """inputs(weights, feeds) -> the lowered Graph's (params, buffers, feeds by name): its persistables out of
+    the held weights, each in the layout this Graph reads it in."""
+    names = [f.name for f in graph.feeds]
+    trainable = {p.name for p in graph.params if p.trainable}
+    persistables = {p.name for p in graph.params}
+    flipped = _flipped(graph, policy, held)
+
+    def inputs(weights, feeds):
+        got = {k: weights[k].T if k in flipped else weights[k] for k in persistables}
+        return ({k: got[k] for k in persistables & trainable}, {k: got[k] for k in persistables - trainable},
+                dict(zip(names, feeds)))
+    return inputs
 
 
 def _flipped(graph: Graph, policy: LoweringPolicy, held: HeldWeights | None) -> set[str]:

@@ -208,16 +208,6 @@ def free(s: Slots, row) -> Slots:
     return s._replace(live=_set_row(s.live, row, False))
 
 
-def _write_pending(s: Slots) -> tuple[jax.Array, jax.Array]:
-    """(past, valid) with the last step's K/V in their slots; a row that was not live writes nothing."""
-    batch, slots = s.valid.shape
-    rows = jnp.arange(batch)
-    at = jnp.where(s.pending_on, s.pending_at, slots)          # NOTE: out of range: dropped
-    past = tuple(layer.at[rows, :, at].set(s.pending[:, i], mode="drop") for i, layer in enumerate(s.past))
-    valid = s.valid.at[rows, at].set(1, mode="drop")
-    return past, valid
-
-
 def step(decode: Callable, weights, s: Slots, eos_ids: tuple[int, ...], pad: int) -> tuple[Slots, jax.Array]:
     """One decode step for every row; returns the slots and the tokens the live rows made ([B], NO_TOKEN
     for the others).
@@ -232,8 +222,12 @@ def step(decode: Callable, weights, s: Slots, eos_ids: tuple[int, ...], pad: int
 
 
 def _with_pending_written(s: Slots) -> Slots:
-    past, valid = _write_pending(s)
-    return s._replace(past=past, valid=valid)
+    """The slots with the last step's K/V in their cache slots; a row that was not live writes nothing."""
+    batch, slots = s.valid.shape
+    rows = jnp.arange(batch)
+    at = jnp.where(s.pending_on, s.pending_at, slots)          # NOTE: out of range: dropped
+    past = tuple(layer.at[rows, :, at].set(s.pending[:, i], mode="drop") for i, layer in enumerate(s.past))
+    return s._replace(past=past, valid=s.valid.at[rows, at].set(1, mode="drop"))
 
 
 def _step_feeds(s: Slots):
