@@ -74,7 +74,6 @@ def _assert_same(got, want):
         _assert_weights_close(got[1][k], w, k)
 
 
-
 def _assert_weights_close(got, want, key):
     """Within float32 training noise, allowing AdamW's knife edge: where an element's gradient is near 0 its
     update lr * m / (sqrt(v) + eps) swings by up to lr per step on a rounding difference (seen on one element

@@ -267,10 +267,15 @@ def reference_fn(case: OpCase) -> Callable:
     return case.fn if case.plain is None or own_kernel_runs(case) else case.plain
 
 
+def inputs(case: OpCase) -> list[np.ndarray]:
+    """The case's inputs, drawn in order from one generator seeded by the case."""
+    rng = np.random.default_rng(case.seed)
+    return [a.make(rng) for a in case.args]
+
+
 @x64.enabled
 def check_case(case: OpCase, use_jit: bool):
-    rng = np.random.default_rng(case.seed)
-    xs = [a.make(rng) for a in case.args]
+    xs = inputs(case)
     want, want_grads, cots, diff = run_paddle(case, xs, case.seed + 1, reference_fn(case))
     got, got_grads = run_xla(case, xs, cots, diff, use_jit)
     assert_close(case, got, want, "output", case.rtol, case.atol)
