@@ -4,15 +4,16 @@ same HTTP stack (Starlette + uvicorn), one request at a time, in the same run.
 
 The model is generate.py's Llama shape (about 100M parameters, random weights). Prompts are 32-512 token
 ids and outputs 16-256 tokens (max_tokens; no EOS stops them), drawn uniformly with a fixed seed. At each
-concurrency level the clients send streaming requests one after another for --warm-s + --window-s
-seconds, and only the window counts (`sustained`: the steady state, without the ramp and the drain of a
-fixed set of requests). Per request it records the time to the first token and the arrival of each
+concurrency level the clients send streaming requests one after another, and only a window of
+--window-s seconds counts; it opens --warm-s after they start, but not before every client has finished
+its first request (`sustained`: the steady state, without the ramp and the drain of a fixed set of
+requests). Per request it records the time to the first token and the arrival of each
 token as the client receives it (a decode chunk arrives as one event, so with --chunk k, k - 1 of every
 k gaps are near zero). It reports output tokens/s, request throughput, TTFT and inter-token latency
 p50/p99, and the decode step time of a full batch (timed directly on the continuous engine, so the
 ITL goal has its yardstick).
 
-    .venv/bin/python benchmarks/serve_llm.py                 # about 22 minutes on 2 cores
+    .venv/bin/python benchmarks/serve_llm.py                 # 30-40 minutes on 2 cores
     .venv/bin/python benchmarks/serve_llm.py --quick         # a tiny model, seconds: checks the script runs
 """
 from __future__ import annotations
@@ -56,10 +57,10 @@ def percentile(xs, q):
 
 # ---- clients ------------------------------------------------------------------------------------
 
-def stream_one(http, url: str, ids, max_tokens: int, until: float = float("inf")) -> dict:
+def stream_one(http, url: str, ids, max_tokens: int, until=lambda: float("inf")) -> dict:
     """One streaming completion: its TTFT, its inter-token gaps (s), its token count, and when it started
-    and when each token arrived (time.perf_counter()). Past `until` the client stops reading and closes
-    the stream (the server cancels the request)."""
+    and when each token arrived (time.perf_counter()). Past `until()` (a window's close, which may be set
+    while the stream runs) the client stops reading and closes the stream (the server cancels the request)."""
     import httpx  # noqa: F401
     start = time.perf_counter()
     body = {"model": "llm", "prompt": ids, "max_tokens": max_tokens, "temperature": 0, "stream": True}
@@ -75,7 +76,7 @@ def stream_one(http, url: str, ids, max_tokens: int, until: float = float("inf")
             n = len(json.loads(line[5:])["choices"][0]["token_ids"])
             now = time.perf_counter()
             stamps += [now] * n
-            if now > until:
+            if now > until():
                 break
     gaps = list(np.diff(stamps)) if len(stamps) > 1 else []
     return {"ttft": stamps[0] - start if stamps else None, "gaps": gaps, "tokens": len(stamps),
@@ -103,36 +104,70 @@ def closed_loop(url: str, clients: int, jobs, call) -> dict:
             "itl_p50_ms": percentile(gaps, 50), "itl_p99_ms": percentile(gaps, 99)}
 
 
-def sustained(url: str, clients: int, jobs, warm_s: float, window_s: float) -> dict:
-    """`clients` threads, each sending its share of `jobs` one after another (round and round) until a window of
-    `window_s` seconds that opens `warm_s` seconds after they start has closed. Only what happens inside the
-    window counts: the tokens that arrived in it, the gaps between two of them, the TTFT of the requests
-    sent in it, the requests that ended in it. So the figures are the server's steady state, without the
-    ramp (every client's first prompt queued at once) and the drain (the last requests finishing while
-    others have stopped) of a fixed set of requests."""
+class Window:
+    """The measured window of one level. It opens `warm_s` after the clients start, but not before every
+    client has finished its first request: closed-loop clients send their first prompts at once, and on a
+    slow machine that ramp (every prompt queued, rows filling one prompt at a time) lasts minutes, so a
+    fixed warm-up would measure the ramp, not the steady state. Past `max_warm_s` it opens anyway
+    (`ramped` False in the level's figures)."""
+
+    def __init__(self, clients: int, warm_s: float, window_s: float, max_warm_s: float):
+        self.t0 = time.perf_counter()
+        self.warm_s, self.window_s, self.max_warm_s = warm_s, window_s, max_warm_s
+        self.pending, self.ramped = clients, False
+        self.opens = self.closes = float("inf")
+        self._lock = threading.Lock()
+
+    def first_done(self) -> None:
+        with self._lock:
+            self.pending -= 1
+            if self.pending == 0 and self.opens == float("inf"):
+                self.ramped = True
+                self._open(time.perf_counter())
+
+    def closes_at(self) -> float:
+        now = time.perf_counter()
+        with self._lock:
+            if self.opens == float("inf") and now - self.t0 > self.max_warm_s:
+                self._open(now)
+        return self.closes
+
+    def _open(self, now: float) -> None:
+        self.opens = max(now, self.t0 + self.warm_s)
+        self.closes = self.opens + self.window_s
+
+
+def sustained(url: str, clients: int, jobs, warm_s: float, window_s: float, max_warm_s: float = 900.0) -> dict:
+    """`clients` threads, each sending its share of `jobs` one after another (round and round) until the
+    level's Window has closed. Only what happens inside the window counts: the tokens that arrived in it,
+    the gaps between two of them, the TTFT of the requests sent in it, the requests that ended in it. So
+    the figures are the server's steady state, without the ramp (every client's first prompt queued at
+    once) and the drain (the last requests finishing while others have stopped) of a fixed set of requests."""
     import httpx
-    t0 = time.perf_counter()
-    opens, closes = t0 + warm_s, t0 + warm_s + window_s
+    window = Window(clients, warm_s, window_s, max_warm_s)
     shares = [jobs[i::clients] for i in range(clients)]
 
     def client(share):
         out = []
         with httpx.Client(timeout=None) as http:
             for i in itertools.count():
-                if time.perf_counter() > closes:
+                if time.perf_counter() > window.closes_at():
                     return out
                 ids, n = share[i % len(share)]
-                out.append(stream_one(http, url, ids, n, until=closes))
+                out.append(stream_one(http, url, ids, n, until=window.closes_at))
+                if i == 0:
+                    window.first_done()
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
         results = [r for rs in pool.map(client, shares) for r in rs]
 
     def inside(t):
-        return opens <= t <= closes
+        return window.opens <= t <= window.closes
     stamps = [t for r in results for t in r["stamps"] if inside(t)]
     gaps = [b - a for r in results for a, b in zip(r["stamps"], r["stamps"][1:]) if inside(a) and inside(b)]
     sent = [r for r in results if inside(r["start"]) and r["ttft"] is not None]
     ended = [r for r in results if r["done"] and r["stamps"] and inside(r["stamps"][-1])]
-    return {"clients": clients, "method": "sustained", "warm_s": warm_s, "window_s": window_s,
+    return {"clients": clients, "method": "sustained, opens after the ramp", "warm_s": window.opens - window.t0,
+            "ramped": window.ramped, "window_s": window_s,
             "requests_sent": len(results), "output_tokens": len(stamps),
             "output_tokens_per_s": len(stamps) / window_s, "requests_per_s": len(ended) / window_s,
             "ttft_p50_ms": percentile([r["ttft"] for r in sent], 50),
@@ -226,7 +261,10 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
     ap.add_argument("--warm-s", type=float, default=60.0,
-                    help="seconds the clients run before the measured window opens (1 client: a tenth of it)")
+                    help="seconds the clients run at least before the measured window opens (1 client: a tenth "
+                         "of it); it opens only once every client has finished its first request")
+    ap.add_argument("--max-warm-s", type=float, default=900.0,
+                    help="the window opens after this many seconds even if the ramp has not ended")
     ap.add_argument("--window-s", type=float, default=150.0, help="the measured window, seconds")
     ap.add_argument("--rows", type=int, default=32, help="decode batch rows (the generator's max_batch_size)")
     ap.add_argument("--chunk", type=int, default=1, help="decode steps per host call")
@@ -266,7 +304,7 @@ def main() -> int:
         url = f"http://{service.url}/v1/completions"
         for clients in args.concurrency:
             warm = args.warm_s / 10 if clients == 1 else args.warm_s
-            level = sustained(url, clients, jobs, warm, args.window_s)
+            level = sustained(url, clients, jobs, warm, args.window_s, args.max_warm_s)
             levels.append(level)
             print(json.dumps(level), flush=True)
     finally:
