@@ -1,0 +1,29 @@
+"""benchmarks/serve_llm.py --quick: the LLM serving benchmark runs end to end (export, the server under
+closed-loop streaming clients, the offline call, the full-batch step before and after the levels, the
+Paddle service) and reports each level's window as measured after the ramp."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_serve_llm_benchmark_quick(tmp_path):
+    out = tmp_path / "serve_llm.json"
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    done = subprocess.run([sys.executable, "benchmarks/serve_llm.py", "--quick", "--concurrency", "1", "8",
+                           "--paddle-requests", "2", "--out", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert [lv["clients"] for lv in report["levels"]] == [1, 8]
+    for level in report["levels"]:
+        # NOTE: the window opened because every client had finished its first request, not at the cap
+        assert level["ramped"] and level["warm_s"] >= 0.5, level
+        assert level["output_tokens"] > 0 and level["itl_p99_ms"] >= level["itl_p50_ms"] > 0, level
+    before, after = report["full_batch_step_ms_before_after"]
+    assert before > 0 and after > 0 and min(before, after) <= report["full_batch_step_ms"] <= max(before, after)
+    assert report["paddle_service"]["output_tokens_per_s"] > 0 and report["offline"]["output_tokens_per_s"] > 0
+    assert set(report["goals"]) == {"clients", "vs_offline", "vs_paddle_service", "itl_p99_over_step"}
+    assert "| 8 |" in done.stdout
