@@ -137,7 +137,7 @@ class Window:
         self.closes = self.opens + self.window_s
 
 
-def sustained(url: str, clients: int, jobs, warm_s: float, window_s: float, max_warm_s: float = 900.0) -> dict:
+def sustained(url: str, clients: int, jobs, warm_s: float, window_s: float, max_warm_s: float) -> dict:
     """`clients` threads, each sending its share of `jobs` one after another (round and round) until the
     level's Window has closed. Only what happens inside the window counts: the tokens that arrived in it,
     the gaps between two of them, the TTFT of the requests sent in it, the requests that ended in it. So
