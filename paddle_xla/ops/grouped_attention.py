@@ -24,14 +24,20 @@ def _groups(heads: int, kv_heads: int) -> int:
 
 
 def _per_group_member(x, shared, equation: str):
-    """x [B, H, T, N] times `shared` [B, KV, ., .], query head h reading key/value head h // (H // KV): one
-    einsum `equation` per group member, stacked back into [B, H, T, M]."""
+    """x [B, H, T, N] times `shared` [B, KV, ., .], query head h reading key/value head h // (H // KV):
+    [B, H, T, M]. With more than one query (a prompt or a prefill chunk) a group's queries are the rows of
+    one product; a decode step's single query takes one einsum `equation` per group member."""
     b, h, t, n = x.shape
     kv = shared.shape[1]
     g = _groups(h, kv)
-    xg = x.reshape(b, kv, g, t, n)
+    if t > 1:
+        # NOTE: G x T rows per key head in one product: at T = 64 XLA:CPU runs it in half the time of G
+        # products of T rows (1.5 vs 3.0 ms per layer at 768 slots), and each row's sums are the same
+        out = jnp.einsum(equation, x.reshape(b, kv, g * t, n), shared)
+        return out.reshape(b, h, t, out.shape[-1])
     # NOTE: one product per group member: XLA:CPU runs a batched product with G query rows per key head
     # slower than G products of one row each (measured 131 vs 110 ms for 12 layers at 32 x 768)
+    xg = x.reshape(b, kv, g, t, n)
     out = jnp.stack([jnp.einsum(equation, xg[:, :, i], shared) for i in range(g)], axis=2)
     return out.reshape(b, h, t, out.shape[-1])
 
