@@ -4,7 +4,9 @@ server-sent events (sse-starlette) and end with `[DONE]` (OpenAI) or the last ev
 
 Every request runs through `_events`: checked (400 naming the field or the limit), queued with its
 model's scheduler (503 past --max-queue-size), then its tokens become text as they come; a client that
-goes away cancels its request, and its row is freed before the next decode chunk. Errors are OpenAI's
+goes away cancels its request, and its row is freed before the next decode chunk: mid-stream (the SSE
+response notices), and also while the request still waits for a row or a whole (non-streaming) reply is
+being made (`unless_gone` watches the connection), so an abandoned prompt is never prefilled. Errors are OpenAI's
 body, {"error": {"message", "type", "param", "code"}}, on /v1 and KServe's {"error": message} on /v2."""
 from __future__ import annotations
 
@@ -50,12 +52,43 @@ class Piece:
     finish: str | None = None
 
 
+class ClientGone(Exception):
+    """The client closed its connection before its answer began."""
+
+
+async def unless_gone(request: Request, work):
+    """`work`'s result, or ClientGone as soon as the client closes its connection first. Then `work` is
+    cancelled, and with it the request it waits on (_events' finally): a request still queued for a row is
+    dropped before it is prefilled, and a whole reply stops at the next decode chunk."""
+    task, gone = asyncio.ensure_future(work), asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:      # NOTE: also when this handler is cancelled itself
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+    if task.done() and not task.cancelled():
+        return task.result()
+    raise ClientGone
+
+
+async def _disconnected(request: Request) -> None:
+    # NOTE: the body has been read, so the connection's next ASGI message is its end
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 def routes(handlers: "LlmHandlers") -> list[Route]:
     h = handlers
     return [Route("/v1/models", h.list_models), Route("/v1/completions", h.completions, methods=["POST"]),
             Route("/v1/chat/completions", h.chat_completions, methods=["POST"]),
             Route("/v2/models/{name}/generate", h.generate, methods=["POST"]),
             Route("/v2/models/{name}/generate_stream", h.generate_stream, methods=["POST"])]
+
+
+def gone_response() -> Response:
+    # NOTE: nobody reads it; 499 (nginx's "client closed request") is what the access log shows
+    return Response(status_code=499)
 
 
 def openai_error(e: RequestError) -> JSONResponse:
@@ -87,7 +120,10 @@ class LlmHandlers:
             model = self._model(parsed.model)
             ids = self._prompt_ids(model, parsed)
             pieces = self._events(model, ids, parsed.sampling)
-            first = await anext(pieces)              # NOTE: errors before the first token get their status
+            # NOTE: errors before the first token get their status
+            first = await unless_gone(request, anext(pieces))
+        except ClientGone:
+            return gone_response()
         except RequestError as e:
             return openai_error(e)
         except Exception as e:   # NOTE: a bug still answers in OpenAI's form, and the server keeps serving
@@ -96,7 +132,9 @@ class LlmHandlers:
         if parsed.sampling.stream:
             return EventSourceResponse(reply.stream(first, pieces, parsed.sampling.include_usage))
         try:
-            return JSONResponse(await reply.whole(first, pieces))
+            return JSONResponse(await unless_gone(request, reply.whole(first, pieces)))
+        except ClientGone:
+            return gone_response()
         except RequestError as e:
             return openai_error(e)
 
@@ -113,7 +151,9 @@ class LlmHandlers:
             data = R.body_json(await self._body(request))
             ids, sampling = self._kserve_inputs(model, data)
             pieces = self._events(model, ids, sampling)
-            first = await anext(pieces)
+            first = await unless_gone(request, anext(pieces))
+        except ClientGone:
+            return gone_response()
         except RequestError as e:
             return error_response(e)
         except Exception as e:
@@ -125,15 +165,20 @@ class LlmHandlers:
                     yield {"data": json.dumps({**head, "text_output": piece.text, "token_ids": piece.ids,
                                                "finish_reason": piece.finish})}
             return EventSourceResponse(events())
-        text, ids_out, finish = [], [], None
-        try:
+
+        async def whole():
+            text, ids_out, finish = [], [], None
             async for piece in _chain(first, pieces):
                 text.append(piece.text)
                 ids_out += piece.ids
                 finish = piece.finish or finish
+            return {**head, "text_output": "".join(text), "token_ids": ids_out, "finish_reason": finish}
+        try:
+            return JSONResponse(await unless_gone(request, whole()))
+        except ClientGone:
+            return gone_response()
         except RequestError as e:
             return error_response(e)
-        return JSONResponse({**head, "text_output": "".join(text), "token_ids": ids_out, "finish_reason": finish})
 
     def _kserve_inputs(self, model: LlmModel, data: dict):
         params = data.get("parameters") or {}
