@@ -11,7 +11,7 @@ requests). Per request it records the time to the first token and the arrival of
 token as the client receives it (a decode chunk arrives as one event, so with --chunk k, k - 1 of every
 k gaps are near zero). It reports output tokens/s, request throughput, TTFT and inter-token latency
 p50/p99, and the decode step time of a full batch (timed directly on the continuous engine just before
-and just after each level, so each level's ITL has its own yardstick).
+and just after each level, once the server is idle again, so each level's ITL has its own yardstick).
 
     .venv/bin/python benchmarks/serve_llm.py                 # 30-40 minutes on 2 cores
     .venv/bin/python benchmarks/serve_llm.py --quick         # a tiny model, seconds: checks the script runs
@@ -241,6 +241,22 @@ def offline(gen, jobs, batch: int) -> dict:
     return {"batch": batch, "new_tokens": new, "output_tokens_per_s": batch * new / min(calls), "calls_s": calls}
 
 
+def idle(base_url: str, bound_s: float = 300.0) -> float:
+    """Wait until the server holds no request (busy rows and waiting requests both 0 in its /metrics), at most
+    `bound_s`; the seconds it took. A level's clients close their streams at the window's end, and the
+    server's work on them must not overlap the next timing."""
+    import httpx
+    start = time.perf_counter()
+    while time.perf_counter() - start < bound_s:
+        text = httpx.get(f"{base_url}/metrics", timeout=30).text
+        held = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                if line.startswith(("paddle_xla_llm_slots_busy{", "paddle_xla_llm_waiting{"))]
+        if held and not any(held):
+            break
+        time.sleep(0.5)
+    return time.perf_counter() - start
+
+
 def full_batch_steps(gen, jobs, rows: int, chunk: int) -> list[float]:
     """12 decode steps of a full batch, ms each: 12 decode chunks of the continuous engine with every row
     holding a request (the step's cost does not depend on what the rows hold: its shapes are fixed)."""
@@ -310,6 +326,7 @@ def main() -> int:
             # moment carries that drift
             before = full_batch_steps(gen, jobs, args.rows, args.chunk)
             level = sustained(url, clients, jobs, warm, args.window_s, args.max_warm_s)
+            level["idle_after_s"] = idle(f"http://{service.url}")
             after = full_batch_steps(gen, jobs, args.rows, args.chunk)
             level["full_batch_step_ms"] = float(np.median(before + after))
             level["full_batch_step_ms_before_after"] = [float(np.median(before)), float(np.median(after))]

@@ -1,6 +1,6 @@
 """benchmarks/serve_llm.py --quick: the LLM serving benchmark runs end to end (export, the server under
-closed-loop streaming clients, the offline call, the full-batch step just before and after each level,
-the Paddle service) and reports each level's window as measured after the ramp."""
+closed-loop streaming clients, the offline call, the full-batch step just before and after each level
+(once the server is idle), the Paddle service) and reports each level's window as measured after the ramp."""
 import json
 import os
 import subprocess
@@ -22,6 +22,8 @@ def test_serve_llm_benchmark_quick(tmp_path):
         # NOTE: the window opened because every client had finished its first request, not at the cap
         assert level["ramped"] and level["warm_s"] >= 0.5, level
         assert level["output_tokens"] > 0 and level["itl_p99_ms"] >= level["itl_p50_ms"] > 0, level
+        # NOTE: the yardstick after a level waits for the server to drop the streams its clients closed
+        assert 0 <= level["idle_after_s"] < 300, level
         before, after = level["full_batch_step_ms_before_after"]
         assert before > 0 and after > 0 and min(before, after) <= level["full_batch_step_ms"] <= max(before, after)
         assert level["itl_p99_over_step"] == level["itl_p99_ms"] / level["full_batch_step_ms"]
