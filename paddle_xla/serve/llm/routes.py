@@ -6,8 +6,9 @@ Every request runs through `_events`: checked (400 naming the field or the limit
 model's scheduler (503 past --max-queue-size), then its tokens become text as they come; a client that
 goes away cancels its request, and its row is freed before the next decode chunk: mid-stream (the SSE
 response notices), and also while the request still waits for a row or a whole (non-streaming) reply is
-being made (`unless_gone` watches the connection), so an abandoned prompt is never prefilled. Errors are OpenAI's
-body, {"error": {"message", "type", "param", "code"}}, on /v1 and KServe's {"error": message} on /v2."""
+being made (`unless_gone` watches the connection), so an abandoned prompt is never prefilled. Errors are
+OpenAI's body, {"error": {"message", "type", "param", "code"}}, on /v1 and KServe's {"error": message} on
+/v2."""
 from __future__ import annotations
 
 import asyncio
