@@ -246,11 +246,12 @@ def idle(base_url: str, bound_s: float = 300.0) -> float:
     `bound_s`; the seconds it took. A level's clients close their streams at the window's end, and the
     server's work on them must not overlap the next timing."""
     import httpx
+    from prometheus_client.parser import text_string_to_metric_families
     start = time.perf_counter()
     while time.perf_counter() - start < bound_s:
-        text = httpx.get(f"{base_url}/metrics", timeout=30).text
-        held = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                if line.startswith(("paddle_xla_llm_slots_busy{", "paddle_xla_llm_waiting{"))]
+        families = text_string_to_metric_families(httpx.get(f"{base_url}/metrics", timeout=30).text)
+        held = [sample.value for family in families for sample in family.samples
+                if sample.name in ("paddle_xla_llm_slots_busy", "paddle_xla_llm_waiting")]
         if held and not any(held):
             break
         time.sleep(0.5)
@@ -316,15 +317,15 @@ def main() -> int:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     service = Service([sys.executable, "-m", "paddle_xla.cli", "serve", folder, "--port", "0", "--max-queue-size",
                        "1024", "--request-timeout-ms", "0"], env)
-    levels = []
+    levels, after = [], None
     try:
         url = f"http://{service.url}/v1/completions"
         for clients in args.concurrency:
             warm = args.warm_s / 10 if clients == 1 else args.warm_s
             # NOTE: each level's yardstick is timed just before it and just after it (the server idle): this
             # machine's speed drifts by a third within half an hour, and a ratio to a step timed at another
-            # moment carries that drift
-            before = full_batch_steps(gen, jobs, args.rows, args.chunk)
+            # moment carries that drift. A level's "after" is the next one's "before": nothing runs between.
+            before = after or full_batch_steps(gen, jobs, args.rows, args.chunk)
             level = sustained(url, clients, jobs, warm, args.window_s, args.max_warm_s)
             level["idle_after_s"] = idle(f"http://{service.url}")
             after = full_batch_steps(gen, jobs, args.rows, args.chunk)
