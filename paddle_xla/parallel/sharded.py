@@ -38,6 +38,7 @@ from . import update
 from .context import Context, all_gather, axis_index, group_keys, pmean, psum, psum_scatter, scan
 from .data import GATHERED, accumulate
 from . import ring_attention
+from .sequence_interpreter import merged_rows_stay_split
 from .engine import EngineBase, sequence_split
 from .mesh import put as mesh_put
 from .pack import Natural
@@ -114,7 +115,10 @@ class ShardedEngine(EngineBase):
         if st.sharding >= 3:
             ctx = replace(ctx, weights_in=self._gather(ctx))
         if st.sequence > 1:
-            ctx = replace(ctx, feeds_in=self._split_sequence(sequence_split(feeds, st.sequence, first_dim=2)))
+            names = sequence_split(feeds, st.sequence, first_dim=2)
+            lengths = frozenset(np.shape(feeds[n])[2] for n in names)
+            ctx = replace(ctx, feeds_in=self._split_sequence(names),
+                          interpreter=merged_rows_stay_split(interp, self.mesh, lengths, st.sequence))
         return ctx, ()
 
     def _attention_graph(self):

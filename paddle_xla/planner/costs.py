@@ -27,6 +27,7 @@ STAND_IN = 2          # samples per traced micro-batch (and twice that, to tell 
 class Activations:
     per_sample: float     # bytes kept for the backward pass per sample of a micro-batch
     fixed: float          # bytes kept whatever the batch (half copies of the weights, constants)
+    scores_per_sample: float = 0.0   # of per_sample, in [.., T, T] tensors (attention's scores; T a sequence)
 
 
 @dataclass
@@ -64,14 +65,16 @@ def activations(costs: ModelCosts, precision: str, remat: bool) -> Activations:
     key = (precision, remat)
     if key not in costs.acts:
         small, large = (_residual_bytes(costs.graph, precision, remat, b) for b in (STAND_IN, 2 * STAND_IN))
-        per = (large - small) / STAND_IN
-        costs.acts[key] = Activations(per, max(small - per * STAND_IN, 0.0))
+        per = (large[0] - small[0]) / STAND_IN
+        costs.acts[key] = Activations(per, max(small[0] - per * STAND_IN, 0.0), (large[1] - small[1]) / STAND_IN)
     return costs.acts[key]
 
 
 @x64.enabled
-def _residual_bytes(graph: Graph, precision: str, remat: bool, batch: int) -> float:
-    """Bytes of the intermediates autodiff keeps for the backward pass of one micro-batch of `batch`."""
+def _residual_bytes(graph: Graph, precision: str, remat: bool, batch: int) -> tuple[float, float]:
+    """Bytes of the intermediates autodiff keeps for the backward pass of one micro-batch of `batch`, and
+    of those, the bytes in tensors whose last two dimensions are both a sequence length (the token inputs'
+    dimension 1): attention's scores and probabilities, which a ring attention does not keep."""
     weights = {p.name: jax.ShapeDtypeStruct(tuple(p.shape), p.dtype) for p in graph.params}
     trainable = {p.name for p in graph.trainable()}
     make = interpreter_factory(graph, LoweringPolicy.live(precision))
@@ -84,9 +87,12 @@ def _residual_bytes(graph: Graph, precision: str, remat: bool, batch: int) -> fl
 
     params = {n: w for n, w in weights.items() if n in trainable}
     buffers = {n: w for n, w in weights.items() if n not in trainable}
-    saved = saved_residuals(loss, params, buffers, _feeds(graph, batch))
-    # NOTE: the weights and inputs themselves are held anyway; only what the forward computed counts.
-    return float(sum(_nbytes(aval) for aval, why in saved if not why.startswith("from the argument")))
+    saved = [aval for aval, why in saved_residuals(loss, params, buffers, _feeds(graph, batch))
+             if not why.startswith("from the argument")]   # NOTE: weights and inputs are held anyway
+    lengths = {f.shape[1] for f in graph.feeds if len(f.shape) >= 2 and np.issubdtype(np.dtype(f.dtype), np.integer)
+               and isinstance(f.shape[1], int) and f.shape[1] > 1}
+    scores = [a for a in saved if len(a.shape) >= 2 and a.shape[-1] in lengths and a.shape[-2] in lengths]
+    return float(sum(map(_nbytes, saved))), float(sum(map(_nbytes, scores)))
 
 
 def _feeds(graph: Graph, batch: int) -> dict[str, jax.ShapeDtypeStruct]:

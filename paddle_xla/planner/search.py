@@ -11,13 +11,15 @@ Bytes per device, for one layout (R replicas, S stages, Q sequence, T tensor, sh
 - sharding 3: the weights gathered for the forward, transiently whole;
 - activations: what autodiff keeps per micro-batch (JAX's own residual count) times ACTIVATION_KEPT,
   split by T inside tensor-parallel layers and by Q along the sequence, times the micro-batches a
-  schedule keeps alive; GPipe keeps every tick's residual slots for every stage unfused. The batch
-  slice is split by Q for the inputs the engine splits (dimension 1 divisible by Q).
+  schedule keeps alive; GPipe keeps every tick's residual slots for every stage unfused. A ring attention
+  keeps none of attention's scores (it recomputes them); gathered, each layer's keys and values are kept
+  whole. The batch slice is split by Q for the inputs the engine splits (dimension 1 divisible by Q).
   Measured on XLA:CPU against memory_analysis (arguments + temporaries) of the compiled step, 16 devices:
   tests/parallel/test_plan.py's encoder and decoder (sequence 8) and paddle_xla/models/llama.py's "tiny"
   Llama at sequence 64-512, with replicas, tensor, sharding and sequence layouts, the test models' 18
-  land within 32 % (16 within 20 %), the Llama's 16 within 30 % (10 within 20 %); sequence splits and
-  sharding 3 come out low on the Llama (-8 to -28 %: gathered keys, values and weights the count leaves out).
+  land within 32 % (16 within 20 %), the Llama's 16 within 30 % (10 within 20 %); sharding 3 comes out
+  low on the Llama (gathered weights the count leaves out), and so does a sequence split: -17 % with the
+  ring at 4, 8 and 16 devices, -17 % and +1 % gathered at 4 and 16 (sequence 256, 2026-12-05).
 Step time: 3 forward passes of FLOPs (4 with recomputation) at the profile's achievable rate,
 divided over the devices that share the work, stretched by the pipeline bubble, plus the bytes the
 layout moves (the gradient all-reduce over every device holding a whole copy of a weight, replicas x
@@ -248,9 +250,14 @@ def predict(costs: ModelCosts, lay: Strategy, profile: DeviceProfile, global_bat
         kept = 1.5 * (M + S - 1) * one if lay.schedule == "gpipe" else 2 * one
     else:
         # NOTE: a sequence split divides every activation that carries the sequence, attention's scores too
-        # ([sequence / Q, sequence] per device when keys are gathered; the ring recomputes its blocks in the
-        # backward pass and keeps none, so this over-counts it: +8 % on the Llama at sequence 256, Q=4)
-        kept = ACTIVATION_KEPT * (acts.per_sample * micro * split / Q + acts.fixed)
+        # ([sequence / Q, sequence] per device when keys are gathered); the ring recomputes its blocks of
+        # scores in the backward pass and keeps none of them
+        ring = Q > 1 and lay.sequence_attention == "ring"
+        per_sample = acts.per_sample - (acts.scores_per_sample if ring else 0)
+        kept = ACTIVATION_KEPT * (per_sample * micro * split / Q + acts.fixed)
+        if Q > 1 and not ring:
+            # NOTE: gathered, every layer's keys and values are kept whole for the backward pass
+            kept += micro * (Q - 1) / Q * _attention_operand_bytes_per_sample(costs)
     full_weights = sum(costs.weight_bytes[n] / (T if n in dims else 1) for n in costs.trainable)
     # NOTE: sharding 3 gathers each weight whole for the forward and again for the backward; XLA:CPU held
     # one whole copy over replicas alone, two when the gathered weights are split over tensor as well.

@@ -145,3 +145,31 @@ def test_a_sequence_no_input_can_split_is_refused():
 def test_sequence_with_pipeline_stages_is_refused():
     with pytest.raises(StrategyError, match="sequence=2 with pipeline stages"):
         px.Strategy(sequence=2, stages=2, micro_batches=2)
+
+
+def _train_flattening(strategy):
+    """paddle_xla.models.llama's tiny Llama, whose loss flattens [batch, sequence, vocab] logits to rows."""
+    from paddle_xla.models.llama import LlamaConfig, LlamaForCausalLM
+    with paddle.utils.unique_name.guard():
+        paddle.seed(0)
+        net = LlamaForCausalLM(LlamaConfig.named("tiny"))
+        opt = paddle.optimizer.SGD(0.5, parameters=net.parameters())
+        step = px.train_step(net, None, opt, LlamaForCausalLM.input_spec(SEQ), [], strategy=strategy)
+    rng = np.random.default_rng(1)
+    losses = []
+    for _ in range(STEPS):
+        ids = rng.integers(0, 256, (BATCH, SEQ)).astype("int64")
+        losses.append(step(ids, np.roll(ids, -1, 1)))
+    keys = step.captured.state_keys
+    return losses, {keys[k]: v for k, v in step.weights().items() if k in keys}
+
+
+@pytest.mark.parametrize("layout", [dict(sequence=4), dict(replicas=2, sequence=2, tensor=2, tensor_plan="auto")])
+def test_a_loss_that_flattens_batch_and_sequence_matches_one_device(layout):
+    """The flattened rows stay split over the sequence devices (sequence_interpreter.py moves them there
+    rather than gathering them), and the numbers are one device's."""
+    losses, weights = _train_flattening(px.Strategy(**layout))
+    want_losses, want_weights = _train_flattening(None)
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
+    for k, w in want_weights.items():
+        np.testing.assert_allclose(weights[k], w, rtol=1e-5, atol=1e-6, err_msg=k)
