@@ -7,9 +7,9 @@ the merged dimension's rows of one device are not one contiguous block, a split 
 gathers the whole tensor on every device. The loss then runs unsplit, and at a long sequence the logits
 ([B * T, vocab] on each device, with their log-softmax and gradient as large) outweigh everything the
 split saves (measured: the tiny Llama at sequence 256 on 16 sequence devices held 21.0 MiB a device, 2.5x
-its 4-device layout, nearly all of it the gathered logits). So the merged dimension is asked to stay split
-over the sequence devices, each holding B * T / N rows: GSPMD moves the rows there (an all-to-all of
-1/N of the tensor) instead of gathering all of them. A layout only: the values are those of one device."""
+its 4-device layout, nearly all of it the gathered logits). So where N divides B, the merged dimension is
+asked to stay split over the sequence devices, each holding B * T / N rows (B / N whole samples): GSPMD
+moves the rows there (an all-to-all of 1/N of the tensor) instead of gathering all of them. A layout only: the values are those of one device."""
 from __future__ import annotations
 
 import functools
@@ -37,10 +37,13 @@ class MergedRowsStaySplit(Interpreter):
         return [jax.lax.with_sharding_constraint(y, NamedSharding(self.mesh, spec)), *out[1:]]
 
     def _merges_batch_and_sequence(self, x, y) -> bool:
-        """[B, T, ...] -> [B * T, ...] with T a split feed's sequence and B > 1 (at B = 1 the split survives)."""
+        """[B, T, ...] -> [B * T, ...] with T a split feed's sequence and B a multiple of the sequence devices.
+        At B = 1 the split survives the reshape. Where the devices do not divide B (2 samples over 4 devices),
+        GSPMD cannot move the rows with an all-to-all: it gathers them whole and slices them, and logs an
+        "involuntary full rematerialization" warning, so those are left as they were (gathered)."""
         xs, ys = getattr(x, "shape", ()), getattr(y, "shape", ())
-        return (len(xs) >= 2 and len(ys) >= 1 and xs[0] > 1 and xs[1] in self.lengths
-                and ys[0] == xs[0] * xs[1] and ys[0] % self.size == 0)
+        return (len(xs) >= 2 and len(ys) >= 1 and xs[0] > 1 and xs[0] % self.size == 0 and xs[1] in self.lengths
+                and ys[0] == xs[0] * xs[1])
 
 
 def merged_rows_stay_split(factory: InterpreterFactory, mesh: Mesh, lengths: frozenset,
