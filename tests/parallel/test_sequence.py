@@ -164,10 +164,12 @@ def _train_flattening(strategy):
     return losses, {keys[k]: v for k, v in step.weights().items() if k in keys}
 
 
-@pytest.mark.parametrize("layout", [dict(sequence=4), dict(replicas=2, sequence=2, tensor=2, tensor_plan="auto")])
+@pytest.mark.parametrize("layout", [dict(sequence=4), dict(sequence=2, tensor=2, tensor_plan="auto"),
+                                    dict(replicas=2, sequence=2, tensor=2, tensor_plan="auto")])
 def test_a_loss_that_flattens_batch_and_sequence_matches_one_device(layout):
     """The flattened rows stay split over the sequence devices (sequence_interpreter.py moves them there
-    rather than gathering them), and the numbers are one device's."""
+    rather than gathering them), beside a vocabulary split over tensor devices too, and the numbers are one
+    device's."""
     losses, weights = _train_flattening(px.Strategy(**layout))
     want_losses, want_weights = _train_flattening(None)
     np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
