@@ -348,14 +348,18 @@ def sequence_split(feeds: Mapping[str, np.ndarray], sequence: int, first_dim: in
     return names
 
 
-def memory_analysis(engine: Engine, params, buffers, opt_state, feeds: Mapping[str, np.ndarray]) -> dict:
-    """XLA's compiled memory analysis of one call (bytes per device): arguments, outputs, temporaries."""
+def compiled_step(engine: Engine, params, buffers, opt_state, feeds: Mapping[str, np.ndarray]):
+    """The XLA executable of one call with these feeds' shapes (not run): its text, its memory analysis."""
     fn = engine.compiled(feeds)
     state = engine.place(params, buffers, opt_state)
     k = next(iter(feeds.values())).shape[0]
     keys = jax.random.key_data(jax.random.split(jax.random.key(0), k))
     feeds = {n: mesh_put(x, engine._feed_sharding(n, x)) for n, x in feeds.items()}
-    compiled = fn.lower(*state, engine.scaler, feeds, keys, np.zeros(k, np.float32)).compile()
-    m = compiled.memory_analysis()
+    return fn.lower(*state, engine.scaler, feeds, keys, np.zeros(k, np.float32)).compile()
+
+
+def memory_analysis(engine: Engine, params, buffers, opt_state, feeds: Mapping[str, np.ndarray]) -> dict:
+    """XLA's compiled memory analysis of one call (bytes per device): arguments, outputs, temporaries."""
+    m = compiled_step(engine, params, buffers, opt_state, feeds).memory_analysis()
     return {"argument_bytes": int(m.argument_size_in_bytes), "output_bytes": int(m.output_size_in_bytes),
             "temp_bytes": int(m.temp_size_in_bytes), "generated_code_bytes": int(m.generated_code_size_in_bytes)}

@@ -37,7 +37,8 @@ class MergedRowsStaySplit(Interpreter):
         return [jax.lax.with_sharding_constraint(y, NamedSharding(self.mesh, spec)), *out[1:]]
 
     def _merges_batch_and_sequence(self, x, y) -> bool:
-        """[B, T, ...] -> [B * T, ...] with T a split feed's sequence and B a multiple of the sequence devices.
+        """[B, T, ...] -> [B * T, ...] with T the dimension 1 of a feed the engine splits (the sequence) and B,
+        the micro-batch, a multiple of the sequence devices.
         At B = 1 the split survives the reshape. Where the devices do not divide B (2 samples over 4 devices),
         GSPMD cannot move the rows with an all-to-all: it gathers them whole and slices them, and logs an
         "involuntary full rematerialization" warning, so those are left as they were (gathered)."""

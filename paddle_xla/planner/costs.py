@@ -73,8 +73,8 @@ def activations(costs: ModelCosts, precision: str, remat: bool) -> Activations:
 @x64.enabled
 def _residual_bytes(graph: Graph, precision: str, remat: bool, batch: int) -> tuple[float, float]:
     """Bytes of the intermediates autodiff keeps for the backward pass of one micro-batch of `batch`, and
-    of those, the bytes in tensors whose last two dimensions are both a sequence length (the token inputs'
-    dimension 1): attention's scores and probabilities, which a ring attention does not keep."""
+    of those, the bytes in [.., T, T] tensors, T a sequence length (the token inputs' dimension 1):
+    attention's scores and probabilities, which a ring attention does not keep."""
     weights = {p.name: jax.ShapeDtypeStruct(tuple(p.shape), p.dtype) for p in graph.params}
     trainable = {p.name for p in graph.trainable()}
     make = interpreter_factory(graph, LoweringPolicy.live(precision))
@@ -91,7 +91,9 @@ def _residual_bytes(graph: Graph, precision: str, remat: bool, batch: int) -> tu
              if not why.startswith("from the argument")]   # NOTE: weights and inputs are held anyway
     lengths = {f.shape[1] for f in graph.feeds if len(f.shape) >= 2 and np.issubdtype(np.dtype(f.dtype), np.integer)
                and isinstance(f.shape[1], int) and f.shape[1] > 1}
-    scores = [a for a in saved if len(a.shape) >= 2 and a.shape[-1] in lengths and a.shape[-2] in lengths]
+    # NOTE: [.., heads, T, T]: 4-D or more with both last dimensions one length, so a [B, T, hidden] state
+    # whose hidden size happens to equal T is not taken for scores
+    scores = [a for a in saved if len(a.shape) >= 4 and a.shape[-1] == a.shape[-2] and a.shape[-1] in lengths]
     return float(sum(map(_nbytes, saved))), float(sum(map(_nbytes, scores)))
 
 

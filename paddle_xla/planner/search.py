@@ -256,8 +256,9 @@ def predict(costs: ModelCosts, lay: Strategy, profile: DeviceProfile, global_bat
         per_sample = acts.per_sample - (acts.scores_per_sample if ring else 0)
         kept = ACTIVATION_KEPT * (per_sample * micro * split / Q + acts.fixed)
         if Q > 1 and not ring:
-            # NOTE: gathered, every layer's keys and values are kept whole for the backward pass
-            kept += micro * (Q - 1) / Q * _attention_operand_bytes_per_sample(costs)
+            # NOTE: gathered, every layer's keys and values are kept whole along the sequence for the backward
+            # pass (their heads split over the tensor devices)
+            kept += micro * (Q - 1) / Q * _attention_operand_bytes_per_sample(costs) / (T if tplan is not None else 1)
     full_weights = sum(costs.weight_bytes[n] / (T if n in dims else 1) for n in costs.trainable)
     # NOTE: sharding 3 gathers each weight whole for the forward and again for the backward; XLA:CPU held
     # one whole copy over replicas alone, two when the gathered weights are split over tensor as well.

@@ -6,6 +6,8 @@ The model is PaddleFormers' Llama, trained through its own loss (a mean over the
 reference is one device with as many micro-batches as the layout has groups, each group's mean averaged.
 SGD, whose update is the gradient itself (AdamW's first steps move every element by about lr whatever
 its gradient, so an element whose gradient is near zero shows rounding as a whole step)."""
+import re
+
 import numpy as np
 import paddle
 import pytest
@@ -13,7 +15,7 @@ from paddle.static import InputSpec
 
 import paddle_xla as px
 from paddle_xla.errors import StrategyError
-from paddle_xla.parallel.engine import memory_analysis
+from paddle_xla.parallel.engine import compiled_step, memory_analysis
 from generation.paddleformers import module
 
 SEQ, BATCH, STEPS = 32, 4, 3
@@ -161,17 +163,31 @@ def _train_flattening(strategy):
         ids = rng.integers(0, 256, (BATCH, SEQ)).astype("int64")
         losses.append(step(ids, np.roll(ids, -1, 1)))
     keys = step.captured.state_keys
-    return losses, {keys[k]: v for k, v in step.weights().items() if k in keys}
+    return losses, {keys[k]: v for k, v in step.weights().items() if k in keys}, step
+
+
+def _largest_all_gather(step) -> int:
+    """Elements of the largest all-gather result in the compiled step (per device)."""
+    ids = np.zeros((1, BATCH, SEQ), "int64")
+    s = step.state
+    text = compiled_step(step._step.engine, s.params, s.buffers, s.opt_state,
+                         {"input_ids": ids, "labels": ids}).as_text()
+    shapes = re.findall(r"= \w+\[([\d,]*)\]\S* all-gather\(", text)
+    return max((int(np.prod([int(d) for d in dims.split(",") if d])) for dims in shapes), default=0)
 
 
 @pytest.mark.parametrize("layout", [dict(sequence=4), dict(sequence=2, tensor=2, tensor_plan="auto"),
                                     dict(replicas=2, sequence=2, tensor=2, tensor_plan="auto")])
 def test_a_loss_that_flattens_batch_and_sequence_matches_one_device(layout):
     """The flattened rows stay split over the sequence devices (sequence_interpreter.py moves them there
-    rather than gathering them), beside a vocabulary split over tensor devices too, and the numbers are one
-    device's."""
-    losses, weights = _train_flattening(px.Strategy(**layout))
-    want_losses, want_weights = _train_flattening(None)
+    rather than gathering them), beside a vocabulary split over tensor devices too: no device gathers a
+    replica's whole logits ([batch x sequence, vocab], as GSPMD did at the loss's reshape). And the numbers
+    are one device's."""
+    strategy = px.Strategy(**layout)
+    losses, weights, step = _train_flattening(strategy)
+    want_losses, want_weights, _ = _train_flattening(None)
     np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
     for k, w in want_weights.items():
         np.testing.assert_allclose(weights[k], w, rtol=1e-5, atol=1e-6, err_msg=k)
+    logits = BATCH // strategy.replicas * SEQ * 256
+    assert _largest_all_gather(step) < logits, (_largest_all_gather(step), logits)
