@@ -1,15 +1,16 @@
 """The interpreter a sequence-split step (Strategy(sequence=N)) runs its graph with.
 
-The split reaches the program only through the feeds ([batch, sequence] split along the sequence, sharded.py),
-and GSPMD carries it through every op that keeps the sequence dimension. A reshape that merges the batch
-into the sequence ([B, T, V] -> [B * T, V], as every language model's loss flattens its logits) breaks it:
-the merged dimension's rows of one device are not one contiguous block, a split GSPMD cannot express, so it
-gathers the whole tensor on every device. The loss then runs unsplit, and at a long sequence the logits
-([B * T, vocab] on each device, with their log-softmax and gradient as large) outweigh everything the
-split saves (measured: the tiny Llama at sequence 256 on 16 sequence devices held 21.0 MiB a device, 2.5x
-its 4-device layout, nearly all of it the gathered logits). So where N divides B, the merged dimension is
-asked to stay split over the sequence devices, each holding B * T / N rows (B / N whole samples): GSPMD
-moves the rows there (an all-to-all of 1/N of the tensor) instead of gathering all of them. A layout only: the values are those of one device."""
+The split reaches the program only through the feeds ([batch, sequence] split along the sequence,
+sharded.py), and GSPMD carries it through every op that keeps the sequence dimension. A reshape that
+merges the batch into the sequence ([B, T, V] -> [B * T, V], as a loss that flattens its logits does;
+PaddleFormers' own losses do not) breaks it: the merged dimension's rows of one device are not one
+contiguous block, a split GSPMD cannot express, so it gathers the whole tensor on every device. The loss
+then runs unsplit, and at a long sequence the logits ([B * T, vocab] on each device, with their
+log-softmax and gradient as large) outweigh everything the split saves (measured: the tiny Llama at
+sequence 256 on 16 sequence devices held 21.0 MiB a device, 2.5x its 4-device layout, nearly all of it
+the gathered logits). So where N divides B, the merged dimension is asked to stay split over the sequence
+devices, each holding B * T / N rows (B / N whole samples): GSPMD moves the rows there (an all-to-all of
+1/N of the tensor) instead of gathering all of them. A layout only: the values are those of one device."""
 from __future__ import annotations
 
 import functools
