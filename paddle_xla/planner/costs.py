@@ -89,12 +89,19 @@ def _residual_bytes(graph: Graph, precision: str, remat: bool, batch: int) -> tu
     buffers = {n: w for n, w in weights.items() if n not in trainable}
     saved = [aval for aval, why in saved_residuals(loss, params, buffers, _feeds(graph, batch))
              if not why.startswith("from the argument")]   # NOTE: weights and inputs are held anyway
-    lengths = {f.shape[1] for f in graph.feeds if len(f.shape) >= 2 and np.issubdtype(np.dtype(f.dtype), np.integer)
-               and isinstance(f.shape[1], int) and f.shape[1] > 1}
+    lengths = {f.shape[1] for f in graph.feeds if is_token_input(f) and f.shape[1] > 1}
     # NOTE: [.., heads, T, T]: 4-D or more with both last dimensions one length, so a [B, T, hidden] state
     # whose hidden size happens to equal T is not taken for scores
     scores = [a for a in saved if len(a.shape) >= 4 and a.shape[-1] == a.shape[-2] and a.shape[-1] in lengths]
     return float(sum(map(_nbytes, saved))), float(sum(map(_nbytes, scores)))
+
+
+def is_token_input(feed) -> bool:
+    """An integer input with a dimension 1: token ids (or labels, a mask) along a sequence. A float input
+    [batch, n] is a sample's features, whose n the engine would split as readily, but splitting it carries
+    no sequence through the model, so the planner never offers a split for it alone."""
+    return (len(feed.shape) >= 2 and isinstance(feed.shape[1], int)
+            and np.issubdtype(np.dtype(feed.dtype), np.integer))
 
 
 def _feeds(graph: Graph, batch: int) -> dict[str, jax.ShapeDtypeStruct]:

@@ -37,7 +37,7 @@ import numpy as np
 from ..errors import StrategyError
 from ..parallel.tensor_plan import TensorPlan, keeps_vocab_whole, make_plan, without_vocab
 from ..strategy import Strategy, planned_elsewhere
-from .costs import ModelCosts, activations
+from .costs import ModelCosts, activations, is_token_input
 from .profiles import GB, DeviceProfile
 
 # NOTE: measured on XLA:CPU (tests/parallel/test_plan.py): at the backward's peak XLA holds about what JAX's
@@ -154,17 +154,9 @@ def _factorizations(n: int, sequences=(1,)):
 def sequence_splits(costs: ModelCosts, devices: int) -> tuple[int, ...]:
     """The sequence splits the planner offers: the degrees that divide a token input's dimension 1 (the
     sequence, 2 or more per device) and the devices."""
-    lengths = [f.shape[1] for f in costs.graph.feeds if _is_token_input(f)]
+    lengths = [f.shape[1] for f in costs.graph.feeds if is_token_input(f)]
     return tuple(q for q in range(1, devices + 1) if devices % q == 0
                  and (q == 1 or any(n > 0 and n % q == 0 and n // q >= 2 for n in lengths)))
-
-
-def _is_token_input(feed) -> bool:
-    """An integer input with a dimension 1: token ids (or labels, a mask) along a sequence. A float input
-    [batch, n] is a sample's features, whose n the engine would split as readily, but splitting it carries
-    no sequence through the model, so the planner never offers a split for it alone."""
-    return (len(feed.shape) >= 2 and isinstance(feed.shape[1], int)
-            and np.issubdtype(np.dtype(feed.dtype), np.integer))
 
 
 def _batch_bytes_per_sample(costs: ModelCosts, sequence: int) -> float:
