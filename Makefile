@@ -25,7 +25,7 @@ $(ZOO_STAMP): tools/zoo.py | $(STAMP)
 	@touch $(ZOO_STAMP)
 
 test: $(STAMP) $(ZOO_STAMP)
-	$(BIN)/python -m pytest tests -n $(JOBS) -p no:cacheprovider --durations=30
+	$(BIN)/python -m pytest tests -n $(JOBS) --dist worksteal -p no:cacheprovider --durations=30
 
 # A long differential sweep against Paddle eager (tests/fuzz), freshly seeded each run; CI runs a short,
 # derandomized one in `make test`. FUZZ_EXAMPLES is per op; each failure prints a reproducer.

@@ -183,6 +183,13 @@ def _subjaxprs(params: Mapping[str, Any]):
 # ---- workers -----------------------------------------------------------------------------------
 
 
+def server_env() -> dict[str, str]:
+    """os.environ for a server subprocess: the caller's XLA flags reach it, a virtual CPU device count does
+    not (a server runs on one device; the tests set 16)."""
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "device_count" not in f]
+    return {**os.environ, "XLA_FLAGS": " ".join(flags)}
+
+
 def paddle_env(kept_heap: bool) -> dict[str, str]:
     """Environment for a Paddle worker: glibc's default malloc, or paddle_xla's malloc policy
     (host_heap.py) from the process's start, so that Paddle is not compared at a disadvantage. A

@@ -321,7 +321,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
     workdir = tempfile.mkdtemp(prefix="paddle_xla_serve_bench_")
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = common.server_env()
     env.update(PYTHONUNBUFFERED="1", PADDLE_XLA_CACHE_DIR=os.path.join(workdir, "compile_cache"))
 
     def progress(message):

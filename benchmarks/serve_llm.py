@@ -37,6 +37,7 @@ sys.path.append(os.path.join(ROOT, ".zoo"))
 import numpy as np  # noqa: E402
 
 from generate import SHAPE  # noqa: E402  (benchmarks/generate.py: the same model)
+from common import server_env  # noqa: E402
 from serve import Service  # noqa: E402   (benchmarks/serve.py: a server subprocess, ready when it says so)
 
 TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -314,7 +315,7 @@ def main() -> int:
     jobs = workload(max(args.concurrency) * 16, shape["vocab_size"], prompt, output)
     if args.quick:
         args.warm_s, args.window_s = 5.0, 15.0
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = server_env()
     service = Service([sys.executable, "-m", "paddle_xla.cli", "serve", folder, "--port", "0", "--max-queue-size",
                        "1024", "--request-timeout-ms", "0"], env)
     levels, after = [], None

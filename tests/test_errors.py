@@ -9,6 +9,7 @@ import pytest
 from paddle.static import InputSpec
 
 import paddle_xla as px
+from xla_flags import child_env
 
 
 class TwoInputs(paddle.nn.Layer):
@@ -99,7 +100,7 @@ def test_an_op_inside_converted_control_flow_is_reported_at_the_users_line(tmp_p
     # converted forward of this test was seen to be handed to other tests' layers.
     script = tmp_path / "user_model.py"
     script.write_text(USER_SCRIPT)
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = child_env()
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert "pd_op.unique" in done.stdout, done.stdout + done.stderr[-2000:]
     assert "user_model.py:9" in done.stdout and "paddle.unique(x).sum()" in done.stdout, done.stdout

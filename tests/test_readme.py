@@ -3,6 +3,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from xla_flags import child_env
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -14,8 +16,7 @@ def test_readme_ops_section_is_current():
 def test_readme_runs_as_pasted(tmp_path):
     """Every Python block, in order, in a fresh process in an empty folder; the Quick start's shell
     lines too, with the server it starts stopped at the end (tests/readme_session.py)."""
-    import os
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=16", "PYTHONUNBUFFERED": "1"}
+    env = child_env(devices=16, PYTHONUNBUFFERED="1")
     run = subprocess.run([sys.executable, str(ROOT / "tests" / "readme_session.py"), str(ROOT / "README.md")],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
     assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-6000:])

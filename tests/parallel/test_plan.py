@@ -40,14 +40,14 @@ def _against_memory_analysis(step, layout, feeds):
 
 
 @pytest.mark.slow
-def test_predicted_bytes_per_device_follow_memory_analysis():
+@pytest.mark.parametrize("kind", ["encoder", "decoder"])  # NOTE: two tests, so two workers share the compiles
+def test_predicted_bytes_per_device_follow_memory_analysis(kind):
     errors = {}
-    for kind in ("encoder", "decoder"):
-        for layout in LAYOUTS:
-            measured, predicted = _measured_and_predicted(kind, layout)
-            errors[(kind, describe(layout))] = predicted / measured - 1
+    for layout in LAYOUTS:
+        measured, predicted = _measured_and_predicted(kind, layout)
+        errors[describe(layout)] = predicted / measured - 1
     within = [k for k, e in errors.items() if abs(e) <= 0.2]
-    assert len(within) >= 10 and all(abs(e) <= 0.35 for e in errors.values()), errors
+    assert len(within) >= 5 and all(abs(e) <= 0.35 for e in errors.values()), errors
 
 
 def _llama_step(layout, seq):

@@ -13,6 +13,8 @@ import time
 
 import numpy as np
 
+from xla_flags import child_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LISTENING = re.compile(r"paddle-xla serve: listening on http://127\.0\.0\.1:(\d+)")
 START_TIMEOUT_S = 120
@@ -23,8 +25,7 @@ class ServeProcess:
 
     def __init__(self, folder: str, *flags: str, port: int = 0, env: dict | None = None):
         # NOTE: the tests' 16 virtual CPU devices (tests/conftest.py) are no use to a server
-        server_env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-        server_env.update(PYTHONUNBUFFERED="1", **(env or {}))
+        server_env = child_env(PYTHONUNBUFFERED="1", **(env or {}))
         self.proc = subprocess.Popen([sys.executable, "-m", "paddle_xla.cli", "serve", folder, "--port", str(port),
                                       *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env=server_env, cwd=ROOT)

@@ -6,12 +6,14 @@ import os
 import subprocess
 import sys
 
+from xla_flags import child_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_serve_benchmark_quick(tmp_path):
     out = tmp_path / "serve.json"
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = child_env()
     done = subprocess.run([sys.executable, "benchmarks/serve.py", "--quick", "--models", "bert", "--out", str(out)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
