@@ -353,8 +353,7 @@ class _AsTwoRanksShareIt(Tokens):
 
 def _launch_two(tmp_path, extra: dict) -> tuple[dict, Path]:
     from parallel.test_launchers import clean_env, logs
-    env = clean_env()
-    env["XLA_FLAGS"] = env["XLA_FLAGS"].replace("device_count=8", "device_count=1")
+    env = clean_env(devices=1)
     out, run_dir = tmp_path / "curve.json", tmp_path / "run"
     script = str(Path(__file__).parent / "paddleformers_trainer_script.py")
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir",

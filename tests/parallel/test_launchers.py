@@ -2,7 +2,6 @@
 environment, a coordinator nobody answers, and a rank killed mid-training. Each run is two processes
 x 8 virtual CPU devices, compared with one process over the same global batches."""
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -14,19 +13,18 @@ import pytest
 
 import paddle_xla as px
 from parallel.helpers import assert_weights_close, train
+from xla_flags import child_env
 
 HERE = Path(__file__).parent
 SCRIPT = str(HERE / "launch_script.py")
 LAUNCHER_VARS = ("PADDLE_", "SLURM_", "OMPI_", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "TPU_WORKER")
 
 
-def clean_env(**extra) -> dict:
+def clean_env(devices: int = 8, **extra) -> dict:
     """This environment without any launcher's variables (they would override the launcher's own), with
-    8 virtual CPU devices per process."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCHER_VARS)}
-    flags = [f for f in env.get("XLA_FLAGS", "").split() if "device_count" not in f]
-    env.update(XLA_FLAGS=" ".join(flags + ["--xla_force_host_platform_device_count=8"]), JAX_PLATFORMS="cpu",
-               **extra)
+    `devices` virtual CPU devices per process."""
+    env = {k: v for k, v in child_env(devices).items() if not k.startswith(LAUNCHER_VARS)}
+    env.update(JAX_PLATFORMS="cpu", **extra)
     return env
 
 
