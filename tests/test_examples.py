@@ -19,8 +19,8 @@ def learned(losses, k=5) -> bool:
     return float(np.mean(losses[-k:])) < 0.8 * float(np.mean(losses[:k]))
 
 
-def matches_native(r) -> None:
-    assert len(r["native_losses"]) >= 2
+def matches_native(r, steps=2) -> None:
+    assert len(r["native_losses"]) >= steps
     np.testing.assert_allclose(r["losses"][:len(r["native_losses"])], r["native_losses"], rtol=1e-4)
 
 
@@ -34,7 +34,7 @@ def test_causal_lm():
 
 def test_image_classification():
     r = run("image_classification")
-    matches_native(r)
+    matches_native(r, steps=1)                       # NOTE: the forward pass only: the example says why
     assert learned(r["losses"])
     assert r["accuracy"] > 0.3                       # chance is 0.1
     assert abs(r["accuracy"] - r["native_accuracy"]) <= 1 / 360 + 1e-9   # one image at most
