@@ -14,6 +14,7 @@
   app.py         the Starlette routes: health, metadata, infer, /metrics
   http_io.py     the bearer token, the body size limit, KServe's JSON errors
   server.py      uvicorn on a socket we bind, SIGTERM draining
+  llm/           generator artifacts: continuous batching, OpenAI's API, KServe's generate extension
 
 Needs the `serve` extra (starlette, uvicorn, prometheus_client). Paddle-free: it never imports paddle."""
 
