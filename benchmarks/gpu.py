@@ -10,7 +10,8 @@ The artifacts come from benchmarks/make_gpu_artifacts.py (run where Paddle is). 
 drawn here as normal(0, 0.02) (synthetic weights), so the losses are a fresh model's, not a trained one.
 Each section runs on its own (an error is recorded, the next one runs), and the JSON is written after
 every section to $OUT/gpu.json when $OUT is set, else to benchmarks/results/gpu.json (or --out).
-Sections: peak (matmuls), train-bf16, infer-bf16, infer-fp32, train-fp32; a section starts only while
+Sections: peak (matmuls), train-bf16, infer-bf16, infer-fp32, train-fp32, and llm-rounds (gpu_llm.py: a
+served Llama's decode step against a round with a prefill chunk, issue 29); a section starts only while
 the elapsed time is under --budget seconds.
 """
 from __future__ import annotations
@@ -34,6 +35,8 @@ sys.path.insert(0, HERE)
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+
+from gpu_llm import llm_rounds  # noqa: E402
 
 # NOTE: dense (no 2:4 sparsity) tensor-core peaks per card, TFLOP/s, from NVIDIA's datasheets. "tf32" is
 # what a float32 matmul gets when XLA lets it use TF32 (its default on GPUs that have it).
@@ -253,7 +256,8 @@ SECTIONS = {"peak": lambda ctx: peak(ctx["quick"]),
             "train-bf16": lambda ctx: train(ctx, "bf16"),
             "infer-bf16": lambda ctx: infer(ctx, "bf16"),
             "infer-fp32": lambda ctx: infer(ctx, "fp32"),
-            "train-fp32": lambda ctx: train(ctx, "fp32")}
+            "train-fp32": lambda ctx: train(ctx, "fp32"),
+            "llm-rounds": lambda ctx: llm_rounds(ctx["paths"]["llm"], log)}
 
 
 # ---- main --------------------------------------------------------------------------------------
@@ -279,6 +283,7 @@ def context(args) -> dict:
     with open(f"{stem}.json", encoding="utf-8") as f:
         meta = json.load(f)
     paths = {k: f"{stem}-{k}.pxa" for k in ("infer", "train", "train-bf16")}
+    paths["llm"] = os.path.join(args.artifacts, "llama-tiny-serve.pxa" if args.quick else "llama-serve.pxa")
     return {"quick": args.quick, "meta": meta, "paths": paths, "min_seconds": 0.3 if args.quick else 3.0,
             "flops": {}}
 

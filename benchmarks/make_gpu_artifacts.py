@@ -2,12 +2,16 @@
 
     .venv/bin/python benchmarks/make_gpu_artifacts.py            # BERT-Base, seq 128, for cpu and cuda
     .venv/bin/python benchmarks/make_gpu_artifacts.py --quick    # BERT-tiny, seq 32, cpu only (CI)
+    .venv/bin/python benchmarks/make_gpu_artifacts.py --only llm # one of them again, the others kept
 
 Writes to benchmarks/artifacts/ (or --out):
   bert-<name>-infer.pxa       BertModel in eval mode, batch --infer-batch
   bert-<name>-train.pxa       BERT pretraining (MLM + NSP) train step: AdamW, LinearWarmup, global-norm clip
   bert-<name>-train-bf16.pxa  the same step under Strategy(precision="bf16"), when train_step takes it
   bert-<name>.json            the model config, batch sizes, FLOPs and artifact sizes gpu.py reads
+  llama-serve.pxa             serve_llm.py's Llama (about 100M parameters) as the server runs it: a generator
+                              of 32 rows over 768 cache slots, prefill chunks of 64 (--quick: its tiny Llama,
+                              llama-tiny-serve.pxa), for gpu.py's llm-rounds section
 
 The artifacts keep only the weights of one dimension (biases, LayerNorm); the matrices are drawn on
 the GPU host as normal(0, 0.02), Paddle's BERT init (export(..., synthetic_weights=...)). So a BERT-Base
@@ -36,6 +40,7 @@ from paddle_xla.models.bert import BertConfig, BertForPretraining, BertModel  # 
 from paddle_xla.models.bert_data import synthetic_batch  # noqa: E402
 
 SYNTHETIC = {"std": 0.02, "seed": 0}
+LLM_ROWS = 32          # NOTE: serve_llm.py's --rows (the generator's max_batch_size)
 
 
 # NOTE: phase 1 of BERT pretraining (Google's, NVIDIA's, Graphcore's): the MLM head on 20 masked
@@ -74,6 +79,22 @@ def export_train(cfg, seq, batch, path, platforms, strategy=None) -> dict:
                   synthetic_weights=SYNTHETIC)
 
 
+def export_llm(quick: bool, path: str, platforms) -> dict:
+    """serve_llm.py's generator (the same model, rows, cache slots and prefill chunk) with synthetic weights."""
+    sys.path.append(os.path.join(os.path.dirname(HERE), ".zoo"))       # NOTE: PaddleFormers, installed --no-deps
+    from paddleformers.transformers.llama import LlamaConfig, LlamaForCausalLM
+
+    from generate import SHAPE
+    from paddle_xla.generator import Generator
+    from serve_llm import TINY
+    paddle.seed(0)
+    net = LlamaForCausalLM(LlamaConfig(**{**(TINY if quick else SHAPE), "max_position_embeddings": 1024}))
+    net.eval()
+    rows, context, chunk = (4, 96, 16) if quick else (LLM_ROWS, 768, 64)
+    gen = Generator(net, max_batch_size=rows, max_length=context, chunk=1, prefill_chunk=chunk)
+    return export(gen, path, platforms=platforms, synthetic_weights=SYNTHETIC)
+
+
 def bf16_available() -> str | None:
     """None when px.train_step takes Strategy(precision="bf16"), else why not."""
     try:
@@ -100,6 +121,8 @@ def main(argv=None) -> int:
     ap.add_argument("--infer-batch", type=int)
     ap.add_argument("--train-batch", type=int)
     ap.add_argument("--platforms", default=None, help="comma-separated, default cpu,cuda (--quick: cpu)")
+    ap.add_argument("--only", default=None, help="comma-separated subset of infer,train,train-bf16,llm; the JSON "
+                                                "keeps the other artifacts' entries")
     args = ap.parse_args(argv)
     # NOTE: --quick is a CI smoke run: one layer keeps the train step's compile short on CPU.
     cfg = BertConfig.tiny(num_hidden_layers=1, vocab_size=512, max_position_embeddings=64) if args.quick \
@@ -122,8 +145,15 @@ def main(argv=None) -> int:
                                                           px.Strategy(precision="bf16"))))
     else:
         print(f"no bf16 train artifact: Strategy(precision='bf16') does not work here ({why_no_bf16})", flush=True)
+    llm = os.path.join(args.out, "llama-tiny-serve.pxa" if args.quick else "llama-serve.pxa")
+    jobs.append(("llm", lambda p: export_llm(args.quick, p, platforms)))
+    if args.only:
+        jobs = [(tag, job) for tag, job in jobs if tag in args.only.split(",")]
+        if os.path.exists(f"{stem}.json"):
+            with open(f"{stem}.json", encoding="utf-8") as f:
+                meta["artifacts"] = {**json.load(f).get("artifacts", {}), **meta["artifacts"]}
     for tag, job in jobs:
-        path = f"{stem}-{tag}.pxa"
+        path = llm if tag == "llm" else f"{stem}-{tag}.pxa"
         start = time.perf_counter()
         manifest = job(path)
         took = time.perf_counter() - start

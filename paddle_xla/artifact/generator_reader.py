@@ -11,6 +11,7 @@ from typing import Mapping
 import jax
 import numpy as np
 
+from . import synthetic_weights
 from .. import x64
 from ..errors import GenerationError, ModelLoadError
 from ..generation.config import DecodeConfig, token_ids
@@ -58,7 +59,7 @@ class GeneratorArtifact:
             policy = LoweringPolicy.live(self.geometry.precision, inference=True)
             held = held_weights(self.graphs["decode"], policy, self.geometry.quant_type)
             make = lambda n: program(self.graphs[n], policy, held)  # noqa: E731
-        weights = held.all_prepared(weights_of(path, members[WEIGHTS]))
+        weights = held.all_prepared(synthetic_weights.fill(manifest, weights_of(path, members[WEIGHTS])))
         chunked = self.geometry.chunked
         self.engine = Engine(self.geometry, self.defaults, make("decode"), lambda b: make(f"prefill_{b}"), weights,
                              seed=seed, extend=make("extend") if chunked else None)

@@ -4,7 +4,8 @@ Members, besides the manifest:
   graphs/decode.json, graphs/prefill_<P>.json   the captured programs (one prefill per prompt bucket P)
   graphs/extend.json, graphs/extend1.json       the prefill chunk, for the batch and for one request
                                                 (when prompts past geometry.prefill_chunk are chunked)
-  weights.safetensors                           every weight, as Paddle holds it
+  weights.safetensors                           every weight, as Paddle holds it (with synthetic_weights: the
+                                                ones of fewer than 2 dimensions; the rest are drawn on load)
   exported/<platform>/<program>.bin             jax.export StableHLO of each program, per platform
   tokenizer.json                                the tokenizer (the `tokenizers` library's format), if given
 
@@ -20,6 +21,7 @@ import jax
 import numpy as np
 
 from . import container as fmt
+from . import synthetic_weights as synthetic_lib
 from .. import x64
 from ..errors import ExportError
 from ..files import atomic_write
@@ -44,8 +46,11 @@ def is_generator(model) -> bool:
     return all(hasattr(model, a) for a in ("engine", "geometry", "decode_captured", "prefill_captured"))
 
 
-def export_generator(gen, path: str, platforms=("cpu",), tokenizer=None, chat_template: str | None = None) -> dict:
-    """Write `gen` to `path` atomically (see the module docstring) and return the manifest."""
+def export_generator(gen, path: str, platforms=("cpu",), tokenizer=None, chat_template: str | None = None,
+                     synthetic_weights=None) -> dict:
+    """Write `gen` to `path` atomically (see the module docstring) and return the manifest. With
+    `synthetic_weights` the weights of 2 or more dimensions are left out and drawn when loaded
+    (synthetic_weights.py): an artifact that measures speed on another machine, not the model's tokens."""
     platforms = check_platforms(platforms)
     if getattr(gen, "strategy", None) is not None and gen.strategy.tensor > 1:
         raise ExportError(f"this generator is split over tensor={gen.strategy.tensor} devices, and an artifact's "
@@ -61,7 +66,8 @@ def export_generator(gen, path: str, platforms=("cpu",), tokenizer=None, chat_te
     weights = {k: np.asarray(v) for k, v in gen.source_weights.items()}
     policies = {p: LoweringPolicy.tuned(p, g.precision, inference=True) for p in platforms}
     members = {graph_member(n): graph.to_json().encode() for n, graph in graphs.items()}
-    members[fmt.WEIGHTS] = fmt.weights_bytes(weights)
+    stored, synthetic = synthetic_lib.leave_out(weights, synthetic_weights)
+    members[fmt.WEIGHTS] = fmt.weights_bytes(stored)
     exported = {}
     for p in platforms:
         held = held_weights(graphs["decode"], policies[p], g.quant_type)
@@ -81,7 +87,8 @@ def export_generator(gen, path: str, platforms=("cpu",), tokenizer=None, chat_te
                                "buckets": list(g.buckets)},
                 "exported": exported,
                 "lowering": fmt.lowering_record(policies, g.precision),
-                "tokenizer": TOKENIZER if text is not None else None, "chat": chat}
+                "tokenizer": TOKENIZER if text is not None else None, "chat": chat,
+                **({"synthetic_weights": synthetic} if synthetic else {})}
     data, manifest = fmt.pack(members, manifest)
     atomic_write(path, data)
     return manifest

@@ -42,10 +42,9 @@ def export(model, path: str, platforms: Sequence[str] = ("cpu",), example_inputs
     config, `tokenizer` and its chat template (`chat_template`, default the tokenizer's own; see
     generator_writer.py). Returns the manifest."""
     if is_generator(model):
-        if example_inputs is not None or synthetic_weights is not None:
-            raise ExportError("a generator exports its own fixed shapes and all its weights: drop example_inputs "
-                              "and synthetic_weights")
-        return export_generator(model, path, platforms, tokenizer, chat_template)
+        if example_inputs is not None:
+            raise ExportError("a generator exports its own fixed shapes: drop example_inputs")
+        return export_generator(model, path, platforms, tokenizer, chat_template, synthetic_weights)
     if tokenizer is not None or chat_template is not None:
         raise ExportError("tokenizer= and chat_template= go with a px.Generator; this model is not one")
     if _is_train_step(model):

@@ -181,3 +181,22 @@ def test_export_and_load_errors_name_the_fix(exported, tmp_path):
         pxa.load(no_tok).complete("w5")
     with pytest.raises(GenerationError, match="max_new_tokens=40 does not fit"):
         pxa.load(path).generate(np.asarray([[5, 6]]), max_new_tokens=40)
+
+
+def test_synthetic_weights_leave_the_matrices_out_and_draw_them_when_loaded(exported, tmp_path):
+    """For timing on a machine the weights would take too long to reach (benchmarks/gpu.py): the matrices are
+    drawn when loaded, the same ones at every load, and the 1-D weights (RMSNorm scales) travel as they are."""
+    _, gen, path, manifest = exported
+    synth = str(tmp_path / "synth.pxa")
+    written = px.export(gen, synth, synthetic_weights={"std": 0.02, "seed": 3})
+    drawn = written["synthetic_weights"]["weights"]
+    assert drawn and all(len(w["shape"]) >= 2 for w in drawn.values())
+    kept = {k for k in gen.source_weights if k not in drawn}
+    assert kept and all(np.ndim(gen.source_weights[k]) < 2 for k in kept)      # the RMSNorm scales, the rotary table
+    assert os.path.getsize(synth) < os.path.getsize(path)
+    ids, mask = _prompts([7, 3, 5], 7)
+    a, b = pxa.load(synth), pxa.load(synth)
+    assert a.mode == "exported"
+    got = a.generate(ids, attention_mask=mask, max_new_tokens=6)[0]
+    np.testing.assert_array_equal(got, b.generate(ids, attention_mask=mask, max_new_tokens=6)[0])
+    assert not np.array_equal(got, gen.generate(ids, attention_mask=mask, max_new_tokens=6)[0])
