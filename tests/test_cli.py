@@ -15,6 +15,15 @@ import paddle
 def build():
     paddle.seed(7)
     return paddle.nn.Sequential(paddle.nn.Linear(4, 8), paddle.nn.Tanh(), paddle.nn.Linear(8, 3))
+
+
+class Sized(paddle.nn.Layer):
+    def __init__(self, width):
+        super().__init__()
+        self.fc = paddle.nn.Linear(4, width)
+
+    def forward(self, x):
+        return self.fc(x)
 """
 
 
@@ -59,7 +68,18 @@ MISTAKES = {
     "no paddle installed": (["check", "tiny:build", "--input-spec", "x:float32[-1,4]"],
                             "import sys; sys.modules['paddle'] = None", ["pip install 'paddle_xla[paddle]'"]),
     "a bad artifact": (["run", "missing.pxa", "-i", "x.npy"], "", ["No artifact at 'missing.pxa'"]),
+    "a class that needs arguments": (["check", "tiny:Sized", "--input-spec", "x:float32[-1,4]"], "",
+                                     ["'tiny:Sized' cannot be built without arguments", "def build()"]),
 }
+
+
+def test_the_readmes_layer_class_exports(folder):
+    """README's Quick start: `paddle-xla export paddle.vision.models:LeNet ...` (a Layer class, built with no
+    arguments) writes what px.export writes."""
+    made = cli("export", "paddle.vision.models:LeNet", "--input-spec", "x:float32[-1,1,28,28]", "-o", "lenet.pxa",
+               cwd=folder)
+    assert made.returncode == 0, made.stderr[-2000:]
+    assert "wrote lenet.pxa" in made.stdout
 
 
 @pytest.mark.parametrize("case", list(MISTAKES))

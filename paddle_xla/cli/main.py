@@ -69,7 +69,8 @@ def parse_input_spec(text: str):
 
 
 def load_target(target: str):
-    """'pkg.module:factory' -> the object factory() returns (or the attribute itself if not callable)."""
+    """'pkg.module:factory' -> the object factory() returns: a function or a Layer class is called with no
+    arguments, a Layer (or anything not callable) is taken as it is."""
     module_name, _, attr = target.partition(":")
     if not attr or not module_name:
         raise TargetError(f"{target!r} is not MODULE:FACTORY, e.g. paddle.vision.models:resnet18 (a colon "
@@ -86,7 +87,14 @@ def load_target(target: str):
         raise TargetError(f"module {module_name!r} has no {attr!r} (from {target!r}); give MODULE:FACTORY, "
                           f"e.g. {module_name}:{_a_callable(module) or 'build_model'}")
     obj = getattr(module, attr)
-    return obj() if callable(obj) and not hasattr(obj, "forward") else obj
+    # NOTE: a Layer class (paddle.vision.models:LeNet) has `forward` too, but is built like a factory
+    if not isinstance(obj, type) and (not callable(obj) or hasattr(obj, "forward")):
+        return obj
+    try:
+        return obj()
+    except TypeError as e:
+        raise TargetError(f"{target!r} cannot be built without arguments ({e}); give a function that builds it, "
+                          f"e.g. def build(): return {attr}(...) in a module of your own") from None
 
 
 def _a_callable(module) -> str | None:
