@@ -54,13 +54,17 @@ def scan(folder: str, batching: bool, buckets: bool, progress: Callable[[str], N
     the file (Triton's default, --exit-on-error): a half-served repository is easy to miss.
     Generator artifacts (px.export of a px.Generator) go into `generators` (name -> artifact), served by
     the language-model routes; without that dict they are refused."""
+    if os.path.isfile(folder):
+        raise ModelLoadError(f"{folder!r} is a file; serve takes the folder that holds it (every *.pxa there is "
+                             f"a model): paddle-xla serve {os.path.dirname(folder) or '.'}")
     if not os.path.isdir(folder):
-        raise ModelLoadError(f"Model repository {folder!r} is not a folder. Give the folder that holds "
-                             "your *.pxa files, e.g. paddle-xla serve models/.")
+        raise ModelLoadError(f"Model repository {folder!r} does not exist. Give the folder that holds your *.pxa "
+                             "files (paddle-xla serve . for the current one).")
     files = sorted(f for f in os.listdir(folder) if f.endswith(".pxa") and os.path.isfile(os.path.join(folder, f)))
     if not files:
         raise ModelLoadError(f"No *.pxa files in {folder!r}. Write one with px.export(model, "
-                             f"'{os.path.join(folder, 'name.pxa')}').")
+                             f"'{os.path.join(folder, 'name.pxa')}') or paddle-xla export MODULE:FACTORY "
+                             f"--input-spec ... -o {os.path.join(folder, 'name.pxa')}.")
     models = {}
     for file in files:
         progress(f"loading {file}")

@@ -11,6 +11,7 @@ import zipfile
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pytest
 
 from .harness import ServeProcess, assert_same, infer_json, request, rows, tensor
 
@@ -95,3 +96,14 @@ def test_start_up_needs_artifacts(tmp_path):
     run = subprocess.run([sys.executable, "-m", "paddle_xla.cli", "serve", str(tmp_path), "--port", "0"],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 1 and "No *.pxa files" in run.stderr and "listening" not in run.stdout
+
+
+def test_a_file_or_a_missing_folder_names_the_folder_to_give(tmp_path):
+    from paddle_xla.errors import ModelLoadError
+    from paddle_xla.serve.repository import scan
+    artifact = tmp_path / "lenet.pxa"
+    artifact.write_bytes(b"")
+    with pytest.raises(ModelLoadError, match=f"is a file.*paddle-xla serve {tmp_path}$"):
+        scan(str(artifact), batching=False, buckets=False)
+    with pytest.raises(ModelLoadError, match="does not exist.*paddle-xla serve \\."):
+        scan(str(tmp_path / "models"), batching=False, buckets=False)
