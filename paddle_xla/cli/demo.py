@@ -18,6 +18,7 @@ def run(batch: int = 8, seq: int = 128) -> None:
     console = Console()
     paddle.seed(0)
     cfg = BertConfig.small()
+    console.rule(f"inference: BERT-{cfg.name}, batch {batch} x seq {seq}, native Paddle vs paddle_xla")
     net = BertModel(cfg)
     net.eval()
     specs = [InputSpec([None, None], "int64", "input_ids"), InputSpec([None, None], "int64", "token_type_ids")]
