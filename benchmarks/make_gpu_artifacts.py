@@ -148,10 +148,16 @@ def main(argv=None) -> int:
     llm = os.path.join(args.out, "llama-tiny-serve.pxa" if args.quick else "llama-serve.pxa")
     jobs.append(("llm", lambda p: export_llm(args.quick, p, platforms)))
     if args.only:
-        jobs = [(tag, job) for tag, job in jobs if tag in args.only.split(",")]
+        wanted = args.only.split(",")
+        unknown = sorted(set(wanted) - {tag for tag, _ in jobs})
+        if unknown:
+            ap.error(f"--only {','.join(unknown)}: not among {[tag for tag, _ in jobs]}")
+        jobs = [(tag, job) for tag, job in jobs if tag in wanted]
         if os.path.exists(f"{stem}.json"):
+            # NOTE: the artifacts not made again are an earlier run's: its record (FLOPs, versions, ...) stands,
+            # and only the entries of those made now change
             with open(f"{stem}.json", encoding="utf-8") as f:
-                meta["artifacts"] = {**json.load(f).get("artifacts", {}), **meta["artifacts"]}
+                meta = json.load(f)
     for tag, job in jobs:
         path = llm if tag == "llm" else f"{stem}-{tag}.pxa"
         start = time.perf_counter()

@@ -36,8 +36,9 @@ from ..lowering.policy import LOWERING_VERSION, PLATFORMS, LoweringPolicy, live_
 # extend programs) and holds prefills only up to that chunk: an older reader would look for prefills up to
 # max_length and call the artifact damaged. 4: a CPU inference executable reads the float32 matmul weights
 # its manifest lists (exported.<p>.nk_weights) as [N, K]; an older reader would feed them as [K, N]
-# (silently wrong for a square weight).
-FORMAT_VERSION = 4
+# (silently wrong for a square weight). 5: a generator may leave its matrices out (synthetic_weights) for
+# the loader to draw; an older reader would load it and fail at the first call on a missing weight.
+FORMAT_VERSION = 5
 MANIFEST, GRAPH, WEIGHTS, STRATEGY = "manifest.json", "graph.json", "weights.safetensors", "strategy.json"
 current_platform = live_platform
 

@@ -5,6 +5,7 @@ stderr that names the fix, and exit status 2; --verbose shows the traceback too 
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import re
 import sys
@@ -91,10 +92,13 @@ def load_target(target: str):
     if not isinstance(obj, type) and (not callable(obj) or hasattr(obj, "forward")):
         return obj
     try:
-        return obj()
+        inspect.signature(obj).bind()
     except TypeError as e:
         raise TargetError(f"{target!r} cannot be built without arguments ({e}); give a function that builds it, "
                           f"e.g. def build(): return {attr}(...) in a module of your own") from None
+    except ValueError:
+        pass        # NOTE: no signature to read (a builtin): call it and let its own error speak
+    return obj()     # NOTE: an error inside the user's constructor keeps its own traceback
 
 
 def _a_callable(module) -> str | None:

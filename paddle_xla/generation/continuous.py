@@ -87,6 +87,11 @@ class ContinuousEngine:
         self.busy = np.zeros(geometry.max_batch_size, bool)      # the host's view: rows holding a request
 
     @property
+    def shares_products(self) -> bool:
+        """Whether step_and_fill runs a decode step and a prefill step as one program (module docstring)."""
+        return self._together is not None
+
+    @property
     def eos(self) -> tuple[int, ...]:
         return tuple(self.defaults.eos_token_id)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 from typing import Callable
 
 import numpy as np
@@ -56,7 +57,7 @@ def scan(folder: str, batching: bool, buckets: bool, progress: Callable[[str], N
     the language-model routes; without that dict they are refused."""
     if os.path.isfile(folder):
         raise ModelLoadError(f"{folder!r} is a file; serve takes the folder that holds it (every *.pxa there is "
-                             f"a model): paddle-xla serve {os.path.dirname(folder) or '.'}")
+                             f"a model): paddle-xla serve {shlex.quote(os.path.dirname(folder) or '.')}")
     if not os.path.isdir(folder):
         raise ModelLoadError(f"Model repository {folder!r} does not exist. Give the folder that holds your *.pxa "
                              "files (paddle-xla serve . for the current one).")

@@ -12,6 +12,7 @@ from tokenizers.pre_tokenizers import Whitespace
 
 import paddle_xla as px
 import paddle_xla.artifact as pxa
+from paddle_xla.artifact import synthetic_weights
 from paddle_xla.errors import ExportError, GenerationError
 from paddle_xla.generator import Generator
 
@@ -186,7 +187,7 @@ def test_export_and_load_errors_name_the_fix(exported, tmp_path):
 def test_synthetic_weights_leave_the_matrices_out_and_draw_them_when_loaded(exported, tmp_path):
     """For timing on a machine the weights would take too long to reach (benchmarks/gpu.py): the matrices are
     drawn when loaded, the same ones at every load, and the 1-D weights (RMSNorm scales) travel as they are."""
-    _, gen, path, manifest = exported
+    net, gen, path, manifest = exported
     synth = str(tmp_path / "synth.pxa")
     written = px.export(gen, synth, synthetic_weights={"std": 0.02, "seed": 3})
     drawn = written["synthetic_weights"]["weights"]
@@ -200,3 +201,12 @@ def test_synthetic_weights_leave_the_matrices_out_and_draw_them_when_loaded(expo
     got = a.generate(ids, attention_mask=mask, max_new_tokens=6)[0]
     np.testing.assert_array_equal(got, b.generate(ids, attention_mask=mask, max_new_tokens=6)[0])
     assert not np.array_equal(got, gen.generate(ids, attention_mask=mask, max_new_tokens=6)[0])
+    # NOTE: the same model given the drawn weights, live: the artifact holds and lays them out as it would
+    # its own (the k/v projections are not square, so a missed transpose shows)
+    twin = _model("llama")
+    values = {k: np.asarray(v) for k, v in synthetic_weights.fill(written, {}).items()}
+    for mine, theirs in zip(net.parameters(), twin.parameters()):
+        if mine.name in values:
+            theirs.set_value(values[mine.name])
+    live = Generator(twin, max_batch_size=BATCH, max_length=SLOTS, chunk=4)
+    np.testing.assert_array_equal(got, live.generate(ids, attention_mask=mask, max_new_tokens=6)[0])

@@ -3,6 +3,7 @@ requests are in flight answers them all, refuses new ones, and exits 0. A tamper
 empty folder stops the start-up with a message."""
 import http.client
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -103,7 +104,7 @@ def test_a_file_or_a_missing_folder_names_the_folder_to_give(tmp_path):
     from paddle_xla.serve.repository import scan
     artifact = tmp_path / "lenet.pxa"
     artifact.write_bytes(b"")
-    with pytest.raises(ModelLoadError, match=f"is a file.*paddle-xla serve {tmp_path}$"):
+    with pytest.raises(ModelLoadError, match=f"is a file.*paddle-xla serve {re.escape(str(tmp_path))}$"):
         scan(str(artifact), batching=False, buckets=False)
     with pytest.raises(ModelLoadError, match="does not exist.*paddle-xla serve \\."):
         scan(str(tmp_path / "models"), batching=False, buckets=False)
