@@ -1,7 +1,8 @@
 """BERT inference and training on an accelerator from exported artifacts alone (no Paddle there):
 samples/s and MFU against the card's datasheet peak and a matmul peak measured in the same run.
 
-On the GPU host (jax with CUDA, numpy, safetensors, optax, rich; this repository; no paddle):
+On the GPU host (jax with CUDA, numpy, safetensors, optax, rich, flatbuffers for jax.export's executables;
+this repository; no paddle; --quick ran on CPU with Python 3.12 and jax 0.11.2, the device image's):
     PYTHONUNBUFFERED=1 python benchmarks/gpu.py
 Anywhere, as a smoke run on CPU with BERT-tiny (artifacts from make_gpu_artifacts.py --quick):
     python benchmarks/gpu.py --quick --artifacts /tmp/qa
