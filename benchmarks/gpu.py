@@ -37,7 +37,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from gpu_llm import llm_rounds  # noqa: E402
+from gpu_llm import artifact_name, llm_rounds  # noqa: E402
 
 # NOTE: dense (no 2:4 sparsity) tensor-core peaks per card, TFLOP/s, from NVIDIA's datasheets. "tf32" is
 # what a float32 matmul gets when XLA lets it use TF32 (its default on GPUs that have it).
@@ -286,7 +286,7 @@ def context(args) -> dict:
     with open(f"{stem}.json", encoding="utf-8") as f:
         meta = json.load(f)
     paths = {k: f"{stem}-{k}.pxa" for k in ("infer", "train", "train-bf16")}
-    paths["llm"] = os.path.join(args.artifacts, "llama-tiny-serve.pxa" if args.quick else "llama-serve.pxa")
+    paths["llm"] = os.path.join(args.artifacts, artifact_name(args.quick))
     return {"quick": args.quick, "meta": meta, "paths": paths, "min_seconds": 0.3 if args.quick else 3.0,
             "flops": {}}
 

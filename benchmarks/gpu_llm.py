@@ -15,8 +15,31 @@ from typing import Any
 
 import numpy as np
 
-STEPS = 12      # NOTE: as serve_llm.full_batch_steps times its yardstick
+STEPS = 12      # NOTE: decode chunks timed for the full-batch yardstick (here and in serve_llm.py)
 PROMPTS = 3     # NOTE: long prompts prefilled chunk by chunk beside the steps, one after another
+
+
+def artifact_name(quick: bool) -> str:
+    """The file make_gpu_artifacts.py writes this section's generator to, in the artifacts folder."""
+    return "llama-tiny-serve.pxa" if quick else "llama-serve.pxa"
+
+
+def full_batch_steps(engine, prompts) -> list[float]:
+    """ms per decode step over STEPS decode chunks of a ContinuousEngine with every row holding a request
+    (the first 16 ids of prompts[row]) that cannot end in that time; the step's cost does not depend on what
+    the rows hold: its shapes are fixed."""
+    from paddle_xla.generation.continuous import Request
+    g = engine.geometry
+    for row in range(g.max_batch_size):
+        engine.free(row)
+        engine.insert(row, Request(tuple(prompts[row][:16]), max_new_tokens=g.max_length - 16))
+    engine.run_chunk()
+    times = []
+    for _ in range(STEPS):
+        start = time.perf_counter()
+        engine.run_chunk()
+        times.append((time.perf_counter() - start) / g.chunk * 1e3)
+    return times
 
 
 def llm_rounds(path: str, log) -> dict[str, Any]:
@@ -31,17 +54,7 @@ def llm_rounds(path: str, log) -> dict[str, Any]:
     warm_s = time.perf_counter() - start
     rng = np.random.default_rng(0)
     prompt = lambda n: tuple(int(i) for i in rng.integers(3, g.vocab_size, n))  # noqa: E731
-    # NOTE: every row busy with a request that cannot end in the time measured (the step's cost does not
-    # depend on what the rows hold: its shapes are fixed)
-    for row in range(g.max_batch_size):
-        engine.free(row)
-        engine.insert(row, Request(prompt(16), max_new_tokens=g.max_length - 16))
-    engine.run_chunk()
-    steps = []
-    for _ in range(STEPS):
-        t = time.perf_counter()
-        engine.run_chunk()
-        steps.append((time.perf_counter() - t) * 1e3)
+    steps = full_batch_steps(engine, [prompt(16) for _ in range(g.max_batch_size)])
     # NOTE: the last row takes long prompts in, a prefill chunk beside each decode step, as a server does
     # while prompts wait; a prompt of 4.5 chunks, about serve_llm.py's mean of 272 tokens at chunks of 64
     row, length = g.max_batch_size - 1, (9 * (g.prefill_chunk or 16)) // 2

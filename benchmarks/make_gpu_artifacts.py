@@ -33,6 +33,7 @@ sys.path.insert(0, HERE)
 import paddle  # noqa: E402
 
 import common  # noqa: E402
+from gpu_llm import artifact_name  # noqa: E402
 import paddle_xla as px  # noqa: E402
 # NOTE: not px.export: once the submodule paddle_xla.export is imported, it shadows that lazy name.
 from paddle_xla.artifact.writer import export  # noqa: E402
@@ -145,7 +146,7 @@ def main(argv=None) -> int:
                                                           px.Strategy(precision="bf16"))))
     else:
         print(f"no bf16 train artifact: Strategy(precision='bf16') does not work here ({why_no_bf16})", flush=True)
-    llm = os.path.join(args.out, "llama-tiny-serve.pxa" if args.quick else "llama-serve.pxa")
+    llm = os.path.join(args.out, artifact_name(args.quick))
     jobs.append(("llm", lambda p: export_llm(args.quick, p, platforms)))
     if args.only:
         wanted = args.only.split(",")

@@ -38,6 +38,7 @@ import numpy as np  # noqa: E402
 
 from generate import SHAPE  # noqa: E402  (benchmarks/generate.py: the same model)
 from common import server_env  # noqa: E402
+from gpu_llm import full_batch_steps  # noqa: E402  (the yardstick gpu.py times too)
 from serve import Service  # noqa: E402   (benchmarks/serve.py: a server subprocess, ready when it says so)
 
 TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -259,23 +260,6 @@ def idle(base_url: str, bound_s: float = 300.0) -> float:
     return time.perf_counter() - start
 
 
-def full_batch_steps(gen, jobs, rows: int, chunk: int) -> list[float]:
-    """12 decode steps of a full batch, ms each: 12 decode chunks of the continuous engine with every row
-    holding a request (the step's cost does not depend on what the rows hold: its shapes are fixed)."""
-    from paddle_xla.generation.continuous import Request
-    engine = gen.continuous()
-    for row in range(rows):
-        engine.free(row)
-        engine.insert(row, Request(tuple(jobs[row][0][:16]), max_new_tokens=engine.geometry.max_length - 16))
-    engine.run_chunk()
-    times = []
-    for _ in range(12):
-        start = time.perf_counter()
-        engine.run_chunk()
-        times.append((time.perf_counter() - start) / chunk * 1e3)
-    return times
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
@@ -313,6 +297,7 @@ def main() -> int:
     px.export(gen, os.path.join(folder, "llm.pxa"))
     export_s = time.perf_counter() - start
     jobs = workload(max(args.concurrency) * 16, shape["vocab_size"], prompt, output)
+    prompts = [ids for ids, _ in jobs]          # NOTE: the full-batch yardstick's rows take their first ids
     if args.quick:
         args.warm_s, args.window_s = 5.0, 15.0
     env = server_env()
@@ -326,10 +311,10 @@ def main() -> int:
             # NOTE: each level's yardstick is timed just before it and just after it (the server idle): this
             # machine's speed drifts by a third within half an hour, and a ratio to a step timed at another
             # moment carries that drift. A level's "after" is the next one's "before": nothing runs between.
-            before = after or full_batch_steps(gen, jobs, args.rows, args.chunk)
+            before = after or full_batch_steps(gen.continuous(), prompts)
             level = sustained(url, clients, jobs, warm, args.window_s, args.max_warm_s)
             level["idle_after_s"] = idle(f"http://{service.url}")
-            after = full_batch_steps(gen, jobs, args.rows, args.chunk)
+            after = full_batch_steps(gen.continuous(), prompts)
             level["full_batch_step_ms"] = float(np.median(before + after))
             level["full_batch_step_ms_before_after"] = [float(np.median(before)), float(np.median(after))]
             level["itl_p99_over_step"] = level["itl_p99_ms"] / level["full_batch_step_ms"] \
