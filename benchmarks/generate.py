@@ -109,7 +109,7 @@ def strategy_for(row: str):
 
 def measure(net, precision: str, batch: int, prompt_len: int, new_tokens: int, repeats: int, bandwidth: float,
             paddle: dict) -> dict:
-    from paddle_xla.generator import Generator
+    from paddle_xla.api.generator import Generator
     from paddle_xla.runtime.compile_cache import compiles_seen
     ids = prompts(batch, prompt_len)
     mask = np.ones_like(ids)

@@ -86,7 +86,7 @@ def export_llm(quick: bool, path: str, platforms) -> dict:
     from paddleformers.transformers.llama import LlamaConfig, LlamaForCausalLM
 
     from generate import SHAPE
-    from paddle_xla.generator import Generator
+    from paddle_xla.api.generator import Generator
     from serve_llm import TINY
     paddle.seed(0)
     net = LlamaForCausalLM(LlamaConfig(**{**(TINY if quick else SHAPE), "max_position_embeddings": 1024}))

@@ -282,7 +282,7 @@ def main() -> int:
     from paddleformers.transformers.llama import LlamaConfig, LlamaForCausalLM
 
     import paddle_xla as px
-    from paddle_xla.generator import Generator
+    from paddle_xla.api.generator import Generator
     logging.getLogger("httpx").setLevel(logging.WARNING)     # NOTE: PaddleFormers sets the root logger to INFO
     shape = TINY if args.quick else SHAPE
     prompt, output = ((8, 64), (4, 32)) if args.quick else ((32, 512), (16, 256))

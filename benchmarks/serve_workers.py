@@ -143,7 +143,7 @@ def paddle_service(job: dict) -> None:
 
     from paddle_xla.serve import protocol
     from paddle_xla.serve.datatypes import kserve_name
-    from paddle_xla.serve.errors import RequestError
+    from paddle_xla.serve.request_errors import RequestError
     from paddle_xla.serve.http_io import error_response
     from paddle_xla.serve.repository import TensorMeta
     from paddle_xla.serve.server import bind

@@ -28,7 +28,7 @@ from paddle_xla.parallel.tensor_plan import make_plan
 from paddle_xla.planner.costs import model_costs
 from paddle_xla.planner.profiles import measured_cpu
 from paddle_xla.planner.search import describe, planned, predict
-from paddle_xla.planning import _stage_bytes
+from paddle_xla.api.planning import _stage_bytes
 
 BATCH, SEQ = 32, 64
 LAYOUTS = [planned(replicas=16), planned(replicas=8, tensor=2), planned(replicas=4, tensor=4),

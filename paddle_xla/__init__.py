@@ -33,15 +33,16 @@ _join_from_environment()
 
 # public name -> the module that defines it (imported lazily: these modules import paddle)
 _LAZY = {
-    "compile": "api", "check": "api", "load_inference_model": "api", "XlaModel": "api",
-    "train_step": "training", "TrainStep": "training",
+    "compile": "api.inference", "check": "api.inference", "load_inference_model": "api.inference",
+    "XlaModel": "api.inference",
+    "train_step": "api.training", "TrainStep": "api.training",
     "supported_ops": "ops.registry",
     "stage": "capture.stage_markers",
-    "plan": "planning",
-    "Model": "hapi",
+    "plan": "api.planning",
+    "Model": "api.hapi",
     "load_artifact": ("artifact.reader", "load"),
     "export": "artifact.writer",
-    "Generator": "generator", "generate": "generator",
+    "Generator": "api.generator", "generate": "api.generator",
 }
 
 __all__ = sorted([*_LAZY, "Graph", "Strategy", "LossScale", "PaddleXlaError", "CaptureError",

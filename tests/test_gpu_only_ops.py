@@ -10,7 +10,7 @@ from paddle.static import InputSpec
 
 import paddle_xla as px
 from paddle_xla.capture.gpu_only_ops import gpu_only_ops, missing_kernels
-from paddle_xla.generator import Generator
+from paddle_xla.api.generator import Generator
 
 from generation.test_generator import MODELS, _model
 

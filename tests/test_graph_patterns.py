@@ -1,4 +1,4 @@
-"""graph_patterns.unrepeated_heads on hand-built graphs: it finds the grouped-query repeat, with constant
+"""graph.patterns.unrepeated_heads on hand-built graphs: it finds the grouped-query repeat, with constant
 shapes or with the batch read from the keys' own shape, and refuses every near miss, since a rewrite that
 took a different reshape for the repeat would compute other numbers."""
 import itertools
@@ -6,7 +6,7 @@ import itertools
 import pytest
 
 from paddle_xla.graph import Op
-from paddle_xla.graph_patterns import unrepeated_heads
+from paddle_xla.graph.patterns import unrepeated_heads
 
 KEYS = 1                               # the [B, 2, 8, 16] keys before the repeat
 

@@ -2,7 +2,7 @@
 
 It runs the exported StableHLO programs when the artifact holds them for this platform (`mode ==
 "exported"`), else re-lowers the stored Graphs (`mode == "relowered"`), and generates through the
-same Engine as px.Generator, so its arguments, checks and tokens are the live generator's. Paddle-free.
+same BatchEngine as px.Generator, so its arguments, checks and tokens are the live generator's. Paddle-free.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from .. import x64
 from ..errors import GenerationError, ModelLoadError
 from ..generation.config import DecodeConfig, token_ids
 from ..generation.continuous import CHUNK, ContinuousEngine
-from ..generation.engine import Engine, Geometry, held_weights, program, program_together
+from ..generation.batch_engine import BatchEngine, Geometry, held_weights, program, program_together
 from ..graph import Graph
 from ..lowering.policy import LoweringPolicy
 from ..runtime.held import HeldWeights
@@ -61,7 +61,7 @@ class GeneratorArtifact:
             make = lambda n: program(self.graphs[n], policy, held)  # noqa: E731
         weights = held.all_prepared(synthetic_weights.fill(manifest, weights_of(path, members[WEIGHTS])))
         chunked = self.geometry.chunked
-        self.engine = Engine(self.geometry, self.defaults, make("decode"), lambda b: make(f"prefill_{b}"), weights,
+        self.engine = BatchEngine(self.geometry, self.defaults, make("decode"), lambda b: make(f"prefill_{b}"), weights,
                              seed=seed, extend=make("extend") if chunked else None)
         self._make, self._held, self._weights, self._seed, self._continuous = make, held, weights, seed, None
         self._tokenizer_text = members.get(TOKENIZER)

@@ -25,7 +25,7 @@ from . import synthetic_weights as synthetic_lib
 from .. import x64
 from ..errors import ExportError
 from ..files import atomic_write
-from ..generation.engine import held_weights, program
+from ..generation.batch_engine import held_weights, program
 from ..lowering.policy import LoweringPolicy
 from ..ops.util import dtype as jax_dtype
 from .jax_export import avals, check_platforms

@@ -48,7 +48,7 @@ def run(config: str = "tiny", steps: int = 30, batch: int = 8, seq: int = 64, lr
     from ..models.bert import BertConfig, BertForPretraining
     from ..models.bert_data import (PretrainingData, check_vocab, corpus_sentences, import_validate_extra,
                                     train_tokenizer)
-    from ..training import train_step
+    from ..api.training import train_step
 
     # NOTE: the plot's library is asked for now, so a missing extra is said before the runs, not after.
     import_validate_extra("matplotlib", "the validate report's plot (report.png)")

@@ -25,7 +25,7 @@ from ..errors import GenerationError
 from . import row_logits as R
 from . import slots as SL
 from .config import DecodeConfig
-from .engine import padded
+from .batch_engine import padded
 
 
 CHUNK = "chunk"      # together(CHUNK): the decode step beside the batch-1 extend (a bucket: beside its prefill)

@@ -33,7 +33,7 @@ from ..errors import GenerationError
 from ..graph import Block, Graph, Op, Tensor
 from ..lowering.policy import LoweringPolicy
 from .slots import prompt_positions
-from .engine import program
+from .batch_engine import program
 
 INPUT = "input_ids"
 

@@ -34,7 +34,7 @@ except ImportError as e:        # pragma: no cover - the message is the point
 
 from ..errors import FeedError, TrainingError
 from ..parallel.group import paddle_sees_one_rank
-from ..training import TrainStep
+from ..api.training import TrainStep
 from .trainer_args import strategy_from
 from .trainer_batches import ProcessRows
 

@@ -37,7 +37,7 @@ from ..train.step import STEP_COMPILER_OPTIONS
 from . import update
 from .context import Context, all_gather, axis_index, group_keys, pmean, psum, psum_scatter, scan
 from .data import GATHERED, accumulate
-from . import ring_attention
+from . import ring_rewrite
 from .sequence_interpreter import merged_rows_stay_split
 from .engine import EngineBase, sequence_split
 from .mesh import put as mesh_put
@@ -123,11 +123,11 @@ class ShardedEngine(EngineBase):
 
     def _attention_graph(self):
         """Under Strategy(sequence=N) with sequence_attention="ring", the graph with its attention as a ring
-        over the sequence devices (ring_attention.py); otherwise the graph as captured."""
+        over the sequence devices (ring_rewrite.py); otherwise the graph as captured."""
         st = self.strategy
         if st.sequence == 1 or st.sequence_attention != "ring":
             return self.graph
-        return ring_attention.rewrite(self.graph, axis="sequence", size=st.sequence, mesh=self.mesh)
+        return ring_rewrite.rewrite(self.graph, axis="sequence", size=st.sequence, mesh=self.mesh)
 
     def _split_sequence(self, names: frozenset):
         """Context parallelism: the named feeds' dimension 1 (the sequence) split over the "sequence" axis.

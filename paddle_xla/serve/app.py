@@ -15,7 +15,7 @@ from starlette.routing import Route
 from .. import __version__
 from . import protocol, validation
 from .batcher import ModelWorker
-from .errors import RequestError, unavailable
+from .request_errors import RequestError, unavailable
 from .llm.routes import LlmHandlers, routes as llm_routes
 from .http_io import BearerAuth, error_response, on_http_exception, on_request_error, read_body
 from .metrics import CONTENT_TYPE_LATEST, UNKNOWN_MODEL, Metrics

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import CheckFailedError, FeedError
 from . import padding, plan
-from .errors import RequestError, unavailable
+from .request_errors import RequestError, unavailable
 from .metrics import Metrics
 from .repository import ServedModel
 from .settings import Settings

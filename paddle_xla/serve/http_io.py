@@ -9,7 +9,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
-from .errors import RequestError
+from .request_errors import RequestError
 
 OPEN_PATHS = ("/v2/health/",)   # NOTE: load balancers probe health without credentials
 

@@ -16,7 +16,7 @@ import ml_dtypes
 import numpy as np
 
 from .datatypes import json_kinds, to_json_list
-from .errors import bad_request
+from .request_errors import bad_request
 from .repository import TensorMeta
 
 HEADER_LENGTH = "Inference-Header-Content-Length"

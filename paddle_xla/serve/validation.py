@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..runtime.feeds import shape_problem
-from .errors import bad_request
+from .request_errors import bad_request
 from .protocol import InferRequest
 from .repository import ServedModel, TensorMeta
 

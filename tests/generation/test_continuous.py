@@ -7,9 +7,9 @@ import pytest
 
 from paddle_xla.errors import GenerationError
 from paddle_xla.generation.continuous import ContinuousEngine, Request
-from paddle_xla.generation.engine import program
+from paddle_xla.generation.batch_engine import program
 from paddle_xla.generation.slots import NO_TOKEN
-from paddle_xla.generator import Generator
+from paddle_xla.api.generator import Generator
 from paddle_xla.runtime.compile_cache import compiles_seen
 
 from .test_generator import BATCH, SLOTS, TINY, _model

@@ -10,7 +10,7 @@ import pytest
 import paddle_xla as px
 import paddle_xla.artifact as pxa
 from paddle_xla.errors import GenerationError
-from paddle_xla.generator import Generator
+from paddle_xla.api.generator import Generator
 from paddle_xla.models.gpt import GPT, GPTConfig
 from paddle_xla.models.llama import Llama, LlamaConfig
 from paddle_xla.runtime.compile_cache import compiles_seen

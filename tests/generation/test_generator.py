@@ -8,7 +8,7 @@ import pytest
 
 import paddle_xla as px
 from paddle_xla.errors import CaptureError, ExportError, GenerationError
-from paddle_xla.generator import Generator
+from paddle_xla.api.generator import Generator
 from paddle_xla.runtime.compile_cache import compiles_seen
 
 from .paddleformers import module, qwen2

@@ -14,7 +14,7 @@ import paddle_xla as px
 import paddle_xla.artifact as pxa
 from paddle_xla.artifact import synthetic_weights
 from paddle_xla.errors import ExportError, GenerationError
-from paddle_xla.generator import Generator
+from paddle_xla.api.generator import Generator
 
 from .paddleformers import ZOO, module
 from .test_generator import BATCH, SLOTS, TINY, _model, _paddle, _prompts

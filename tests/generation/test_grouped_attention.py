@@ -1,4 +1,4 @@
-"""Grouped-query attention without the repeated keys and values (generation/grouped_attention.py,
+"""Grouped-query attention without the repeated keys and values (generation/gqa_rewrite.py,
 ops/grouped_attention.py): the rewrite finds PaddleFormers' repeat pattern, computes what the captured
 program computes, and the decode step no longer writes the repeated copy."""
 import numpy as np
@@ -6,9 +6,9 @@ import pytest
 import jax.numpy as jnp
 
 from paddle_xla import x64
-from paddle_xla.generation import grouped_attention as GA
-from paddle_xla.generation.engine import program
-from paddle_xla.generator import Generator
+from paddle_xla.generation import gqa_rewrite as GA
+from paddle_xla.generation.batch_engine import program
+from paddle_xla.api.generator import Generator
 from paddle_xla.lowering.lower import lower
 from paddle_xla.ops.grouped_attention import grouped_scores, grouped_values
 

@@ -4,7 +4,7 @@ itself; a weight it reads otherwise reaches it in Paddle's layout again. A squar
 be read transposed, with no shape error to say so."""
 import numpy as np
 
-from paddle_xla.generation.engine import program
+from paddle_xla.generation.batch_engine import program
 from paddle_xla.graph import Block, Graph, Op, Param, Tensor
 from paddle_xla.lowering.policy import LoweringPolicy
 from paddle_xla.runtime.held import HeldWeights

@@ -7,7 +7,7 @@ import numpy as np
 
 from paddle_xla import x64
 from paddle_xla.generation import last_logits
-from paddle_xla.generation.engine import program
+from paddle_xla.generation.batch_engine import program
 from paddle_xla.lowering.lower import lower
 
 from .test_generator import BATCH

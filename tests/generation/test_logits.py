@@ -9,7 +9,7 @@ from scipy import stats
 from paddle_xla.errors import GenerationError
 from paddle_xla.generation import row_logits as L
 from paddle_xla.generation.config import DecodeConfig, decode_config
-from paddle_xla.generation.engine import rows_of
+from paddle_xla.generation.batch_engine import rows_of
 from paddle_xla.generation.slots import finish
 
 from .paddleformers import module

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from paddle_xla import x64
-from paddle_xla.generation.engine import held_weights, program, program_together
-from paddle_xla.generator import Generator
+from paddle_xla.generation.batch_engine import held_weights, program, program_together
+from paddle_xla.api.generator import Generator
 
 from .test_generator import BATCH, SLOTS, TINY, _model
 

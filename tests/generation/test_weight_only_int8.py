@@ -13,7 +13,7 @@ from paddle.nn.quant import weight_quantize
 import paddle_xla as px
 import paddle_xla.artifact as pxa
 from paddle_xla.errors import GenerationError, StrategyError
-from paddle_xla.generator import Generator
+from paddle_xla.api.generator import Generator
 from paddle_xla.lowering.int8 import Int8Weight, quantize
 
 from .test_generator import BATCH, SLOTS, _model, _paddle, _prompts

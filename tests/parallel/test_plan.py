@@ -12,7 +12,7 @@ from paddle_xla.parallel.tensor_plan import tensor_plan_for
 from paddle_xla.planner.costs import model_costs
 from paddle_xla.planner.profiles import PROFILES
 from paddle_xla.planner.search import describe, gradient_bytes_moved, planned, predict
-from paddle_xla.planning import _stage_bytes
+from paddle_xla.api.planning import _stage_bytes
 from parallel.helpers import tensor_batches, train_tensor
 from parallel.tensor_models import setup
 

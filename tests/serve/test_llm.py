@@ -14,7 +14,7 @@ from openai import OpenAI
 
 import paddle_xla as px
 import paddle_xla.artifact as pxa
-from paddle_xla.generator import Generator
+from paddle_xla.api.generator import Generator
 
 from generation.test_generator import _model
 from generation.test_generator_artifact import WORDS, _tokenizer

@@ -113,7 +113,7 @@ def test_past_the_waiting_queue_requests_get_503_with_retry_after(llm):  # noqa:
 
 
 def test_the_scheduler_bounds_its_waiting_queue():
-    from paddle_xla.serve.errors import RequestError
+    from paddle_xla.serve.request_errors import RequestError
     from paddle_xla.serve.llm.scheduler import Scheduler, Stream
     from paddle_xla.generation.continuous import Request
     scheduler = Scheduler("m", engine=None, max_waiting=2, log=print, on_failure=print)   # never started

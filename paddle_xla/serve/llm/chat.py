@@ -7,7 +7,7 @@ from functools import lru_cache
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from ..errors import RequestError
+from ..request_errors import RequestError
 
 
 def _raise(message: str):

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import RequestError
+from ..request_errors import RequestError
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 COMPLETION_DEFAULT_MAX_TOKENS = 16

@@ -26,7 +26,7 @@ from starlette.routing import Route
 
 from ...errors import GenerationError
 from ...generation.continuous import Request as GenRequest
-from ..errors import RequestError, unavailable
+from ..request_errors import RequestError, unavailable
 from ..http_io import error_response, read_body
 from . import chat as chat_mod
 from . import requests as R

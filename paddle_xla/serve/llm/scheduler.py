@@ -22,7 +22,7 @@ from typing import Callable
 
 from ...generation.continuous import ContinuousEngine, Request
 from ...generation.slots import NO_TOKEN
-from ..errors import unavailable
+from ..request_errors import unavailable
 
 
 @dataclass(eq=False)

@@ -5,7 +5,7 @@
     px.export(gen, "llm.pxa", tokenizer=tokenizer)       # artifact/generator_writer.py
 
 The model is captured twice (capture/causal_lm.py): a prefill per prompt bucket and one decode step.
-generation/engine.py generates with them (Paddle-free, the same engine a loaded artifact uses).
+generation/batch_engine.py generates with them (Paddle-free, the same engine a loaded artifact uses).
 `generate` takes PaddleFormers' arguments with its defaults (generation/config.py) and returns what its
 `generate` returns: the new tokens [batch, T] (pad after a row's EOS, T the steps run) and each row's
 mean score [batch, 1], as NumPy arrays.
@@ -16,25 +16,25 @@ import weakref
 
 import numpy as np
 
-from . import x64
+from .. import x64
 import dataclasses
 
 import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from .capture.causal_lm import (cache_geometry, capture_decode, capture_forward, capture_prefill, check_causal,
+from ..capture.causal_lm import (cache_geometry, capture_decode, capture_forward, capture_prefill, check_causal,
                                 has_cache_api, vocab_size)
-from .errors import GenerationError
-from .generation import derive
-from .generation.config import DecodeConfig, token_ids
-from .generation.continuous import CHUNK, ContinuousEngine
-from .generation.engine import Engine, Geometry, held_weights, program, program_together
-from .lowering.policy import LoweringPolicy
-from .parallel.mesh import make_mesh
-from .parallel.pack import split_dim, tensor_spec
-from .parallel.tensor_plan import tensor_plan_for
-from .strategy import Strategy
+from ..errors import GenerationError
+from ..generation import derive
+from ..generation.config import DecodeConfig, token_ids
+from ..generation.continuous import CHUNK, ContinuousEngine
+from ..generation.batch_engine import BatchEngine, Geometry, held_weights, program, program_together
+from ..lowering.policy import LoweringPolicy
+from ..parallel.mesh import make_mesh
+from ..parallel.pack import split_dim, tensor_spec
+from ..parallel.tensor_plan import tensor_plan_for
+from ..strategy import Strategy
 
 
 def _checked(strategy) -> Strategy:
@@ -164,7 +164,7 @@ class Generator:
         self.held = held_weights(self.decode_captured.graph, self.policy, self.geometry.quant_type)
         self._prefill_captured, self._prefill1_captured, self._continuous = {}, {}, None
         self._extend_captured: dict[int, object] = {}
-        self.engine = Engine(self.geometry, self.defaults, program(self.decode_captured.graph, self.policy, self.held),
+        self.engine = BatchEngine(self.geometry, self.defaults, program(self.decode_captured.graph, self.policy, self.held),
                              self._prefill_program, self.held.all_prepared(self.source_weights), seed=seed,
                              place=_placement(self.strategy, self.decode_captured),
                              extend=self._extend_program(max_batch_size))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..graph import Graph, Op
-from ..graph_patterns import SWAP_LAST_TWO, slot_parts, unrepeated_heads
+from ..graph.patterns import SWAP_LAST_TWO, slot_parts, unrepeated_heads
 
 
 def rewrite(graph: Graph) -> Graph:

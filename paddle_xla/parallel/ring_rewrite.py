@@ -22,7 +22,7 @@ import dataclasses
 from collections import Counter
 
 from ..graph import Block, Graph, Op
-from ..graph_patterns import SWAP_LAST_TWO, unrepeated_heads
+from ..graph.patterns import SWAP_LAST_TWO, unrepeated_heads
 
 # NOTE: elementwise ops only: the ring runs them on one [T/N, T/N] block of scores at a time, with each
 # operand's block (a mask's rows and columns) cut to match, which is exact for nothing else

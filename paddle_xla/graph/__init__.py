@@ -13,7 +13,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from .errors import ModelLoadError
+from ..errors import ModelLoadError
 
 # NOTE: (major, minor). A minor version only adds what older readers may ignore, so any minor of this
 # major reads; a newer major does not. Written as "1.0"; format 1 files before that wrote the int 1.
@@ -202,14 +202,14 @@ def _decode_graph(d) -> Graph:
 # ---- graph + weights on disk ----------------------------------------------------------
 def save(path: str, graph: Graph, weights: Mapping[str, np.ndarray]) -> None:
     """Write `path/graph.json` and `path/weights.safetensors`, each atomically."""
-    from .files import atomic_write, save_weights
+    from ..files import atomic_write, save_weights
     os.makedirs(path, exist_ok=True)
     atomic_write(os.path.join(path, "graph.json"), graph.to_json().encode())
     save_weights(os.path.join(path, "weights.safetensors"), weights)
 
 
 def load(path: str) -> tuple[Graph, dict[str, np.ndarray]]:
-    from .files import load_weights
+    from ..files import load_weights
     gpath = os.path.join(path, "graph.json")
     try:
         with open(gpath, encoding="utf-8") as f:

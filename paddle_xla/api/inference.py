@@ -8,12 +8,12 @@ from typing import Any, Sequence
 import numpy as np
 import paddle
 
-from . import capture, x64
-from .errors import UnsupportedOpsError
-from .graph import Graph
-from .lowering.checking import lowering_problems
-from .lowering.lower import CoverageReport, check_graph
-from .runtime.compiled import CompiledModel
+from .. import capture, x64
+from ..errors import UnsupportedOpsError
+from ..graph import Graph
+from ..lowering.checking import lowering_problems
+from ..lowering.lower import CoverageReport, check_graph
+from ..runtime.compiled import CompiledModel
 
 
 @x64.methods

@@ -10,19 +10,19 @@ import jax
 import numpy as np
 import paddle
 
-from . import capture, x64
-from .errors import CheckFailedError, StrategyError, TrainingError, UnsupportedOpsError
-from .runtime.feeds import checked
-from .interop import paddle_optimizer as optim_interop
-from .lowering.interpreter import check_message, fail_on_false_flags, raise_failed_check
-from .lowering.lower import check_graph, checked_ops
-from .train import checkpoint, optim
-from .parallel.tensor_plan import tensor_plan_for
-from .capture.stage_markers import markers
-from .runtime.step_runner import StepRunner
-from .parallel.mesh import to_host
-from .train.step import TrainState, split_weights
-from .capture.wrap import net_with_loss, takes_labels
+from .. import capture, x64
+from ..errors import CheckFailedError, StrategyError, TrainingError, UnsupportedOpsError
+from ..runtime.feeds import checked
+from ..interop import paddle_optimizer as optim_interop
+from ..lowering.interpreter import check_message, fail_on_false_flags, raise_failed_check
+from ..lowering.lower import check_graph, checked_ops
+from ..train import checkpoint, optim
+from ..parallel.tensor_plan import tensor_plan_for
+from ..capture.stage_markers import markers
+from ..runtime.step_runner import StepRunner
+from ..parallel.mesh import to_host
+from ..train.step import TrainState, split_weights
+from ..capture.wrap import net_with_loss, takes_labels
 
 
 @x64.methods
@@ -232,8 +232,8 @@ def placement_for(captured, strategy, verbose: bool = True):
     the plan printed before compiling."""
     if strategy is None or strategy.stages == 1:
         return None
-    from .parallel import placement as pl
-    from .parallel import report
+    from ..parallel import placement as pl
+    from ..parallel import report
     graph = captured.graph
     values = report.stand_in_values(graph, strategy.precision)
     cost, cut_bytes = report.costs(graph, values)

@@ -10,11 +10,11 @@ import numpy as np
 import paddle
 from paddle.static import InputSpec
 
-from . import capture, x64
-from .runtime.compiled import CompiledModel
+from .. import capture, x64
+from ..runtime.compiled import CompiledModel
 from .training import TrainStep
-from .capture.wrap import net_with_loss
-from .parallel.group import paddle_sees_one_rank
+from ..capture.wrap import net_with_loss
+from ..parallel.group import paddle_sees_one_rank
 
 
 def _to_list(x) -> list:

@@ -1,4 +1,4 @@
-"""Engine: generate with a causal LM's two programs (prefill per prompt bucket, one decode step), Paddle-free.
+"""BatchEngine: generate with a causal LM's two programs (prefill per prompt bucket, one decode step), Paddle-free.
 
 The programs come from wherever the model lives: px.Generator captures them from a live Paddle model,
 a generator artifact (artifact/generator_reader.py) deserializes or re-lowers them. Both then generate
@@ -27,7 +27,7 @@ from ..lowering.int8 import QUANT_TYPES
 from ..lowering.policy import LoweringPolicy
 from ..lowering.layouts import nk_weight_names
 from ..runtime.held import HeldWeights
-from . import grouped_attention, last_logits
+from . import gqa_rewrite, last_logits
 from . import row_logits as R
 from . import slots as SL
 from .config import DecodeConfig, decode_config
@@ -103,7 +103,7 @@ class Geometry:
 def program(graph: Graph, policy: LoweringPolicy, held: HeldWeights | None = None):
     """The Graph as run(weights, *feeds) -> fetches, weights a dict holding (at least) its persistables, laid
     out as `held` says (None: as Paddle holds them). Its grouped-query attention reads the keys and values
-    unrepeated (grouped_attention.py), and its LM head multiplies only the position it returns (last_logits.py)."""
+    unrepeated (gqa_rewrite.py), and its LM head multiplies only the position it returns (last_logits.py)."""
     fn = lower(_rewritten(graph), policy)
     inputs = _inputs_of(graph, policy, held)
 
@@ -127,7 +127,7 @@ def program_together(graphs, policy: LoweringPolicy, held: HeldWeights | None = 
 
 
 def _rewritten(graph: Graph) -> Graph:
-    return last_logits.rewrite(grouped_attention.rewrite(graph))
+    return last_logits.rewrite(gqa_rewrite.rewrite(graph))
 
 
 def _inputs_of(graph: Graph, policy: LoweringPolicy, held: HeldWeights | None):
@@ -179,7 +179,7 @@ def row_keys(key, batch: int):
     return jnp.stack([key] + [jax.random.fold_in(key, r) for r in range(1, batch)])
 
 
-class Engine:
+class BatchEngine:
     """Generates for up to `geometry.max_batch_size` prompts within `geometry.max_length` cache slots.
 
     step: run(weights, ids [B,1], mask [B,S+1], pos [B,1], past) -> (logits, new K/V);

@@ -8,13 +8,13 @@ from typing import Sequence
 
 import paddle
 
-from . import capture
-from .errors import StrategyError
-from .interop import paddle_optimizer as optim_interop
-from .planner import costs as costs_lib
-from .planner import search
-from .planner.profiles import profile
-from .capture.wrap import net_with_loss
+from .. import capture
+from ..errors import StrategyError
+from ..interop import paddle_optimizer as optim_interop
+from ..planner import costs as costs_lib
+from ..planner import search
+from ..planner.profiles import profile
+from ..capture.wrap import net_with_loss
 
 
 def plan(net: paddle.nn.Layer, input_spec: Sequence, label_spec: Sequence = (), optimizer=None, *,
@@ -40,8 +40,8 @@ def plan(net: paddle.nn.Layer, input_spec: Sequence, label_spec: Sequence = (), 
 
 def _stage_bytes(graph, keys, costs):
     """S -> the weight bytes of each stage under the "auto" placement (the widest one sets the packing)."""
-    from .parallel import placement as pl
-    from .parallel import report, stages as stages_lib
+    from ..parallel import placement as pl
+    from ..parallel import report, stages as stages_lib
     cache: dict[int, list[float]] = {}
     values = report.stand_in_values(graph)
     cost, cut_bytes = report.costs(graph, values)
