@@ -42,7 +42,7 @@ def program_member(platform: str, name: str) -> str:
 
 
 def is_generator(model) -> bool:
-    # NOTE: duck-typed, so this module never imports generator.py (and so paddle)
+    # NOTE: duck-typed, so this module never imports api/generator.py (and so paddle)
     return all(hasattr(model, a) for a in ("engine", "geometry", "decode_captured", "prefill_captured"))
 
 

@@ -15,7 +15,7 @@ which positions they see, and those are rewritten:
   positions instead of 0..T-1.
 
 The derived programs have the interface capture/causal_lm.py gives PaddleFormers' models (see
-engine.py's programs), so the same Engine runs both. The rewrite is checked, not trusted: generator.py
+batch_engine.py's programs), so the same BatchEngine runs both. The rewrite is checked, not trusted: api/generator.py
 compares a derived prefill plus decode steps with the forward itself before generating, so a model
 that mixes positions some other way (a cumsum or a convolution over time) is refused, not guessed at.
 Paddle-free.
