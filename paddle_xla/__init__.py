@@ -18,17 +18,22 @@ from .strategy import LossScale, Strategy  # noqa: F401
 
 __version__ = "0.1.0"
 
-from .runtime.compile_cache import enable_compile_cache as _enable_compile_cache  # noqa: E402
 from .runtime.host_heap import keep_freed_memory as _keep_freed_memory  # noqa: E402
 
-_enable_compile_cache()
-# NOTE: before XLA starts its threads (host_heap.py says why, and what it costs)
+# NOTE: importing changes no JAX configuration and starts no backend (tests/test_import_effects.py): the
+# compile cache comes on at paddle_xla's first compile (runtime/compile_cache.ensure_compile_cache).
+# The one process-wide setting made here is glibc's malloc policy, and only on XLA:CPU: it must come
+# before XLA starts its threads, which a user's own JAX call can do before paddle_xla's first compile
+# (host_heap.py says why, and what it costs; PADDLE_XLA_KEEP_HEAP=0 leaves glibc alone). It sets no
+# environment variable.
 _keep_freed_memory()
 
 from .parallel.join import join_from_environment as _join_from_environment  # noqa: E402
 
 # NOTE: before the script can start a JAX backend: a process whose launcher (paddle.distributed.launch,
-# srun, mpirun, torchrun, paddle-xla launch) names several ranks joins them here, or stops with the reason
+# srun, mpirun, torchrun, paddle-xla launch) names several ranks joins them here, or stops with the reason.
+# A lone process (no launcher's variables, PADDLE_XLA_DISTRIBUTED unset) returns at once: no JAX call,
+# no environment change.
 _join_from_environment()
 
 # public name -> the module that defines it (imported lazily: these modules import paddle)

@@ -14,6 +14,12 @@ import warnings
 
 # NOTE: Paddle reads GLOG_minloglevel once, when it is imported: this must run before that.
 _GLOG_WARNINGS_AND_UP = "2"
+# The environment variables importing paddle_xla adds, each only where the user has not set it (never
+# overridden), and not under PADDLE_XLA_VERBOSE=1. The docs cite this list; tests/test_import_effects.py holds
+# the import to it.
+ENV_DEFAULTS: dict[str, str] = {
+    "GLOG_minloglevel": _GLOG_WARNINGS_AND_UP,   # Paddle's glog: warnings and errors only (read at Paddle's import)
+}
 _NOISY_LOGGERS = ("jax._src.xla_bridge",      # "Unable to initialize backend 'tpu'" (INFO, while probing)
                   "matplotlib.font_manager")  # "generated new fontManager" (INFO, first import)
 
@@ -35,7 +41,8 @@ def quiet_library_noise() -> None:
     if verbose():
         return
     if "paddle" not in sys.modules:     # NOTE: too late once Paddle is loaded; say so in the README
-        os.environ.setdefault("GLOG_minloglevel", _GLOG_WARNINGS_AND_UP)
+        for name, value in ENV_DEFAULTS.items():
+            os.environ.setdefault(name, value)
     _ignore(message=r"No ccache found", category=UserWarning)
     # NOTE: Paddle's static graph says this of every .place / .contiguous() a model (PaddleFormers' do)
     # calls while paddle_xla captures it: the capture's business, nothing the user can change

@@ -26,6 +26,7 @@ from ..lowering.shared_products import lower_together
 from ..lowering.int8 import QUANT_TYPES
 from ..lowering.policy import LoweringPolicy
 from ..lowering.layouts import nk_weight_names
+from ..runtime.compile_cache import ensure_compile_cache
 from ..runtime.held import HeldWeights
 from . import gqa_rewrite, last_logits
 from . import row_logits as R
@@ -194,6 +195,7 @@ class BatchEngine:
                  place: Callable | None = None, extend: Callable | None = None):
         if geometry.chunked and extend is None:
             raise GenerationError(f"prefill_chunk={geometry.prefill_chunk} needs the extend program")
+        ensure_compile_cache()      # NOTE: before the first of this engine's programs compiles
         self.geometry, self.defaults = geometry, defaults
         self._step, self._prefill_for, self._extend = step, prefill_for, extend
         self._weights = dict(weights)

@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import x64
 from ..errors import GenerationError
+from ..runtime.compile_cache import ensure_compile_cache
 from . import row_logits as R
 from . import slots as SL
 from .config import DecodeConfig
@@ -67,6 +68,7 @@ class ContinuousEngine:
                  together: Callable | None = None):
         if geometry.chunked and extend1 is None:
             raise GenerationError(f"prefill_chunk={geometry.prefill_chunk} needs the batch-1 extend program")
+        ensure_compile_cache()      # NOTE: before the first of this engine's programs compiles
         self.geometry, self.defaults = geometry, defaults
         self._step, self._prefill1_for, self._extend1 = step, prefill1_for, extend1
         # NOTE: together(CHUNK or a bucket) -> both(weights, step feeds, that program's feeds); None: apart

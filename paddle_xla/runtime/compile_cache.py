@@ -1,5 +1,9 @@
 """JAX's persistent compilation cache, on by default, and a progress line for long compiles.
 
+The cache comes on at paddle_xla's first compile (`ensure_compile_cache`, called where paddle_xla compiles:
+ExecutableCache, StepRunner, the generation engines), not at `import paddle_xla`: importing leaves JAX's
+configuration alone. A cache folder the user gave JAX themselves is kept.
+
 Environment:
   PADDLE_XLA_CACHE=0        do not turn the cache on
   PADDLE_XLA_CACHE_DIR=DIR  where compiled executables are kept
@@ -58,6 +62,24 @@ def enable_compile_cache(path: str | None = None, min_compile_secs: float = MIN_
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_secs))
     return path
+
+
+_ensured = False
+_ensure_lock = threading.Lock()
+
+
+def ensure_compile_cache() -> None:
+    """Turn the cache on once per process, before paddle_xla's first compile (see enable_compile_cache).
+
+    JAX opens the cache folder lazily, at the first compile that wants it, so a process that compiled
+    something of its own before paddle_xla's first compile still caches paddle_xla's programs."""
+    global _ensured
+    if _ensured:
+        return
+    with _ensure_lock:
+        if not _ensured:
+            enable_compile_cache()
+            _ensured = True
 
 
 # ---- progress ---------------------------------------------------------------------------------

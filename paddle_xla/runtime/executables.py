@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from .compile_cache import compile_progress
+from .compile_cache import compile_progress, ensure_compile_cache
 
 
 def signature(feeds: Mapping[str, Any]) -> tuple:
@@ -40,6 +40,7 @@ class ExecutableCache:
         with lock:
             exe = self._executables.get(sig)
             if exe is None:
+                ensure_compile_cache()
                 start = time.perf_counter()
                 with compile_progress(what(sig)):
                     exe = compile_fn()

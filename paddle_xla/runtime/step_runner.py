@@ -20,7 +20,7 @@ from ..lowering.policy import LoweringPolicy
 from ..parallel import shares
 from ..train import optim
 from ..train.step import STEP_COMPILER_OPTIONS, TrainState, make_grads, make_step, not_finite_message
-from .compile_cache import compile_progress
+from .compile_cache import compile_progress, ensure_compile_cache
 from .executables import shapes_text, signature
 
 
@@ -166,5 +166,6 @@ class StepRunner:
         if sig in self._seen:
             return contextlib.nullcontext()
         self._seen.add(sig)
+        ensure_compile_cache()
         layout = "" if self.strategy.is_default else f" ({self.strategy.devices} devices)"
         return compile_progress(f"{self.name} {what}{layout} for {shapes_text(sig[1])}")
