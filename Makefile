@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 JOBS ?= 2
 
-.PHONY: demo test bench zoo install clean mutate fuzz
+.PHONY: demo test lint bench zoo install clean mutate fuzz
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -18,13 +18,20 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/paddle-xla demo
 
-# NOTE: tests/generation compares with PaddleFormers' own generate code, installed --no-deps into .zoo/.
-ZOO_STAMP := .zoo/.installed
-$(ZOO_STAMP): tools/zoo.py | $(STAMP)
-	$(BIN)/python tools/zoo.py --install
-	@touch $(ZOO_STAMP)
+# NOTE: tests/generation compares with PaddleFormers' own generate code, brought into the venv the way a
+# user does it: `paddle-xla install paddleformers` (a pinned list, pip --no-deps, so JAX keeps numpy 2).
+PF_STAMP := $(VENV)/.paddleformers
+$(PF_STAMP): paddle_xla/cli/install.py $(STAMP)
+	$(BIN)/paddle-xla install paddleformers
+	@touch $(PF_STAMP)
 
-test: $(STAMP) $(ZOO_STAMP)
+# ruff (lint + format) over the whole repository and mypy over paddle_xla (pyproject.toml configures both).
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint $(STAMP) $(PF_STAMP)
 	$(BIN)/python -m pytest tests -n $(JOBS) --dist worksteal -p no:cacheprovider --durations=30
 
 # A long differential sweep against Paddle eager (tests/fuzz), freshly seeded each run; CI runs a short,
@@ -36,7 +43,7 @@ fuzz: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/inference.py
 
-# Optional, never in CI: real models from Paddle's suites, installed --no-deps into .zoo/ (tools/zoo.py).
+# Optional, never in CI: real models from Paddle's suites, brought in by `paddle-xla install` (tools/zoo.py).
 zoo: $(STAMP)
 	$(BIN)/python tools/zoo.py
 

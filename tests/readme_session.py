@@ -12,9 +12,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serve.harness import ServeProcess  # noqa: E402
 
-# NOTE: the Language models section imports PaddleFormers, as its users have it installed; here it
-# comes from the side folder `make test` installs it into (appended: the venv's packages stay first).
-sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".zoo"))
+# NOTE: the Language models section imports PaddleFormers, as its users have it installed: `make test`
+# installs it in the venv with `paddle-xla install paddleformers`.
 
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
 

@@ -1,9 +1,10 @@
-"""Optional: real models from Paddle's suites, installed with `pip install --no-deps` into .zoo/ (never
-into the project's venv: several suites pin numpy < 2, which breaks JAX), each captured, checked,
-compiled and compared with Paddle eager on random weights.
+"""Optional: real models from Paddle's suites, installed into this environment by `paddle-xla install SUITE`
+(a pinned list with `pip install --no-deps`: the suites' own pins want numpy < 2, which breaks JAX; the list
+lives in paddle_xla/cli/install.py), each captured, checked, compiled and compared with Paddle eager on
+random weights.
 
     make zoo          # = .venv/bin/python tools/zoo.py
-    tools/zoo.py --install   # only install (make test does, for tests that compare with PaddleFormers)
+    tools/zoo.py --install   # only install (= paddle-xla install paddleformers, which `make test` runs)
 
 Covers today: PaddleFormers 1.2 decoder LLMs (Llama, ERNIE 4.5, Phi-3, Gemma 3) in tiny configurations,
 fuse_rms_norm=False (Paddle's fused RMSNorm does not capture on a CPU-only Paddle) and use_cache=False.
@@ -11,17 +12,12 @@ Qwen2/Qwen3 are left out: PaddleFormers imports paddlefleet for them, a GPU-only
 from __future__ import annotations
 
 import importlib
-import os
-import subprocess
 import sys
 import traceback
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ZOO = os.path.join(ROOT, ".zoo")
-# NOTE: PaddleFormers 1.2's pure-Python dependencies, pinned where its own pins and transformers' meet.
-PACKAGES = ["paddleformers==1.2.0", "transformers>=5.0,<5.4", "huggingface_hub>=1.3,<2", "tokenizers>=0.22,<=0.23.0",
-            "colorlog", "regex", "requests", "urllib3", "aistudio_sdk", "psutil", "six", "omegaconf",
-            "antlr4-python3-runtime==4.9.3", "pyyaml", "charset_normalizer", "idna", "certifi"]
+from paddle_xla.cli.install import PADDLEFORMERS as PACKAGES  # noqa: F401  (the one pinned list)
+from paddle_xla.cli.install import install as install_suite
+
 MODELS = {  # name -> (module, config class, model class)
     "llama": ("paddleformers.transformers.llama", "LlamaConfig", "LlamaForCausalLM"),
     "ernie4_5": ("paddleformers.transformers.ernie4_5", "Ernie4_5Config", "Ernie4_5ForCausalLM"),
@@ -32,10 +28,8 @@ TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_la
             num_key_value_heads=4, max_position_embeddings=64, head_dim=16, fuse_rms_norm=False, use_cache=False)
 
 
-def install() -> None:
-    if not os.path.isdir(os.path.join(ZOO, "paddleformers")):
-        subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", ZOO, *PACKAGES])
-    sys.path.insert(0, ZOO)
+def install() -> int:
+    return install_suite("paddleformers")
 
 
 def run_one(name: str) -> str:
@@ -61,9 +55,9 @@ def run_one(name: str) -> str:
 
 
 def main() -> int:
-    install()
-    if "--install" in sys.argv[1:]:
-        return 0                        # NOTE: `make test` installs the suites for the tests that need them
+    status = install()
+    if status or "--install" in sys.argv[1:]:
+        return status
     failed = 0
     for name in MODELS:
         try:

@@ -1,4 +1,4 @@
-"""`paddle-xla`: check, export, plan, validate, bench, demo, run, generate, serve, launch.
+"""`paddle-xla`: check, export, plan, validate, bench, demo, run, generate, serve, launch, install.
 
 A user's mistake (a PaddleXlaError, a bad MODULE:FACTORY, a missing extra) ends in one line on
 stderr that names the fix, and exit status 2; --verbose shows the traceback too (main)."""
@@ -393,6 +393,19 @@ def serve(models: str, **flags):
         raise typer.BadParameter(str(e)) from None
     from ..serve.server import run
     raise typer.Exit(run(models, settings))
+
+
+@app.command("install")
+def install_suite(suite: str = typer.Argument(..., help="the suite to bring in: paddleformers")):
+    """Install one of Paddle's model suites beside paddle_xla without breaking JAX: a pinned list of packages
+    with `pip install --no-deps` into this environment (a plain `pip install paddleformers` pulls numpy 1.26)."""
+    from .install import UnknownSuite, install
+    try:
+        code = install(suite, echo=typer.echo)
+    except UnknownSuite as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    raise typer.Exit(code)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

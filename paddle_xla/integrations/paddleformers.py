@@ -30,7 +30,8 @@ try:
     from paddleformers.utils.env import PREFIX_CHECKPOINT_DIR, SCALER_NAME
 except ImportError as e:        # pragma: no cover - the message is the point
     raise ImportError("paddle_xla.integrations.paddleformers wraps PaddleFormers' Trainer: install PaddleFormers "
-                      "(pip install paddleformers) in this environment.") from e
+                      "in this environment with `paddle-xla install paddleformers` (a plain pip install "
+                      "paddleformers pulls numpy 1.26, which breaks JAX).") from e
 
 from ..errors import FeedError, TrainingError
 from ..parallel.group import paddle_sees_one_rank

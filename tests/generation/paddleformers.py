@@ -1,22 +1,19 @@
-"""PaddleFormers, the reference for generation, from the side folder `make test` installs it into.
+"""PaddleFormers, the reference for generation, installed in the venv as a user installs it.
 
-It never enters the project's venv (its pins break JAX): tools/zoo.py installs it --no-deps into .zoo/."""
+`make test` runs `paddle-xla install paddleformers` (a pinned list, pip --no-deps: PaddleFormers' own pins
+would pull numpy 1.26, which breaks JAX)."""
 import dataclasses
 import importlib
 import importlib.util
-import os
 import sys
 import types
 
-ZOO = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), ".zoo")
-
 
 def module(name: str):
-    """paddleformers.<name>, imported from .zoo/ (an error saying how to install it if it is not there)."""
-    if not os.path.isdir(os.path.join(ZOO, "paddleformers")):
-        raise RuntimeError(f"PaddleFormers is not installed in {ZOO}: run `make test` (or tools/zoo.py --install)")
-    if ZOO not in sys.path:
-        sys.path.append(ZOO)          # NOTE: appended: the venv's own numpy and jax stay first
+    """paddleformers.<name> (an error saying how to install it if it is not there)."""
+    if importlib.util.find_spec("paddleformers") is None:
+        raise RuntimeError("PaddleFormers is not installed in this environment: run `paddle-xla install "
+                           "paddleformers` (`make test` does)")
     return importlib.import_module(f"paddleformers.{name}")
 
 
