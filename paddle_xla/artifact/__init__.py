@@ -7,6 +7,8 @@
   reader.py             paddle_xla.artifact.load -> Artifact, runnable without Paddle
   train_writer.py       a train step exported with its whole state
   train_reader.py       TrainArtifact: that step continued anywhere, with TrainStep's numbers
+  generator_writer.py   a px.Generator as a generator artifact (its programs, Geometry, tokenizer)
+  generator_reader.py   GeneratorArtifact: that generator run without Paddle, through BatchEngine
   synthetic_weights.py  big weights drawn on load instead of stored (benchmarks on another machine)
 """
 from .reader import Artifact, load  # noqa: F401

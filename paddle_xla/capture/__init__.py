@@ -6,5 +6,7 @@
   wrap.py            a network and its loss joined into one forward, so that one capture sees both
   stage_markers.py   `with px.stage(k):` in model code, read back as op -> stage after capture
   aborts.py          patterns that make Paddle abort the process, raised as CaptureErrors first
+  gpu_only_ops.py    ops Paddle's CPU build has no kernel for (fused_rms_norm_ext), built from their parts
+  causal_lm.py       a causal LM as the prefill and decode-step programs of a fixed-shape decode loop
 """
 from .sources import Captured, from_inference_model, from_layer, from_program  # noqa: F401

@@ -1,8 +1,14 @@
 """Text generation with language models, in fixed shapes on the device (Paddle-free).
 
-  config.py   PaddleFormers' generate arguments, their defaults and checks
-  logits.py   one decode step's choice of the next token, as PaddleFormers makes it
-  decode.py   the loop: a prefill, then device-side chunks of decode steps over a fixed KV cache
+  config.py          PaddleFormers' generate arguments, their defaults and checks
+  row_logits.py      one decode step's choice of the next token, per row, as PaddleFormers makes it
+  slots.py           the device side: rows over a fixed KV cache, prefill, extend chunks, decode-chunk loops
+  batch_engine.py    BatchEngine: a prefill per prompt bucket, then decode chunks; Geometry; program(...)
+  continuous.py      ContinuousEngine: continuous batching, a request into any free row (serve/llm/ drives it)
+  derive.py          a KV cache derived from a plain decoder's forward (a model with no cache API)
+  gqa_rewrite.py     grouped-query attention reading the unrepeated keys and values
+  last_logits.py     the LM head on the prompt's last position only
 
-The model side is capture/causal_lm.py; px.Generator (generator.py) joins the two.
+The model side is capture/causal_lm.py (it imports paddle); px.Generator (api/generator.py) joins the two,
+and artifact/generator_reader.py runs the same engine without Paddle.
 """

@@ -1,6 +1,8 @@
 """The Graph: a Paddle program as plain frozen dataclasses. Paddle-free, JSON-serialisable.
 
-A Graph holds structure only; weights travel beside it as a dict name -> numpy array.
+A Graph holds structure only; weights travel beside it as a dict name -> numpy array. Besides the
+dataclasses and their JSON format (FORMAT_VERSION), this module answers data-flow questions (readers,
+read_counts, value_ids, op_reads); patterns.py holds op patterns that several rewrites look for.
 """
 from __future__ import annotations
 

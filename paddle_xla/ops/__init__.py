@@ -1,4 +1,7 @@
-"""Lowerings by family. Importing this package registers every one of them."""
+"""Lowerings by family, one small JAX function per Paddle op. Importing this package registers every one of
+them. Paddle-free. registry.py: the registry and each op's declared properties; data_dependent.py: ops
+refused on purpose; util.py: helpers; decode_cache.py, grouped_attention.py, ring_attention.py:
+paddle_xla's own ops, found only in programs that generation/ and parallel/ rewrite."""
 from . import registry  # noqa: F401
 from .registry import REGISTRY, lowering, supported_ops  # noqa: F401
 

@@ -1,6 +1,6 @@
 """Spreading one training step over devices, as a Strategy asks. Paddle-free.
 
-  mesh.py       the ("replica", "stage", "tensor") device mesh; placing host values on it, reading them back
+  mesh.py       the ("replica", "stage", "sequence", "tensor") device mesh; placing host values on it, reading them back
   graphs.py     the Graph as data flow: what each op reads, weight-free ops, repeated layers
   rules.py      stage rules on layer paths ("encoder.layers.0-3": 1)
   tensor_plan.py  what the tensor axis splits: rules on layer paths, Paddle's plan objects, or "auto"
@@ -11,6 +11,8 @@
   program.py    running a piece of a Graph, optionally rematerialising each layer
   pack.py       unlike trees packed into like arrays (one flat vector per dtype; split weights as tensor slices)
   tensor_interpreter.py  the stages' interpreter with a tensor axis: split operands gathered whole first
+  sequence_interpreter.py  the interpreter of a sequence-split step: rows kept split where a reshape merges them
+  ring_rewrite.py  under Strategy(sequence=N), attention rewritten into the paddle_xla.ring_attention op
   context.py    what the per-device functions share; collectives that vanish over size-one axes
   data.py       one stage: data parallelism and gradient accumulation
   pipeline.py   several stages: the GPipe schedule (and why SPMD, not host-driven MPMD)

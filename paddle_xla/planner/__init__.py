@@ -4,4 +4,6 @@
   costs.py      what a captured program costs, measured from an abstract trace (no compile)
   search.py     every runnable layout predicted and ranked
 
-px.plan (planning.py) captures a model for it. Paddle-free."""
+  perf.py       the measured matmul peak and analytic BERT FLOPs (paddle-xla bench, benchmarks/)
+
+px.plan (api/planning.py) captures a model for it. Paddle-free."""

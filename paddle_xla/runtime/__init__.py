@@ -2,6 +2,7 @@
 
   compiled.py       CompiledModel: an inference program, compiled per input shape
   step_runner.py    the training step under a Strategy: one device, or the SPMD engine of parallel/
+  executables.py    ExecutableCache: one executable per input signature, compiled once under a lock
   feeds.py          what the user feeds, checked against what the Graph expects, before XLA sees it
   held.py           HeldWeights: the weights an executable reads in another precision or layout
   xla_options.py    XLA compiler options chosen per program and backend

@@ -7,9 +7,10 @@
   validation.py  a request against the model's inputs: 400s that name the input and its spec
   settings.py    the flags, checked once
   metrics.py     Prometheus metrics in a registry of its own
-  errors.py      RequestError: an HTTP status and a message
+  request_errors.py  RequestError: an HTTP status and a message
   padding.py     a batch's feeds from several requests, and each request's rows back out
   batcher.py     the dynamic batcher: one worker thread per model, bounded queue
+  plan.py        batch plans: a batch of n rows as calls of the compiled batch sizes, measured at warm-up
   warmup.py      every padded shape compiled before the model says ready
   app.py         the Starlette routes: health, metadata, infer, /metrics
   http_io.py     the bearer token, the body size limit, KServe's JSON errors
