@@ -1,12 +1,12 @@
 """paddle_xla's own attention products for grouped-query attention, found only in programs
-generation/grouped_attention.py rewrites: a model that repeats each key/value head for its group of
+generation/gqa_rewrite.py rewrites: a model that repeats each key/value head for its group of
 query heads (unsqueeze, expand, reshape) before `q @ k^T` and `p @ v`. Each query head is multiplied with
 its group's keys and values as they are, which computes every product the repeated form computes (to
 float32 rounding: other kernels sum them) without writing the repeated copy: at 32 rows x 768 cache
 slots that copy was 1.8 GB per decode step of a 12-layer model.
 
 The keys and values may come in parts along the slots axis: the cache as it is and the step's new ones,
-which the model concatenates (generation/grouped_attention.py points the products at the parts). Each
+which the model concatenates (generation/gqa_rewrite.py points the products at the parts). Each
 part is multiplied where it lies, so the step reads the cache in place instead of copying it whole into
 the concatenation first (600 MB per step at 32 rows x 768 slots in fp32). Paddle-free."""
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """paddle_xla.ring_attention: attention over a sequence split across devices, as a ring.
 
-Found only in programs parallel/ring_attention.py rewrites under Strategy(sequence=N): the model's own
+Found only in programs parallel/ring_rewrite.py rewrites under Strategy(sequence=N): the model's own
 `softmax(epilogue(q @ k^T)) @ v`, the epilogue (its scaling, mask and casts) held in the op's sub-block.
 Each of the N devices holds its block of the queries, keys and values. In N steps the key/value blocks
 travel round the ring (ppermute to the next device), and each device folds the block it holds into a
