@@ -2,7 +2,7 @@
 the user set (their names and values), never PaddleFormers itself.
 
 Every argument is one of three kinds:
-- TO_STRATEGY: its meaning becomes a Strategy field (the table in the README says which);
+- TO_STRATEGY: its meaning becomes a Strategy field (the table in docs/generation.md says which);
 - KEPT: PaddleFormers' own host code still applies it unchanged (the schedule, the optimizer it builds,
   logging, evaluation, saving, the data loader);
 - anything else the user set is refused, all at once, each with its reason: it would otherwise be silently
@@ -114,7 +114,7 @@ def refuse_unmapped(given: Mapping[str, Any]) -> None:
     lines = "\n".join(f"  - {k}={given[k]!r}: {_reason(k)}" for k in bad)
     raise StrategyError(f"paddle_xla's Trainer cannot honour {len(bad)} of the TrainingArguments you set, and "
                         f"will not ignore them:\n{lines}\nRemove them (or set them back to their defaults). "
-                        "The arguments it reads are listed in README's 'Training language models with "
+                        "The arguments it reads are listed in docs/generation.md, 'Training language models with "
                         "PaddleFormers' Trainer'.")
 
 

@@ -1,6 +1,6 @@
-"""Write the README's benchmark section from benchmarks/results/*.json (figures come from a run).
+"""Write the docs' benchmark tables (docs/benchmarks.md) from benchmarks/results/*.json (figures come from a run).
 
-    .venv/bin/python tools/gen_readme_bench.py"""
+    .venv/bin/python tools/gen_bench_page.py"""
 import json
 import re
 from pathlib import Path
@@ -16,7 +16,7 @@ def inference_table(d) -> list[str]:
            f"{d['machine']['cpu_model']}, {d['machine']['nproc']} cores; fp32 matmul peak {peak:.0f} GFLOP/s, bf16 "
            f"{d['matmul_peak']['bf16_f32acc_gflops']:.0f} GFLOP/s, measured in the same run):", "",
            "| model | configuration | median latency (ms) | GFLOP/s | of fp32 peak |", "|---|---|---|---|---|"]
-    for name, m in d["models"].items():
+    for m in d["models"].values():
         for cfg, r in m.get("configs", {}).items():
             lat = r.get("latency", {})
             if "median_ms" not in lat:
@@ -32,7 +32,8 @@ def inference_table(d) -> list[str]:
         out += ["", f"Why fp32 BERT does not beat Paddle Inference here: Paddle Inference (oneDNN) already runs "
                 f"the encoder at {best['fraction_of_fp32_peak']:.0%} of XLA's own measured fp32 matmul rate, so "
                 "even a program made only of XLA's GEMMs could not be 1.1x faster; bf16 (half the bytes, and "
-                f"a bf16 x bf16 -> fp32 GEMM rate {d['matmul_peak']['bf16_f32acc_gflops'] / d['matmul_peak']['fp32_gflops']:.1f}x "
+                f"a bf16 x bf16 -> fp32 GEMM rate "
+                f"{d['matmul_peak']['bf16_f32acc_gflops'] / d['matmul_peak']['fp32_gflops']:.1f}x "
                 "the fp32 one on this CPU) is where XLA pulls ahead."]
     load = max(m.get("timing", {}).get("foreign_cpu_load", 0) for m in d["models"].values())
     out += ["", f"Other processes used up to {load:.0%} of the CPUs while this ran"
@@ -68,7 +69,8 @@ def train_table(d) -> list[str]:
     out = [f"Training (`{d['command'].strip()}`, batch {d['batch']}, {_when(d, 'train.json')}, "
            f"{d['machine']['cpu_model']}, {d['machine']['nproc']} cores; matmul peak "
            f"{peak['fp32_gflops']:.0f} GFLOP/s fp32, {peak['bf16_f32acc_gflops']:.0f} bf16, measured in the same "
-           f"run{_other_machine(d)}). {d['model']} at seq {d['seq']}, the MLM head on {scored} masked positions per sequence "
+           f"run{_other_machine(d)}). {d['model']} at seq {d['seq']}, the MLM head on {scored} masked positions "
+           f"per sequence "
            f"(max_predictions_per_seq), AdamW: {d['flops_per_step']['train'] / 1e9:.0f} GFLOP per step = 6 x "
            "matmul params x tokens + attention. ResNet-50 (`paddle.vision.models.resnet50()`, 224 x 224, "
            "Momentum + L2): 3 x 8.2 GFLOP per image.",
@@ -121,7 +123,7 @@ def mobile_table(runs) -> list[str]:
            "oneDNN executor refuses any program with a nearest-neighbour resize: PicoDet and the DB detector), each "
            "under glibc's default malloc and under the malloc policy paddle_xla sets for itself (\"kept heap\": "
            "freed memory is kept for reuse, so large per-call buffers do not page-fault on every call; "
-           "`PADDLE_XLA_KEEP_HEAP`, benchmarks/README.md):", "",
+           "`PADDLE_XLA_KEEP_HEAP`, `benchmarks/README.md`):", "",
            "| model | batch | paddle_xla fp32 (ms) | paddle_xla bf16 (ms) | Paddle Inference oneDNN (ms) | "
            "Paddle's best (ms) | fp32 vs Paddle's best | (min vs min) | bf16 vs Paddle's best | fp32, back to back |",
            "|---|---|---|---|---|---|---|---|---|---|"]
@@ -156,7 +158,7 @@ def idle_gap_sentence() -> str:
             + " and leaves Paddle Inference's as they are (the VM parks idle vCPUs; XLA's worker threads sleep between"
             " ops, Paddle's OpenMP threads spin); back to back, at batch " + str(d["batch"]) + ", paddle_xla runs "
             + " and ".join(f"{n} at {r:.2f}x" for n, r, _ in ratios) + " Paddle Inference (`benchmarks/idle_gap.py`, "
-            "benchmarks/README.md). The last column times each configuration alone, 10 calls without a pause "
+            "`benchmarks/README.md`). The last column times each configuration alone, 10 calls without a pause "
             "(`--back-to-back`), against Paddle's best timed the same way: what a busy server sees.")
 
 
@@ -207,9 +209,6 @@ def serve_table(d) -> list[str]:
     out += ["", "Offline, the same artifact called in-process: "
             + "; ".join(f"{SERVE_NAMES.get(name, name)} " + ", ".join(f"batch {b} {t['rows_per_s']:.1f}/s" for b, t in r["offline"].items())
                         for name, r in d["models"].items()) + ".", ""]
-    out += ["Goals (issue 16), from the same run:"]
-    out += [f"- {'PASS' if g['pass'] else 'MISS'} {SERVE_NAMES.get(name, name)}: {g['goal']}: {g['measured']:.1f} "
-            f"against {g['bound']:.1f} {g['unit']}" for name, r in d["models"].items() for g in r["goals"]]
     return out
 
 
@@ -221,48 +220,28 @@ def _lat(level) -> str:
     return "-" if level.get("p50_ms") is None else f"{level['p50_ms']:.0f} / {level['p99_ms']:.0f}"
 
 
-def graphcore_lines() -> list[str]:
-    """The reference, and the FLOP/s arithmetic, from paddle_xla.planner.perf's count (not typed in)."""
-    import sys
-    sys.path.insert(0, str(ROOT))
-    from paddle_xla.planner.perf import bert_pretraining_flops
-    per_sample = bert_pretraining_flops(layers=12, hidden=768, intermediate=3072, vocab=30522, batch=1, seq=128,
-                                        head_tokens=20)
-    total = 11_700 * per_sample
-    return ["Graphcore's published Paddle-on-IPU-POD16 BERT-Base figures (phase 1, seq 128) are the reference",
-            "the GPU path is measured against: 11,700 samples/s; MLM 0.6689, NSP 0.9897; SQuAD v1.1 F1 87.64.",
-            f"One phase-1 sample (seq 128, MLM on 20 masked positions) is {per_sample / 1e9:.1f} GFLOP by the count "
-            "above (6 x 85M encoder matmul params x 128 tokens, 6 x 24M head params x 20 tokens, attention), so",
-            f"11,700 samples/s is {total / 1e15:.2f} PFLOP/s of model work over 16 IPUs, "
-            f"{total / 16e12:.0f} TFLOP/s per IPU; one H200 (989 TFLOP/s dense bf16) matches the POD16 at "
-            f"{total / 989e12:.0%} MFU,",
-            "so the GPU target is set by the MFU it reaches."]
-
-
 def section() -> str:
-    lines = [BEGIN, "## Benchmarks", ""]
-    for fname, fn in (("inference.json", inference_table), ("train.json", train_table),
-                      ("convergence.json", convergence_lines)):
+    lines = [BEGIN]
+    for fname, heading, fn in (("inference.json", "Inference", inference_table), ("train.json", "Training", train_table),
+                               ("convergence.json", "Convergence", convergence_lines)):
         path = RESULTS / fname
         if path.exists():
-            lines += fn(json.loads(path.read_text())) + [""]
+            lines += [f"## {heading}", "", *fn(json.loads(path.read_text())), ""]
     mobile = [RESULTS / f"inference_mobile_b{b}.json" for b in (1, 8)]
     if all(p.exists() for p in mobile):
-        lines += mobile_table([json.loads(p.read_text()) for p in mobile]) + [""]
+        lines += ["## Mobile CPU models (inference)", "", *mobile_table([json.loads(p.read_text()) for p in mobile]), ""]
     if (RESULTS / "train_mobile.json").exists():
-        lines += train_mobile_lines(json.loads((RESULTS / "train_mobile.json").read_text())) + [""]
+        lines += ["## Training a mobile CNN", "",
+                  *train_mobile_lines(json.loads((RESULTS / "train_mobile.json").read_text())), ""]
     if (RESULTS / "serve.json").exists():
-        lines += serve_table(json.loads((RESULTS / "serve.json").read_text())) + [""]
-    lines += graphcore_lines() + [
-              "`benchmarks/gpu.py` measures the same on a GPU from exported artifacts alone; no GPU figure is",
-              "recorded yet (the device was not lent when this README was written).", END]
-    return "\n".join(lines)
+        lines += ["## Serving", "", *serve_table(json.loads((RESULTS / "serve.json").read_text())), ""]
+    return "\n".join([*lines[:-1], END])
 
 
 def main():
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    readme.write_text(re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: section(), text, flags=re.S))
+    page = ROOT / "docs" / "benchmarks.md"
+    text = page.read_text()
+    page.write_text(re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: section(), text, flags=re.S))
 
 
 if __name__ == "__main__":
