@@ -4,6 +4,7 @@ SIGTERM or Ctrl-C stop taking requests, answer those in flight, and exit 0."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import signal
 import socket
 import sys
@@ -32,10 +33,17 @@ def run(folder: str, settings: Settings) -> int:
     """Serve until SIGTERM/SIGINT; the process's exit status."""
     generators: dict = {}
     try:
+        # NOTE: the port first: a busy one is refused in a moment, not after minutes of loading and compiling
+        sock = bind(settings.host, settings.port)
+    except OSError as e:
+        print(f"paddle-xla serve: error: {_bind_error(settings.host, settings.port, e)}", file=sys.stderr, flush=True)
+        return 1
+    try:
         models = repository.scan(folder, settings.batching, bool(settings.seq_buckets), log, generators)
         llms = {name: _llm(name, artifact, settings, log) for name, artifact in generators.items()}
-        sock = bind(settings.host, settings.port)
+        sock.listen(2048)   # NOTE: clients that connect while uvicorn starts wait in the backlog
     except (PaddleXlaError, OSError) as e:
+        sock.close()
         print(f"paddle-xla serve: error: {e}", file=sys.stderr, flush=True)
         return 1
     metrics, state, failures = Metrics(), ServerState(), []
@@ -91,13 +99,28 @@ def _llm(name: str, artifact, settings: Settings, log) -> LlmModel:
 
 
 def bind(host: str, port: int) -> socket.socket:
+    """The server's socket, bound to host:port but not yet listening (run listens once the models are loaded,
+    so that no client waits on a server that is still loading)."""
     family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
     sock = socket.socket(family, kind, proto)
     # NOTE: a restart right after a crash (kill -9) must bind the port its old connections still hold in TIME_WAIT
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(address)
-    sock.listen(2048)   # NOTE: clients that connect while uvicorn starts wait in the backlog
+    try:
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
     return sock
+
+
+def _bind_error(host: str, port: int, e: OSError) -> str:
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if e.errno == errno.EADDRINUSE:
+        return (f"{where} is already in use (another server is listening there): give another port with "
+                f"--port N (--port 0 picks a free one), or stop the server that holds {where}")
+    if e.errno == errno.EACCES:
+        return f"no permission to listen on {where} (ports below 1024 need privileges): give --port N with N >= 1024"
+    return f"cannot listen on {where}: {e.strerror or e} (check --host and --port)"
 
 
 async def _serve(server: uvicorn.Server, sock: socket.socket, workers: dict[str, ModelWorker], url: str,
