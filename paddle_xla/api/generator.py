@@ -168,6 +168,7 @@ class Generator:
                              self._prefill_program, self.held.all_prepared(self.source_weights), seed=seed,
                              place=_placement(self.strategy, self.decode_captured),
                              extend=self._extend_program(max_batch_size))
+        self.engine.name = type(model).__name__      # NOTE: its compiles' progress lines name the model
 
     @property
     def max_batch_size(self) -> int:

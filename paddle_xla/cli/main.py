@@ -344,6 +344,7 @@ def generate_text(artifact: str = typer.Argument(..., help="a generator .pxa wri
     if model.manifest.get("kind") != "generator":
         raise TargetError(f"{artifact} is a {model.manifest.get('kind', 'inference')} artifact, not a generator: "
                           "export one with px.export(px.Generator(model, ...), path)")
+    model.engine.name = os.path.splitext(os.path.basename(artifact))[0]    # NOTE: named in compile progress
     kw = dict(max_new_tokens=max_new_tokens, decode_strategy=decode_strategy, top_k=top_k, top_p=top_p,
               temperature=temperature, repetition_penalty=repetition_penalty, seed=seed)
     if prompt is not None:

@@ -26,7 +26,7 @@ from ..lowering.shared_products import lower_together
 from ..lowering.int8 import QUANT_TYPES
 from ..lowering.policy import LoweringPolicy
 from ..lowering.layouts import nk_weight_names
-from ..runtime.compile_cache import ensure_compile_cache
+from ..runtime.compile_cache import compile_progress, ensure_compile_cache
 from ..runtime.held import HeldWeights
 from . import gqa_rewrite, last_logits
 from . import row_logits as R
@@ -207,6 +207,7 @@ class BatchEngine:
         self._runs: dict = {}
         self._key = jax.random.PRNGKey(seed)
         self._calls = itertools.count()
+        self.name = "language model"    # NOTE: what the compile progress lines call it (px.Generator: the class)
 
     # ---- programs: a start per prompt bucket, one decode chunk (per eos and pad ids) ----
     def _prefill(self, bucket: int):
@@ -217,25 +218,41 @@ class BatchEngine:
     def _start_fn(self, bucket, eos, pad):
         if (bucket, eos) not in self._starts:
             prefill, g = self._prefill(bucket), self.geometry
-            self._starts[(bucket, eos)] = jax.jit(
+            self._starts[(bucket, eos)] = self._shown(f"prefill bucket {bucket}", jax.jit(
                 lambda w, ids, mask, live, limit, params, keys: SL.start(prefill, w, ids, mask, live, limit, params,
-                                                                         keys, g.max_length, g.cache_dtype, eos))
+                                                                         keys, g.max_length, g.cache_dtype, eos)))
         return self._starts[(bucket, eos)]
 
     def _absorb_fn(self, eos):
         if eos not in self._absorbs:
             extend = self._extend
-            self._absorbs[eos] = jax.jit(
+            what = f"chunked prefill ({self.geometry.prefill_chunk} tokens a chunk)"
+            self._absorbs[eos] = self._shown(what, jax.jit(
                 lambda w, s, ids, mask, fresh, last, live, limit, params, keys: SL.absorb(
                     extend, w, s, ids, mask, fresh, last, live, limit, params, keys, eos)[0],
-                donate_argnums=(1,))
+                donate_argnums=(1,)))
         return self._absorbs[eos]
 
     def _run_fn(self, eos, pad):
         if (eos, pad) not in self._runs:
             step, chunk = self._step, self.geometry.chunk
-            self._runs[(eos, pad)] = jax.jit(lambda w, s: SL.run(step, w, s, chunk, eos, pad), donate_argnums=(1,))
+            self._runs[(eos, pad)] = self._shown(f"decode chunk of {chunk} tokens", jax.jit(
+                lambda w, s: SL.run(step, w, s, chunk, eos, pad), donate_argnums=(1,)))
         return self._runs[(eos, pad)]
+
+    def _shown(self, what: str, fn: Callable) -> Callable:
+        """fn (a jitted program), its first call, which compiles it, shown as px.compile's are: a spinner on a
+        terminal, else a line once it has taken a while (runtime/compile_cache.py's compile_progress)."""
+        first = [True]
+
+        def call(*args):
+            if not first[0]:
+                return fn(*args)
+            first[0] = False
+            with compile_progress(f"{self.name}: {what} (batch of {self.geometry.max_batch_size} rows, "
+                                  f"context {self.geometry.max_length})"):
+                return fn(*args)
+        return call
 
     def _device_params(self):
         if self._params is None:

@@ -14,6 +14,7 @@ decode arguments are traced values), and with `together` a step beside each buck
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -87,6 +88,8 @@ class ContinuousEngine:
         self._seeds = itertools.count()
         self._base_key = jax.random.PRNGKey(seed)
         self.busy = np.zeros(geometry.max_batch_size, bool)      # the host's view: rows holding a request
+        # NOTE: warm_up's progress, one line per program compiled, e.g. "prefill bucket 16 (2/5, 1.3 s)"
+        self.on_compiled: Callable[[str], None] | None = None
 
     @property
     def shares_products(self) -> bool:
@@ -273,20 +276,34 @@ class ContinuousEngine:
 
     def warm_up(self) -> None:
         """Compile every bucket's insert, the decode chunk, the free of a cancelled row and (with `together`)
-        the decode step beside each prefill program."""
+        the decode step beside each prefill program; each step told to on_compiled as it ends."""
+        g = self.geometry
+        long = (g.prefill_chunk + 1,) if g.chunked else ()
+        total = 1 + len(g.buckets) + len(long) + (len(g.buckets + long) if self._together is not None else 0)
+        done = itertools.count(1)
+        start = time.perf_counter()
+
+        def compiled(what: str) -> None:
+            nonlocal start
+            if self.on_compiled is not None:
+                self.on_compiled(f"{what} ({next(done)}/{total}, {time.perf_counter() - start:.1f} s)")
+            start = time.perf_counter()
         self.insert(0, Request((1,), max_new_tokens=3))
         self.free(0)
-        for bucket in self.geometry.buckets:
-            two = bucket < self.geometry.max_length
+        compiled(f"a request's insert and free (batch of {g.max_batch_size} rows, context {g.max_length})")
+        for i, bucket in enumerate(g.buckets):
+            two = bucket < g.max_length
             self.insert(0, Request((1,) * bucket, max_new_tokens=2 if two else 1))
             self.run_chunk()
             self.free(0)
-        if self.geometry.chunked:
-            self.insert(0, Request((1,) * (self.geometry.prefill_chunk + 1), max_new_tokens=1))
+            compiled(f"prefill bucket {bucket}" + (f" and the decode chunk of {g.chunk} tokens" if i == 0 else ""))
+        if g.chunked:
+            self.insert(0, Request((1,) * (g.prefill_chunk + 1), max_new_tokens=1))
+            compiled(f"chunked prefill ({g.prefill_chunk} tokens a chunk)")
         if self._together is not None:
-            long = (self.geometry.prefill_chunk + 1,) if self.geometry.chunked else ()
-            for n in self.geometry.buckets + long:
+            for n in g.buckets + long:
                 self.begin(0, Request((1,) * n, max_new_tokens=1))
                 while 0 in self._filling:
                     self.step_and_fill(0)
                 self.free(0)
+                compiled(f"decode beside prefill {'chunks' if long and n == long[0] else f'bucket {n}'}")

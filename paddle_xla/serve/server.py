@@ -94,7 +94,10 @@ class DrainingServer(uvicorn.Server):
 
 def _llm(name: str, artifact, settings: Settings, log) -> LlmModel:
     """A generator artifact served by the language-model routes: its continuous engine and scheduler."""
-    scheduler = Scheduler(name, artifact.continuous(), settings.max_queue_size, log, on_failure=log)
+    engine = artifact.continuous()
+    # NOTE: the same progress as an ordinary model's warm-up (warmup.py): "NAME: compiled WHAT (i/n, t s)"
+    engine.on_compiled = lambda what: log(f"{name}: compiled {what}")
+    scheduler = Scheduler(name, engine, settings.max_queue_size, log, on_failure=log)
     return LlmModel(name, artifact, scheduler, int(time.time()))
 
 
