@@ -72,6 +72,9 @@ MISTAKES = {
     "a class that needs arguments": (["check", "tiny:Sized", "--input-spec", "x:float32[-1,4]"], "",
                                      ["'tiny:Sized' cannot be built without arguments", "def build()"]),
     "an unknown suite": (["install", "paddlenlp"], "", ["unknown suite 'paddlenlp'", "choose paddleformers"]),
+    "a wrong rank": (["export", "paddle.vision.models:LeNet", "--input-spec", "x:float32[-1,28,28]", "-o", "l.pxa"],
+                     "", ["LeNet does not accept the input --input-spec x:float32[-1,28,28]", "should be a 4-D or 5-D",
+                          "input's dimension is 3", "Give each input the rank and sizes its forward expects"]),
 }
 
 

@@ -123,6 +123,35 @@ def _specs_for(target: str, input_spec: Optional[List[str]]):
     return specs
 
 
+_PADDLE_REFUSAL = re.compile(r"\(InvalidArgument\)\s*(?P<what>.*?)(?:\[Hint|\(at /|$)", re.S)
+_SHAPE_IN_MESSAGE = re.compile(r"shape is \[(?P<dims>[-\d,\s]+)\]")
+
+
+def _captured(target: str, input_spec: Optional[List[str]], capture):
+    """capture() (px.compile / px.check of the model); where Paddle refuses an --input-spec's shape while
+    capturing (a wrong rank or size: Paddle's InvalidArgument), one line naming the input, the spec given,
+    what the model expected and the fix, instead of Paddle's traceback."""
+    from ..errors import CaptureError
+    try:
+        return capture()
+    except CaptureError as e:
+        refusal = _PADDLE_REFUSAL.search(str(e)) if input_spec else None
+        if refusal is None:
+            raise
+        said = " ".join(refusal["what"].split()).rstrip(" .")
+        shape = _SHAPE_IN_MESSAGE.search(said)
+        named = [t for t in input_spec if shape and _spec_dims(t) == [int(d) for d in shape["dims"].split(",")]]
+        given = ", ".join(named or input_spec)
+        inputs = "input" if len(named or input_spec) == 1 else "inputs"
+        raise CaptureError(f"{target} does not accept the {inputs} --input-spec {given}: Paddle says: {said}. "
+                           f"Give each input the rank and sizes its forward expects ({SPEC_HELP})") from e
+
+
+def _spec_dims(text: str) -> list[int]:
+    m = _SPEC.match(text.strip())
+    return [int(d) for d in m["dims"].split(",") if d.strip()] if m else []
+
+
 @app.command()
 def check(target: str = typer.Argument(..., help="MODULE:FACTORY returning a paddle.nn.Layer, or a saved model's path prefix"),
           input_spec: Optional[List[str]] = typer.Option(None, "--input-spec", help=_SPEC_OPTION_HELP),
@@ -130,7 +159,7 @@ def check(target: str = typer.Argument(..., help="MODULE:FACTORY returning a pad
     """Coverage report: every op the model uses, and each unsupported one with its source line."""
     import paddle_xla as px
     model, specs = _model_or_saved(target), _specs_for(target, input_spec)
-    report = px.check(model, specs, training=train if ":" in target else None)
+    report = _captured(target, input_spec, lambda: px.check(model, specs, training=train if ":" in target else None))
     typer.echo(report.describe())
     raise typer.Exit(0 if report.ok else 1)
 
@@ -276,8 +305,8 @@ def export_model(target: str = typer.Argument(..., help="MODULE:FACTORY returnin
             if not sep:
                 raise typer.BadParameter(f"{item!r} is not NAME=FILE.npy", param_hint="--example-input")
             examples[name] = np.load(path, allow_pickle=False)
-    compiled = px.compile(model, specs, strategy=px.Strategy(precision=precision)) if specs else \
-        px.compile(model, strategy=px.Strategy(precision=precision))
+    compiled = _captured(target, input_spec, lambda: px.compile(model, specs, strategy=px.Strategy(precision=precision))
+                         if specs else px.compile(model, strategy=px.Strategy(precision=precision)))
     manifest = px.export(compiled, output, platforms=tuple(platform or ("cpu",)), example_inputs=examples)
     shapes = {p: e.get("shapes", "?") for p, e in manifest["exported"].items()}
     typer.echo(f"wrote {output}: {len(manifest['feeds'])} input(s), exported for {shapes} "
