@@ -13,6 +13,8 @@ mean score [batch, 1], as NumPy arrays.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,16 +30,22 @@ from ..capture.causal_lm import (cache_geometry, capture_decode, capture_forward
 from ..errors import GenerationError
 from ..generation import derive
 from ..generation.config import DecodeConfig, token_ids
-from ..generation.continuous import CHUNK, ContinuousEngine
-from ..generation.batch_engine import BatchEngine, Geometry, held_weights, program, program_together
+from ..generation.continuous import ContinuousEngine, continuous_engine, made_on_first_call
+from ..generation.batch_engine import BatchEngine, Geometry, held_weights, program
 from ..lowering.policy import LoweringPolicy
 from ..parallel.mesh import make_mesh
 from ..parallel.pack import split_dim, tensor_spec
 from ..parallel.tensor_plan import tensor_plan_for
 from ..strategy import Strategy
 
+if TYPE_CHECKING:
+    import paddle
 
-def _checked(strategy) -> Strategy:
+    from ..capture.sources import Captured
+    from ..graph import Graph
+
+
+def _checked(strategy: Strategy | None) -> Strategy:
     """The Strategy a generator honours: precision, and tensor (with tensor_plan) to split its weights."""
     if strategy is None:
         return Strategy()
@@ -54,15 +62,16 @@ def _checked(strategy) -> Strategy:
     return strategy
 
 
-def _placement(strategy: Strategy, captured):
+def _placement(strategy: Strategy, captured: Captured) -> Callable[[Mapping[str, Any]], dict[str, jax.Array]] | None:
     """None on one device; else a function placing the weights over a (1, 1, tensor) mesh as the tensor
     plan splits them (parallel/tensor_plan.py), so that GSPMD splits the prefill and decode programs."""
     if strategy.tensor == 1:
         return None
     plan = tensor_plan_for(captured.graph, captured.state_keys, strategy)
+    assert plan is not None                               # NOTE: tensor > 1 always makes one
     mesh = make_mesh(strategy)
 
-    def place(weights):
+    def place(weights: Mapping[str, Any]) -> dict[str, jax.Array]:
         out = {}
         for name, value in weights.items():
             dim = split_dim(np.shape(value), plan.dims.get(name), strategy.tensor)
@@ -72,7 +81,7 @@ def _placement(strategy: Strategy, captured):
     return place
 
 
-def defaults_of(config) -> DecodeConfig:
+def defaults_of(config: Any) -> DecodeConfig:
     """generate's defaults from the model's config: its eos_token_id, and pad_token_id (eos when it has none,
     as PaddleFormers falls back). A model without a config never ends a row early."""
     eos_ids = token_ids(getattr(config, "eos_token_id", None))
@@ -86,18 +95,18 @@ _FP32 = LoweringPolicy()
 class _CacheApi:
     """A PaddleFormers causal LM: its own cache class, captured around it (capture/causal_lm.py)."""
 
-    def __init__(self, model, batch: int, slots: int):
+    def __init__(self, model: paddle.nn.Layer, batch: int, slots: int) -> None:
         self.model, self.batch = model, batch
         self.layers, self.kv_heads, self.head_dim = cache_geometry(model)
         self.one_length = False
         with x64.scope():
             self.decode = capture_decode(model, batch, slots)
 
-    def prefill(self, bucket: int, batch: int | None = None):
+    def prefill(self, bucket: int, batch: int | None = None) -> Captured:
         with x64.scope():
             return capture_prefill(self.model, batch or self.batch, bucket)
 
-    def extend(self, tokens: int, slots: int, batch: int | None = None):
+    def extend(self, tokens: int, slots: int, batch: int | None = None) -> Captured:
         """The decode step on `tokens` new tokens: a long prompt's prefill, a chunk at a time."""
         with x64.scope():
             return capture_decode(self.model, batch or self.batch, slots, tokens=tokens)
@@ -108,7 +117,7 @@ class _Derived:
     (generation/derive.py), checked against the forward before use. Its rows share their positions, so a
     call's prompts must have one length."""
 
-    def __init__(self, model, batch: int, slots: int, vocab: int, first_bucket: int):
+    def __init__(self, model: paddle.nn.Layer, batch: int, slots: int, vocab: int, first_bucket: int) -> None:
         with x64.scope():
             self.forward = capture_forward(model, batch)
         self.batch, self.one_length = batch, True
@@ -124,7 +133,7 @@ class _Derived:
         derive.check_against_forward(self.forward.graph, first.graph, self.decode.graph, dict(self.forward.weights),
                                      slots, vocab)
 
-    def prefill(self, bucket: int):
+    def prefill(self, bucket: int) -> Captured:
         return dataclasses.replace(self.forward, graph=derive.derive(self.forward.graph, self.batch, bucket, None))
 
 
@@ -139,8 +148,8 @@ class Generator:
     16, 32, ... tokens; a server interleaves those chunks with its running streams' decode steps. A plain
     decoder's derived cache prefills whole prompts (buckets up to max_length)."""
 
-    def __init__(self, model, max_batch_size: int = 8, max_length: int = 512, chunk: int = 16, seed: int = 0,
-                 strategy=None, prefill_chunk: int = 128):
+    def __init__(self, model: paddle.nn.Layer, max_batch_size: int = 8, max_length: int = 512, chunk: int = 16,
+                 seed: int = 0, strategy: Strategy | None = None, prefill_chunk: int = 128) -> None:
         self.model = model
         self.strategy = _checked(strategy)
         precision = self.strategy.precision
@@ -162,8 +171,10 @@ class Generator:
         self.decode_captured = src.decode
         self.source_weights = dict(self.decode_captured.weights)      # as Paddle holds them (export writes these)
         self.held = held_weights(self.decode_captured.graph, self.policy, self.geometry.quant_type)
-        self._prefill_captured, self._prefill1_captured, self._continuous = {}, {}, None
-        self._extend_captured: dict[int, object] = {}
+        self._prefill_captured: dict[int, Captured] = {}
+        self._prefill1_captured: dict[int, Captured] = {}
+        self._continuous: ContinuousEngine | None = None
+        self._extend_captured: dict[int, Captured] = {}
         self.engine = BatchEngine(self.geometry, self.defaults, program(self.decode_captured.graph, self.policy, self.held),
                              self._prefill_program, self.held.all_prepared(self.source_weights), seed=seed,
                              place=_placement(self.strategy, self.decode_captured),
@@ -178,7 +189,7 @@ class Generator:
     def max_length(self) -> int:
         return self.geometry.max_length
 
-    def prefill_captured(self, bucket: int):
+    def prefill_captured(self, bucket: int) -> Captured:
         """The prefill for prompts left-padded to `bucket` tokens, captured on first use."""
         if bucket not in self._prefill_captured:
             captured = self._source.prefill(bucket)
@@ -189,61 +200,67 @@ class Generator:
             self._prefill_captured[bucket] = captured
         return self._prefill_captured[bucket]
 
-    def extend_captured(self, batch: int):
+    def extend_captured(self, batch: int) -> Captured | None:
         """The prefill chunk program for `batch` rows (the generator's batch, or 1 for a server's inserts),
         captured on first use; None when prompts are not chunked."""
         if not self.geometry.chunked:
             return None
         if batch not in self._extend_captured:
-            g = self.geometry
-            self._extend_captured[batch] = self._source.extend(g.prefill_chunk, g.max_length, batch)
+            g, src = self.geometry, self._source
+            assert isinstance(src, _CacheApi) and g.prefill_chunk is not None   # NOTE: what makes it chunked
+            self._extend_captured[batch] = src.extend(g.prefill_chunk, g.max_length, batch)
         return self._extend_captured[batch]
 
-    def _extend_program(self, batch: int):
+    def _extend_program(self, batch: int) -> Callable | None:
         """The extend program, captured when it first runs (None when prompts are not chunked)."""
         if not self.geometry.chunked:
             return None
-        made = []
+        return made_on_first_call(lambda: program(self._extend_graph(batch), self.policy, self.held))
 
-        def run(weights, *feeds):
-            if not made:
-                made.append(program(self.extend_captured(batch).graph, self.policy, self.held))
-            return made[0](weights, *feeds)
-        return run
+    def _extend_graph(self, batch: int) -> Graph:
+        captured = self.extend_captured(batch)
+        assert captured is not None                       # NOTE: asked for only where prompts are chunked
+        return captured.graph
 
-    def _prefill_program(self, bucket: int):
+    def _prefill_program(self, bucket: int) -> Callable:
         return program(self.prefill_captured(bucket).graph, self.policy, self.held)
 
-    def generate(self, input_ids, attention_mask=None, seed: int | None = None, **kwargs):
+    def generate(self, input_ids: Any, attention_mask: Any = None, seed: int | None = None,
+                 **kwargs: Any) -> tuple[np.ndarray, np.ndarray]:
         """(new token ids [batch, T] int64, mean scores [batch, 1] float32), as PaddleFormers' generate."""
         return self.engine.generate(input_ids, attention_mask=attention_mask, seed=seed, **kwargs)
 
-    def prefill1_captured(self, bucket: int):
+    def prefill1_captured(self, bucket: int) -> Captured:
         """The batch-1 prefill a continuous batch inserts one request with, captured on first use."""
         if self.geometry.one_length:
             raise GenerationError("continuous batching needs a model with a cache API (a PaddleFormers causal LM): "
                                   "a plain decoder's derived cache makes a batch's rows share their positions")
         if bucket not in self._prefill1_captured:
-            self._prefill1_captured[bucket] = self._source.prefill(bucket, batch=1)
+            src = self._source
+            assert isinstance(src, _CacheApi)                 # NOTE: one_length is False only for a cache API
+            self._prefill1_captured[bucket] = src.prefill(bucket, batch=1)
         return self._prefill1_captured[bucket]
 
     def continuous(self) -> ContinuousEngine:
         """The engine a server runs: requests inserted into free rows between decode chunks (made once)."""
         if self._continuous is None:
-            self._continuous = ContinuousEngine(
-                self.geometry, self.defaults, program(self.decode_captured.graph, self.policy, self.held),
-                lambda b: program(self.prefill1_captured(b).graph, self.policy, self.held),
-                self.held.all_prepared(self.source_weights), place=_placement(self.strategy, self.decode_captured),
-                extend1=self._extend_program(1), together=self._together if self.policy.nk_weights else None)
+            shared = (self._graph_of, self.policy, self.held) if self.policy.nk_weights else None
+            self._continuous = continuous_engine(
+                self.geometry, self.defaults, self.held.all_prepared(self.source_weights),
+                lambda name: program(self._graph_of(name), self.policy, self.held), shared_products=shared,
+                place=_placement(self.strategy, self.decode_captured))
         return self._continuous
 
-    def _together(self, what):
-        """The decode step and a batch-1 prefill (CHUNK: the extend; else a bucket's) as one program whose
-        linear layers' products they share (engine.program_together)."""
-        other = self.extend_captured(1) if what == CHUNK else self.prefill1_captured(what)
-        return program_together([self.decode_captured.graph, other.graph], self.policy, self.held)
+    def _graph_of(self, name: str) -> Graph:
+        """A continuous engine's program's Graph by its artifact name (decode, prefill1_<bucket>, extend1),
+        captured on first use."""
+        if name == "decode":
+            return self.decode_captured.graph
+        if name == "extend1":
+            return self._extend_graph(1)
+        return self.prefill1_captured(int(name.removeprefix("prefill1_"))).graph
 
-    def warm_up(self, **kwargs) -> None:
+    def warm_up(self, **kwargs: Any) -> None:
         """Capture and compile every prompt bucket's prefill and the decode loop (for these arguments)."""
         self.engine.warm_up(**kwargs)
 
@@ -251,14 +268,14 @@ class Generator:
 _GENERATORS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def generate(model, input_ids, attention_mask=None, max_batch_size: int | None = None, max_length: int | None = None,
-             **kwargs):
+def generate(model: paddle.nn.Layer, input_ids: Any, attention_mask: Any = None, max_batch_size: int | None = None,
+             max_length: int | None = None, **kwargs: Any) -> tuple[np.ndarray, np.ndarray]:
     """One call: a Generator kept per model (and size), then its generate."""
     batch = np.shape(input_ids)[0]
-    max_batch_size = max_batch_size or batch
-    max_length = max_length or getattr(getattr(model, "config", None), "max_position_embeddings", 512)
+    rows = max_batch_size or batch
+    length: int = max_length if max_length else getattr(getattr(model, "config", None), "max_position_embeddings", 512)
     gens = _GENERATORS.setdefault(model, {})
-    key = (max_batch_size, max_length)
+    key = (rows, length)
     if key not in gens:
-        gens[key] = Generator(model, max_batch_size=max_batch_size, max_length=max_length)
+        gens[key] = Generator(model, max_batch_size=rows, max_length=length)
     return gens[key].generate(input_ids, attention_mask=attention_mask, **kwargs)

@@ -199,6 +199,21 @@ def graph_of(path: str, members: Mapping[str, bytes]) -> Graph | None:
         raise ModelLoadError(f"The Graph in {path!r} is corrupt ({e}); export it again.") from None
 
 
+class ManifestViews:
+    """What an inference Artifact and a TrainArtifact both read off their manifest (self.manifest) and
+    feed specs (self.feeds_spec, tensors_of(manifest["feeds"]))."""
+    manifest: Mapping[str, Any]
+    feeds_spec: tuple[Tensor, ...]
+
+    @property
+    def input_names(self) -> list[str]:
+        return [f.name for f in self.feeds_spec]
+
+    @property
+    def exported_platforms(self) -> list[str]:
+        return sorted(self.manifest.get("exported", {}))
+
+
 def tensors_of(specs) -> tuple[Tensor, ...]:
     return tuple(Tensor(s["name"], -1, tuple(s["shape"]), s["dtype"]) for s in specs)
 

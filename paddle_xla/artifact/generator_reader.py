@@ -15,8 +15,8 @@ from . import synthetic_weights
 from .. import x64
 from ..errors import GenerationError, ModelLoadError
 from ..generation.config import DecodeConfig, token_ids
-from ..generation.continuous import CHUNK, ContinuousEngine
-from ..generation.batch_engine import BatchEngine, Geometry, held_weights, program, program_together
+from ..generation.continuous import ContinuousEngine, continuous_engine
+from ..generation.batch_engine import BatchEngine, Geometry, held_weights, program
 from ..graph import Graph
 from ..lowering.policy import LoweringPolicy
 from ..runtime.held import HeldWeights
@@ -54,7 +54,8 @@ class GeneratorArtifact:
         else:
             self.mode = "relowered"
             self.why = ("prefer_graph=True" if entry is not None else
-                        f"no executable was exported for {self.platform} (it has {sorted(manifest.get('exported') or {})})"
+                        f"no executable was exported for {self.platform} "
+                        f"(it has {sorted(manifest.get('exported') or {})})"
                         ) + "; the Graphs are lowered here" + lowering_moved(manifest)
             policy = LoweringPolicy.live(self.geometry.precision, inference=True)
             held = held_weights(self.graphs["decode"], policy, self.geometry.quant_type)
@@ -63,7 +64,8 @@ class GeneratorArtifact:
         chunked = self.geometry.chunked
         self.engine = BatchEngine(self.geometry, self.defaults, make("decode"), lambda b: make(f"prefill_{b}"), weights,
                              seed=seed, extend=make("extend") if chunked else None)
-        self._make, self._held, self._weights, self._seed, self._continuous = make, held, weights, seed, None
+        self._make, self._held, self._weights, self._seed = make, held, weights, seed
+        self._continuous: ContinuousEngine | None = None
         self._tokenizer_text = members.get(TOKENIZER)
         self._tokenizer_obj = None
 
@@ -81,27 +83,22 @@ class GeneratorArtifact:
                 raise ModelLoadError(f"{self.path!r} holds no batch-1 prefill programs, which serving needs: "
                                      "export it again with this paddle_xla (a plain decoder's generator cannot be "
                                      "served: its rows share their positions)")
-            make, together = self._continuous_programs()
-            self._continuous = ContinuousEngine(
-                self.geometry, self.defaults, make("decode"), lambda b: make(f"prefill1_{b}"), self._weights,
-                seed=self._seed, extend1=make("extend1") if self.geometry.chunked else None, together=together)
+            make, shared = self._continuous_programs()
+            self._continuous = continuous_engine(self.geometry, self.defaults, self._weights, make,
+                                                 shared_products=shared, seed=self._seed)
         return self._continuous
 
     def _continuous_programs(self):
-        """(make, together) for the continuous engine. Where this platform's lowering shares a decode step's
-        products with a prefill's (engine.program_together), every program a server runs is lowered here from
-        the Graphs, the exported executables included, so that a step beside a prefill and a step alone are
-        one lowering's programs and give a row the same numbers."""
+        """(make, shared_products) for the continuous engine. Where this platform's lowering shares a decode
+        step's products with a prefill's (batch_engine.program_together), every program a server runs is lowered
+        here from the Graphs, the exported executables included, so that a step beside a prefill and a step alone
+        are one lowering's programs and give a row the same numbers."""
         policy = LoweringPolicy.live(self.geometry.precision, inference=True)
         held = held_weights(self.graphs["decode"], policy, self.geometry.quant_type)
         if not policy.nk_weights or held != self._held:
             return self._make, None
         graphs = self.graphs
-
-        def together(what):
-            return program_together([graphs["decode"], graphs["extend1" if what == CHUNK else f"prefill1_{what}"]],
-                                    policy, held)
-        return (lambda n: program(graphs[n], policy, held)), together
+        return (lambda n: program(graphs[n], policy, held)), (graphs.__getitem__, policy, held)
 
     def encode(self, prompt: str) -> list[int]:
         ids = self._tokenizer().encode(prompt).ids

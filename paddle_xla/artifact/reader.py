@@ -13,7 +13,7 @@ from __future__ import annotations
 import io as _io
 import itertools
 import os
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -24,7 +24,7 @@ from .. import x64
 from . import choice
 from .container import (FORMAT_VERSION, GRAPH, MANIFEST, STRATEGY, WEIGHTS, current_platform,  # noqa: F401
                         graph_of, lowering_moved, misfit, read, recorded_precision, shapes_of, sha256, tensors_of,
-                        weights_of)
+                        weights_of, ManifestViews)
 from ..runtime.executables import ExecutableCache, shapes_text
 from ..errors import FeedError, ModelLoadError, PaddleXlaError
 from ..lowering.interpreter import draws_random, fail_on_false_flags
@@ -32,10 +32,16 @@ from ..runtime.held import HeldWeights
 from ..strategy import Strategy
 from ..runtime.xla_options import has_convolutions, options_for
 
+if TYPE_CHECKING:
+    from ..runtime.compiled import CompiledModel
+    from .generator_reader import GeneratorArtifact
+    from .train_reader import TrainArtifact
+
 
 # ---- running ----------------------------------------------------------------------------------
 @x64.enabled
-def load(path: str, prefer_graph: bool = False, seed: int | None = None, key=None, **train_options) -> "Artifact":
+def load(path: str, prefer_graph: bool = False, seed: int | None = None, key: jax.Array | None = None,
+         **train_options: Any) -> Artifact | GeneratorArtifact | TrainArtifact:
     """Open a .pxa. It runs its serialized executable when one was exported for this platform
     (`mode == "exported"`), else re-lowers its Graph (`mode == "relowered"`); `why` says why.
     Random ops draw anew on every call, starting from the exporter's key, or from `seed` / `key`.
@@ -52,14 +58,14 @@ def load(path: str, prefer_graph: bool = False, seed: int | None = None, key=Non
 
 
 @x64.methods
-class Artifact:
+class Artifact(ManifestViews):
     """An exported model: `artifact(*inputs) -> outputs` (NumPy in, NumPy out), as CompiledModel.
 
     Call i of a program that draws random numbers draws from fold_in(key, i), as the exporter's
     CompiledModel did; `seed` or `key` replaces the exporter's key."""
 
     def __init__(self, path: str, manifest: dict, members: Mapping[str, bytes], prefer_graph: bool = False,
-                 seed: int | None = None, key=None):
+                 seed: int | None = None, key: jax.Array | None = None) -> None:
         self.path, self.manifest = path, manifest
         self.feeds_spec = tensors_of(manifest["feeds"])
         self.fetches_spec = tensors_of(manifest["fetches"])
@@ -70,7 +76,7 @@ class Artifact:
         # NOTE: with no Graph to ask, every call gets its own key (a ~0.1 ms host fold_in).
         self._random = draws_random(self.graph) if self.graph is not None else True
         self._calls = itertools.count()
-        self._relowered = None
+        self._relowered: CompiledModel | None = None
         self.exported, self.mode, self.why = choice.pick(path, manifest, members, self.platform,
                                                          self.graph is not None, prefer_graph)
         self._exported_why = self.why
@@ -79,18 +85,10 @@ class Artifact:
             self._runs = ExecutableCache()
 
     @property
-    def input_names(self) -> list[str]:
-        return [f.name for f in self.feeds_spec]
-
-    @property
     def output_names(self) -> list[str]:
         return [f.name for f in self.fetches_spec]
 
-    @property
-    def exported_platforms(self) -> list[str]:
-        return sorted(self.manifest.get("exported", {}))
-
-    def _exported_state(self):
+    def _exported_state(self) -> None:
         (params, buffers, feeds, _), _ = jax.tree_util.tree_unflatten(self.exported.in_tree, self.exported.in_avals)
         # NOTE: the executable's own argument tree says which weights are params and which buffers,
         # so this works even with no Graph in the artifact.
@@ -103,17 +101,18 @@ class Artifact:
         self.exported_shapes = {k: tuple(v.shape) for k, v in feeds.items()}
 
     # -- calling --
-    def check_feeds(self, args, kwargs) -> dict[str, np.ndarray]:
+    def check_feeds(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         return feeds_mod.checked(self.feeds_spec, args, kwargs)
 
     def call_key_data(self) -> np.ndarray:
         """The raw key of the next call: a fresh one per call when the program draws random numbers."""
         if not self._random:
             return self.key_data
-        key = jax.random.fold_in(jax.random.wrap_key_data(self.key_data), next(self._calls))
+        # NOTE: jax takes a NumPy key here (its annotation says Array)
+        key = jax.random.fold_in(jax.random.wrap_key_data(self.key_data), next(self._calls))  # type: ignore[arg-type]
         return np.asarray(jax.random.key_data(key))
 
-    def run(self, *args, **kwargs) -> list[jax.Array]:
+    def run(self, *args: Any, **kwargs: Any) -> list[jax.Array]:
         """Outputs as device arrays (no host copy)."""
         feeds = self.check_feeds(args, kwargs)
         misfit = self._misfit(feeds) if self.exported is not None else "no executable for this platform"
@@ -131,16 +130,17 @@ class Artifact:
                             "Export it again with example_inputs of these shapes, or keep the Graph in it.")
         if self.exported is not None:
             self.mode, self.why = "relowered", f"re-lowering from the Graph: {misfit}{lowering_moved(self.manifest)}"
-        return self._relowered_model().run_checked(feeds, jax.random.wrap_key_data(self.call_key_data()))
+        key = jax.random.wrap_key_data(self.call_key_data())  # type: ignore[arg-type]  # NOTE: a NumPy key, as above
+        return self._relowered_model().run_checked(feeds, key)
 
-    def __call__(self, *args, **kwargs) -> list[np.ndarray] | np.ndarray:
+    def __call__(self, *args: Any, **kwargs: Any) -> list[np.ndarray] | np.ndarray:
         outs = [np.asarray(o) for o in self.run(*args, **kwargs)]
         return outs[0] if len(outs) == 1 else outs
 
     def _misfit(self, feeds: Mapping[str, np.ndarray]) -> str | None:
         return misfit(feeds, self.exported_shapes)
 
-    def _executable_or_why_not(self, feeds):
+    def _executable_or_why_not(self, feeds: Mapping[str, np.ndarray]) -> tuple[Callable | None, str | None]:
         """The exported executable for these feeds' shapes, or why it cannot take them: symbolic
         dimensions can carry constraints (a reshape to [-1, 4] needs batch*6 divisible by 4) that only
         these concrete shapes violate."""
@@ -150,7 +150,7 @@ class Artifact:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             return None, f"the exported program's symbolic shapes do not take {shapes_of(feeds)} ({first})"
 
-    def _executable(self, feeds):
+    def _executable(self, feeds: Mapping[str, np.ndarray]) -> Callable:
         return self._runs.get(
             feeds, lambda: jax.jit(self.exported.call).lower(self.params, self.buffers, feeds, self.key_data).compile(
                 compiler_options=options_for(self._convolves())),
@@ -162,12 +162,14 @@ class Artifact:
             return bool(self.manifest["convolutions"])
         return self.graph is not None and has_convolutions(self.graph)
 
-    def _relowered_model(self):
+    def _relowered_model(self) -> CompiledModel:
         if self._relowered is None:
             from ..runtime.compiled import CompiledModel
             try:
                 # NOTE: in the precision it was exported in; its keys come from this artifact's calls.
-                model = CompiledModel(self.graph, self.weights, key=jax.random.wrap_key_data(self.key_data),
+                assert self.graph is not None             # NOTE: run() re-lowers only with a Graph
+                key = jax.random.wrap_key_data(self.key_data)  # type: ignore[arg-type]  # NOTE: a NumPy key, as above
+                model = CompiledModel(self.graph, self.weights, key=key,
                                       strategy=Strategy(precision=recorded_precision(self.manifest)))
             except PaddleXlaError as e:
                 raise ModelLoadError(f"Cannot re-lower the Graph in {self.path!r} here: {e}") from e
@@ -179,7 +181,7 @@ class Artifact:
                 f"exported for {self.exported_platforms})")
 
 
-def _key_data(manifest: Mapping, seed: int | None, key) -> np.ndarray:
+def _key_data(manifest: Mapping, seed: int | None, key: jax.Array | None) -> np.ndarray:
     if key is not None:
         return np.asarray(jax.random.key_data(key), dtype=np.uint32)
     if seed is not None:
@@ -193,7 +195,7 @@ def save_outputs(path: str, outputs: Sequence[np.ndarray], names: Sequence[str])
     from ..files import atomic_write
     if path.endswith(".npz"):
         buf = _io.BytesIO()
-        np.savez(buf, **dict(zip(names, outputs)))
+        np.savez(buf, **dict(zip(names, outputs)))  # type: ignore[arg-type]  # NOTE: numpy's stub types **kwds as its flags
         atomic_write(path, buf.getvalue())
         return [path]
     stem = path[:-4] if path.endswith(".npy") else path

@@ -30,7 +30,7 @@ from .train_writer import OPTIMIZER, TRAIN_STATE, export_train, exportable
 
 
 @x64.methods
-class TrainArtifact:
+class TrainArtifact(fmt.ManifestViews):
     """An exported train step: `s(*inputs, *labels) -> loss`, continuing where the exporter stopped.
 
     Runs the executable exported for this platform (`mode == "exported"`) when the Strategy and
@@ -52,14 +52,6 @@ class TrainArtifact:
         self.last_outputs: list = []
         self.exported, self.mode, self.why = self._pick(members, prefer_graph)
         self._exported_why = self.why
-
-    @property
-    def input_names(self) -> list[str]:
-        return [f.name for f in self.feeds_spec]
-
-    @property
-    def exported_platforms(self) -> list[str]:
-        return sorted(self.manifest.get("exported", {}))
 
     @property
     def step(self) -> int:

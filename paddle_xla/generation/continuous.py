@@ -27,7 +27,7 @@ from ..runtime.compile_cache import ensure_compile_cache
 from . import row_logits as R
 from . import slots as SL
 from .config import DecodeConfig
-from .batch_engine import padded
+from .batch_engine import padded, program_together
 
 
 CHUNK = "chunk"      # together(CHUNK): the decode step beside the batch-1 extend (a bucket: beside its prefill)
@@ -307,3 +307,37 @@ class ContinuousEngine:
                     self.step_and_fill(0)
                 self.free(0)
                 compiled(f"decode beside prefill {'chunks' if long and n == long[0] else f'bucket {n}'}")
+
+
+def continuous_engine(geometry, defaults: DecodeConfig, weights: Mapping, program_of: Callable[[str], Callable],
+                      shared_products: tuple | None = None, seed: int = 0,
+                      place: Callable | None = None) -> ContinuousEngine:
+    """The ContinuousEngine a server runs, on a generator's programs, whichever made them: a live
+    px.Generator (api/generator.py) or a generator artifact (artifact/generator_reader.py).
+
+    program_of(name) -> run, the names an artifact gives them: "decode", f"prefill1_{bucket}" (made when
+    that bucket first comes) and, where prompts are chunked, "extend1" (made when it first runs: a live
+    generator captures it then, and a server may never see a prompt that long). shared_products:
+    (graph_of(name) -> Graph, policy, held) to run a decode step beside a prefill as one program that
+    shares their linear layers' products (batch_engine.program_together); None runs them apart."""
+    extend1 = made_on_first_call(lambda: program_of("extend1")) if geometry.chunked else None
+    together = None
+    if shared_products is not None:
+        graph_of, policy, held = shared_products
+
+        def together(what):
+            other = "extend1" if what == CHUNK else f"prefill1_{what}"
+            return program_together([graph_of("decode"), graph_of(other)], policy, held)
+    return ContinuousEngine(geometry, defaults, program_of("decode"), lambda b: program_of(f"prefill1_{b}"), weights,
+                            seed=seed, place=place, extend1=extend1, together=together)
+
+
+def made_on_first_call(make: Callable[[], Callable]) -> Callable:
+    """A program that `make()` makes (captures, lowers) when it first runs."""
+    made: list = []
+
+    def run(*args):
+        if not made:
+            made.append(make())
+        return made[0](*args)
+    return run

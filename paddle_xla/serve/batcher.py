@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import threading
 import time
@@ -32,7 +33,8 @@ import numpy as np
 
 from ..errors import CheckFailedError, FeedError
 from . import padding, plan
-from .request_errors import RequestError, unavailable
+from .queue_thread import QueueThread
+from .request_errors import RequestError
 from .metrics import Metrics
 from .repository import ServedModel
 from .settings import Settings
@@ -50,17 +52,17 @@ class Job:
     abandoned: bool = False             # timed out: answered already, skip it
 
 
-class ModelWorker:
-    """One model's queue, and the one thread that warms the model up and then runs its batches."""
+class ModelWorker(QueueThread):
+    """One model's queue, and the one thread that warms the model up and then runs its batches.
+    Drained (QueueThread.drain), it sends what is queued without waiting for company."""
 
     def __init__(self, model: ServedModel, settings: Settings, metrics: Metrics, log: Callable[[str], None],
                  on_failure: Callable[[str], None]):
+        super().__init__()
         self.model, self.settings, self.metrics, self.log, self.on_failure = model, settings, metrics, log, on_failure
         self.ready = False
-        self._cond = threading.Condition()
         self._groups: dict[tuple, collections.deque[Job]] = {}
         self._queued = 0
-        self._stopping = False
         self._last_call_end = 0.0           # time.monotonic() when the previous call's answers went out
         self._plans: dict[tuple, dict[int, plan.Plan]] = {}   # measured at warm-up (plan.py)
         self._row_limits: dict[tuple, int] = {}                # the largest call any plan makes, per group
@@ -87,24 +89,14 @@ class ModelWorker:
         except asyncio.TimeoutError:
             job.abandoned = True
             raise RequestError(504, f"Model {self.model.name!r} did not answer within the request's timeout "
-                                    f"({timeout_s * 1e3:.3g} ms); retry, or allow more time.") from None
+                                    f"({(timeout_s or 0) * 1e3:.3g} ms); retry, or allow more time.") from None
 
     def _submit(self, job: Job) -> None:
         with self._cond:
-            if self._stopping:
-                raise unavailable("The server is shutting down; send the request to another replica.")
-            if self._queued >= self.settings.max_queue_size:
-                raise unavailable(f"Model {self.model.name!r} has {self._queued} requests queued, its limit "
-                                  "(--max-queue-size); retry later.")
+            self._admit(self.model.name, self._queued, self.settings.max_queue_size, "queued")
             self._groups.setdefault(job.group, collections.deque()).append(job)
             self._set_queued(self._queued + 1)
             self._cond.notify()
-
-    def drain(self) -> None:
-        """Take no more requests (503), and send what is queued without waiting for company."""
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
 
     def stop(self, timeout_s: float) -> None:
         """Answer what is queued, then end the thread."""
@@ -171,7 +163,8 @@ class ModelWorker:
         live = [job for job in queue if not job.abandoned]
         if not (self.settings.batching and self.batched):
             return live[:1], True
-        jobs, rows = [], 0
+        jobs: list = []
+        rows = 0
         for job in live:
             if jobs and rows + job.rows > limit:
                 return jobs, True
@@ -242,10 +235,10 @@ class ModelWorker:
         return RequestError(500, f"Model {self.model.name!r} failed: {type(e).__name__}: {e}")
 
     def _settle(self, job: Job, answer, error) -> None:
-        try:
+        # NOTE: RuntimeError: the loop is closed: the server stopped without waiting for this answer
+        assert self._loop is not None                    # NOTE: set when the batcher started
+        with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(_resolve, job.future, answer, error)
-        except RuntimeError:   # NOTE: the loop is closed: the server stopped without waiting for this answer
-            pass
 
 
 def _resolve(future: asyncio.Future, answer, error) -> None:

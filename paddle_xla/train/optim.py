@@ -206,10 +206,7 @@ def _select_early(accept, new: dict, old: Mapping[str, Array]) -> dict:
 
 @dataclass(frozen=True)
 class AdamW(Adam):
-    beta1: float = 0.9
-    beta2: float = 0.999
-    epsilon: float = 1e-8
-    amsgrad: bool = False
+    # NOTE: Adam's fields (beta1, beta2, epsilon, amsgrad), in that order, then this one
     weight_decay: float = 0.01
     kind: ClassVar[str] = "adamw"
 
@@ -345,7 +342,7 @@ class OptimizerConfig:
     grad_clip: clip_lib.Clip | None = None
     group_clips: tuple[clip_lib.Clip | None, ...] = ()  # per parameter group, when there are groups
     name: str | None = None                           # the Paddle optimizer's `name` (accumulator prefix)
-    _by_name: dict = field(default=None, init=False, compare=False, hash=False, repr=False)
+    _by_name: dict = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
         object.__setattr__(self, "params", tuple((n, s) for n, s in self.params))

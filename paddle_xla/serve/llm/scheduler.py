@@ -22,7 +22,7 @@ from typing import Callable
 
 from ...generation.continuous import ContinuousEngine, Request
 from ...generation.slots import NO_TOKEN
-from ..request_errors import unavailable
+from ..queue_thread import QueueThread
 
 
 @dataclass(eq=False)
@@ -43,17 +43,19 @@ class Stream:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
 
 
-class Scheduler:
+class Scheduler(QueueThread):
+    """Drained (QueueThread.drain), it takes no new requests; those running and waiting still finish."""
+
     def __init__(self, name: str, engine: ContinuousEngine, max_waiting: int, log: Callable[[str], None],
                  on_failure: Callable[[str], None], metrics=None):
+        super().__init__()
         self.name, self.engine, self.max_waiting, self.log, self.on_failure = name, engine, max_waiting, log, on_failure
         self.metrics = metrics          # serve/metrics.py's LlmMetrics for this model, or None
         self.ready = False
-        self._cond = threading.Condition()
         self._waiting: collections.deque[Stream] = collections.deque()
         self._running: dict[int, Stream] = {}
         self._filling: dict[int, Stream] = {}       # rows whose prompt is going in, oldest first
-        self._stopping = self._stopped = False
+        self._stopped = False
         self._thread = threading.Thread(target=self._main, name=f"paddle-xla-llm {name}", daemon=True)
 
     # ---- the event loop's side ----
@@ -63,11 +65,7 @@ class Scheduler:
     def submit(self, stream: Stream) -> None:
         """Queue a checked request; 503 when the waiting queue is full or the server is draining."""
         with self._cond:
-            if self._stopping:
-                raise unavailable("The server is shutting down; send the request to another replica.")
-            if len(self._waiting) >= self.max_waiting:
-                raise unavailable(f"Model {self.name!r} has {len(self._waiting)} requests waiting for a slot, its "
-                                  "limit (--max-queue-size); retry later.")
+            self._admit(self.name, len(self._waiting), self.max_waiting, "waiting for a slot")
             self._waiting.append(stream)
             self._cond.notify()
 
@@ -80,12 +78,6 @@ class Scheduler:
     @property
     def busy_rows(self) -> int:
         return int(self.engine.busy.sum())
-
-    def drain(self) -> None:
-        """Take no new requests; those running and waiting still finish."""
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
 
     def stop(self, timeout_s: float) -> None:
         """Let running and waiting requests finish for up to `timeout_s`, then end the thread."""
