@@ -15,7 +15,7 @@ cores, the faster decode of the two, both recorded); every precision is compared
     .venv/bin/python benchmarks/generate.py                  # batch 1, 8 and 32 (about 20 minutes on 2 cores)
     .venv/bin/python benchmarks/generate.py --batches 1 --new-tokens 16 --precisions fp32
 
-PaddleFormers comes from .zoo/ (tools/zoo.py --install).
+PaddleFormers comes from `paddle-xla install paddleformers`.
 """
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-sys.path.append(os.path.join(ROOT, ".zoo"))
 
 import numpy as np  # noqa: E402
 
@@ -166,7 +165,8 @@ def main() -> int:
           "compiles | tokens as Paddle's | Paddle threads |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['precision']} | {r['batch']} | {r['ttft_ms']:.0f} ({r['paddle_ttft_ms']:.0f}) | {r['decode_tokens_per_s']:.1f} "
+        print(f"| {r['precision']} | {r['batch']} | {r['ttft_ms']:.0f} ({r['paddle_ttft_ms']:.0f}) """
+              f"| {r['decode_tokens_per_s']:.1f} "
               f"({r['paddle_decode_tokens_per_s']:.1f}) | {r['decode_speedup']:.2f}x | {r['bandwidth_use']:.0%} | "
               f"{r['compiles_after_warmup']} | {r['same_tokens_as_paddle']:.0%} | {r['paddle_threads']} |")
     return 0

@@ -82,7 +82,6 @@ def export_train(cfg, seq, batch, path, platforms, strategy=None) -> dict:
 
 def export_llm(quick: bool, path: str, platforms) -> dict:
     """serve_llm.py's generator (the same model, rows, cache slots and prefill chunk) with synthetic weights."""
-    sys.path.append(os.path.join(os.path.dirname(HERE), ".zoo"))       # NOTE: PaddleFormers, installed --no-deps
     from paddleformers.transformers.llama import LlamaConfig, LlamaForCausalLM
 
     from generate import SHAPE

@@ -32,7 +32,6 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-sys.path.append(os.path.join(ROOT, ".zoo"))
 
 import numpy as np  # noqa: E402
 

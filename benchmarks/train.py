@@ -125,9 +125,6 @@ LLAMA = dict(vocab_size=16384, hidden_size=768, intermediate_size=2048, num_hidd
 def _llama(batch: int, seq: int):
     import numpy as np
     import paddle
-    zoo = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".zoo")
-    if zoo not in sys.path:
-        sys.path.append(zoo)        # NOTE: PaddleFormers lives beside the venv (make zoo), never in it
     from paddleformers.transformers.llama import LlamaConfig, LlamaForCausalLM
     paddle.seed(0)
     net = LlamaForCausalLM(LlamaConfig(**LLAMA))
