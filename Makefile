@@ -32,7 +32,18 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: lint $(STAMP) $(PF_STAMP)
+	$(MAKE) --no-print-directory docs-build
 	$(BIN)/python -m pytest tests -n $(JOBS) --dist worksteal -p no:cacheprovider --durations=30
+
+# The docs site (mkdocs.yml, docs/): `make docs` serves it at http://127.0.0.1:8000 and rebuilds on each edit;
+# `make docs-build` builds it into site/, where any warning (a broken link, a missing page) fails it.
+# The pages' code runs as tests in tests/test_docs.py.
+.PHONY: docs docs-build
+docs: $(STAMP)
+	$(BIN)/mkdocs serve
+
+docs-build: $(STAMP)
+	$(BIN)/mkdocs build --strict -d site
 
 # A long differential sweep against Paddle eager (tests/fuzz), freshly seeded each run; CI runs a short,
 # derandomized one in `make test`. FUZZ_EXAMPLES is per op; each failure prints a reproducer.
