@@ -1,5 +1,12 @@
 """paddle_xla's error classes. Each message names the thing that is wrong and the fix."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .lowering.interpreter import CoverageReport
+
 
 class PaddleXlaError(Exception):
     """Base class of every error paddle_xla raises on purpose."""
@@ -20,7 +27,7 @@ class FeedError(PaddleXlaError):
 class UnsupportedOpsError(PaddleXlaError):
     """The program uses ops paddle_xla cannot lower. Lists all of them at once."""
 
-    def __init__(self, report):
+    def __init__(self, report: CoverageReport) -> None:
         self.report = report
         super().__init__(report.describe_missing())
 

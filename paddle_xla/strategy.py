@@ -29,7 +29,7 @@ launch`) a layout over several devices must take all of them, since every proces
 
 The default Strategy() runs the plain one-device step; anything else runs paddle_xla.parallel's
 SPMD engine, which gives the same numbers (tests/parallel prove it for every layout).
-"""
+"""  # noqa: E501 (the Markdown table above: its rows cannot wrap)
 from __future__ import annotations
 
 import contextlib
@@ -37,6 +37,7 @@ import contextvars
 import dataclasses
 import re
 from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any, Mapping
 
 from .errors import StrategyError
@@ -59,7 +60,7 @@ _AUTO = "auto"
 
 
 @contextlib.contextmanager
-def planned_elsewhere():
+def planned_elsewhere() -> Iterator[None]:
     """Strategies built inside do not check this process's devices: they are for the machine planned."""
     token = _CHECK_DEVICES.set(False)
     try:
@@ -80,7 +81,7 @@ class LossScale:
     growth_interval: int = 2000
     dynamic: bool = True
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.init > 0 or not self.growth_factor >= 1 or not 0 < self.backoff_factor <= 1:
             raise StrategyError(f"LossScale needs init > 0, growth_factor >= 1 and 0 < backoff_factor <= 1; "
                                 f"got {self}. The defaults (LossScale()) are Paddle's GradScaler's.")
@@ -108,7 +109,7 @@ class Strategy:
     sequence_attention: str = "ring"      # "ring" | "gather": how attention reads keys of other devices
     quant_type: str | None = None         # None | "weight_only_int8" (px.Generator only)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("replicas", "stages", "micro_batches", "steps_per_call", "tensor", "sequence"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -144,7 +145,7 @@ class Strategy:
         if _CHECK_DEVICES.get():
             self.check_devices()
 
-    def _check_loss_scale(self):
+    def _check_loss_scale(self) -> None:
         ls = self.loss_scale
         if ls == _AUTO:
             object.__setattr__(self, "loss_scale", LossScale() if self.precision == "fp16" else None)
@@ -157,7 +158,7 @@ class Strategy:
             raise StrategyError(f"Strategy.loss_scale applies to precision='fp16' only; {self.precision} "
                                 "needs none (bf16 has float32's exponent range).")
 
-    def _check_sharding(self):
+    def _check_sharding(self) -> None:
         if self.sharding not in SHARDING or isinstance(self.sharding, bool):
             raise StrategyError(f"Strategy.sharding must be one of {SHARDING} (Paddle's sharding stages: 1 the "
                                 f"optimizer state, 2 also gradients, 3 also parameters), got {self.sharding!r}.")
@@ -171,7 +172,7 @@ class Strategy:
             raise StrategyError(f"sharding={self.sharding} with pipeline stages is not supported yet; use "
                                 "sharding=1 with stages, or stages=1 (replicas x tensor) with sharding 2 or 3.")
 
-    def _check_tensor(self):
+    def _check_tensor(self) -> None:
         plan = self.tensor_plan
         if plan is None or plan == "auto":
             return
@@ -194,7 +195,7 @@ class Strategy:
             for alternative in rule.split("|"):
                 parse_rule(alternative)
 
-    def _check_placement(self):
+    def _check_placement(self) -> None:
         p = self.placement
         if p is None or p == "auto":
             if p == "auto" and self.stages == 1:
@@ -214,7 +215,7 @@ class Strategy:
         for rule in p:
             parse_rule(rule)
 
-    def check_devices(self):
+    def check_devices(self) -> None:
         """That this process sees the devices the layout takes (the engines ask again before they build)."""
         import jax
         have = jax.device_count()
@@ -297,7 +298,7 @@ def _part_matches(part: str, name: str) -> bool:
     return False
 
 
-def parse_rule(text) -> Rule:
+def parse_rule(text: object) -> Rule:
     if not isinstance(text, str) or not text.strip():
         raise StrategyError(f"A placement rule must be a layer path such as 'encoder.layers.0-3', got {text!r}.")
     parts = tuple(text.strip().strip(".").split("."))

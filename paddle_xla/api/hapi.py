@@ -4,7 +4,7 @@ It *is* a paddle.Model whose adapter (the object paddle.Model hands every batch 
 XLA programs, so fit's loop, callbacks, progress bar and metrics are Paddle's own, unchanged."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, Sequence, cast
 
 import numpy as np
 import paddle
@@ -15,19 +15,20 @@ from ..runtime.compiled import CompiledModel
 from .training import TrainStep
 from ..capture.wrap import net_with_loss
 from ..parallel.group import paddle_sees_one_rank
+from ..strategy import Strategy
 
 
-def _to_list(x) -> list:
+def _to_list(x: Any) -> list:
     if x is None:
         return []
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
-def _numpy(x) -> np.ndarray:
+def _numpy(x: Any) -> np.ndarray:
     return x.numpy() if isinstance(x, paddle.Tensor) else np.asarray(x)
 
 
-def _specs(specs, prefix) -> list[InputSpec]:
+def _specs(specs: InputSpec | Sequence[InputSpec] | None, prefix: str) -> list[InputSpec]:
     out = []
     for i, s in enumerate(_to_list(specs)):
         name = s.name or f"{prefix}{i}"
@@ -45,18 +46,19 @@ def _for_batch(specs: list[InputSpec], arrays: list[np.ndarray], prefix: str) ->
     against its InputSpecs: the network sees the batch as the DataLoader made it (labels of shape [32]
     under a [None, 1] spec train). So a spec the batch does not fit is replaced by the batch's own,
     with a free batch dimension, and a missing spec is taken from the batch."""
-    out = []
+    out: list[InputSpec] = []
     for i, arr in enumerate(arrays):
         spec = specs[i] if i < len(specs) else None
         if spec is not None and _fits(spec, arr) and _same_dtype(spec.dtype, arr.dtype):
             out.append(spec)
             continue
         shape = [None, *arr.shape[1:]] if arr.ndim else []
-        out.append(InputSpec(shape, str(arr.dtype), spec.name if spec is not None else f"{prefix}{i}"))
+        # NOTE: Paddle's stub lists the dtype names as literals; a NumPy dtype's name is one of them
+        out.append(InputSpec(shape, str(arr.dtype), spec.name if spec is not None else f"{prefix}{i}"))  # type: ignore[arg-type]
     return out
 
 
-def _same_dtype(spec_dtype, dtype) -> bool:
+def _same_dtype(spec_dtype: Any, dtype: Any) -> bool:
     return str(spec_dtype).replace("paddle.", "") == str(np.dtype(dtype))
 
 
@@ -64,29 +66,31 @@ def _same_dtype(spec_dtype, dtype) -> bool:
 class XlaAdapter:
     """What paddle.Model calls for each batch, backed by a TrainStep and compiled eval/predict programs."""
 
-    def __init__(self, model: "Model"):
+    def __init__(self, model: Model) -> None:
         self.model = model
         self._input_info = None
         self._merge_count = {"eval_total": 0, "test_total": 0, "eval_batch": 0, "test_batch": 0}
-        self._amp_level, self._amp_configs, self._amp_custom_lists = "O0", {}, {}
+        self._amp_level = "O0"
+        self._amp_configs: dict[str, Any] = {}
+        self._amp_custom_lists: dict[str, Any] = {}
         self._step: TrainStep | None = None
         self._eval: CompiledModel | None = None
         self._predict: CompiledModel | None = None
 
     @property
-    def mode(self):
+    def mode(self) -> Literal["train", "eval", "test"]:
         return self.model.mode
 
     @mode.setter
-    def mode(self, value):
+    def mode(self, value: Literal["train", "eval", "test"]) -> None:
         self.model.mode = value
 
-    def prepare(self):
+    def prepare(self) -> None:
         self._step = self._eval = self._predict = None
         self._synced: dict[int, int] = {}      # id(program) -> the train step's version it last took
 
     # ---- the three batch entry points ------------------------------------------------------
-    def train_batch(self, inputs, labels=None, update=True):
+    def train_batch(self, inputs: Any, labels: Any = None, update: bool = True) -> Any:
         self.mode = "train"
         xs, ys = [_numpy(x) for x in _to_list(inputs)], [_numpy(y) for y in _to_list(labels)]
         self._resolve(xs, ys)
@@ -97,7 +101,7 @@ class XlaAdapter:
         outs = [paddle.to_tensor(np.asarray(o)) for o in step.last_outputs]
         return self._with_metrics([np.asarray(loss, np.float32)], outs, ys)
 
-    def eval_batch(self, inputs, labels=None):
+    def eval_batch(self, inputs: Any, labels: Any = None) -> Any:
         self.mode = "eval"
         xs, ys = [_numpy(x) for x in _to_list(inputs)], [_numpy(y) for y in _to_list(labels)]
         self._resolve(xs, ys)
@@ -107,13 +111,13 @@ class XlaAdapter:
         loss, *outs = self._run(self.eval_program(), xs + ys)
         return self._with_metrics([np.asarray(loss)], [paddle.to_tensor(o) for o in outs], ys)
 
-    def predict_batch(self, inputs):
+    def predict_batch(self, inputs: Any) -> list[np.ndarray]:
         self.mode = "test"
         xs = [_numpy(x) for x in _to_list(inputs)]
         self._resolve(xs, None)
         return self._run(self.predict_program(), xs)
 
-    def _resolve(self, xs, ys):
+    def _resolve(self, xs: list[np.ndarray], ys: list[np.ndarray] | None) -> None:
         """Specs the first batch fits (_for_batch), taken before the programs that read them are
         captured; later batches are checked against those programs as usual."""
         m = self.model
@@ -132,7 +136,9 @@ class XlaAdapter:
     def eval_program(self) -> CompiledModel:
         if self._eval is None:
             m = self.model
-            wrapper = net_with_loss(m.network, m._loss, [s.name for s in m._inputs], [s.name for s in m._labels])
+            # NOTE: _specs and _for_batch name every spec
+            names = cast("list[str]", [s.name for s in m._inputs]), cast("list[str]", [s.name for s in m._labels])
+            wrapper = net_with_loss(m.network, m._loss, *names)
             cap = capture.from_layer(wrapper, m._inputs + m._labels, training=False)
             self._eval = CompiledModel(cap.graph, self._weights(cap.weights))
         return self._eval
@@ -146,7 +152,7 @@ class XlaAdapter:
     def _weights(self, captured: dict) -> dict:
         return {**captured, **(self._step.weights() if self._step is not None else {})}
 
-    def _run(self, program: CompiledModel, xs) -> list[np.ndarray]:
+    def _run(self, program: CompiledModel, xs: list[np.ndarray]) -> list[np.ndarray]:
         step = self._step
         if step is not None and self._synced.get(id(program)) != step.version:
             # NOTE: evaluate with the weights and buffers training has reached so far (once per change)
@@ -154,32 +160,33 @@ class XlaAdapter:
             self._synced[id(program)] = step.version
         return [np.asarray(o) for o in program.run(*xs)]
 
-    def _with_metrics(self, losses, outputs, labels):
-        labels = [paddle.to_tensor(y) for y in labels]
+    def _with_metrics(self, losses: list[np.ndarray] | None, outputs: list[paddle.Tensor],
+                      labels: list[np.ndarray]) -> Any:
+        tensors = [paddle.to_tensor(y) for y in labels]
         metrics = []
         for metric in self.model._metrics:
-            outs = metric.compute(*(outputs + labels))
+            outs = metric.compute(*(outputs + tensors))
             metrics.append(metric.update(*[_numpy(o) for o in _to_list(outs)]))
         if losses is None:
             return metrics
         return (losses, metrics) if metrics else losses
 
     # ---- weights --------------------------------------------------------------------------------
-    def parameters(self, *args, **kwargs):
+    def parameters(self, *args: Any, **kwargs: Any) -> list[paddle.Tensor]:
         self.sync()
         return self.model.network.parameters(*args, **kwargs)
 
-    def sync(self):
+    def sync(self) -> None:
         if self._step is not None:
             self._step.sync_to(self.model.network)
 
-    def save(self, path):
+    def save(self, path: str) -> None:
         self.sync()
         paddle.save(self.model.network.state_dict(), path + ".pdparams")
         if self._step is not None:
             paddle.save(self._step.paddle_optimizer_state(), path + ".pdopt")
 
-    def load(self, param_state_pairs, optim_state, scaler_state=None):
+    def load(self, param_state_pairs: Any, optim_state: Any, scaler_state: Any = None) -> None:
         for param, state in param_state_pairs:
             param.set_value(state)
         if optim_state and self.model._optimizer is not None:
@@ -190,16 +197,18 @@ class XlaAdapter:
 class Model(paddle.Model):
     """paddle.Model, trained and evaluated with XLA. Same constructor and methods."""
 
-    def __init__(self, network, inputs=None, labels=None, strategy=None):
+    def __init__(self, network: paddle.nn.Layer, inputs: Any = None, labels: Any = None,
+                 strategy: Strategy | None = None) -> None:
         # NOTE: paddle.Model.__init__ builds Paddle's own adapter, which paddle_xla's replaces at once; fit()
         # still reads the ranks for its DistributedBatchSampler.
         with paddle_sees_one_rank():
             super().__init__(network, inputs, labels)
-        self._inputs = _specs(self._inputs, "input")
-        self._labels = _specs(self._labels, "label")
+        self._inputs: list[InputSpec] = _specs(self._inputs, "input")
+        self._labels: list[InputSpec] = _specs(self._labels, "label")
         self.strategy = strategy
-        self._adapter = XlaAdapter(self)
+        # NOTE: paddle.Model calls its adapter by duck typing; XlaAdapter has the methods it calls
+        self._adapter = self._xla = XlaAdapter(self)  # type: ignore[assignment]
 
     def network_weights(self) -> dict[str, Any]:
-        self._adapter.sync()
+        self._xla.sync()
         return self.network.state_dict()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+
 import numpy as np
 import paddle
 
@@ -14,6 +15,7 @@ from ..graph import Graph
 from ..lowering.checking import lowering_problems
 from ..lowering.lower import CoverageReport, check_graph
 from ..runtime.compiled import CompiledModel
+from ..strategy import Strategy
 
 
 @x64.methods
@@ -21,7 +23,7 @@ class XlaModel:
     """A Paddle model compiled with XLA. Call it like the Layer: NumPy in, NumPy out;
     paddle.Tensor in, paddle.Tensor out."""
 
-    def __init__(self, captured: capture.Captured, seed: int = 0, strategy=None):
+    def __init__(self, captured: capture.Captured, seed: int = 0, strategy: Strategy | None = None) -> None:
         self.captured = captured
         self.compiled = CompiledModel(captured.graph, captured.weights, seed=seed, strategy=strategy)
 
@@ -29,12 +31,12 @@ class XlaModel:
     def graph(self) -> Graph:
         return self.captured.graph
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         flat = [v for a in (*args, *kwargs.values()) for v in (a.values() if isinstance(a, dict) else [a])]
         as_paddle = any(isinstance(a, paddle.Tensor) for a in flat)
-        args = [_to_numpy(a) for a in args]
-        kwargs = {k: _to_numpy(v) for k, v in kwargs.items()}
-        outs = [np.asarray(o) for o in self.compiled.run(*args, **kwargs)]
+        arrays = [_to_numpy(a) for a in args]
+        named = {k: _to_numpy(v) for k, v in kwargs.items()}
+        outs: list[Any] = [np.asarray(o) for o in self.compiled.run(*arrays, **named)]
         if as_paddle:
             outs = [paddle.to_tensor(o) for o in outs]
         return outs[0] if len(outs) == 1 else outs
@@ -43,7 +45,7 @@ class XlaModel:
         return f"XlaModel({self.graph.summary()})"
 
 
-def _to_numpy(x) -> Any:
+def _to_numpy(x: Any) -> Any:
     if isinstance(x, paddle.Tensor):
         return x.numpy()
     if isinstance(x, dict):
@@ -51,7 +53,8 @@ def _to_numpy(x) -> Any:
     return x
 
 
-def _capture(model, input_spec, training=None) -> capture.Captured:
+def _capture(model: paddle.nn.Layer | paddle.static.Program | str, input_spec: Sequence | None,
+             training: bool | None = None) -> capture.Captured:
     if isinstance(model, str):
         return capture.from_inference_model(model)
     if isinstance(model, paddle.nn.Layer):
@@ -62,7 +65,8 @@ def _capture(model, input_spec, training=None) -> capture.Captured:
                     "a static Program, or the path prefix of a saved inference model.")
 
 
-def check(model, input_spec: Sequence | None = None, training: bool | None = None) -> CoverageReport:
+def check(model: paddle.nn.Layer | paddle.static.Program | str, input_spec: Sequence | None = None,
+          training: bool | None = None) -> CoverageReport:
     """Coverage report without compiling: the ops found, every unsupported one, and every op whose lowering
     fails on this program (found by an abstract evaluation), each with its layer and source line. A
     model it passes compiles."""
@@ -72,7 +76,8 @@ def check(model, input_spec: Sequence | None = None, training: bool | None = Non
     return report
 
 
-def compile(model, input_spec: Sequence | None = None, *, seed: int = 0, strategy=None) -> XlaModel:  # noqa: A001
+def compile(model: paddle.nn.Layer | paddle.static.Program | str, input_spec: Sequence | None = None, *,
+            seed: int = 0, strategy: Strategy | None = None) -> XlaModel:
     """Capture `model` (an nn.Layer in its current mode, a static Program, or a saved inference model's
     path prefix) and compile it with XLA. Raises UnsupportedOpsError listing every missing op at once."""
     captured = _capture(model, input_spec)

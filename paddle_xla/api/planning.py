@@ -4,12 +4,14 @@ An edge module (imports paddle): it captures the model as train_step would, with
 values, so a model built under paddle.LazyGuard() too big for this machine can be planned."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Mapping
+from typing import Any, Callable, Sequence
 
 import paddle
 
 from .. import capture
 from ..errors import StrategyError
+from ..graph import Graph
 from ..interop import paddle_optimizer as optim_interop
 from ..planner import costs as costs_lib
 from ..planner import search
@@ -17,8 +19,10 @@ from ..planner.profiles import profile
 from ..capture.wrap import net_with_loss
 
 
-def plan(net: paddle.nn.Layer, input_spec: Sequence, label_spec: Sequence = (), optimizer=None, *,
-         loss_fn=None, global_batch: int, devices: int, device: str = "cpu", tensor_plan=None,
+def plan(net: paddle.nn.Layer, input_spec: Sequence, label_spec: Sequence = (),
+         optimizer: paddle.optimizer.Optimizer | None = None, *,
+         loss_fn: Callable[..., Any] | None = None, global_batch: int, devices: int, device: str = "cpu",
+         tensor_plan: Any = None,
          precisions: Sequence[str] | None = None) -> search.Plan:
     """Every layout of `devices` x `device` for a global batch of `global_batch`, predicted and ranked;
     `.table()` prints them, `.best` is the fastest that fits, as a Strategy. The InputSpecs' dimensions
@@ -38,7 +42,7 @@ def plan(net: paddle.nn.Layer, input_spec: Sequence, label_spec: Sequence = (), 
                        tuple(precisions or prof.precisions), stage_bytes)
 
 
-def _stage_bytes(graph, keys, costs):
+def _stage_bytes(graph: Graph, keys: Mapping[str, str], costs: costs_lib.ModelCosts) -> Callable[[int], list[float]]:
     """S -> the weight bytes of each stage under the "auto" placement (the widest one sets the packing)."""
     from ..parallel import placement as pl
     from ..parallel import report, stages as stages_lib

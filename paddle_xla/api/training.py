@@ -4,7 +4,7 @@ An edge module (imports paddle): it reads the user's Layer and paddle.optimizer,
 network and loss in train mode as one program, and runs Paddle's update rule on XLA."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -23,6 +23,10 @@ from ..runtime.step_runner import StepRunner
 from ..parallel.mesh import to_host
 from ..train.step import TrainState, split_weights
 from ..capture.wrap import net_with_loss, takes_labels
+from ..strategy import Strategy
+
+if TYPE_CHECKING:
+    from ..parallel.placement import Placement
 
 
 @x64.methods
@@ -32,9 +36,9 @@ class TrainStep:
     `step(*inputs, *labels) -> loss (float)`; `step.sync_to(net)` writes weights back to the Layer.
     inputs_by_name=True calls net(name=value, ...) with the InputSpecs' names, as model(**batch) does."""
 
-    def __init__(self, net: paddle.nn.Layer, loss_fn, optimizer: paddle.optimizer.Optimizer,
-                 input_spec: Sequence, label_spec: Sequence = (), *, seed: int = 0, strategy=None,
-                 inputs_by_name: bool = False):
+    def __init__(self, net: paddle.nn.Layer, loss_fn: Callable[..., Any] | None, optimizer: paddle.optimizer.Optimizer,
+                 input_spec: Sequence, label_spec: Sequence = (), *, seed: int = 0, strategy: Strategy | None = None,
+                 inputs_by_name: bool = False) -> None:
         if strategy is not None and strategy.quant_type is not None:
             raise StrategyError(f"Strategy(quant_type={strategy.quant_type!r}) holds a generator's weights in int8 for "
                                 "inference; training updates float weights: drop quant_type from the training Strategy")
@@ -97,12 +101,12 @@ class TrainStep:
         iteration, does)."""
         self._lr_offset -= 1
 
-    def feeds(self, args, kwargs) -> dict[str, Any]:
-        args = [a.numpy() if isinstance(a, paddle.Tensor) else a for a in args]
-        kwargs = {k: v.numpy() if isinstance(v, paddle.Tensor) else v for k, v in kwargs.items()}
-        return checked(self.graph.feeds, args, kwargs)
+    def feeds(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        arrays = [a.numpy() if isinstance(a, paddle.Tensor) else a for a in args]
+        named = {k: v.numpy() if isinstance(v, paddle.Tensor) else v for k, v in kwargs.items()}
+        return checked(self.graph.feeds, arrays, named)
 
-    def accumulate(self, *args, **kwargs) -> float:
+    def accumulate(self, *args: Any, **kwargs: Any) -> float:
         """Forward and backward without an update: the gradients add up, and the next step(...) applies
         their sum with its own (Paddle's loss.backward() without optimizer.step(); hapi's
         train_batch(update=False)). Buffers such as BatchNorm statistics update on every call."""
@@ -121,7 +125,7 @@ class TrainStep:
         self.last_outputs = list(fetches[1:n])
         return loss
 
-    def __call__(self, *args, **kwargs) -> float | list[float]:
+    def __call__(self, *args: Any, **kwargs: Any) -> float | list[float]:
         """One optimizer step; with Strategy(steps_per_call=k), k steps on stacked inputs -> k losses."""
         s = self.state
         feeds = [self.feeds(a, k) for a, k in self._step.split(args, kwargs)]
@@ -138,7 +142,7 @@ class TrainStep:
             raise (CheckFailedError if result.failed else TrainingError)(result.error)
         return result.losses[0] if self._step.steps_per_call == 1 else result.losses
 
-    def _initial_opt_state(self, params):
+    def _initial_opt_state(self, params: Mapping[str, jax.Array]) -> dict[str, dict[str, jax.Array]]:
         """Fresh state, or the paddle optimizer's own accumulators when it has trained already
         (e.g. after set_state_dict from a .pdopt file)."""
         saved = {k: v for k, v in self.optimizer.state_dict().items() if k != "LR_Scheduler"}
@@ -209,7 +213,7 @@ class TrainStep:
         self.set_scaler_state(extra.get("loss_scaler"))
 
 
-def _check_own_loss(net, loss_fn, label_spec) -> None:
+def _check_own_loss(net: paddle.nn.Layer, loss_fn: Callable[..., Any] | None, label_spec: Sequence) -> None:
     """Labels without a loss_fn go to the model, which computes its own loss; a model that takes no such
     argument would train on its first output with the labels unread."""
     names = [s.name for s in label_spec]
@@ -221,13 +225,14 @@ def _check_own_loss(net, loss_fn, label_spec) -> None:
             "(e.g. InputSpec(..., name='labels')), or drop label_spec if the first output already is the loss.")
 
 
-def train_step(net, loss_fn, optimizer, input_spec, label_spec=(), **kw) -> TrainStep:
+def train_step(net: paddle.nn.Layer, loss_fn: Callable[..., Any] | None, optimizer: paddle.optimizer.Optimizer,
+               input_spec: Sequence, label_spec: Sequence = (), **kw: Any) -> TrainStep:
     """Compile one training step of `net` (and `loss_fn(outputs..., labels...)`, or None when
     net's first output is the loss) with `optimizer`'s exact Paddle update rule."""
     return TrainStep(net, loss_fn, optimizer, input_spec, label_spec, **kw)
 
 
-def placement_for(captured, strategy, verbose: bool = True):
+def placement_for(captured: capture.Captured, strategy: Strategy | None, verbose: bool = True) -> Placement | None:
     """The stage of every op of a captured program under `strategy` (None without stages), with
     the plan printed before compiling."""
     if strategy is None or strategy.stages == 1:

@@ -5,7 +5,7 @@ Paddle-free itself: it reads the Graph and weights a CompiledModel already holds
 from __future__ import annotations
 
 import json
-from typing import Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -26,8 +26,9 @@ from ..runtime.xla_options import has_convolutions
 
 
 @x64.enabled
-def export(model, path: str, platforms: Sequence[str] = ("cpu",), example_inputs=None,
-           synthetic_weights: Mapping | None = None, tokenizer=None, chat_template: str | None = None) -> dict:
+def export(model: Any, path: str, platforms: Sequence[str] = ("cpu",),
+           example_inputs: Sequence[Any] | Mapping[str, Any] | None = None,
+           synthetic_weights: Mapping | None = None, tokenizer: Any = None, chat_template: str | None = None) -> dict:
     """Write `model` (an XlaModel, a CompiledModel, or a train step) to the single file `path`, atomically.
 
     For each platform in `platforms` ('cpu', 'cuda', 'rocm', 'tpu'; none need be present here) the
@@ -65,7 +66,7 @@ def export(model, path: str, platforms: Sequence[str] = ("cpu",), example_inputs
     policies = {p: LoweringPolicy.tuned(p, precision, inference=True) for p in platforms}
     held = {p: HeldWeights.for_graph(graph, policies[p]) for p in platforms}
 
-    def args(p):
+    def args(p: str) -> tuple[dict[str, Any], dict[str, Any]]:
         laid_out = held[p].all_prepared(weights)
         return (avals({k: laid_out[k] for k in compiled.params}), avals({k: laid_out[k] for k in compiled.buffers}))
     exported, shapes = export_all(lambda p: jax.jit(inference_fn(graph, policies[p])), graph, args, (key_data,),
@@ -78,12 +79,12 @@ def export(model, path: str, platforms: Sequence[str] = ("cpu",), example_inputs
                      convolutions=has_convolutions(graph))
 
 
-def _is_train_step(model) -> bool:
+def _is_train_step(model: object) -> bool:
     # NOTE: duck-typed (training.TrainStep imports paddle; a TrainArtifact does not).
     return all(hasattr(model, a) for a in ("graph", "state", "config", "schedule"))
 
 
-def _compiled_model(model) -> CompiledModel:
+def _compiled_model(model: object) -> CompiledModel:
     # NOTE: duck-typed on XlaModel.compiled, so this module never imports api (and so paddle).
     compiled = getattr(model, "compiled", model)
     if not isinstance(compiled, CompiledModel):
@@ -92,12 +93,13 @@ def _compiled_model(model) -> CompiledModel:
     return compiled
 
 
-def inference_fn(graph: Graph, policy: LoweringPolicy):
+def inference_fn(graph: Graph, policy: LoweringPolicy) -> Callable[..., Any]:
     """f(params, buffers, feeds, key_data) -> fetches, then one flag per top-level assert (manifest
     "checks"): the function an artifact serializes."""
     fn = lower(graph, policy, checks=True)
 
-    def f(params, buffers, feeds, key_data):
+    def f(params: Mapping[str, jax.Array], buffers: Mapping[str, jax.Array], feeds: Mapping[str, jax.Array],
+          key_data: jax.Array) -> Any:
         # NOTE: raw key data, not a key: a typed key array does not cross the serialization boundary.
         fetches, _ = fn(params, buffers, feeds, jax.random.wrap_key_data(key_data))
         return fetches

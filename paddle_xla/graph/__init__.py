@@ -11,7 +11,7 @@ import json
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 import numpy as np
 
@@ -111,7 +111,7 @@ class Graph:
             out.update(op.outputs)
         return out
 
-    def params_read_only_by(self, accepts) -> set[str]:
+    def params_read_only_by(self, accepts: Callable[[str, int], bool]) -> set[str]:
         """Names of parameters whose every reader passes `accepts(op_name, operand_position)`, and that
         the program neither fetches nor writes back: a runtime may hold such a weight in another
         layout or precision, since no one else sees it."""
@@ -126,10 +126,10 @@ class Graph:
         needed = upstream_values(self.block, {self.fetches[fetch_index].value})
         return [p.name for p in self.params if p.trainable and p.value not in needed]
 
-    def with_frozen(self, names) -> "Graph":
+    def with_frozen(self, names: Iterable[str]) -> Graph:
         """This Graph with the named parameters marked not trainable."""
-        names = set(names)
-        params = tuple(dataclasses.replace(p, trainable=False) if p.name in names else p for p in self.params)
+        frozen = set(names)
+        params = tuple(dataclasses.replace(p, trainable=False) if p.name in frozen else p for p in self.params)
         return dataclasses.replace(self, params=params)
 
     def summary(self) -> str:
@@ -140,7 +140,7 @@ class Graph:
 
     # ---- serialisation ------------------------------------------------------------
     def to_json(self) -> str:
-        return json.dumps({"format_version": "%d.%d" % FORMAT_VERSION, "graph": _encode(self)})
+        return json.dumps({"format_version": f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}", "graph": _encode(self)})
 
     @staticmethod
     def from_json(text: str) -> "Graph":
@@ -149,7 +149,7 @@ class Graph:
         return _decode_graph(data["graph"])
 
 
-def _check_version(version) -> None:
+def _check_version(version: object) -> None:
     """Any minor version of this major reads; another major is refused with what to do."""
     try:
         major, minor = (version, 0) if isinstance(version, int) else map(int, str(version).split("."))
@@ -163,7 +163,7 @@ def _check_version(version) -> None:
                              f"({FORMAT_VERSION[0]}.x); capture the model again with this version.")
 
 
-def _encode(obj):
+def _encode(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj):
         return {f.name: _encode(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple)):
@@ -173,26 +173,30 @@ def _encode(obj):
     return obj
 
 
-def _decode_block(d) -> Block:
+def _decode_block(d: dict[str, Any]) -> Block:
     return Block(args=tuple(d["args"]), ops=tuple(_decode_op(o) for o in d["ops"]))
 
 
-def _decode_op(d) -> Op:
+def _decode_op(d: dict[str, Any]) -> Op:
     return Op(name=d["name"], inputs=tuple(d["inputs"]), outputs=tuple(d["outputs"]),
               attrs=d["attrs"], scope=d["scope"], source=d["source"],
               blocks=tuple(_decode_block(b) for b in d["blocks"]), index=d["index"])
 
 
-def _tensor(d, cls=Tensor):
+_T = TypeVar("_T", bound=Tensor)
+
+
+def _tensor(d: dict[str, Any], cls: type[_T] = Tensor) -> _T:  # type: ignore[assignment]  # NOTE: a TypeVar default
     # NOTE: fields a later minor version added are left out, as the version rule promises.
     known = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: tuple(v) if k in _TUPLES else v for k, v in d.items() if k in known})
+    fields: dict[str, Any] = {k: tuple(v) if k in _TUPLES else v for k, v in d.items() if k in known}
+    return cls(**fields)
 
 
 _TUPLES = frozenset({"shape", "dims_mapping", "mesh_axes", "mesh_shape"})
 
 
-def _decode_graph(d) -> Graph:
+def _decode_graph(d: dict[str, Any]) -> Graph:
     return Graph(block=_decode_block(d["block"]),
                  feeds=tuple(_tensor(t) for t in d["feeds"]),
                  params=tuple(_tensor(t, Param) for t in d["params"]),

@@ -3,10 +3,16 @@
 `producer` maps a value id to the Op that makes it."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from . import Op
+
 SWAP_LAST_TWO = [0, 1, 3, 2]        # the transpose perm of k^T in q @ k^T, as Paddle code writes it
 
 
-def unrepeated_heads(value: int, producer) -> int | None:
+def unrepeated_heads(value: int | None, producer: Mapping[Any, Op]) -> int | None:
     """The [B, KV, S, D] tensor that `value` repeats as reshape(expand(unsqueeze(t, [2]), [B, KV, G, S, D]),
     [B, KV * G, S, D]), or None when it is not that. The shape operands are constants, or, with a batch
     fixed only at call time, stacks of the tensor's own dimensions (slices of its shape) and constants."""
@@ -38,7 +44,7 @@ def unrepeated_heads(value: int, producer) -> int | None:
     return t
 
 
-def slot_parts(value: int, producer) -> tuple[int, ...]:
+def slot_parts(value: int | None, producer: Mapping[Any, Op]) -> tuple[int | None, ...]:
     """The parts `value` concatenates along its slots axis (the keys' or values' [.., S, D] axis -2, as a KV
     cache appends a step's new ones to what it holds: concat([cache, new], axis=-2)), or (value,) when it is
     not such a concatenation."""
@@ -55,7 +61,7 @@ def slot_parts(value: int, producer) -> tuple[int, ...]:
     return tuple(combine.inputs)
 
 
-def _dims(value: int, producer) -> list | None:
+def _dims(value: int | None, producer: Mapping[Any, Op]) -> list | None:
     """A shape operand's entries: an int where it is a constant, else the id of the value it stacks."""
     fixed = _constant(value, producer)
     if fixed is not None:
@@ -67,14 +73,14 @@ def _dims(value: int, producer) -> list | None:
     return [_scalar(v, producer) for v in combine.inputs]
 
 
-def _scalar(value: int, producer) -> int | str:
+def _scalar(value: int | None, producer: Mapping[Any, Op]) -> int | str:
     op = producer.get(value)
     if op is not None and op.name == "pd_op.full" and float(op.attrs.get("value", 0.5)).is_integer():
         return int(op.attrs["value"])
     return f"%{value}"                  # NOTE: a str, so no value id passes for a constant
 
 
-def _is_dim_of(entry, t: int, axis: int, producer) -> bool:
+def _is_dim_of(entry: int | str, t: int | None, axis: int, producer: Mapping[Any, Op]) -> bool:
     """Whether a shape entry is t's size along `axis`: a positive constant (taken as written, as a fixed
     shape is: where it broadcasts t's 1, the grouped products broadcast it too), -1 (keep the size), or
     slice(shape(t), [axis], [axis + 1])."""
@@ -89,7 +95,7 @@ def _is_dim_of(entry, t: int, axis: int, producer) -> bool:
             and bounds == [[axis], [axis + 1]])
 
 
-def _constant(value: int, producer) -> list[int] | None:
+def _constant(value: int | None, producer: Mapping[Any, Op]) -> list[int] | None:
     op = producer.get(value)
     if op is None or op.name != "pd_op.full_int_array":
         return None
