@@ -35,12 +35,12 @@ test: lint $(STAMP) $(PF_STAMP)
 	$(MAKE) --no-print-directory docs-build
 	$(BIN)/python -m pytest tests -n $(JOBS) --dist worksteal -p no:cacheprovider --durations=30
 
-# The docs site (mkdocs.yml, docs/): `make docs` serves it at http://127.0.0.1:8000 and rebuilds on each edit;
+# The docs site (mkdocs.yml, docs/): `make docs` serves it at http://127.0.0.1:8001 (8000 is the docs examples' server port) and rebuilds on each edit;
 # `make docs-build` builds it into site/, where any warning (a broken link, a missing page) fails it.
 # The pages' code runs as tests in tests/test_docs.py.
 .PHONY: docs docs-build
 docs: $(STAMP)
-	$(BIN)/mkdocs serve
+	$(BIN)/mkdocs serve -a 127.0.0.1:8001
 
 docs-build: $(STAMP)
 	$(BIN)/mkdocs build --strict -d site

@@ -4,6 +4,7 @@ Nothing here imports paddle at module level: the parent process of a benchmark s
 measured configuration runs in a fresh worker process of its own (see `run_worker`)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -115,7 +116,7 @@ def paddle_matmul_rate(sizes: Sequence[int] = (2048, 4096), repeats: int = 5) ->
     rates = {}
     for n in sizes:
         a, b = paddle.randn([n, n]), paddle.randn([n, n])
-        rates[n] = best_rate(lambda: paddle.matmul(a, b), 2 * n**3, repeats)
+        rates[n] = best_rate(lambda a=a, b=b: paddle.matmul(a, b), 2 * n**3, repeats)
     return {"fp32_gflops": round(max(w for w, _ in rates.values()), 2),
             "fp32_gflops_per_cpu_second": round(max(c for _, c in rates.values()), 2),
             "fp32_by_size": {str(n): round(w, 2) for n, (w, _) in rates.items()},
@@ -282,7 +283,8 @@ class Worker:
     """A fresh Python process running `script --worker job.json`, answering one JSON line per request.
 
     Requests: "setup KEY" (build, compile, first call), "warmup KEY", "time KEY" (one timed call),
-    "finish KEY" (save the outputs), "quit"; a worker may serve several configurations (keys). `env` is applied on top of this process's environment (None removes a variable)."""
+    "finish KEY" (save the outputs), "quit"; a worker may serve several configurations (keys). `env` is applied
+    on top of this process's environment (None removes a variable)."""
 
     def __init__(self, script: str, job: Mapping[str, Any], *, env: Mapping[str, str | None], workdir: str, tag: str):
         self.tag = tag
@@ -296,7 +298,7 @@ class Worker:
                 full_env.pop(k, None)
             else:
                 full_env[k] = v
-        self._log = open(self.log_path, "w", encoding="utf-8")
+        self._log = open(self.log_path, "w", encoding="utf-8")  # noqa: SIM115 (open while the worker lives; close() closes it)
         self.proc = subprocess.Popen([sys.executable, script, "--worker", job_path], env=full_env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log)
         self._buf = b""
@@ -342,10 +344,8 @@ class Worker:
 
     def close(self) -> None:
         if self.proc.poll() is None:
-            try:
+            with contextlib.suppress(WorkerError):
                 self.request("quit", 30)
-            except WorkerError:
-                pass
             try:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:

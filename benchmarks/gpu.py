@@ -27,7 +27,8 @@ import os  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
-from typing import Any, Callable  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import Any  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))

@@ -14,7 +14,7 @@ Timing the first call of a turn instead penalised XLA alone: right after another
 bf16 BERT ran bimodally (465-475 or 500-520 ms) while Paddle Inference's calls were unaffected. Every worker builds
 the same weights from the same seed, and the outputs are compared with Paddle eager's. The machine's
 matmul peak is measured in the same run, and the JSON lands in benchmarks/results/inference.json.
-"""
+"""  # noqa: E501 (a shell command, kept on one line to copy and paste)
 from __future__ import annotations
 
 import argparse

@@ -335,7 +335,7 @@ def main(argv=None) -> int:
               "settings": {k: getattr(args, k) for k in ("concurrency", "max_batch", "delay_us", "seconds", "max_seconds",
                                                          "max_requests", "repeats", "pool", "batches", "quick")},
               "models": models}
-    for name, r in models.items():
+    for r in models.values():
         r["goals"] = goals(r, args)
     report["wall_s"] = time.monotonic() - started
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
@@ -344,7 +344,8 @@ def main(argv=None) -> int:
     print(markdown(report))
     for name, r in models.items():
         for g in r["goals"]:
-            print(f"{'PASS' if g['pass'] else 'MISS'}  {name}: {g['goal']}: {g['measured']:.1f} vs {g['bound']:.1f} {g['unit']}")
+            print(f"{'PASS' if g['pass'] else 'MISS'}  {name}: {g['goal']}: "
+                  f"{g['measured']:.1f} vs {g['bound']:.1f} {g['unit']}")
     bad = [(name, key, c, lv) for name, r in models.items() for key, s in r["served"].items()
            for c, lv in s["levels"].items() if lv["wrong_answers"] or lv["failed"]]
     for name, key, c, lv in bad:

@@ -1,6 +1,7 @@
 """Start-up noise that says nothing about the user's model, hidden unless asked: Paddle's glog lines,
-its ccache warning and its static-graph notes on .place/.contiguous() and on cond branches during capture, JAX's report that it found no TPU on a machine that has none, matplotlib's
-font-cache notice. `PADDLE_XLA_VERBOSE=1` (or the CLI's --verbose) shows them all again.
+its ccache warning and its static-graph notes on .place/.contiguous() and on cond branches during capture,
+JAX's report that it found no TPU on a machine that has none, matplotlib's font-cache notice.
+`PADDLE_XLA_VERBOSE=1` (or the CLI's --verbose) shows them all again.
 
 Two levels. Importing paddle_xla hides only those named lines, so a library user's own warnings,
 and Paddle's warnings about their model, still show. The command line hides every Paddle
@@ -69,7 +70,7 @@ def show_everything() -> None:
     os.environ["PADDLE_XLA_VERBOSE"] = "1"
     for f in _ADDED:
         if f in warnings.filters:
-            warnings.filters.remove(f)
+            warnings.filters.remove(f)  # type: ignore[attr-defined]  # NOTE: a list at run time
     _ADDED.clear()
     for name in _NOISY_LOGGERS:
         logging.getLogger(name).setLevel(logging.NOTSET)

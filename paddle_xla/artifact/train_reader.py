@@ -76,7 +76,8 @@ class TrainArtifact(fmt.ManifestViews):
             opt_state = _restore(self.path, "opt", opt_state, arrays)
         if "rng" not in arrays:
             raise ModelLoadError(f"The train state in {self.path!r} has no RNG key; export it again.")
-        return TrainState(params, buffers, opt_state, int(self.info["step"]), jax.random.wrap_key_data(arrays["rng"]))
+        key = jax.random.wrap_key_data(arrays["rng"])  # type: ignore[arg-type]  # NOTE: jax takes a NumPy key
+        return TrainState(params, buffers, opt_state, int(self.info["step"]), key)
 
     # -- choosing how to run --
     def _pick(self, members, prefer_graph: bool):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -84,7 +84,8 @@ def export_train(step, path: str, platforms: Sequence[str] = ("cpu",), example_i
     key_data = np.asarray(jax.random.key_data(state.key))
     why_not = exportable(strategy)
     policies = {p: LoweringPolicy.tuned(p, strategy.precision) for p in platforms}
-    exported, shapes = {}, {}
+    exported: dict[str, bytes] = {}
+    shapes: dict = {}
     if why_not is None:
         head = (avals({k: weights[k] for k in trainable}), avals({k: v for k, v in weights.items()
                                                                     if k not in state.params}), opt_avals)
@@ -133,7 +134,7 @@ def _strategy_json(strategy: Strategy) -> bytes:
 def _check_schedule_travels(schedule: lr_lib.Schedule) -> None:
     """A schedule that runs Python on the host (LambdaDecay, MultiplicativeDecay) or reads metrics
     (ReduceOnPlateau) cannot be rebuilt where the artifact is loaded."""
-    inner = schedule
+    inner: Any = schedule
     while isinstance(getattr(inner, "learning_rate", None), lr_lib.Schedule):
         inner = inner.learning_rate
     if getattr(schedule, "host_only", False) or getattr(inner, "host_only", False):

@@ -22,6 +22,7 @@ writes that slot back into its buffer. So one decode program serves every step.
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import numpy as np
 import paddle
@@ -158,8 +159,9 @@ def capture_prefill(model, batch: int, length: int) -> Captured:
 def capture_decode(model, batch: int, slots: int, dtype: str = "float32", tokens: int = 1) -> Captured:
     """The decode step on `tokens` new tokens per row (1: the decode step; more: a prefill chunk)."""
     layers, kv_heads, head_dim = cache_geometry(model)
+    past_dtype: Any = dtype                 # NOTE: Paddle's stub lists the dtype names as literals
     specs = [InputSpec([batch, tokens], "int64", "input_ids"),
              InputSpec([batch, slots + tokens], "int64", "attention_mask"),
              InputSpec([batch, tokens], "int64", "position_ids"),
-             InputSpec([2 * layers, batch, kv_heads, slots, head_dim], dtype, "past")]
+             InputSpec([2 * layers, batch, kv_heads, slots, head_dim], past_dtype, "past")]
     return from_layer(_DecodeStep(model, cache_class(model), layers, tokens), specs, training=False)

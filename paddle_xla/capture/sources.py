@@ -104,7 +104,8 @@ def _weight(p, graph: Graph) -> np.ndarray:
         if _processes() == mesh.size:
             return _joined(p)
         raise CaptureError(
-            f"The weight {p.name!r} is split by paddle.distributed.shard_tensor over a process mesh of {list(mesh.shape)}, "
+            f"The weight {p.name!r} is split by paddle.distributed.shard_tensor over a process mesh of "
+            f"{list(mesh.shape)}, "
             f"and this one process holds only its own slice ({list(p._local_value().shape)} of {list(p.shape)}; "
             f"Paddle says: {str(e).strip().splitlines()[0][:120]}). Either run the script in one process per rank, "
             f"`paddle-xla launch --nproc {mesh.size} script.py`, whose processes join their slices; or, in one "

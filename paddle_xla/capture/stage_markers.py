@@ -9,6 +9,7 @@ between its entry and exit (by `Operation.id()`, stable within a program). After
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import paddle
 
@@ -22,7 +23,7 @@ _KEEP_PROGRAMS = 16
 
 @dataclass
 class _Record:
-    program: object
+    program: Any                       # the paddle static Program being traced
     stage: int
     op_ids: list[int]
 
@@ -68,7 +69,7 @@ def markers(graph: Graph) -> dict[int, int]:
     """{index into graph.block.ops: stage} from the px.stage blocks seen while tracing this Graph's
     program; empty when the model code has none."""
     names = [op.name for op in graph.block.ops]
-    seen = []
+    seen: list = []
     for rec in reversed(_RECORDS):
         if any(rec.program is p for p in seen):
             continue

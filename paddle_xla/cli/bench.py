@@ -60,7 +60,7 @@ def _value(text: str) -> Any:
     return None if lowered == "none" else text
 
 
-def time_calls(fn: Callable[[], Any], repeats: int) -> dict[str, float]:
+def time_calls(fn: Callable[[], Any], repeats: int) -> dict[str, Any]:
     """One untimed call, then `repeats` timed ones (fn must block until its result is ready)."""
     fn()
     samples = []
@@ -154,7 +154,8 @@ def time_interleaved(builders: Mapping[str, Callable[[], Callable[[], Any]]], ro
 
     NOTE: on a shared machine the speed drifts over minutes; timing configurations back to back
     would give each its own drift, interleaving gives them all the same."""
-    steps, out = {}, {}
+    steps: dict[str, Any] = {}
+    out: dict[str, dict[str, Any]] = {}
     for name, build in builders.items():
         try:
             steps[name] = build()
@@ -326,7 +327,7 @@ def add_rates(r: dict[str, Any], batch: int, flops: float, peak_gflops: float) -
 def _ratios(configs: dict[str, dict[str, Any]]) -> None:
     paddle_best = min((r["step_s"] for c, r in configs.items() if not c.startswith("paddle_xla") and "step_s" in r),
                       default=None)
-    for c, r in configs.items():
+    for r in configs.values():
         if paddle_best and "step_s" in r:
             r["speedup_vs_paddle_best"] = paddle_best / r["step_s"]
 

@@ -76,7 +76,7 @@ def _paddle_eager_call(s):
 
 
 def _print_timings(console, timings: dict[str, float], name: str, batch: int, seq: int) -> None:
-    best_name = min((k for k in timings if k.startswith("Paddle")), key=timings.get)
+    best_name = min((k for k in timings if k.startswith("Paddle")), key=lambda k: timings[k])
     best = timings[best_name]
     table = Table(title=f"BERT-{name} inference, batch {batch}, seq {seq}: median of {ROUNDS} calls, the "
                         f"configurations taking turns in this process after one untimed call each")

@@ -41,7 +41,7 @@ INPUT = "input_ids"
 def _flow(graph: Graph) -> tuple[set[int], set[int]]:
     """(values computed from the tokens, values computed from the input's shape only)."""
     feed = {f.value for f in graph.feeds if f.name == INPUT}
-    data, shaped = set(feed), set()
+    data, shaped = set(feed), set[int]()
     for op in graph.block.ops:
         ins = {v for v in op.inputs if v is not None}
         if op.name == "pd_op.shape" or op.name == "pd_op.shape64":
@@ -122,9 +122,9 @@ def derive(graph: Graph, batch: int, length: int, slots: int | None) -> Graph:
     width = 1 if step else length
     mask, pos = r.new(), r.new()
     feeds = [Tensor(INPUT, ids.value, (batch, width), ids.dtype),
-             Tensor("attention_mask", mask, (batch, slots + 1 if step else length), "int64"),
+             Tensor("attention_mask", mask, (batch, slots + 1 if slots is not None else length), "int64"),
              Tensor("position_ids", pos, (batch, width), "int64")]
-    if step:
+    if slots is not None:
         past = r.new()
         feeds.append(Tensor("past", past, (len(matmuls), batch, -1, slots, -1), "float32"))
     cached = []

@@ -207,7 +207,7 @@ class Interpreter:
         except Exception as e:
             raise LoweringError(f"Lowering {op.name}{_where(op)} failed: {type(e).__name__}: {e}{_source(op)}") from e
         out = tuple(out) if isinstance(out, tuple) else (out,)
-        if nhwc:
+        if nhwc and self.layout is not None:
             self.layout.hold(op.outputs[0])
         return out + (None,) * (len(op.outputs) - len(out))
 

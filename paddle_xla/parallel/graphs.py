@@ -70,7 +70,7 @@ def repeated_layers(scopes: Sequence[str]) -> set[str]:
         parts = _parts(scope)
         for d, part in enumerate(parts):
             parent = "/".join(parts[:d])
-            siblings[(parent, _INDEX.match(part)["base"])].add(part)
+            siblings[(parent, _INDEX.match(part)["base"])].add(part)  # type: ignore[index]  # NOTE: matches any string
     return {f"{parent}/{name}" if parent else name
             for (parent, _), names in siblings.items() if len(names) > 1 for name in names}
 

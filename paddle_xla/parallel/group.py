@@ -35,10 +35,12 @@ class Group:
 
     @property
     def host(self) -> str:
+        assert self.coordinator is not None           # NOTE: asked only where one was given
         return self.coordinator.rsplit(":", 1)[0].strip("[]")
 
     @property
     def port(self) -> int:
+        assert self.coordinator is not None
         return int(self.coordinator.rsplit(":", 1)[1])
 
     def describe(self) -> str:
@@ -162,7 +164,9 @@ def _slurm(env):
 
 def _first_host(nodelist: str) -> str:
     """The first host of a SLURM node list: "gpu[003-005,9],cpu1" -> "gpu003"."""
-    prefix, ranges = re.match(r"([^,\[]*)(?:\[([^\]]*)\])?", nodelist).groups()
+    match = re.match(r"([^,\[]*)(?:\[([^\]]*)\])?", nodelist)
+    assert match is not None                          # NOTE: the pattern matches any string (maybe empty)
+    prefix, ranges = match.groups()
     return prefix if ranges is None else prefix + re.split(r"[,-]", ranges)[0]
 
 

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 
 def initialize() -> bool:
     """Join the process group named by the environment; False (and nothing done) without one."""
@@ -45,7 +46,7 @@ def child_env(rank: int, nproc: int, coordinator: str, cpu_devices: int | None) 
     return env
 
 
-def launch(script: str, args: list[str] = (), nproc: int = 2, cpu_devices: int | None = None,
+def launch(script: str, args: Sequence[str] = (), nproc: int = 2, cpu_devices: int | None = None,
            port: int | None = None, timeout: float | None = None) -> int:
     """Run `script` in `nproc` processes on this host; the first failing exit code, else 0. When one
     process fails the others are stopped, since they would wait for it forever."""

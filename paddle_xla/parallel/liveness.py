@@ -14,6 +14,7 @@ temporary file and renamed). TCP keepalive covers a host that vanishes without c
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import select
 import socket
@@ -117,10 +118,8 @@ def _readline(conn: socket.socket) -> str:
 
 def _tell_others(message: str) -> None:
     for conn in list(_State.peers.values()):
-        try:
+        with contextlib.suppress(OSError):
             conn.sendall(f"{message}\n".encode())
-        except OSError:
-            pass
 
 
 def _stop(me: int, lost: int, host: str, failed: bool) -> None:

@@ -4,8 +4,9 @@ IPUs, each stage's layers split over `tensor` devices, and its sequence over `se
 Device (r, s, q, t) holds part t of sequence part q of pipeline stage s of replica r. The tensor axis is
 innermost, then the sequence (whose attention gathers keys and values), then the stage: the devices that
 split one layer (the chattiest collectives) sit next to each other in jax.devices() order, then a
-replica's stages, so on a multi-host run both stay within a host where they can. The axes are Auto (GSPMD places the tensor axis's collectives; jax.make_mesh's default,
-Explicit, would refuse sharding constraints inside a shard_map)."""
+replica's stages, so on a multi-host run both stay within a host where they can. The axes are Auto (GSPMD
+places the tensor axis's collectives; jax.make_mesh's default, Explicit, would refuse sharding constraints
+inside a shard_map)."""
 from __future__ import annotations
 
 import jax

@@ -131,7 +131,7 @@ class Packing:
 
 
 def _split_of(path, shape: tuple, split_dims: Mapping[str, int], tensor: int) -> int | None:
-    return split_dim(shape, split_dims.get(getattr(path[0], "key", None)), tensor) if path else None
+    return split_dim(shape, split_dims.get(getattr(path[0], "key", "")), tensor) if path else None
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ class Natural:
     """No packing: the dict stays as it is. One stage has nothing unlike to pack, and packing costs
     copies (on CPU a packed one-device step ran ~45% slower than the plain one)."""
     keys: tuple[str, ...]
-    sizes: Mapping[str, int] = None
+    sizes: Mapping[str, int] | None = None
 
     def pack(self, value, widths=None, xp=jnp):
         return {k: value[k] for k in self.keys}

@@ -82,10 +82,10 @@ def gpipe(ctx: Context, P, Sh, B, feeds, keys, scale, fetch_templates):
             valid = (m >= 0) & (m < M)
             mi = jnp.clip(m, 0, M - 1)
             fm = jax.tree.map(lambda x: x[mi], feeds)
-            out, l, fetch, newB = jax.lax.switch(jnp.where(valid, s, S), fns, inbox, fm, keys[mi], P, Sh, B)
+            out, step_loss, fetch, newB = jax.lax.switch(jnp.where(valid, s, S), fns, inbox, fm, keys[mi], P, Sh, B)
             bsum = jax.tree.map(lambda a, b: jnp.where(valid, a, b), add_buffers(bsum, newB), bsum)
             nxt = jax.lax.ppermute(out, "stage", [(i, i + 1) for i in range(S - 1)])
-            return (nxt, loss + l, bsum), fetch
+            return (nxt, loss + step_loss, bsum), fetch
 
         (_, loss, bsum), fetches = jax.lax.scan(tick, (box0, jnp.float32(0.0), zeros_like_tree(B)),
                                                 jnp.arange(M + S - 1))

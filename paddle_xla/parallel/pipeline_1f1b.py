@@ -118,15 +118,15 @@ def one_f_one_b(ctx: Context, P, Sh, B, feeds, keys, scale, fetch_templates):
         stash = jax.tree.map(lambda st, x: st.at[fi % K].set(jnp.where(keep, x, st[fi % K])), stash, inbox)
         out, newB_f = jax.lax.switch(jnp.where(run_f, s, S - 1), fwd, inbox, pick(fi), keys[fi], P, Sh, B)
         stashed = jax.tree.map(lambda st: st[bi % K], stash)
-        dIn, dP, dSh, l, fetch, newB_b = jax.lax.switch(jnp.where(run_b, s, S), bwd, stashed, gin, pick(bi),
-                                                        keys[bi], P, Sh, B, scale)
+        dIn, dP, dSh, step_loss, fetch, newB_b = jax.lax.switch(jnp.where(run_b, s, S), bwd, stashed, gin,
+                                                                pick(bi), keys[bi], P, Sh, B, scale)
         add = lambda a, c: jax.tree.map(jnp.add, a, c)  # noqa: E731
         bsum = jax.tree.map(lambda a, c: jnp.where(run_f, a, c), add_buffers(bsum, newB_f), bsum)
         last_b = run_b & (s == S - 1)
         bsum = jax.tree.map(lambda a, c: jnp.where(last_b, a, c), add_buffers(bsum, newB_b), bsum)
         nxt = jax.lax.ppermute(out, "stage", to_next)
         back = jax.lax.ppermute(dIn, "stage", to_prev)
-        return (nxt, back, stash, add(gP, dP), add(gSh, dSh), loss + l, bsum), fetch
+        return (nxt, back, stash, add(gP, dP), add(gSh, dSh), loss + step_loss, bsum), fetch
 
     stash0 = {dt: jnp.zeros((K,) + x.shape, x.dtype) for dt, x in box0.items()}
     init = (box0, _floating(box0), stash0, zeros_like_tree(P), zeros_like_tree(Sh), jnp.float32(0.0),

@@ -44,7 +44,7 @@ def _propagate(flow: DataFlow, given: Mapping[int, int], strict: bool) -> list[i
         if not flow.weighted[i]:
             out.append(None)
             continue
-        inputs = [out[p] for p in flow.producers(i) if out[p] is not None]
+        inputs = [s for s in (out[p] for p in flow.producers(i)) if s is not None]
         low = max(inputs, default=0)
         if i in given:
             if given[i] < low and strict:
@@ -99,7 +99,8 @@ def auto(flow: DataFlow, stages: int, cost: Sequence[float], cut_bytes: Sequence
     for s in range(stages):
         for j in range(bounds[s], bounds[s + 1]):
             stage_of[idx[j]] = s
-    return Placement(stages, _propagate(flow, {i: stage_of[i] for i in idx}, strict=False), "auto", list(cost))
+    given = {i: st for i in idx if (st := stage_of[i]) is not None}    # NOTE: every index in idx has its stage
+    return Placement(stages, _propagate(flow, given, strict=False), "auto", list(cost))
 
 
 def _balanced_cuts(c: np.ndarray, stages: int) -> list[int]:

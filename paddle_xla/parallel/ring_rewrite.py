@@ -36,8 +36,9 @@ def rewrite(graph: Graph, *, axis: str, size: int, mesh) -> Graph:
     ops = list(graph.block.ops)
     readers = graph.read_counts()
     producer = {v: i for i, op in enumerate(ops) for v in op.outputs}
-    fused, dropped = {}, set()
-    for i, op in enumerate(ops):
+    fused: dict = {}
+    dropped: set[int] = set()
+    for i in range(len(ops)):
         found = _attention(i, ops, producer, readers)
         if found is None or found.chain & dropped:
             continue

@@ -69,7 +69,7 @@ class ShardedEngine(EngineBase):
         self.buffer_layouts = (Natural(self.buffer_names),)
         self.opt_layouts = (Natural(tuple(self.opt_tpl)),)
         self.packed = {"P": False, "B": False, "O": False}
-        self.widths = {"params": {}, "buffers": {}, "opt": {}}
+        self.widths: dict[str, dict] = {"params": {}, "buffers": {}, "opt": {}}
         s3 = st.sharding >= 3
         self.shard_P = {n: self._sharding(shapes[n], n, replica=s3) for n in self.trainable}
         self.shard_B = {n: self._sharding(shapes[n], n, replica=False) for n in self.buffer_names}

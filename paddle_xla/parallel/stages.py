@@ -32,8 +32,8 @@ def ownership(graph: Graph, placement: Placement) -> Ownership:
             for name in flow.params_read(i):
                 readers[name].add(s)
     S = placement.stages
-    trainable = [[] for _ in range(S)]
-    buffers = [[] for _ in range(S)]
+    trainable: list[list[str]] = [[] for _ in range(S)]
+    buffers: list[list[str]] = [[] for _ in range(S)]
     shared = []
     for p in graph.params:
         where = readers[p.name] or {0}   # NOTE: an unread weight stays with stage 0, as Paddle keeps it

@@ -36,8 +36,7 @@ def stage_configs(config: optim.OptimizerConfig, owned: tuple[tuple[str, ...], .
 
 def _global_groups(config: optim.OptimizerConfig) -> list[tuple[int, clip_lib.ClipGradByGlobalNorm]]:
     groups = sorted({config.settings(n).group for n in config.trainable()})
-    return [(g, config.clip_of_group(g)) for g in groups
-            if isinstance(config.clip_of_group(g), clip_lib.ClipGradByGlobalNorm)]
+    return [(g, clip) for g in groups if isinstance(clip := config.clip_of_group(g), clip_lib.ClipGradByGlobalNorm)]
 
 
 def _scale_for(clip: clip_lib.ClipGradByGlobalNorm, norm):

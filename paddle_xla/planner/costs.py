@@ -92,7 +92,7 @@ def _residual_bytes(graph: Graph, precision: str, remat: bool, batch: int) -> tu
     lengths = {f.shape[1] for f in graph.feeds if is_token_input(f) and f.shape[1] > 1}
     # NOTE: [.., heads, T, T]: 4-D or more with both last dimensions one length, so a [B, T, hidden] state
     # whose hidden size happens to equal T is not taken for scores
-    scores = [a for a in saved if len(a.shape) >= 4 and a.shape[-1] == a.shape[-2] and a.shape[-1] in lengths]
+    scores = [a for a in saved if len(a.shape) >= 4 and a.shape[-1] == a.shape[-2] and a.shape[-1] in lengths]  # type: ignore[attr-defined]  # NOTE: ShapedArrays
     return float(sum(map(_nbytes, saved))), float(sum(map(_nbytes, scores)))
 
 

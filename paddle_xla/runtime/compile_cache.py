@@ -46,7 +46,7 @@ def enable_compile_cache(path: str | None = None, min_compile_secs: float = MIN_
     """Turn on JAX's persistent compilation cache; return the folder in use (None when off).
 
     A cache folder the user already gave JAX (JAX_COMPILATION_CACHE_DIR, jax.config) is kept."""
-    current = jax.config.jax_compilation_cache_dir
+    current = jax.config.jax_compilation_cache_dir  # type: ignore[attr-defined]  # NOTE: set on jax.config at run time
     if current and path is None:
         return current  # NOTE: the user's own JAX setting wins over our default
     path = path or cache_dir()
@@ -160,7 +160,7 @@ def compiles_seen() -> Iterator[list[str]]:
     means nothing new was asked of the compiler."""
     seen: list[str] = []
 
-    def record(event: str, secs: float, **kwargs) -> None:
+    def record(event: str, duration_secs: float, **kwargs: str | int) -> None:
         if event.startswith("/jax/core/compile/"):
             seen.append(event)
     jax.monitoring.register_event_duration_secs_listener(record)

@@ -31,7 +31,7 @@ class CompiledModel:
     def __init__(self, graph: Graph, weights: Mapping[str, np.ndarray], seed: int = 0, key=None, strategy=None,
                  policy: LoweringPolicy | None = None):
         self.graph = graph
-        self.source_weights = weights          # as Paddle laid them out (export writes these)
+        self.source_weights: Mapping[str, Any] = weights          # as Paddle laid them out (export writes these)
         # NOTE: inference honours Strategy.precision only: half compute, float32 weights and outputs.
         if strategy is not None and strategy.quant_type is not None:
             raise StrategyError(f"Strategy(quant_type={strategy.quant_type!r}) applies to px.Generator only; "

@@ -54,7 +54,7 @@ class StepRunner:
         self.name = name or graph.meta.get("source", "model")     # what the compile progress line calls it
         self.strategy = shares.strategy_for_group(strategy if strategy is not None else Strategy())
         self.engine = None
-        self._grads_jit = None
+        self._grads_jit: Callable | None = None
         self._seen: set[tuple] = set()      # signatures compiled so far (jax.jit caches the executables)
         if self.strategy.is_default:
             update = functools.partial(optim.apply, config)

@@ -13,7 +13,7 @@ CONVOLUTIONS = frozenset(f"pd_op.{n}" for n in (
 YNN_TYPES = "xla_cpu_experimental_ynn_fusion_type"
 
 
-def inference_options(graph: Graph) -> dict[str, str] | None:
+def inference_options(graph: Graph) -> dict[str, str | bool] | None:
     """Options for compiling `graph`'s forward program, or None for XLA's defaults.
 
     NOTE: on XLA:CPU, YNNPACK convolutions scale poorly to the few threads of a small machine; with
@@ -26,7 +26,7 @@ def has_convolutions(graph: Graph) -> bool:
     return any(op.name in CONVOLUTIONS for op in graph.ops())
 
 
-def options_for(convolutions: bool) -> dict[str, str] | None:
+def options_for(convolutions: bool) -> dict[str, str | bool] | None:
     """inference_options for a program known only by whether it convolves (an artifact's manifest says).
 
     NOTE: artifacts compiled without them until LOWERING_VERSION 4: ResNet-50 b8 from a .pxa, 2 cores,

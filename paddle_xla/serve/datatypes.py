@@ -42,7 +42,7 @@ def to_json_list(array: np.ndarray) -> list:
         array = array.astype(np.float32)   # NOTE: bfloat16 scalars are not JSON-serializable as they are
     values = array.ravel().tolist()
     if array.dtype.kind == "f" and not np.isfinite(array).all():
-        values = [v if math.isfinite(v) else _NON_FINITE[math.copysign(1, v) if math.isinf(v) else 0]
+        values = [v if math.isfinite(v) else _NON_FINITE[int(math.copysign(1, v)) if math.isinf(v) else 0]
                   for v in values]
     return values
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from typing import Sequence, Union
+from typing import Any, Sequence
 
-Dim = Union[int, str]   # a fixed size, or the name of a symbolic dimension
+Dim = int | str   # a fixed size, or the name of a symbolic dimension
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +62,7 @@ def warmup_shapes(layout: BatchLayout, batch_sizes: Sequence[int],
     sizes = batch_sizes if layout.batch else [None]
     shapes = []
     for size, *lengths in itertools.product(sizes, *[buckets] * len(layout.buckets)):
-        value = {layout.batch: size, **dict(zip(layout.buckets, lengths))}
+        value: dict[str | None, Any] = {layout.batch: size, **dict(zip(layout.buckets, lengths))}
         shapes.append({name: tuple(value[d] if isinstance(d, str) else d for d in dims)
                        for name, dims in layout.inputs.items()})
     return shapes

@@ -73,8 +73,8 @@ def unstack(outputs: Mapping[str, np.ndarray], rows: Sequence[int], lengths: Seq
         answer = {}
         for name, array in outputs.items():
             index = [slice(start, start + n)]
-            dims = layout.outputs[name][1:] if own else ()
-            index += [slice(0, own[d]) if d in own else slice(None) for d in dims]
+            dims = layout.outputs[name][1:] if own and layout.outputs is not None else ()
+            index += [slice(0, own[d]) if isinstance(d, str) and d in own else slice(None) for d in dims]
             answer[name] = array[tuple(index)]
         answers.append(answer)
         start += n

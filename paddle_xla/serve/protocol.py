@@ -98,13 +98,13 @@ def encode(model: str, request_id: str | None, outputs: list[tuple[TensorMeta, n
 # ---- request form ----------------------------------------------------------------------------------
 def _split(body: bytes, header_length: str | None) -> tuple[memoryview, memoryview]:
     """(JSON header, binary part), as views: a large tensor's bytes are not copied on the way to NumPy."""
-    body = memoryview(body)
+    view = memoryview(body)
     if header_length is None:
-        return body, body[len(body):]
-    if not header_length.strip().isdigit() or int(header_length) > len(body):
+        return view, view[len(view):]
+    if not header_length.strip().isdigit() or int(header_length) > len(view):
         raise bad_request(f"{HEADER_LENGTH} is {header_length!r}, but the body is {len(body)} bytes; it must be "
                           "the length of the JSON header at the start of the body.")
-    return body[:int(header_length)], body[int(header_length):]
+    return view[:int(header_length)], view[int(header_length):]
 
 
 def _object(value, what: str) -> dict:

@@ -10,6 +10,7 @@ class RequestError(PaddleXlaError):
     def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.message, self.headers = status, message, headers or {}
+        self.param: str | None = None       # the request field at fault, where one is (OpenAI's "param")
 
 
 def bad_request(message: str) -> RequestError:

@@ -31,10 +31,11 @@ class Flag:
         return {"negated": not self.default, "sizes": None}.get(self.kind, self.default)
 
     @property
-    def cli_type(self) -> type:
+    def cli_type(self) -> Any:
         if self.kind == "negated":
             return bool
-        return Optional[str] if self.kind == "sizes" or self.default is None else type(self.default)
+        # NOTE: a value typer reads as the flag's type (it knows typing.Optional)
+        return Optional[str] if self.kind == "sizes" or self.default is None else type(self.default)  # noqa: UP045
 
     def value(self, given: Any) -> Any:
         """The field's value from the flag's."""

@@ -18,7 +18,8 @@ def check_inputs(request: InferRequest, model: ServedModel, max_batch_size: int)
     if twice:
         raise bad_request(f"Input(s) {twice} are given twice; send each of {_specs(model)} once.")
     if unknown or missing:
-        what = "; ".join(filter(None, [unknown and f"unknown input(s) {unknown}", missing and f"missing input(s) {missing}"]))
+        what = "; ".join(filter(None, [f"unknown input(s) {unknown}" if unknown else None,
+                                       f"missing input(s) {missing}" if missing else None]))
         raise bad_request(f"Model {model.name!r}: {what}. Its inputs are {_specs(model)}.")
     shapes = {}
     for item in request.inputs:
@@ -57,7 +58,8 @@ def _check_one(meta: TensorMeta, datatype: str, shape: list[int]) -> None:
 def _check_shared_dims(model: ServedModel, shapes: dict[str, list[int]]) -> None:
     """Free dimensions the exporter made one symbol (the batch; a sequence length shared by
     input_ids and attention_mask) must have one size in a request."""
-    layout, seen = model.layout, {}
+    layout = model.layout
+    seen: dict[str, tuple[str, int, int]] = {}
     for name, dims in layout.inputs.items():
         for axis, dim in enumerate(dims):
             if not isinstance(dim, str) or not (layout.symbolic or dim == layout.batch):

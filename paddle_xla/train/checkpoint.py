@@ -76,7 +76,7 @@ def _read(path: str):
     try:
         with safe_open(path, framework="numpy") as f:
             meta = f.metadata() or {}
-            arrays = {k: f.get_tensor(k) for k in f.keys()}
+            arrays = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open is no dict: keys() lists it)
     except FileNotFoundError:
         raise CheckpointError(f"No checkpoint at {path!r}.") from None
     except Exception as e:  # safetensors raises its own errors on truncated or corrupt files

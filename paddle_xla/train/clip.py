@@ -81,7 +81,7 @@ def global_norm_scale(clip: ClipGradByGlobalNorm, grads: list[jax.Array]) -> jax
 def clip_by_norm(g: jax.Array, max_norm: float) -> jax.Array:
     """Paddle's clip_by_norm kernel on one tensor."""
     norm = jnp.sqrt(jnp.sum(jnp.square(g)))
-    max_norm = jnp.asarray(max_norm, g.dtype)
+    limit = jnp.asarray(max_norm, g.dtype)
     eps = jnp.where(norm <= 1e-30, jnp.asarray(1e-6, g.dtype), jnp.asarray(0, g.dtype))
-    scale = jnp.where(norm <= max_norm, jnp.asarray(1, g.dtype), max_norm / (norm + eps))
+    scale = jnp.where(norm <= limit, jnp.asarray(1, g.dtype), limit / (norm + eps))
     return g * scale

@@ -53,6 +53,8 @@ class Schedule:
 class _Recursive(Schedule):
     """A schedule whose lr at step t comes from the lr at t-1, replayed from step 0 and memoised."""
 
+    _memo: list                        # NOTE: each subclass declares it as its dataclass field (_memo_field)
+
     def _first(self) -> float:
         raise NotImplementedError
 
@@ -416,7 +418,7 @@ class ReduceOnPlateau(Schedule):
         raise TypeError("ReduceOnPlateau's lr depends on the metrics seen so far: use "
                         "plateau_step(schedule, state, metric) and state.last_lr")
 
-    def paddle_state(self, state: "PlateauState"):
+    def paddle_state(self, state: "PlateauState"):  # type: ignore[override]  # NOTE: its state, not a step
         return dataclasses.asdict(state)
 
     def is_better(self, current, best) -> bool:

@@ -4,7 +4,7 @@ the gradients by replicas x micro-batches without a sound, so the program is rea
 through ops that keep a mean a mean and a sum a sum, and nothing else. Paddle-free."""
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from ..graph import Graph, Op
 
@@ -26,7 +26,7 @@ def loss_reduction(graph: Graph) -> tuple[str | None, Op | None]:
     return _walk(loss.value, producer)
 
 
-def _walk(value: int | None, producer: Mapping[int, Op]) -> tuple[str | None, Op | None]:
+def _walk(value: int | None, producer: Mapping[Any, Op]) -> tuple[str | None, Op | None]:
     op = producer.get(value)
     if op is None:
         return None, None

@@ -207,7 +207,7 @@ def test_a_prefill_chunk_writes_its_row_without_copying_the_cache(gen):
     row = engine.free_row()
     engine.begin(row, Request(tuple(range(3, 30)), 5))
     f = engine._filling[row]
-    (ids, mask), g = f.steps[0], engine.geometry
+    ids, mask = f.steps[0]
     absorb, put = engine.chunk_programs
     state, weights = engine._state(), engine._weights_on_device()
     with x64.scope():

@@ -138,8 +138,9 @@ def test_missing_rank_stops_process_zero_in_bounded_time():
 def test_lost_rank_stops_the_job_and_the_checkpoint_resumes(tmp_path):
     coordinator = f"127.0.0.1:{free_port()}"
     ckpt, out = tmp_path / "state.safetensors", tmp_path / "losses"
-    env_of = lambda r: clean_env(PADDLE_XLA_COORDINATOR=coordinator, PADDLE_XLA_NUM_PROCESSES="2",  # noqa: E731
-                                 PADDLE_XLA_PROCESS_ID=str(r))
+    def env_of(r):
+        return clean_env(PADDLE_XLA_COORDINATOR=coordinator, PADDLE_XLA_NUM_PROCESSES="2", PADDLE_XLA_PROCESS_ID=str(r))
+
     script = str(HERE / "lost_rank_script.py")
     procs = start([script, str(ckpt), str(out), "5", "1"], env_of)
     deadline = time.monotonic() + 600

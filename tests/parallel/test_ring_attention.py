@@ -97,7 +97,8 @@ def _train(strategy, **kind):
     (dict(style="clamp"), 1),
     (dict(style="capped"), 1),
     (dict(style="scaled_read_twice"), 0),
-    (dict(style="shared"), 1),                    # NOTE: batch-1 keys broadcast by the repeat, unrepeated         # NOTE: an epilogue value has a reader outside it                    # NOTE: rewritten, computed as the program wrote it
+    # NOTE: an epilogue value has a reader outside it; rewritten, computed as the program wrote it
+    (dict(style="shared"), 1),                    # NOTE: batch-1 keys broadcast by the repeat, unrepeated
     (dict(returns_weights="sum"), 0),             # NOTE: the weights have a second reader
     (dict(returns_weights=True), 0),              # NOTE: the weights are an output of the program
 ])

@@ -59,7 +59,7 @@ def test_no_batching_runs_each_request_alone(model_dirs, artifacts):
     try:
         with ThreadPoolExecutor(16) as pool:
             answers = [a for f in [pool.submit(one_client, server.url, i, 4) for i in range(16)] for a in f.result()]
-        for x, y, sent, answered, out0, out1 in answers:
+        for x, y, sent, answered, _out0, out1 in answers:
             assert answered == sent
             assert_same(out1, artifacts["twoheads"](x, y)[1])
         batches = _histogram(server.port, "paddle_xla_batch_requests", "twoheads")

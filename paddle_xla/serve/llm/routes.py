@@ -17,7 +17,7 @@ import time
 import traceback
 import uuid
 from dataclasses import dataclass
-from typing import AsyncIterator
+from typing import TYPE_CHECKING, AsyncIterator
 
 from sse_starlette.sse import EventSourceResponse
 from starlette.requests import Request
@@ -33,11 +33,14 @@ from . import requests as R
 from .scheduler import Scheduler, Stream
 from .text import TextStream
 
+if TYPE_CHECKING:
+    from ...artifact.generator_reader import GeneratorArtifact
+
 
 @dataclass
 class LlmModel:
     name: str
-    artifact: object              # a GeneratorArtifact
+    artifact: GeneratorArtifact
     scheduler: Scheduler
     created: int
 
@@ -228,6 +231,7 @@ class LlmHandlers:
                 return tuple(model.artifact.encode(prompt))
             except GenerationError as e:
                 raise R.bad(str(e), "prompt") from None
+        assert prompt is not None                        # NOTE: a request holds a prompt or messages
         return prompt
 
     async def _events(self, model: LlmModel, ids, s: R.Sampling) -> AsyncIterator[Piece]:
