@@ -2,6 +2,7 @@
 
 Nothing here imports paddle at module level: the parent process of a benchmark stays light, and each
 measured configuration runs in a fresh worker process of its own (see `run_worker`)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -14,12 +15,13 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # NOTE: the peak and BERT FLOPs live in the package, so `paddle-xla bench` and these scripts agree.
-from paddle_xla.planner.perf import best_rate, bert_flops, matmul_peak, matmul_rate  # noqa: E402,F401
+from paddle_xla.planner.perf import bert_flops, best_rate, matmul_peak, matmul_rate  # noqa: F401
 
 # ---- timing ------------------------------------------------------------------------------------
 
@@ -40,9 +42,14 @@ def time_calls(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> dict[str
 
 
 def latency_stats(samples_ms: Sequence[float], cpu_ms: Sequence[float] | None = None) -> dict[str, Any]:
-    out = {"median_ms": statistics.median(samples_ms), "min_ms": min(samples_ms),
-           "mean_ms": statistics.fmean(samples_ms), "max_ms": max(samples_ms),
-           "repeats": len(samples_ms), "samples_ms": [round(s, 3) for s in samples_ms]}
+    out = {
+        "median_ms": statistics.median(samples_ms),
+        "min_ms": min(samples_ms),
+        "mean_ms": statistics.fmean(samples_ms),
+        "max_ms": max(samples_ms),
+        "repeats": len(samples_ms),
+        "samples_ms": [round(s, 3) for s in samples_ms],
+    }
     if cpu_ms:
         # NOTE: CPU seconds of all the process's threads per call (spin-waiting included): on a shared
         # machine it says how much work a call took even when the wall clock was stretched by others.
@@ -85,6 +92,7 @@ def nproc() -> int:
 
 def versions() -> dict[str, str]:
     from importlib import metadata
+
     out = {"python": platform.python_version()}
     for pkg in ("paddle_xla", "jax", "jaxlib", "paddlepaddle", "numpy"):
         try:
@@ -101,10 +109,15 @@ def machine_info() -> dict[str, Any]:
             mem_gib = round(int(f.readline().split()[1]) / 2**20, 1)
     except (OSError, ValueError, IndexError):
         pass
-    return {"cpu_model": cpu_model(), "nproc": nproc(), "cpu_flags": cpu_flags(), "memory_gib": mem_gib,
-            "platform": platform.platform(), "versions": versions(),
-            "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "XLA_FLAGS")
-                    if k in os.environ}}
+    return {
+        "cpu_model": cpu_model(),
+        "nproc": nproc(),
+        "cpu_flags": cpu_flags(),
+        "memory_gib": mem_gib,
+        "platform": platform.platform(),
+        "versions": versions(),
+        "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "XLA_FLAGS") if k in os.environ},
+    }
 
 
 # ---- the matmul peak ---------------------------------------------------------------------------
@@ -113,14 +126,17 @@ def machine_info() -> dict[str, Any]:
 def paddle_matmul_rate(sizes: Sequence[int] = (2048, 4096), repeats: int = 5) -> dict[str, Any]:
     """Native Paddle's own f32 matmul (eager paddle.matmul, its CPU BLAS), for comparison with XLA's."""
     import paddle
+
     rates = {}
     for n in sizes:
         a, b = paddle.randn([n, n]), paddle.randn([n, n])
         rates[n] = best_rate(lambda a=a, b=b: paddle.matmul(a, b), 2 * n**3, repeats)
-    return {"fp32_gflops": round(max(w for w, _ in rates.values()), 2),
-            "fp32_gflops_per_cpu_second": round(max(c for _, c in rates.values()), 2),
-            "fp32_by_size": {str(n): round(w, 2) for n, (w, _) in rates.items()},
-            "how": "eager paddle.matmul with OMP/MKL threads = nproc, best of `repeats`"}
+    return {
+        "fp32_gflops": round(max(w for w, _ in rates.values()), 2),
+        "fp32_gflops_per_cpu_second": round(max(c for _, c in rates.values()), 2),
+        "fp32_by_size": {str(n): round(w, 2) for n, (w, _) in rates.items()},
+        "how": "eager paddle.matmul with OMP/MKL threads = nproc, best of `repeats`",
+    }
 
 
 # ---- FLOPs -------------------------------------------------------------------------------------
@@ -161,7 +177,7 @@ def _count(jaxpr, mult: float, counts: dict[str, float]) -> None:
         elif name == "conv_general_dilated":
             rhs = eqn.invars[1].aval
             out = eqn.outvars[0].aval
-            spec = eqn.params["dimension_numbers"].rhs_spec       # (out feature, in feature, *spatial)
+            spec = eqn.params["dimension_numbers"].rhs_spec  # (out feature, in feature, *spatial)
             flops = 2 * _prod(out.shape) * rhs.shape[spec[1]] * _prod(rhs.shape[d] for d in spec[2:])
         else:
             flops = 0
@@ -174,10 +190,10 @@ def _count(jaxpr, mult: float, counts: dict[str, float]) -> None:
 
 def _subjaxprs(params: Mapping[str, Any]):
     for v in params.values():
-        for item in (v if isinstance(v, (list, tuple)) else (v,)):
-            if hasattr(item, "jaxpr") and hasattr(item, "consts"):    # ClosedJaxpr
+        for item in v if isinstance(v, (list, tuple)) else (v,):
+            if hasattr(item, "jaxpr") and hasattr(item, "consts"):  # ClosedJaxpr
                 yield item.jaxpr
-            elif hasattr(item, "eqns"):                                # Jaxpr
+            elif hasattr(item, "eqns"):  # Jaxpr
                 yield item
 
 
@@ -196,8 +212,8 @@ def paddle_env(kept_heap: bool) -> dict[str, str]:
     (host_heap.py) from the process's start, so that Paddle is not compared at a disadvantage. A
     Paddle worker imports paddle_xla's helpers too, which would otherwise set the policy late."""
     from paddle_xla.runtime.host_heap import GLIBC_TUNABLES
-    return {"PADDLE_XLA_KEEP_HEAP": "0", **({"GLIBC_TUNABLES": GLIBC_TUNABLES} if kept_heap else {})}
 
+    return {"PADDLE_XLA_KEEP_HEAP": "0", **({"GLIBC_TUNABLES": GLIBC_TUNABLES} if kept_heap else {})}
 
 
 def busy_cpu_seconds() -> float | None:
@@ -207,7 +223,7 @@ def busy_cpu_seconds() -> float | None:
             fields = [int(x) for x in f.readline().split()[1:]]
     except (OSError, ValueError):
         return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)          # idle + iowait
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
@@ -223,8 +239,9 @@ class WorkerResult:
     load_average: tuple[float, float, float] | None = None
 
 
-def run_worker(script: str, job: Mapping[str, Any], *, env: Mapping[str, str | None], timeout: float,
-               workdir: str, tag: str) -> WorkerResult:
+def run_worker(
+    script: str, job: Mapping[str, Any], *, env: Mapping[str, str | None], timeout: float, workdir: str, tag: str
+) -> WorkerResult:
     """Run `script --worker job.json` in a fresh Python process with `env` applied (None removes a
     variable), and read back the JSON it writes. A crash or timeout comes back as ok=False with the log."""
     job_path = os.path.join(workdir, f"{tag}.job.json")
@@ -243,8 +260,14 @@ def run_worker(script: str, job: Mapping[str, Any], *, env: Mapping[str, str | N
     start = time.perf_counter()
     with open(log_path, "w", encoding="utf-8") as log:
         try:
-            proc = subprocess.run([sys.executable, script, "--worker", job_path], env=full_env,
-                                  stdout=log, stderr=subprocess.STDOUT, timeout=timeout, check=False)
+            proc = subprocess.run(
+                [sys.executable, script, "--worker", job_path],
+                env=full_env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+                check=False,
+            )
             rc = proc.returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
@@ -254,16 +277,20 @@ def run_worker(script: str, job: Mapping[str, Any], *, env: Mapping[str, str | N
     if busy0 is not None and busy1 is not None:
         foreign = max(0.0, ((busy1 - busy0) - (own1 - own0)) / (seconds * nproc()))
     with open(log_path, encoding="utf-8", errors="replace") as f:
-        tail = "".join(line for line in f.readlines()[-30:] if "UserWarning" not in line and "warnings.warn" not in line)
+        tail = "".join(
+            line for line in f.readlines()[-30:] if "UserWarning" not in line and "warnings.warn" not in line
+        )
     if rc == 0 and os.path.exists(out_path):
         with open(out_path, encoding="utf-8") as f:
             return WorkerResult(True, json.load(f), seconds, tail, foreign, load_average)
-    return WorkerResult(False, {"error": f"worker exited with {rc}", "log_tail": tail[-3000:]}, seconds, tail,
-                        foreign, load_average)
+    return WorkerResult(
+        False, {"error": f"worker exited with {rc}", "log_tail": tail[-3000:]}, seconds, tail, foreign, load_average
+    )
 
 
 def _children_cpu_seconds() -> float:
     import resource
+
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
 
@@ -299,8 +326,13 @@ class Worker:
             else:
                 full_env[k] = v
         self._log = open(self.log_path, "w", encoding="utf-8")  # noqa: SIM115 (open while the worker lives; close() closes it)
-        self.proc = subprocess.Popen([sys.executable, script, "--worker", job_path], env=full_env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log)
+        self.proc = subprocess.Popen(
+            [sys.executable, script, "--worker", job_path],
+            env=full_env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+        )
         self._buf = b""
 
     def request(self, cmd: str | None, timeout: float) -> dict[str, Any]:
@@ -318,7 +350,7 @@ class Worker:
                 line, self._buf = self._buf.split(b"\n", 1)
                 text = line.decode(errors="replace")
                 if text.startswith(PREFIX):
-                    return json.loads(text[len(PREFIX):])
+                    return json.loads(text[len(PREFIX) :])
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
                 raise WorkerError(f"{self.tag}: no answer to {cmd!r} within {timeout:.0f} s")
@@ -357,11 +389,13 @@ class Worker:
 BURST_CALLS, BURST_WARM_S = 10, 1.0
 
 
-def serve(setups: Mapping[str, Callable[[], tuple[dict[str, Any], Callable[[], Any] | None, Callable[[], Any] | None]]]) -> None:
+def serve(
+    setups: Mapping[str, Callable[[], tuple[dict[str, Any], Callable[[], Any] | None, Callable[[], Any] | None]]],
+) -> None:
     """The worker's side of `Worker`. `setups[key]()` returns (info, call, outputs) for one configuration;
     requests are "setup KEY", "warmup KEY", "time KEY", "burst KEY", "finish KEY" and "quit"."""
     out = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)          # NOTE: stray prints from Paddle or JAX go to the log, not into the replies
+    os.dup2(2, 1)  # NOTE: stray prints from Paddle or JAX go to the log, not into the replies
 
     def reply(obj):
         out.write(PREFIX + json.dumps(obj) + "\n")
@@ -383,12 +417,13 @@ def serve(setups: Mapping[str, Callable[[], tuple[dict[str, Any], Callable[[], A
                 call = calls[key]
                 start, start_cpu = time.perf_counter(), time.process_time()
                 call()
-                reply({"wall_ms": (time.perf_counter() - start) * 1e3,
-                       "cpu_ms": (time.process_time() - start_cpu) * 1e3})
+                reply(
+                    {"wall_ms": (time.perf_counter() - start) * 1e3, "cpu_ms": (time.process_time() - start_cpu) * 1e3}
+                )
             elif cmd == "burst":
                 # NOTE: back to back, no pause: what a busy server's calls see (see "back to back" in
                 # benchmarks/README.md: after an idle gap this VM slows XLA's calls, not Paddle's)
-                warm_until = time.perf_counter() + BURST_WARM_S   # NOTE: 2 calls left both frameworks still speeding up
+                warm_until = time.perf_counter() + BURST_WARM_S  # NOTE: 2 calls left both frameworks still speeding up
                 while time.perf_counter() < warm_until:
                     calls[key]()
                 reply(time_calls(calls[key], BURST_CALLS, warmup=0))
@@ -399,5 +434,7 @@ def serve(setups: Mapping[str, Callable[[], tuple[dict[str, Any], Callable[[], A
                 return
             else:
                 reply({"status": "error", "message": f"unknown request {cmd!r}"})
-        except Exception as e:   # NOTE: report, and stay up for the parent to decide
-            reply({"status": "error", "message": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]})
+        except Exception as e:  # NOTE: report, and stay up for the parent to decide
+            reply(
+                {"status": "error", "message": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
+            )

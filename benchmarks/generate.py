@@ -17,6 +17,7 @@ cores, the faster decode of the two, both recorded); every precision is compared
 
 PaddleFormers comes from `paddle-xla install paddleformers`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,17 +30,24 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
-
 from common import time_calls  # noqa: E402  (benchmarks/common.py)
 
-SHAPE = dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
-             num_attention_heads=12, num_key_value_heads=4, head_dim=64, max_position_embeddings=512,
-             fuse_rms_norm=False)
+SHAPE = dict(
+    vocab_size=32000,
+    hidden_size=768,
+    intermediate_size=2048,
+    num_hidden_layers=12,
+    num_attention_heads=12,
+    num_key_value_heads=4,
+    head_dim=64,
+    max_position_embeddings=512,
+    fuse_rms_norm=False,
+)
 
 
 def copy_bandwidth(mb: int = 512) -> float:
     """Bytes/s of a large host memory copy (read + write counted once each: what a step's reads compete with)."""
-    a = np.ones(mb * 2 ** 20 // 4, np.float32)
+    a = np.ones(mb * 2**20 // 4, np.float32)
     b = np.empty_like(a)
     times = []
     for _ in range(5):
@@ -62,6 +70,7 @@ def paddle_side(net, ids, new_tokens: int, repeats: int) -> dict:
     """PaddleFormers' eager generate on these prompts at its best thread setting: the TTFT, full-call time
     and tokens of the setting with the faster decode, and every setting's decode time."""
     import paddle
+
     tried = {}
     for threads in sorted({1, os.cpu_count() or 1}):
         paddle.base.core.set_num_threads(threads)
@@ -73,13 +82,19 @@ def paddle_side(net, ids, new_tokens: int, repeats: int) -> dict:
 
 def paddle_run(net, ids, new_tokens: int, repeats: int) -> dict:
     import paddle
+
     pids, pmask = paddle.to_tensor(ids), paddle.to_tensor(np.ones_like(ids))
 
     def paddle_generate(n):
-        return net.generate(pids, attention_mask=pmask, max_new_tokens=n, decode_strategy="greedy_search",
-                            eos_token_id=-1)[0].numpy()
-    return {"ttft": median_time(lambda: paddle_generate(1), repeats),
-            "full": median_time(lambda: paddle_generate(new_tokens), repeats), "tokens": paddle_generate(new_tokens)}
+        return net.generate(
+            pids, attention_mask=pmask, max_new_tokens=n, decode_strategy="greedy_search", eos_token_id=-1
+        )[0].numpy()
+
+    return {
+        "ttft": median_time(lambda: paddle_generate(1), repeats),
+        "full": median_time(lambda: paddle_generate(new_tokens), repeats),
+        "tokens": paddle_generate(new_tokens),
+    }
 
 
 def step_bytes(gen, batch: int, slots: int) -> int:
@@ -87,35 +102,42 @@ def step_bytes(gen, batch: int, slots: int) -> int:
     its dtype. The embedding table is left out when the LM head has its own weight (the step gathers
     one row of it per token); with tied weights (PaddleFormers' default here) the head reads it whole."""
     import jax
+
     held = gen.engine._device_params()
     vocab = [k for k, v in held.items() if hasattr(v, "ndim") and v.ndim == 2 and SHAPE["vocab_size"] in v.shape]
     # NOTE: the embedding is [vocab, hidden]; a head held as [N, K] (gen.held.nk) is that shape too
-    gathered = [k for k in vocab if held[k].shape[0] == SHAPE["vocab_size"] and k not in gen.held.nk] \
-        if len(vocab) > 1 else []
+    gathered = (
+        [k for k in vocab if held[k].shape[0] == SHAPE["vocab_size"] and k not in gen.held.nk] if len(vocab) > 1 else []
+    )
     # NOTE: leaf by leaf: an int8-held weight is its values and its scales
     weights = sum(leaf.nbytes for k, v in held.items() if k not in gathered[:1] for leaf in jax.tree.leaves(v))
     itemsize = np.dtype(gen.geometry.cache_dtype).itemsize
-    return weights + 2 * SHAPE["num_hidden_layers"] * batch * SHAPE["num_key_value_heads"] * slots * \
-        SHAPE["head_dim"] * itemsize
+    return (
+        weights
+        + 2 * SHAPE["num_hidden_layers"] * batch * SHAPE["num_key_value_heads"] * slots * SHAPE["head_dim"] * itemsize
+    )
 
 
 def strategy_for(row: str):
-    """"fp32", "bf16", or "bf16-int8" (bf16 compute, weight-only int8 matmul weights)."""
+    """ "fp32", "bf16", or "bf16-int8" (bf16 compute, weight-only int8 matmul weights)."""
     import paddle_xla as px
+
     precision, _, quant = row.partition("-")
     return px.Strategy(precision=precision, quant_type="weight_only_int8" if quant == "int8" else None)
 
 
-def measure(net, precision: str, batch: int, prompt_len: int, new_tokens: int, repeats: int, bandwidth: float,
-            paddle: dict) -> dict:
+def measure(
+    net, precision: str, batch: int, prompt_len: int, new_tokens: int, repeats: int, bandwidth: float, paddle: dict
+) -> dict:
     from paddle_xla.api.generator import Generator
     from paddle_xla.runtime.compile_cache import compiles_seen
+
     ids = prompts(batch, prompt_len)
     mask = np.ones_like(ids)
     slots = 2 * (prompt_len + new_tokens)
     gen = Generator(net, max_batch_size=batch, max_length=slots, strategy=strategy_for(precision))
     kw = dict(attention_mask=mask, decode_strategy="greedy_search", eos_token_id=-1)
-    gen.generate(ids, max_new_tokens=new_tokens, **kw)                  # warm-up: compiles
+    gen.generate(ids, max_new_tokens=new_tokens, **kw)  # warm-up: compiles
     with compiles_seen() as compiles:
         ttft = median_time(lambda: gen.generate(ids, max_new_tokens=1, **kw), repeats)
         full = median_time(lambda: gen.generate(ids, max_new_tokens=new_tokens, **kw), repeats)
@@ -123,13 +145,23 @@ def measure(net, precision: str, batch: int, prompt_len: int, new_tokens: int, r
     steps = new_tokens - 1
     ours_tps, paddle_tps = batch * steps / (full - ttft), batch * steps / (paddle["full"] - paddle["ttft"])
     nbytes = step_bytes(gen, batch, slots)
-    return {"precision": precision, "batch": batch, "prompt_len": prompt_len, "new_tokens": new_tokens,
-            "same_tokens_as_paddle": float((paddle["tokens"] == ours).mean()), "paddle_threads": paddle["threads"],
-            "paddle_decode_s_by_threads": paddle["decode_s_by_threads"],
-            "ttft_ms": ttft * 1e3, "paddle_ttft_ms": paddle["ttft"] * 1e3,
-            "decode_tokens_per_s": ours_tps, "paddle_decode_tokens_per_s": paddle_tps,
-            "decode_speedup": ours_tps / paddle_tps, "compiles_after_warmup": len(compiles),
-            "bytes_per_step": nbytes, "bandwidth_use": nbytes * (ours_tps / batch) / bandwidth}
+    return {
+        "precision": precision,
+        "batch": batch,
+        "prompt_len": prompt_len,
+        "new_tokens": new_tokens,
+        "same_tokens_as_paddle": float((paddle["tokens"] == ours).mean()),
+        "paddle_threads": paddle["threads"],
+        "paddle_decode_s_by_threads": paddle["decode_s_by_threads"],
+        "ttft_ms": ttft * 1e3,
+        "paddle_ttft_ms": paddle["ttft"] * 1e3,
+        "decode_tokens_per_s": ours_tps,
+        "paddle_decode_tokens_per_s": paddle_tps,
+        "decode_speedup": ours_tps / paddle_tps,
+        "compiles_after_warmup": len(compiles),
+        "bytes_per_step": nbytes,
+        "bandwidth_use": nbytes * (ours_tps / batch) / bandwidth,
+    }
 
 
 def main() -> int:
@@ -143,6 +175,7 @@ def main() -> int:
     args = ap.parse_args()
     import paddle
     from paddleformers.transformers.llama import LlamaConfig, LlamaForCausalLM
+
     paddle.seed(0)
     net = LlamaForCausalLM(LlamaConfig(**SHAPE))
     net.eval()
@@ -151,24 +184,39 @@ def main() -> int:
     rows = []
     for b in args.batches:
         theirs = paddle_side(net, prompts(b, args.prompt_len), args.new_tokens, args.repeats)
-        rows += [measure(net, p, b, args.prompt_len, args.new_tokens, args.repeats, bandwidth, theirs)
-                 for p in args.precisions]
-    result = {"model": f"PaddleFormers LlamaForCausalLM, random weights, {params / 1e6:.0f}M parameters",
-              "shape": SHAPE, "paddle_precision": "fp32", "copy_bandwidth_GBps": bandwidth / 1e9,
-              "threads": os.cpu_count(), "rows": rows, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        rows += [
+            measure(net, p, b, args.prompt_len, args.new_tokens, args.repeats, bandwidth, theirs)
+            for p in args.precisions
+        ]
+    result = {
+        "model": f"PaddleFormers LlamaForCausalLM, random weights, {params / 1e6:.0f}M parameters",
+        "shape": SHAPE,
+        "paddle_precision": "fp32",
+        "copy_bandwidth_GBps": bandwidth / 1e9,
+        "threads": os.cpu_count(),
+        "rows": rows,
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
-    print(f"{result['model']}, prompt {args.prompt_len}, {args.new_tokens} new tokens, "
-          f"copy bandwidth {bandwidth / 1e9:.1f} GB/s\n")
-    print("| precision | batch | TTFT ms (Paddle fp32) | decode tok/s (Paddle fp32) | speed-up | bandwidth use | "
-          "compiles | tokens as Paddle's | Paddle threads |")
+    print(
+        f"{result['model']}, prompt {args.prompt_len}, {args.new_tokens} new tokens, "
+        f"copy bandwidth {bandwidth / 1e9:.1f} GB/s\n"
+    )
+    print(
+        "| precision | batch | TTFT ms (Paddle fp32) | decode tok/s (Paddle fp32) | speed-up | bandwidth use | "
+        "compiles | tokens as Paddle's | Paddle threads |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['precision']} | {r['batch']} | {r['ttft_ms']:.0f} ({r['paddle_ttft_ms']:.0f}) """
-              f"| {r['decode_tokens_per_s']:.1f} "
-              f"({r['paddle_decode_tokens_per_s']:.1f}) | {r['decode_speedup']:.2f}x | {r['bandwidth_use']:.0%} | "
-              f"{r['compiles_after_warmup']} | {r['same_tokens_as_paddle']:.0%} | {r['paddle_threads']} |")
+        print(
+            f"| {r['precision']} | {r['batch']} | {r['ttft_ms']:.0f} ({r['paddle_ttft_ms']:.0f}) "
+            ""
+            f"| {r['decode_tokens_per_s']:.1f} "
+            f"({r['paddle_decode_tokens_per_s']:.1f}) | {r['decode_speedup']:.2f}x | {r['bandwidth_use']:.0%} | "
+            f"{r['compiles_after_warmup']} | {r['same_tokens_as_paddle']:.0%} | {r['paddle_threads']} |"
+        )
     return 0
 
 

@@ -15,6 +15,7 @@ Sections: peak (matmuls), train-bf16, infer-bf16, llm-rounds (gpu_llm.py: a serv
 against a round with a prefill chunk, issue 29), infer-fp32, train-fp32; a section starts only while the
 elapsed time is under --budget seconds.
 """
+
 from __future__ import annotations
 
 import sys
@@ -26,8 +27,8 @@ import json  # noqa: E402
 import os  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
-from datetime import datetime, timezone  # noqa: E402
 from collections.abc import Callable  # noqa: E402
+from datetime import UTC, datetime  # noqa: E402
 from typing import Any  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -37,7 +38,6 @@ sys.path.insert(0, HERE)
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-
 from gpu_llm import artifact_name, llm_rounds  # noqa: E402
 
 # NOTE: dense (no 2:4 sparsity) tensor-core peaks per card, TFLOP/s, from NVIDIA's datasheets. "tf32" is
@@ -49,8 +49,12 @@ DATASHEET_TFLOPS = {
     "A100": {"bf16": 312.0, "tf32": 156.0, "fp32": 19.5},
 }
 # NOTE: Graphcore's published BERT-Base phase-1 pretraining (seq 128) on an IPU-POD16.
-GRAPHCORE_POD16 = {"samples_per_s": 11700, "chips": 16, "per_chip": 11700 / 16,
-                   "what": "BERT-Base phase 1 pretraining, seq 128, IPU-POD16 (Graphcore MLPerf-style result)"}
+GRAPHCORE_POD16 = {
+    "samples_per_s": 11700,
+    "chips": 16,
+    "per_chip": 11700 / 16,
+    "what": "BERT-Base phase 1 pretraining, seq 128, IPU-POD16 (Graphcore MLPerf-style result)",
+}
 IGNORE = -100
 
 
@@ -61,8 +65,14 @@ def log(msg: str) -> None:
 # ---- the machine ---------------------------------------------------------------------------------
 def machine() -> dict[str, Any]:
     d = jax.devices()[0]
-    info = {"backend": jax.default_backend(), "device_kind": d.device_kind, "device_count": jax.device_count(),
-            "jax": jax.__version__, "python": sys.version.split()[0], "platform": d.platform}
+    info = {
+        "backend": jax.default_backend(),
+        "device_kind": d.device_kind,
+        "device_count": jax.device_count(),
+        "jax": jax.__version__,
+        "python": sys.version.split()[0],
+        "platform": d.platform,
+    }
     try:
         stats = d.memory_stats() or {}
         info["memory_gib"] = round(stats.get("bytes_limit", 0) / 2**30, 1) or None
@@ -72,15 +82,16 @@ def machine() -> dict[str, Any]:
 
 
 def datasheet(device_kind: str) -> dict[str, float] | None:
-    for name, peaks in DATASHEET_TFLOPS.items():   # NOTE: "H100 PCIe" is listed before "H100"
+    for name, peaks in DATASHEET_TFLOPS.items():  # NOTE: "H100 PCIe" is listed before "H100"
         if name.lower() in device_kind.lower():
             return peaks
     return None
 
 
 # ---- timing ------------------------------------------------------------------------------------
-def throughput(call: Callable[[], Any], sync: Callable[[Any], Any], min_seconds: float, max_iters: int,
-               warmup: int = 2) -> dict[str, Any]:
+def throughput(
+    call: Callable[[], Any], sync: Callable[[Any], Any], min_seconds: float, max_iters: int, warmup: int = 2
+) -> dict[str, Any]:
     """Seconds per call over a run of calls dispatched back to back, synced at the end; the first
     call's time (compile included) is reported apart."""
     start = time.perf_counter()
@@ -107,15 +118,18 @@ def matmul_tflops(n: int, dtype, precision: str | None, min_seconds: float) -> f
     b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32).astype(dtype)
     f = jax.jit(lambda a, b: jnp.matmul(a, b, precision=precision))
     t = throughput(lambda: f(a, b), block, min_seconds, 200)
-    return 2 * n ** 3 / t["seconds_per_call"] / 1e12
+    return 2 * n**3 / t["seconds_per_call"] / 1e12
 
 
 def peak(quick: bool) -> dict[str, Any]:
     sizes = (256, 512) if quick else (4096, 8192)
     secs = 0.2 if quick else 1.0
     out = {}
-    for name, dtype, prec in (("bf16", jnp.bfloat16, None), ("fp32_default", jnp.float32, None),
-                              ("fp32_highest", jnp.float32, "highest")):
+    for name, dtype, prec in (
+        ("bf16", jnp.bfloat16, None),
+        ("fp32_default", jnp.float32, None),
+        ("fp32_highest", jnp.float32, "highest"),
+    ):
         by = {n: round(matmul_tflops(n, dtype, prec, secs), 2) for n in sizes}
         out[name] = {"tflops": max(by.values()), "by_size": by}
         log(f"matmul {name}: {out[name]['tflops']} TFLOP/s (sizes {list(sizes)})")
@@ -124,15 +138,20 @@ def peak(quick: bool) -> dict[str, Any]:
 
 
 # ---- feeds and FLOPs ---------------------------------------------------------------------------
-def bert_feeds(names, batch: int, seq: int, vocab: int, seed: int = 0, max_predictions: int = 20) -> dict[str, jax.Array]:
+def bert_feeds(
+    names, batch: int, seq: int, vocab: int, seed: int = 0, max_predictions: int = 20
+) -> dict[str, jax.Array]:
     """Synthetic inputs; with a masked_positions input, the MLM labels are those positions' ids."""
     rng = np.random.default_rng(seed)
     ids = rng.integers(5, vocab, (batch, seq)).astype("int64")
     types = np.zeros_like(ids)
-    types[:, seq // 2:] = 1
-    all_feeds = {"input_ids": ids, "token_type_ids": types,
-                 "mlm_labels": np.where(rng.random((batch, seq)) < 0.15, ids, IGNORE).astype("int64"),
-                 "nsp_labels": rng.integers(0, 2, (batch,)).astype("int64")}
+    types[:, seq // 2 :] = 1
+    all_feeds = {
+        "input_ids": ids,
+        "token_type_ids": types,
+        "mlm_labels": np.where(rng.random((batch, seq)) < 0.15, ids, IGNORE).astype("int64"),
+        "nsp_labels": rng.integers(0, 2, (batch,)).astype("int64"),
+    }
     if "masked_positions" in names:
         positions = np.sort(np.stack([rng.choice(seq, max_predictions, replace=False) for _ in range(batch)]), 1)
         all_feeds["masked_positions"] = positions.astype("int64")
@@ -153,6 +172,7 @@ def counted_flops(ctx: dict, kind: str, fn, *args) -> float | None:
 def _count_flops(fn, *args) -> float | None:
     try:
         import common
+
         return float(sum(common.jaxpr_flops(jax.make_jaxpr(fn)(*args)).values()))
     except Exception as e:  # noqa: BLE001
         log(f"could not count FLOPs from the program ({type(e).__name__}: {e}); using the analytic count")
@@ -182,6 +202,7 @@ def mfu(flops: float | None, seconds: float, precision: str, sheet, measured: di
 def infer(ctx: dict, precision: str) -> dict[str, Any]:
     from paddle_xla.artifact import reader as pxa
     from paddle_xla.lowering.lower import lower
+
     path = ctx["paths"]["infer"]
     meta = ctx["meta"]
     start = time.perf_counter()
@@ -195,6 +216,7 @@ def infer(ctx: dict, precision: str) -> dict[str, Any]:
         # NOTE: the artifact's executable is float32; bf16 re-lowers its Graph with Paddle's AMP O1 cast
         # policy (half.py), on the weights it loaded.
         from paddle_xla.lowering.policy import LoweringPolicy
+
         fn = jax.jit(lower(art.graph, LoweringPolicy.live(precision)))
         params, buffers = jax.device_put(_split(art))
         key = jax.random.wrap_key_data(art.key_data)
@@ -202,25 +224,39 @@ def infer(ctx: dict, precision: str) -> dict[str, Any]:
     t = throughput(call, block, ctx["min_seconds"], 500)
     mode, why = mode or art.mode, why or art.why
     params, buffers = _split(art)
-    flops = counted_flops(ctx, "infer", lower(art.graph), avals(params), avals(buffers), avals(feeds),
-                          jax.random.key(0)) or meta["flops"]["infer_forward"]
-    res = {"precision": precision, "mode": mode, "why": why, "batch": batch, "seq": seq,
-           "load_seconds": round(load_s, 2), "samples_per_s": round(batch / t["seconds_per_call"], 1),
-           "ms_per_batch": round(t["seconds_per_call"] * 1e3, 3), "flops_per_batch": flops, **t,
-           **mfu(flops, t["seconds_per_call"], precision, ctx["sheet"], ctx["results"].get("peak"))}
+    flops = (
+        counted_flops(ctx, "infer", lower(art.graph), avals(params), avals(buffers), avals(feeds), jax.random.key(0))
+        or meta["flops"]["infer_forward"]
+    )
+    res = {
+        "precision": precision,
+        "mode": mode,
+        "why": why,
+        "batch": batch,
+        "seq": seq,
+        "load_seconds": round(load_s, 2),
+        "samples_per_s": round(batch / t["seconds_per_call"], 1),
+        "ms_per_batch": round(t["seconds_per_call"] * 1e3, 3),
+        "flops_per_batch": flops,
+        **t,
+        **mfu(flops, t["seconds_per_call"], precision, ctx["sheet"], ctx["results"].get("peak")),
+    }
     log(f"infer {precision}: {res['samples_per_s']} samples/s, {res['ms_per_batch']} ms/batch ({mode})")
     return res
 
 
 def _split(art) -> tuple[dict, dict]:
     trainable = {p.name for p in art.graph.params if p.trainable}
-    return ({k: v for k, v in art.weights.items() if k in trainable},
-            {k: v for k, v in art.weights.items() if k not in trainable})
+    return (
+        {k: v for k, v in art.weights.items() if k in trainable},
+        {k: v for k, v in art.weights.items() if k not in trainable},
+    )
 
 
 def train(ctx: dict, precision: str) -> dict[str, Any]:
     from paddle_xla.artifact import reader as pxa
     from paddle_xla.strategy import Strategy
+
     meta, paths = ctx["meta"], ctx["paths"]
     own = precision == "bf16" and os.path.exists(paths["train-bf16"])
     path = paths["train-bf16"] if own else paths["train"]
@@ -236,32 +272,58 @@ def train(ctx: dict, precision: str) -> dict[str, Any]:
     # loop runs too (one host round trip per step).
     t = throughput(lambda: losses.append(s(**feeds)), lambda _: None, ctx["min_seconds"], 200)
     from paddle_xla.artifact.train_writer import step_fn
+
     st = s.state
-    flops = counted_flops(ctx, "train", step_fn(s.graph, s.config), avals(dict(st.params)), avals(dict(st.buffers)),
-                          avals(st.opt_state), avals(feeds), np.zeros(2, np.uint32), np.float32(0)) \
+    flops = (
+        counted_flops(
+            ctx,
+            "train",
+            step_fn(s.graph, s.config),
+            avals(dict(st.params)),
+            avals(dict(st.buffers)),
+            avals(st.opt_state),
+            avals(feeds),
+            np.zeros(2, np.uint32),
+            np.float32(0),
+        )
         or meta["flops"]["train_step"]
-    res = {"precision": precision, "artifact": os.path.basename(path), "mode": s.mode, "why": s.why,
-           "batch": batch, "seq": seq, "load_seconds": round(load_s, 2),
-           "samples_per_s": round(batch / t["seconds_per_call"], 1),
-           "ms_per_step": round(t["seconds_per_call"] * 1e3, 3), "flops_per_step": flops,
-           "losses_first_last": [losses[0], losses[-1]], "steps": len(losses), **t,
-           "vs_graphcore_pod16": round(batch / t["seconds_per_call"] / GRAPHCORE_POD16["samples_per_s"], 4),
-           **mfu(flops, t["seconds_per_call"], precision, ctx["sheet"], ctx["results"].get("peak"))}
+    )
+    res = {
+        "precision": precision,
+        "artifact": os.path.basename(path),
+        "mode": s.mode,
+        "why": s.why,
+        "batch": batch,
+        "seq": seq,
+        "load_seconds": round(load_s, 2),
+        "samples_per_s": round(batch / t["seconds_per_call"], 1),
+        "ms_per_step": round(t["seconds_per_call"] * 1e3, 3),
+        "flops_per_step": flops,
+        "losses_first_last": [losses[0], losses[-1]],
+        "steps": len(losses),
+        **t,
+        "vs_graphcore_pod16": round(batch / t["seconds_per_call"] / GRAPHCORE_POD16["samples_per_s"], 4),
+        **mfu(flops, t["seconds_per_call"], precision, ctx["sheet"], ctx["results"].get("peak")),
+    }
     if not all(np.isfinite(losses)):
         res["warning"] = "non-finite loss"
-    log(f"train {precision}: {res['samples_per_s']} samples/s, {res['ms_per_step']} ms/step ({s.mode}); "
-        f"loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+    log(
+        f"train {precision}: {res['samples_per_s']} samples/s, {res['ms_per_step']} ms/step ({s.mode}); "
+        f"loss {losses[0]:.3f} -> {losses[-1]:.3f}"
+    )
     return res
 
 
 # NOTE: in the order of what a short device visit needs most: the bf16 BERT figures, then the served
 # Llama's round against its step (issue 29), then fp32
-SECTIONS = {"peak": lambda ctx: peak(ctx["quick"]),
-            "train-bf16": lambda ctx: train(ctx, "bf16"),
-            "infer-bf16": lambda ctx: infer(ctx, "bf16"),
-            "llm-rounds": lambda ctx: llm_rounds(ctx["paths"]["llm"], log),
-            "infer-fp32": lambda ctx: infer(ctx, "fp32"),
-            "train-fp32": lambda ctx: train(ctx, "fp32")}
+SECTIONS = {
+    "peak": lambda ctx: peak(ctx["quick"]),
+    "train-bf16": lambda ctx: train(ctx, "bf16"),
+    "infer-bf16": lambda ctx: infer(ctx, "bf16"),
+    "llm-rounds": lambda ctx: llm_rounds(ctx["paths"]["llm"], log),
+    "infer-fp32": lambda ctx: infer(ctx, "fp32"),
+    "train-fp32": lambda ctx: train(ctx, "fp32"),
+}
 
 
 # ---- main --------------------------------------------------------------------------------------
@@ -288,8 +350,7 @@ def context(args) -> dict:
         meta = json.load(f)
     paths = {k: f"{stem}-{k}.pxa" for k in ("infer", "train", "train-bf16")}
     paths["llm"] = os.path.join(args.artifacts, artifact_name(args.quick))
-    return {"quick": args.quick, "meta": meta, "paths": paths, "min_seconds": 0.3 if args.quick else 3.0,
-            "flops": {}}
+    return {"quick": args.quick, "meta": meta, "paths": paths, "min_seconds": 0.3 if args.quick else 3.0, "flops": {}}
 
 
 def summary(results: dict) -> None:
@@ -306,9 +367,15 @@ def summary(results: dict) -> None:
             continue
         sheet = [v for k, v in r.items() if k.startswith("mfu_vs_datasheet")]
         meas = [v for k, v in r.items() if k.startswith("mfu_vs_measured")]
-        table.add_row(name, str(r["samples_per_s"]), str(r.get("ms_per_step", r.get("ms_per_batch"))),
-                      str(r.get("achieved_tflops")), ", ".join(f"{v:.1%}" for v in sheet),
-                      ", ".join(f"{v:.1%}" for v in meas), r["mode"])
+        table.add_row(
+            name,
+            str(r["samples_per_s"]),
+            str(r.get("ms_per_step", r.get("ms_per_batch"))),
+            str(r.get("achieved_tflops")),
+            ", ".join(f"{v:.1%}" for v in sheet),
+            ", ".join(f"{v:.1%}" for v in meas),
+            r["mode"],
+        )
     Console(width=140).print(table)
 
 
@@ -323,9 +390,15 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     path = out_path(args.out)
-    results: dict[str, Any] = {"benchmark": "gpu", "quick": args.quick,
-                               "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                               "machine": machine(), "reference": GRAPHCORE_POD16, "sections": {}, "errors": {}}
+    results: dict[str, Any] = {
+        "benchmark": "gpu",
+        "quick": args.quick,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "reference": GRAPHCORE_POD16,
+        "sections": {},
+        "errors": {},
+    }
     log(f"{results['machine']}; results to {path}")
     try:
         ctx = context(args)
@@ -336,8 +409,13 @@ def main(argv=None) -> int:
         return 1
     ctx["sheet"] = datasheet(results["machine"]["device_kind"])
     ctx["results"] = results["sections"]
-    results.update(model=ctx["meta"]["model"], seq=ctx["meta"]["seq"], datasheet_tflops=ctx["sheet"],
-                   artifacts=ctx["meta"].get("artifacts"), bf16_train=ctx["meta"].get("bf16_train"))
+    results.update(
+        model=ctx["meta"]["model"],
+        seq=ctx["meta"]["seq"],
+        datasheet_tflops=ctx["sheet"],
+        artifacts=ctx["meta"].get("artifacts"),
+        bf16_train=ctx["meta"].get("bf16_train"),
+    )
     for name in [s for s in args.only.split(",") if s]:
         elapsed = time.perf_counter() - t0
         if elapsed > args.budget:
@@ -361,5 +439,6 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     from paddle_xla import x64
-    with x64.scope():     # NOTE: Paddle's int64 feeds for the raw JAX calls timed here, as the library's own
+
+    with x64.scope():  # NOTE: Paddle's int64 feeds for the raw JAX calls timed here, as the library's own
         sys.exit(main())

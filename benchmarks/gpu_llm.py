@@ -8,6 +8,7 @@ is 1.7-1.8 steps in-process (benchmarks/README.md); this section measures it on 
 artifact make_gpu_artifacts.py writes (serve_llm.py's Llama, 32 rows over 768 cache slots, prefill chunks of
 64 tokens, synthetic weights), on the server's own engine (ContinuousEngine), without Paddle or HTTP.
 """
+
 from __future__ import annotations
 
 import time
@@ -15,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-STEPS = 12      # NOTE: decode chunks timed for the full-batch yardstick (here and in serve_llm.py)
-PROMPTS = 3     # NOTE: long prompts prefilled chunk by chunk beside the steps, one after another
+STEPS = 12  # NOTE: decode chunks timed for the full-batch yardstick (here and in serve_llm.py)
+PROMPTS = 3  # NOTE: long prompts prefilled chunk by chunk beside the steps, one after another
 
 
 def artifact_name(quick: bool) -> str:
@@ -29,6 +30,7 @@ def full_batch_steps(engine, prompts) -> list[float]:
     (the first 16 ids of prompts[row]) that cannot end in that time; the step's cost does not depend on what
     the rows hold: its shapes are fixed."""
     from paddle_xla.generation.continuous import Request
+
     g = engine.geometry
     for row in range(g.max_batch_size):
         engine.free(row)
@@ -69,15 +71,26 @@ def llm_rounds(path: str, log) -> dict[str, Any]:
     # NOTE: where a step and a prefill share their products (CPU, float32) the engine lowers its programs from
     # the artifact's Graphs, else it runs the exported executables
     mode = "relowered, a step and a prefill as one program" if engine.shares_products else art.mode
-    res = {"artifact": path.rsplit("/", 1)[-1], "mode": mode, "precision": g.precision,
-           "rows": g.max_batch_size, "cache_slots": g.max_length, "prefill_chunk": g.prefill_chunk,
-           "prompt_tokens": length, "warm_up_seconds": round(warm_s, 1),
-           "decode_step_ms": round(step, 3), "decode_step_ms_all": [round(s, 3) for s in steps],
-           "round_with_chunk_ms": round(chunk_round, 3), "rounds_ms_all": [round(r, 3) for r in rounds],
-           "round_over_step": round(chunk_round / step, 3),
-           "what": "ms per decode step with every row busy, and per round (a prefill chunk of a new prompt, then "
-                   "a decode step) on the server's ContinuousEngine; serve_llm.py's ITL goal needs rounds "
-                   "well under 2 steps"}
-    log(f"llm rounds: decode step {step:.2f} ms, a round with a {g.prefill_chunk}-token chunk {chunk_round:.2f} ms "
-        f"({res['round_over_step']}x), {g.max_batch_size} rows x {g.max_length} slots, {mode}")
+    res = {
+        "artifact": path.rsplit("/", 1)[-1],
+        "mode": mode,
+        "precision": g.precision,
+        "rows": g.max_batch_size,
+        "cache_slots": g.max_length,
+        "prefill_chunk": g.prefill_chunk,
+        "prompt_tokens": length,
+        "warm_up_seconds": round(warm_s, 1),
+        "decode_step_ms": round(step, 3),
+        "decode_step_ms_all": [round(s, 3) for s in steps],
+        "round_with_chunk_ms": round(chunk_round, 3),
+        "rounds_ms_all": [round(r, 3) for r in rounds],
+        "round_over_step": round(chunk_round / step, 3),
+        "what": "ms per decode step with every row busy, and per round (a prefill chunk of a new prompt, then "
+        "a decode step) on the server's ContinuousEngine; serve_llm.py's ITL goal needs rounds "
+        "well under 2 steps",
+    }
+    log(
+        f"llm rounds: decode step {step:.2f} ms, a round with a {g.prefill_chunk}-token chunk {chunk_round:.2f} ms "
+        f"({res['round_over_step']}x), {g.max_batch_size} rows x {g.max_length} slots, {mode}"
+    )
     return res

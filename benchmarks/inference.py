@@ -15,6 +15,7 @@ bf16 BERT ran bimodally (465-475 or 500-520 ms) while Paddle Inference's calls w
 the same weights from the same seed, and the outputs are compared with Paddle eager's. The machine's
 matmul peak is measured in the same run, and the JSON lands in benchmarks/results/inference.json.
 """  # noqa: E501 (a shell command, kept on one line to copy and paste)
+
 from __future__ import annotations
 
 import argparse
@@ -23,11 +24,11 @@ import os
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+import common
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "results", "inference.json")
@@ -35,34 +36,60 @@ DEFAULT_OUT = os.path.join(HERE, "results", "inference.json")
 # name -> (runner kind, thread count forced to nproc?, what it is)
 CONFIGS: dict[str, tuple[str, bool, str]] = {
     "paddle_xla": ("xla", False, "px.compile; model.compiled.run + block_until_ready"),
-    "paddle_xla_bf16": ("xla", False, "px.compile(strategy=px.Strategy(precision='bf16')): bf16 compute, "
-                                      "fp32 weights; outputs compared at 2e-2"),
+    "paddle_xla_bf16": (
+        "xla",
+        False,
+        "px.compile(strategy=px.Strategy(precision='bf16')): bf16 compute, fp32 weights; outputs compared at 2e-2",
+    ),
     "eager": ("eager", False, "Paddle eager, default threads, no_grad"),
     "eager_threads": ("eager", True, "Paddle eager, OMP/MKL threads and core.set_num_threads = nproc"),
     "to_static": ("to_static", False, "paddle.jit.to_static(full_graph=True), default threads"),
     "to_static_threads": ("to_static", True, "paddle.jit.to_static, threads = nproc"),
-    "inference_onednn": ("inference", True, "Paddle Inference from paddle.jit.save: enable_mkldnn, "
-                                            "cpu math threads = nproc, switch_ir_optim(True)"),
+    "inference_onednn": (
+        "inference",
+        True,
+        "Paddle Inference from paddle.jit.save: enable_mkldnn, cpu math threads = nproc, switch_ir_optim(True)",
+    ),
     # NOTE: Paddle 3.3's oneDNN executor refuses some programs (interpolate's double-array scale:
     # "ConvertPirAttribute2RuntimeAttribute not support"); its plain CPU predictor still runs them.
-    "inference_plain": ("inference", True, "Paddle Inference without oneDNN, cpu math threads = nproc, "
-                                           "switch_ir_optim(True)"),
+    "inference_plain": (
+        "inference",
+        True,
+        "Paddle Inference without oneDNN, cpu math threads = nproc, switch_ir_optim(True)",
+    ),
     # NOTE: paddle_xla keeps freed host memory for reuse (paddle_xla/runtime/host_heap.py); Paddle gets the same
     # malloc policy here, as GLIBC_TUNABLES, so that it is not compared at a disadvantage.
-    "inference_onednn_kept_heap": ("inference", True, "inference_onednn under paddle_xla's malloc policy "
-                                                      "(GLIBC_TUNABLES: one arena, no mmap, no trim)"),
-    "inference_plain_kept_heap": ("inference", True, "inference_plain under paddle_xla's malloc policy "
-                                                     "(GLIBC_TUNABLES: one arena, no mmap, no trim)"),
-    "paddle_xla_system_heap": ("xla", False, "paddle_xla with PADDLE_XLA_KEEP_HEAP=0: glibc's default malloc "
-                                             "(freed temporaries go back to the kernel; an A/B of host_heap.py)"),
+    "inference_onednn_kept_heap": (
+        "inference",
+        True,
+        "inference_onednn under paddle_xla's malloc policy (GLIBC_TUNABLES: one arena, no mmap, no trim)",
+    ),
+    "inference_plain_kept_heap": (
+        "inference",
+        True,
+        "inference_plain under paddle_xla's malloc policy (GLIBC_TUNABLES: one arena, no mmap, no trim)",
+    ),
+    "paddle_xla_system_heap": (
+        "xla",
+        False,
+        "paddle_xla with PADDLE_XLA_KEEP_HEAP=0: glibc's default malloc "
+        "(freed temporaries go back to the kernel; an A/B of host_heap.py)",
+    ),
 }
 KEPT_HEAP = ("inference_onednn_kept_heap", "inference_plain_kept_heap")
 # NOTE: an A/B configuration, run when named in --configs
 NOT_BY_DEFAULT = ("paddle_xla_system_heap",)
 QUICK_CONFIGS = ["paddle_xla", "eager_threads", "inference_onednn"]
 # outputs are compared with the first of these that ran
-REFERENCE = ("eager", "eager_threads", "to_static", "to_static_threads", "inference_onednn", "inference_plain",
-             *KEPT_HEAP)
+REFERENCE = (
+    "eager",
+    "eager_threads",
+    "to_static",
+    "to_static_threads",
+    "inference_onednn",
+    "inference_plain",
+    *KEPT_HEAP,
+)
 
 
 def is_paddle(cfg: str) -> bool:
@@ -78,33 +105,54 @@ def model_settings(name: str, batch: int, quick: bool) -> dict[str, Any]:
         cfg = dict(config="tiny", seq=16) if quick else dict(config="base", seq=128)
         layers, hidden, inter = {"tiny": (2, 64, 256), "base": (12, 768, 3072)}[cfg["config"]]
         flops = common.bert_flops(layers=layers, hidden=hidden, intermediate=inter, batch=batch, seq=cfg["seq"])
-        return {**cfg, "batch": batch, "analytic_flops": flops,
-                "description": f"BertModel(BertConfig.{cfg['config']}()), {layers} layers, hidden {hidden}, "
-                               f"seq {cfg['seq']}, batch {batch}, eval",
-                "flops_note": "analytic: 2 x matmul weights x tokens + 2 x 2 x B x S x S x H per layer + pooler"}
+        return {
+            **cfg,
+            "batch": batch,
+            "analytic_flops": flops,
+            "description": f"BertModel(BertConfig.{cfg['config']}()), {layers} layers, hidden {hidden}, "
+            f"seq {cfg['seq']}, batch {batch}, eval",
+            "flops_note": "analytic: 2 x matmul weights x tokens + 2 x 2 x B x S x S x H per layer + pooler",
+        }
     if name == "resnet50":
         size = 32 if quick else 224
-        return {"size": size, "batch": batch, "analytic_flops": common.resnet50_flops(batch, size),
-                "description": f"paddle.vision.models.resnet50(), batch {batch}, 3x{size}x{size}, eval",
-                "flops_note": "standard figure: 2 x 4.09 GMACs per 224x224 image (He et al. 2016; torchvision)"}
+        return {
+            "size": size,
+            "batch": batch,
+            "analytic_flops": common.resnet50_flops(batch, size),
+            "description": f"paddle.vision.models.resnet50(), batch {batch}, 3x{size}x{size}, eval",
+            "flops_note": "standard figure: 2 x 4.09 GMACs per 224x224 image (He et al. 2016; torchvision)",
+        }
     if name in MOBILE_MACS:
         size = 32 if quick else 224
         macs = MOBILE_MACS[name] * batch * (size / 224) ** 2
-        return {"size": size, "batch": batch, "analytic_flops": 2 * macs,
-                "description": f"paddle.vision.models.{name}(), batch {batch}, 3x{size}x{size}, eval",
-                "flops_note": "the MobileNetV3 paper's multiply-adds per 224x224 image (Howard et al. 2019), x2"}
+        return {
+            "size": size,
+            "batch": batch,
+            "analytic_flops": 2 * macs,
+            "description": f"paddle.vision.models.{name}(), batch {batch}, 3x{size}x{size}, eval",
+            "flops_note": "the MobileNetV3 paper's multiply-adds per 224x224 image (Howard et al. 2019), x2",
+        }
     if name in SUITE_MOBILE:
         from paddle_xla.models.mobile import MOBILE_MACS as counted
-        return {"batch": batch, "analytic_flops": 2 * counted[name] * batch,
-                "description": f"paddle_xla.models.mobile {name} ({SUITE_MOBILE[name]}), batch {batch}, eval",
-                "flops_note": "multiply-adds of convolutions, linears and LSTMs counted on the model, x2"}
-    raise SystemExit(f"Unknown model {name!r}; choose from bert, resnet50, {', '.join(MOBILE_MACS)}, "
-                     f"{', '.join(SUITE_MOBILE)}.")
+
+        return {
+            "batch": batch,
+            "analytic_flops": 2 * counted[name] * batch,
+            "description": f"paddle_xla.models.mobile {name} ({SUITE_MOBILE[name]}), batch {batch}, eval",
+            "flops_note": "multiply-adds of convolutions, linears and LSTMs counted on the model, x2",
+        }
+    raise SystemExit(
+        f"Unknown model {name!r}; choose from bert, resnet50, {', '.join(MOBILE_MACS)}, {', '.join(SUITE_MOBILE)}."
+    )
 
 
 # Paddle's suites' mobile models, written in paddle_xla/models/mobile.py
-SUITE_MOBILE = {"pp_lcnet": "PP-LCNet x1.0, 3x224x224", "picodet_s": "PicoDet-S head without NMS, 3x320x320",
-                "ppocr_det": "PP-OCR DB text detector, 3x640x640", "ppocr_rec": "PP-OCR CRNN recogniser, 3x48x320"}
+SUITE_MOBILE = {
+    "pp_lcnet": "PP-LCNet x1.0, 3x224x224",
+    "picodet_s": "PicoDet-S head without NMS, 3x320x320",
+    "ppocr_det": "PP-OCR DB text detector, 3x640x640",
+    "ppocr_rec": "PP-OCR CRNN recogniser, 3x48x320",
+}
 
 
 # multiply-adds per 224x224 image, as published
@@ -116,18 +164,21 @@ def build(name: str, settings: dict[str, Any]):
     import numpy as np
     import paddle
     from paddle.static import InputSpec
+
     paddle.seed(0)
     rng = np.random.default_rng(0)
     b = settings["batch"]
     if name in SUITE_MOBILE:
         from paddle_xla.models.mobile import mobile_model
+
         return mobile_model(name, b)
     if name == "bert":
         from paddle_xla.models.bert import BertConfig, BertModel
+
         cfg = BertConfig.named(settings["config"])
         net = BertModel(cfg)
         seq = settings["seq"]
-        ids = rng.integers(1, cfg.vocab_size, (b, seq)).astype("int64")   # no padding (id 0)
+        ids = rng.integers(1, cfg.vocab_size, (b, seq)).astype("int64")  # no padding (id 0)
         types = (np.arange(seq)[None, :] >= seq // 2).astype("int64").repeat(b, 0)
         specs, inputs = BertModel.input_spec(seq), [ids, types]
     else:
@@ -146,7 +197,9 @@ def setup_xla(name, settings, job):
     import gc
 
     import jax
+
     import paddle_xla as px
+
     net, specs, inputs = build(name, settings)
     start = time.perf_counter()
     # NOTE: a *_bf16 configuration is the Strategy's mixed precision, timed against Paddle's fp32 best.
@@ -154,8 +207,15 @@ def setup_xla(name, settings, job):
     try:
         model = px.compile(net, specs, strategy=strategy)
     except px.UnsupportedOpsError as e:
-        return {"status": "unsupported", "unsupported_ops": sorted({p.op for p in e.report.problems}),
-                "message": str(e)[:4000]}, None, None
+        return (
+            {
+                "status": "unsupported",
+                "unsupported_ops": sorted({p.op for p in e.report.problems}),
+                "message": str(e)[:4000],
+            },
+            None,
+            None,
+        )
     capture_s = time.perf_counter() - start
     del net
     gc.collect()
@@ -167,11 +227,15 @@ def setup_xla(name, settings, job):
     start = time.perf_counter()
     call()
     first_call_s = time.perf_counter() - start
-    info = {"status": "ok", "capture_s": capture_s, "first_call_s": first_call_s,
-            "compile_s": sum(model.compiled.compile_seconds.values()),
-            "xla_flags": os.environ.get("XLA_FLAGS", ""),
-            "compile_cache": os.environ.get("PADDLE_XLA_CACHE", "1") not in ("0", "false", "off", "no"),
-            "counted_flops": _counted_flops(model, feeds)}
+    info = {
+        "status": "ok",
+        "capture_s": capture_s,
+        "first_call_s": first_call_s,
+        "compile_s": sum(model.compiled.compile_seconds.values()),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "compile_cache": os.environ.get("PADDLE_XLA_CACHE", "1") not in ("0", "false", "off", "no"),
+        "counted_flops": _counted_flops(model, feeds),
+    }
     return info, call, lambda: _save(job, [jax.device_get(o) for o in call()])
 
 
@@ -182,12 +246,13 @@ def _counted_flops(model, feeds):
         jaxpr = model.compiled.jaxpr(*feeds)
         by_prim = common.jaxpr_flops(jaxpr)
         return {"total": sum(by_prim.values()), "by_primitive": by_prim}
-    except Exception as e:   # NOTE: a FLOP count is a nicety; it must never sink the measurement
+    except Exception as e:  # NOTE: a FLOP count is a nicety; it must never sink the measurement
         return {"error": f"{type(e).__name__}: {e}"}
 
 
 def setup_eager(name, settings, job):
     import paddle
+
     net, _, inputs = build(name, settings)
     tensors = [paddle.to_tensor(x) for x in inputs]
 
@@ -202,6 +267,7 @@ def setup_eager(name, settings, job):
 
 def setup_to_static(name, settings, job):
     import paddle
+
     net, specs, inputs = build(name, settings)
     static = paddle.jit.to_static(net, input_spec=specs, full_graph=True)
     tensors = [paddle.to_tensor(x) for x in inputs]
@@ -220,6 +286,7 @@ def setup_inference(name, settings, job):
 
     import paddle
     import paddle.inference as pi
+
     net, specs, inputs = build(name, settings)
     prefix = os.path.join(job["workdir"], f"{job['tag']}_saved", "model")
     paddle.jit.save(net, prefix, input_spec=specs)
@@ -249,8 +316,11 @@ def setup_inference(name, settings, job):
 
     start = time.perf_counter()
     call()
-    return ({"status": "ok", "first_call_s": time.perf_counter() - start, "model_file": os.path.basename(model_file)},
-            call, outs)
+    return (
+        {"status": "ok", "first_call_s": time.perf_counter() - start, "model_file": os.path.basename(model_file)},
+        call,
+        outs,
+    )
 
 
 def _numpy(outs):
@@ -259,6 +329,7 @@ def _numpy(outs):
 
 def _save(job, arrays) -> str:
     import numpy as np
+
     path = os.path.join(job["workdir"], f"{job['tag']}.outputs.npz")
     np.savez(path, *[np.asarray(a) for a in arrays])
     return path
@@ -276,12 +347,14 @@ def worker(job_path: str) -> None:
             result = {"matmul_peak": common.matmul_peak(job["sizes"], job["repeats"]), "machine": common.machine_info()}
         else:
             import paddle
+
             paddle.base.core.set_num_threads(job["nproc"])
             result = common.paddle_matmul_rate(job["sizes"], job["repeats"])
         with open(job["out"], "w", encoding="utf-8") as f:
             json.dump(result, f)
         return
     import paddle
+
     if job["threads"]:
         # NOTE: before Paddle's math library is first used; it reads the count once.
         paddle.base.core.set_num_threads(job["nproc"])
@@ -292,6 +365,7 @@ def worker(job_path: str) -> None:
             info, call, outputs = SETUPS[entry["runner"]](entry["model"], entry["settings"], {**job, **entry})
             info["setup_s"] = time.perf_counter() - start
             return info, call, outputs
+
         return setup
 
     common.serve({key: setup_for(entry) for key, entry in job["entries"].items()})
@@ -310,7 +384,7 @@ def config_env(cfg: str, args, n: int, variants) -> dict[str, str | None]:
     if is_paddle(cfg) or cfg == "paddle_xla_system_heap":
         env.update(common.paddle_env(kept_heap=cfg in KEPT_HEAP))
     if kind == "xla":
-        env["PADDLE_XLA_CACHE"] = "1" if args.compile_cache else "0"   # NOTE: a cold compile, timed
+        env["PADDLE_XLA_CACHE"] = "1" if args.compile_cache else "0"  # NOTE: a cold compile, timed
         flags = variants.get(cfg, args.xla_flags)
         if flags is not None:
             env["XLA_FLAGS"] = flags
@@ -319,31 +393,48 @@ def config_env(cfg: str, args, n: int, variants) -> dict[str, str | None]:
 
 def entry(model: str, cfg: str, settings) -> tuple[str, dict[str, Any]]:
     tag = f"{model}.{cfg}".replace("[", "_").replace("]", "")
-    return tag, {"model": model, "config": cfg, "runner": CONFIGS.get(cfg, ("xla",))[0], "settings": settings,
-                 "tag": tag}
+    return tag, {
+        "model": model,
+        "config": cfg,
+        "runner": CONFIGS.get(cfg, ("xla",))[0],
+        "settings": settings,
+        "tag": tag,
+    }
 
 
 def start_workers(models, configs, settings, args, n, script, workdir, variants):
     """{(model, cfg): (worker, key)}: a worker per configuration, or with --quick one for all of them
     (every thread count at nproc; one Paddle import instead of many)."""
     slots = {}
-    own = [c for c in configs if c in variants or not args.quick]      # NOTE: a variant's XLA_FLAGS are its own
+    own = [c for c in configs if c in variants or not args.quick]  # NOTE: a variant's XLA_FLAGS are its own
     shared = [c for c in configs if c not in own]
     if shared:
         entries = dict(entry(m, c, settings[m]) for m in models for c in shared)
         env = thread_env(True, n)
         env.update({k: v for k, v in config_env("paddle_xla", args, n, variants).items() if k not in env})
-        w = common.Worker(script, {"kind": "serve", "threads": True, "nproc": n, "workdir": workdir, "entries": entries},
-                          env=env, workdir=workdir, tag="quick")
+        w = common.Worker(
+            script,
+            {"kind": "serve", "threads": True, "nproc": n, "workdir": workdir, "entries": entries},
+            env=env,
+            workdir=workdir,
+            tag="quick",
+        )
         slots = {(m, c): (w, entry(m, c, settings[m])[0]) for m in models for c in shared}
     if own:
         for m in models:
             for c in own:
                 key, e = entry(m, c, settings[m])
-                job = {"kind": "serve", "threads": CONFIGS.get(c, ("xla", False))[1], "nproc": n, "workdir": workdir,
-                       "entries": {key: e}}
-                slots[(m, c)] = (common.Worker(script, job, env=config_env(c, args, n, variants), workdir=workdir,
-                                               tag=key), key)
+                job = {
+                    "kind": "serve",
+                    "threads": CONFIGS.get(c, ("xla", False))[1],
+                    "nproc": n,
+                    "workdir": workdir,
+                    "entries": {key: e},
+                }
+                slots[(m, c)] = (
+                    common.Worker(script, job, env=config_env(c, args, n, variants), workdir=workdir, tag=key),
+                    key,
+                )
     # NOTE: every import finishes before the first set-up, so no compile time is contended by our own imports.
     for w in {id(w): w for w, _ in slots.values()}.values():
         try:
@@ -368,7 +459,7 @@ def measure_model(model, configs, slots, args, n, progress, task, variants):
         w, _ = live.pop(cfg)
         results[cfg] = {"status": "error", "message": str(err), "log_tail": w.log_tail()}
 
-    for cfg in list(live):                                               # set-ups, one at a time
+    for cfg in list(live):  # set-ups, one at a time
         progress.update(task, description=f"{model}: setting up {cfg}")
         w, _ = live[cfg]
         try:
@@ -396,7 +487,7 @@ def measure_model(model, configs, slots, args, n, progress, task, variants):
     busy0, own0, t0 = common.busy_cpu_seconds(), _own_cpu(own_workers), time.perf_counter()
     progress.update(task, description=f"{model}: timing {len(active)} configurations in turn")
     for r in range(args.repeats):
-        for cfg in active[r % len(active):] + active[:r % len(active)] if active else []:
+        for cfg in active[r % len(active) :] + active[: r % len(active)] if active else []:
             if cfg not in live:
                 continue
             try:
@@ -425,7 +516,9 @@ def measure_model(model, configs, slots, args, n, progress, task, variants):
         except (common.WorkerError, KeyError) as e:
             results[cfg]["parity_error"] = str(e)
     for cfg, res in results.items():
-        res.setdefault("description", CONFIGS[cfg][2] if cfg in CONFIGS else f"paddle_xla with XLA_FLAGS={variants[cfg]}")
+        res.setdefault(
+            "description", CONFIGS[cfg][2] if cfg in CONFIGS else f"paddle_xla with XLA_FLAGS={variants[cfg]}"
+        )
         if "latency" in res:
             progress.console.print(f"  {model:9s} {cfg:24s} {res['latency']['median_ms']:.1f} ms median", markup=False)
     return results, {"foreign_cpu_load": foreign, "timed_phase_s": elapsed}
@@ -448,6 +541,7 @@ def close_workers(slots, model=None) -> None:
 def output_diff(a_path, b_path) -> tuple[float | None, float | None]:
     """(max |a - b|, that over max |b|) across all outputs."""
     import numpy as np
+
     a, b = np.load(a_path), np.load(b_path)
     if len(a.files) != len(b.files):
         return None, None
@@ -484,53 +578,71 @@ def summarise(name, settings, results, peak, timing):
     timed = {c: r for c, r in results.items() if r.get("status") == "ok" and "latency" in r}
     paddle_ok = {c: r for c, r in timed.items() if is_paddle(c)}
     best = min(paddle_ok, key=lambda c: paddle_ok[c]["latency"]["median_ms"]) if paddle_ok else None
-    out = {"description": settings["description"],
-           "settings": {k: v for k, v in settings.items() if k not in ("analytic_flops", "description", "flops_note")},
-           "flops": {"used": flops, "source": source, "analytic_or_standard": settings["analytic_flops"],
-                     "counted_from_graph": counted},
-           "status": xla.get("status", "not run"), "timing": timing, "configs": results}
+    out = {
+        "description": settings["description"],
+        "settings": {k: v for k, v in settings.items() if k not in ("analytic_flops", "description", "flops_note")},
+        "flops": {
+            "used": flops,
+            "source": source,
+            "analytic_or_standard": settings["analytic_flops"],
+            "counted_from_graph": counted,
+        },
+        "status": xla.get("status", "not run"),
+        "timing": timing,
+        "configs": results,
+    }
     if xla.get("status") == "unsupported":
         out["unsupported_ops"] = xla["unsupported_ops"]
     if best:
         out["paddle_best"] = {"config": best, "median_ms": paddle_ok[best]["latency"]["median_ms"]}
     if best and "paddle_xla" in timed:
         xl, pl = xla["latency"], paddle_ok[best]["latency"]
-        vs = {"latency_ratio": xl["median_ms"] / pl["median_ms"], "speedup": pl["median_ms"] / xl["median_ms"],
-              "speedup_min": pl["min_ms"] / xl["min_ms"],
-              "note": "latency_ratio = paddle_xla median / Paddle best median; speedup > 1 means paddle_xla is "
-                      "faster; speedup_min compares the min latencies; cpu_time_ratio = paddle_xla's CPU time "
-                      "per call / Paddle best's"}
+        vs = {
+            "latency_ratio": xl["median_ms"] / pl["median_ms"],
+            "speedup": pl["median_ms"] / xl["median_ms"],
+            "speedup_min": pl["min_ms"] / xl["min_ms"],
+            "note": "latency_ratio = paddle_xla median / Paddle best median; speedup > 1 means paddle_xla is "
+            "faster; speedup_min compares the min latencies; cpu_time_ratio = paddle_xla's CPU time "
+            "per call / Paddle best's",
+        }
         if xl.get("median_cpu_ms") and pl.get("median_cpu_ms"):
             vs["cpu_time_ratio"] = xl["median_cpu_ms"] / pl["median_cpu_ms"]
         out["paddle_xla_vs_paddle_best"] = vs
     if best:
         # every paddle_xla configuration (fp32, bf16, XLA-flag variants) against the same fp32 baseline
         base = paddle_ok[best]["latency"]["median_ms"]
-        out["speedup_vs_paddle_best"] = {c: base / r["latency"]["median_ms"] for c, r in timed.items()
-                                         if not is_paddle(c)}
+        out["speedup_vs_paddle_best"] = {
+            c: base / r["latency"]["median_ms"] for c, r in timed.items() if not is_paddle(c)
+        }
         b2b = {c: r["latency_back_to_back"]["median_ms"] for c, r in timed.items() if "latency_back_to_back" in r}
         paddle_b2b = [ms for c, ms in b2b.items() if is_paddle(c)]
         if paddle_b2b:
             # NOTE: Paddle's best back to back may be another configuration than its best in turns
-            out["back_to_back"] = {"paddle_best_median_ms": min(paddle_b2b),
-                                   "speedup_vs_paddle_best": {c: min(paddle_b2b) / ms for c, ms in b2b.items()
-                                                              if not is_paddle(c)}}
+            out["back_to_back"] = {
+                "paddle_best_median_ms": min(paddle_b2b),
+                "speedup_vs_paddle_best": {c: min(paddle_b2b) / ms for c, ms in b2b.items() if not is_paddle(c)},
+            }
     return out
 
 
 def interference(report) -> dict[str, Any]:
     """How much of the machine other processes took while we measured (this machine may be shared)."""
     loads = [report["matmul_peak"].get("foreign_cpu_load")] + [
-        mod["timing"].get("foreign_cpu_load") for mod in report["models"].values()]
+        mod["timing"].get("foreign_cpu_load") for mod in report["models"].values()
+    ]
     loads = [x for x in loads if x is not None]
     worst = max(loads) if loads else None
-    out = {"max_foreign_cpu_load": worst,
-           "note": "fraction of all CPUs busy with other processes while we timed: /proc/stat's busy time less "
-                   "our own processes' CPU time"}
+    out = {
+        "max_foreign_cpu_load": worst,
+        "note": "fraction of all CPUs busy with other processes while we timed: /proc/stat's busy time less "
+        "our own processes' CPU time",
+    }
     if worst is not None and worst > 0.1:
-        out["warning"] = (f"Other processes used up to {100 * worst:.0f}% of the CPUs while this run timed: wall-clock "
-                          "latencies are inflated (the configurations took turns, so their ratios are fairer than "
-                          "their absolute values); the CPU-time columns are less affected. Rerun on an idle machine.")
+        out["warning"] = (
+            f"Other processes used up to {100 * worst:.0f}% of the CPUs while this run timed: wall-clock "
+            "latencies are inflated (the configurations took turns, so their ratios are fairer than "
+            "their absolute values); the CPU-time columns are less affected. Rerun on an idle machine."
+        )
     return out
 
 
@@ -538,14 +650,16 @@ def markdown(report) -> str:
     peak = report["matmul_peak"]
     m = report["machine"]
     pm = peak.get("paddle_matmul", {})
-    lines = [f"Machine: {m['cpu_model']}, {m['nproc']} cores. Measured jnp matmul peak: "
-             f"{peak['fp32_gflops']:.0f} GFLOP/s fp32 ({peak['fp32_gflops_per_cpu_second']:.0f} per CPU-second), "
-             f"{peak['bf16_f32acc_gflops']:.0f} GFLOP/s bf16 x bf16 -> f32"
-             + (f"; Paddle's own eager f32 matmul {pm['fp32_gflops']:.0f} GFLOP/s." if "fp32_gflops" in pm else "."),
-             "",
-             "| model | configuration | median ms | min ms | CPU ms / call | GFLOP/s | % fp32 peak "
-             "| % peak, CPU-time basis | speed vs Paddle best |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"Machine: {m['cpu_model']}, {m['nproc']} cores. Measured jnp matmul peak: "
+        f"{peak['fp32_gflops']:.0f} GFLOP/s fp32 ({peak['fp32_gflops_per_cpu_second']:.0f} per CPU-second), "
+        f"{peak['bf16_f32acc_gflops']:.0f} GFLOP/s bf16 x bf16 -> f32"
+        + (f"; Paddle's own eager f32 matmul {pm['fp32_gflops']:.0f} GFLOP/s." if "fp32_gflops" in pm else "."),
+        "",
+        "| model | configuration | median ms | min ms | CPU ms / call | GFLOP/s | % fp32 peak "
+        "| % peak, CPU-time basis | speed vs Paddle best |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for name, mod in report["models"].items():
         best = mod.get("paddle_best", {}).get("median_ms")
         for cfg, res in mod["configs"].items():
@@ -560,10 +674,12 @@ def markdown(report) -> str:
             rel = f"{best / lat['median_ms']:.2f}x" if best else ""
             cpu = lat.get("median_cpu_ms")
             frac_cpu = res.get("fraction_of_fp32_peak_cpu_time")
-            lines.append(f"| {name} | {label} | {lat['median_ms']:.1f} | {lat['min_ms']:.1f} "
-                         f"| {'' if cpu is None else f'{cpu:.1f}'} | {res['gflops']:.1f} "
-                         f"| {100 * res['fraction_of_fp32_peak']:.1f}% "
-                         f"| {'' if frac_cpu is None else f'{100 * frac_cpu:.1f}%'} | {rel} |")
+            lines.append(
+                f"| {name} | {label} | {lat['median_ms']:.1f} | {lat['min_ms']:.1f} "
+                f"| {'' if cpu is None else f'{cpu:.1f}'} | {res['gflops']:.1f} "
+                f"| {100 * res['fraction_of_fp32_peak']:.1f}% "
+                f"| {'' if frac_cpu is None else f'{100 * frac_cpu:.1f}%'} | {rel} |"
+            )
     lines.append("")
     if report.get("interference", {}).get("warning"):
         lines += [f"**Warning:** {report['interference']['warning']}", ""]
@@ -575,44 +691,79 @@ def markdown(report) -> str:
             vs = mod.get("paddle_xla_vs_paddle_best", {})
             cpu = f", CPU time per call {vs['cpu_time_ratio']:.2f}x Paddle best's" if "cpu_time_ratio" in vs else ""
             rel = xla.get("max_rel_diff_vs_paddle")
-            lines.append(f"- {name}: {mod['description']}; {mod['flops']['used'] / 1e9:.1f} GFLOP per batch. "
-                         f"paddle_xla compile {xla['compile_s']:.1f} s (capture {xla['capture_s']:.1f} s); "
-                         f"speedup over Paddle best ({mod.get('paddle_best', {}).get('config')}): "
-                         f"{vs.get('speedup', float('nan')):.2f}x median, {vs.get('speedup_min', float('nan')):.2f}x min{cpu}; "
-                         f"max |diff| vs {xla.get('parity_reference')} {xla.get('max_abs_diff_vs_paddle', float('nan')):.1e}"
-                         f" ({float('nan') if rel is None else rel:.1e} of the largest output).{busy}")
+            lines.append(
+                f"- {name}: {mod['description']}; {mod['flops']['used'] / 1e9:.1f} GFLOP per batch. "
+                f"paddle_xla compile {xla['compile_s']:.1f} s (capture {xla['capture_s']:.1f} s); "
+                f"speedup over Paddle best ({mod.get('paddle_best', {}).get('config')}): "
+                f"{vs.get('speedup', float('nan')):.2f}x median, {vs.get('speedup_min', float('nan')):.2f}x min{cpu}; "
+                f"max |diff| vs {xla.get('parity_reference')} {xla.get('max_abs_diff_vs_paddle', float('nan')):.1e}"
+                f" ({float('nan') if rel is None else rel:.1e} of the largest output).{busy}"
+            )
         else:
-            lines.append(f"- {name}: paddle_xla {xla.get('status', 'not run')}"
-                         + (f" (missing ops: {', '.join(mod.get('unsupported_ops', []))})" if mod.get("unsupported_ops") else "")
-                         + (f" ({xla.get('message', '')[:200]})" if xla.get("status") == "error" else "") + "." + busy)
+            lines.append(
+                f"- {name}: paddle_xla {xla.get('status', 'not run')}"
+                + (f" (missing ops: {', '.join(mod.get('unsupported_ops', []))})" if mod.get("unsupported_ops") else "")
+                + (f" ({xla.get('message', '')[:200]})" if xla.get("status") == "error" else "")
+                + "."
+                + busy
+            )
     return "\n".join(lines)
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default="bert,resnet50", help="comma-separated: bert, resnet50, mobilenet_v3_large, mobilenet_v3_small, "
-                   "pp_lcnet, picodet_s, ppocr_det, ppocr_rec")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--models",
+        default="bert,resnet50",
+        help="comma-separated: bert, resnet50, mobilenet_v3_large, mobilenet_v3_small, "
+        "pp_lcnet, picodet_s, ppocr_det, ppocr_rec",
+    )
     p.add_argument("--configs", default=None, help=f"comma-separated subset of: {', '.join(CONFIGS)}")
     p.add_argument("--batch", type=int, default=None, help="batch size (default 8; 2 with --quick)")
-    p.add_argument("--repeats", type=int, default=None, help="timed calls per configuration (default 10; 3 with --quick)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed calls per configuration after the first (compiling) one")
-    p.add_argument("--turn-warmup", type=int, default=1,
-                   help="untimed calls at the start of each configuration's turn, before its timed call, so that "
-                        "the timed call is a warm one, as in a server's stream of requests (0: time the first "
-                        "call after the previous worker's turn)")
-    p.add_argument("--gap", type=float, default=None,
-                   help="seconds of rest between two turns, so that no worker's spinning threads (OpenMP "
-                        "spins ~0.2 s after a parallel region) overlap the next one's call (default 0.3; 0.05 with --quick)")
-    p.add_argument("--back-to-back", action="store_true",
-                   help="after the rounds, also time each configuration alone, 10 calls back to back")
+    p.add_argument(
+        "--repeats", type=int, default=None, help="timed calls per configuration (default 10; 3 with --quick)"
+    )
+    p.add_argument(
+        "--warmup", type=int, default=1, help="untimed calls per configuration after the first (compiling) one"
+    )
+    p.add_argument(
+        "--turn-warmup",
+        type=int,
+        default=1,
+        help="untimed calls at the start of each configuration's turn, before its timed call, so that "
+        "the timed call is a warm one, as in a server's stream of requests (0: time the first "
+        "call after the previous worker's turn)",
+    )
+    p.add_argument(
+        "--gap",
+        type=float,
+        default=None,
+        help="seconds of rest between two turns, so that no worker's spinning threads (OpenMP "
+        "spins ~0.2 s after a parallel region) overlap the next one's call (default 0.3; 0.05 with --quick)",
+    )
+    p.add_argument(
+        "--back-to-back",
+        action="store_true",
+        help="after the rounds, also time each configuration alone, 10 calls back to back",
+    )
     p.add_argument("--quick", action="store_true", help="tiny configs for a CI smoke run (< 60 s)")
     p.add_argument("--out", default=None, help=f"JSON path (default {DEFAULT_OUT}; --quick: a *_quick.json beside it)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds allowed for any one request to a worker")
     p.add_argument("--xla-flags", default=None, help="XLA_FLAGS for the paddle_xla worker (recorded in the JSON)")
-    p.add_argument("--xla-variant", action="append", default=[], metavar="NAME=FLAGS",
-                   help="also time paddle_xla under these XLA_FLAGS, as configuration paddle_xla[NAME]; repeatable")
-    p.add_argument("--compile-cache", action="store_true",
-                   help="let paddle_xla use its persistent compile cache (default: off, so compile_s is a cold compile)")
+    p.add_argument(
+        "--xla-variant",
+        action="append",
+        default=[],
+        metavar="NAME=FLAGS",
+        help="also time paddle_xla under these XLA_FLAGS, as configuration paddle_xla[NAME]; repeatable",
+    )
+    p.add_argument(
+        "--compile-cache",
+        action="store_true",
+        help="let paddle_xla use its persistent compile cache (default: off, so compile_s is a cold compile)",
+    )
     p.add_argument("--worker", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -627,8 +778,11 @@ def main(argv=None) -> int:
 
     console = Console(stderr=True)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
-    configs = [c.strip() for c in args.configs.split(",")] if args.configs else (
-        QUICK_CONFIGS if args.quick else [c for c in CONFIGS if c not in NOT_BY_DEFAULT])
+    configs = (
+        [c.strip() for c in args.configs.split(",")]
+        if args.configs
+        else (QUICK_CONFIGS if args.quick else [c for c in CONFIGS if c not in NOT_BY_DEFAULT])
+    )
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
         raise SystemExit(f"Unknown configuration(s) {unknown}; choose from {list(CONFIGS)}.")
@@ -648,13 +802,27 @@ def main(argv=None) -> int:
     script = os.path.abspath(__file__)
     started = time.perf_counter()
 
-    with tempfile.TemporaryDirectory(prefix="px_bench_") as workdir, Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-            TimeElapsedColumn(), console=console) as progress:
+    with (
+        tempfile.TemporaryDirectory(prefix="px_bench_") as workdir,
+        Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress,
+    ):
         task = progress.add_task("matmul peak (jnp f32 and bf16)", total=1 + len(models) * args.repeats)
         sizes, peak_reps = ((512, 1024), 3) if args.quick else ((2048, 4096), 5)
-        peak_res = common.run_worker(script, {"kind": "peak", "sizes": list(sizes), "repeats": peak_reps},
-                                     env={}, timeout=args.timeout, workdir=workdir, tag="peak")
+        peak_res = common.run_worker(
+            script,
+            {"kind": "peak", "sizes": list(sizes), "repeats": peak_reps},
+            env={},
+            timeout=args.timeout,
+            workdir=workdir,
+            tag="peak",
+        )
         if not peak_res.ok:
             console.print(f"[red]matmul peak failed[/red]\n{peak_res.log_tail}")
             return 1
@@ -662,9 +830,14 @@ def main(argv=None) -> int:
         peak["foreign_cpu_load"] = peak_res.foreign_load
         if not args.quick:
             progress.update(task, description="Paddle's own f32 matmul")
-            pp = common.run_worker(script, {"kind": "paddle_peak", "sizes": list(sizes), "repeats": peak_reps,
-                                            "nproc": n}, env=thread_env(True, n), timeout=args.timeout,
-                                   workdir=workdir, tag="paddle_peak")
+            pp = common.run_worker(
+                script,
+                {"kind": "paddle_peak", "sizes": list(sizes), "repeats": peak_reps, "nproc": n},
+                env=thread_env(True, n),
+                timeout=args.timeout,
+                workdir=workdir,
+                tag="paddle_peak",
+            )
             peak["paddle_matmul"] = pp.data if pp.ok else {"error": pp.data.get("error")}
         progress.advance(task)
         report_models = {}
@@ -681,14 +854,24 @@ def main(argv=None) -> int:
         report = {
             "benchmark": "inference",
             "command": " ".join(["benchmarks/inference.py", *(argv if argv is not None else sys.argv[1:])]),
-            "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "machine": machine, "matmul_peak": peak,
-            "settings": {"batch": args.batch, "repeats": args.repeats, "warmup": args.warmup,
-                         "turn_warmup": args.turn_warmup, "gap_s": args.gap, "quick": args.quick,
-                         "configs": configs, "xla_flags": args.xla_flags, "xla_variants": variants, "compile_cache": args.compile_cache,
-                         "timing": "one worker process per configuration; after set-up (first call, compile) and "
-                                   "`warmup` untimed calls, the workers take turns, `turn_warmup` untimed calls and "
-                                   "one timed call each per round, for `repeats` rounds; median and min over the rounds"},
+            "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
+            "machine": machine,
+            "matmul_peak": peak,
+            "settings": {
+                "batch": args.batch,
+                "repeats": args.repeats,
+                "warmup": args.warmup,
+                "turn_warmup": args.turn_warmup,
+                "gap_s": args.gap,
+                "quick": args.quick,
+                "configs": configs,
+                "xla_flags": args.xla_flags,
+                "xla_variants": variants,
+                "compile_cache": args.compile_cache,
+                "timing": "one worker process per configuration; after set-up (first call, compile) and "
+                "`warmup` untimed calls, the workers take turns, `turn_warmup` untimed calls and "
+                "one timed call each per round, for `repeats` rounds; median and min over the rounds",
+            },
             "models": report_models,
         }
         report["interference"] = interference(report)
@@ -703,5 +886,6 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     from paddle_xla import x64
-    with x64.scope():     # NOTE: Paddle's int64 feeds for the raw JAX calls timed here, as the library's own
+
+    with x64.scope():  # NOTE: Paddle's int64 feeds for the raw JAX calls timed here, as the library's own
         sys.exit(main())

@@ -17,6 +17,7 @@ The artifacts keep only the weights of one dimension (biases, LayerNorm); the ma
 the GPU host as normal(0, 0.02), Paddle's BERT init (export(..., synthetic_weights=...)). So a BERT-Base
 artifact is its Graph and executables, a few MB, not 440 MB of float32: small enough to carry.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,18 +31,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-import paddle  # noqa: E402
-
 import common  # noqa: E402
+import paddle  # noqa: E402
 from gpu_llm import artifact_name  # noqa: E402
+
 import paddle_xla as px  # noqa: E402
+
 # NOTE: not px.export: once the submodule paddle_xla.export is imported, it shadows that lazy name.
 from paddle_xla.artifact.writer import export  # noqa: E402
 from paddle_xla.models.bert import BertConfig, BertForPretraining, BertModel  # noqa: E402
 from paddle_xla.models.bert_data import synthetic_batch  # noqa: E402
 
 SYNTHETIC = {"std": 0.02, "seed": 0}
-LLM_ROWS = 32          # NOTE: serve_llm.py's --rows (the generator's max_batch_size)
+LLM_ROWS = 32  # NOTE: serve_llm.py's --rows (the generator's max_batch_size)
 
 
 # NOTE: phase 1 of BERT pretraining (Google's, NVIDIA's, Graphcore's): the MLM head on 20 masked
@@ -53,10 +55,12 @@ def make_train_step(cfg: BertConfig, seq: int, strategy=None):
     paddle.seed(0)
     net = BertForPretraining(cfg)
     net.train()
-    sched = paddle.optimizer.lr.LinearWarmup(paddle.optimizer.lr.PolynomialDecay(1e-4, 10000, end_lr=0.0), 1000,
-                                             0.0, 1e-4)
-    opt = paddle.optimizer.AdamW(sched, parameters=net.parameters(), weight_decay=0.01,
-                                 grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0))
+    sched = paddle.optimizer.lr.LinearWarmup(
+        paddle.optimizer.lr.PolynomialDecay(1e-4, 10000, end_lr=0.0), 1000, 0.0, 1e-4
+    )
+    opt = paddle.optimizer.AdamW(
+        sched, parameters=net.parameters(), weight_decay=0.01, grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0)
+    )
     specs = BertForPretraining.input_spec(seq, MAX_PREDICTIONS)
     kw = {} if strategy is None else {"strategy": strategy}
     # NOTE: the net computes its own loss (loss_fn None), so the labels are inputs of the net.
@@ -69,24 +73,31 @@ def export_inference(cfg, seq, batch, path, platforms) -> dict:
     net.eval()
     model = px.compile(net, BertModel.input_spec(seq))
     b = synthetic_batch(cfg, batch, seq)
-    return export(model, path, platforms=platforms, example_inputs=[b.input_ids, b.token_type_ids],
-                     synthetic_weights=SYNTHETIC)
+    return export(
+        model, path, platforms=platforms, example_inputs=[b.input_ids, b.token_type_ids], synthetic_weights=SYNTHETIC
+    )
 
 
 def export_train(cfg, seq, batch, path, platforms, strategy=None) -> dict:
     step = make_train_step(cfg, seq, strategy)
     b = synthetic_batch(cfg, batch, seq)
-    return export(step, path, platforms=platforms, example_inputs=b.with_masked_positions(MAX_PREDICTIONS),
-                  synthetic_weights=SYNTHETIC)
+    return export(
+        step,
+        path,
+        platforms=platforms,
+        example_inputs=b.with_masked_positions(MAX_PREDICTIONS),
+        synthetic_weights=SYNTHETIC,
+    )
 
 
 def export_llm(quick: bool, path: str, platforms) -> dict:
     """serve_llm.py's generator (the same model, rows, cache slots and prefill chunk) with synthetic weights."""
-    from paddleformers.transformers.llama import LlamaConfig, LlamaForCausalLM
-
     from generate import SHAPE
-    from paddle_xla.api.generator import Generator
+    from paddleformers.transformers.llama import LlamaConfig, LlamaForCausalLM
     from serve_llm import TINY
+
+    from paddle_xla.api.generator import Generator
+
     paddle.seed(0)
     net = LlamaForCausalLM(LlamaConfig(**{**(TINY if quick else SHAPE), "max_position_embeddings": 1024}))
     net.eval()
@@ -108,9 +119,11 @@ def flops(cfg: BertConfig, seq: int, infer_batch: int, train_batch: int) -> dict
     """Analytic FLOPs (2 per multiply-add): the encoder, and for training the MLM/NSP heads, x3 for
     forward + backward. gpu.py also counts them from the program itself."""
     enc = dict(layers=cfg.num_hidden_layers, hidden=cfg.hidden_size, intermediate=cfg.intermediate_size, seq=seq)
-    head = 2 * train_batch * MAX_PREDICTIONS * (cfg.hidden_size ** 2 + cfg.hidden_size * cfg.vocab_size)
-    return {"infer_forward": common.bert_flops(batch=infer_batch, **enc),
-            "train_step": 3 * (common.bert_flops(batch=train_batch, **enc) + head)}
+    head = 2 * train_batch * MAX_PREDICTIONS * (cfg.hidden_size**2 + cfg.hidden_size * cfg.vocab_size)
+    return {
+        "infer_forward": common.bert_flops(batch=infer_batch, **enc),
+        "train_step": 3 * (common.bert_flops(batch=train_batch, **enc) + head),
+    }
 
 
 def main(argv=None) -> int:
@@ -121,28 +134,46 @@ def main(argv=None) -> int:
     ap.add_argument("--infer-batch", type=int)
     ap.add_argument("--train-batch", type=int)
     ap.add_argument("--platforms", default=None, help="comma-separated, default cpu,cuda (--quick: cpu)")
-    ap.add_argument("--only", default=None, help="comma-separated subset of infer,train,train-bf16,llm; the JSON "
-                                                "keeps the other artifacts' entries")
+    ap.add_argument(
+        "--only",
+        default=None,
+        help="comma-separated subset of infer,train,train-bf16,llm; the JSON keeps the other artifacts' entries",
+    )
     args = ap.parse_args(argv)
     # NOTE: --quick is a CI smoke run: one layer keeps the train step's compile short on CPU.
-    cfg = BertConfig.tiny(num_hidden_layers=1, vocab_size=512, max_position_embeddings=64) if args.quick \
+    cfg = (
+        BertConfig.tiny(num_hidden_layers=1, vocab_size=512, max_position_embeddings=64)
+        if args.quick
         else BertConfig.base()
+    )
     seq = args.seq or (32 if args.quick else 128)
     infer_batch = args.infer_batch or (8 if args.quick else 64)
     train_batch = args.train_batch or (4 if args.quick else 32)
     platforms = (args.platforms or ("cpu" if args.quick else "cpu,cuda")).split(",")
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, f"bert-{cfg.name}")
-    meta = {"model": f"bert-{cfg.name}", "config": dataclasses.asdict(cfg), "seq": seq, "infer_batch": infer_batch,
-            "train_batch": train_batch, "platforms": platforms, "synthetic_weights": SYNTHETIC,
-            "flops": flops(cfg, seq, infer_batch, train_batch), "versions": common.versions(), "artifacts": {}}
-    jobs = [("infer", lambda p: export_inference(cfg, seq, infer_batch, p, platforms)),
-            ("train", lambda p: export_train(cfg, seq, train_batch, p, platforms))]
+    meta = {
+        "model": f"bert-{cfg.name}",
+        "config": dataclasses.asdict(cfg),
+        "seq": seq,
+        "infer_batch": infer_batch,
+        "train_batch": train_batch,
+        "platforms": platforms,
+        "synthetic_weights": SYNTHETIC,
+        "flops": flops(cfg, seq, infer_batch, train_batch),
+        "versions": common.versions(),
+        "artifacts": {},
+    }
+    jobs = [
+        ("infer", lambda p: export_inference(cfg, seq, infer_batch, p, platforms)),
+        ("train", lambda p: export_train(cfg, seq, train_batch, p, platforms)),
+    ]
     why_no_bf16 = bf16_available()
     meta["bf16_train"] = why_no_bf16 or "exported"
     if why_no_bf16 is None:
-        jobs.append(("train-bf16", lambda p: export_train(cfg, seq, train_batch, p, platforms,
-                                                          px.Strategy(precision="bf16"))))
+        jobs.append(
+            ("train-bf16", lambda p: export_train(cfg, seq, train_batch, p, platforms, px.Strategy(precision="bf16")))
+        )
     else:
         print(f"no bf16 train artifact: Strategy(precision='bf16') does not work here ({why_no_bf16})", flush=True)
     llm = os.path.join(args.out, artifact_name(args.quick))
@@ -163,9 +194,13 @@ def main(argv=None) -> int:
         start = time.perf_counter()
         manifest = job(path)
         took = time.perf_counter() - start
-        meta["artifacts"][tag] = {"file": os.path.basename(path), "bytes": os.path.getsize(path),
-                                  "export_seconds": round(took, 1), "exported": manifest.get("exported"),
-                                  "members": {k: v["size"] for k, v in manifest["members"].items()}}
+        meta["artifacts"][tag] = {
+            "file": os.path.basename(path),
+            "bytes": os.path.getsize(path),
+            "export_seconds": round(took, 1),
+            "exported": manifest.get("exported"),
+            "members": {k: v["size"] for k, v in manifest["members"].items()},
+        }
         print(f"wrote {path}: {os.path.getsize(path) / 2**20:.1f} MiB in {took:.0f} s", flush=True)
     with open(f"{stem}.json", "w", encoding="utf-8") as f:
         json.dump(meta, f, indent=1)
@@ -175,5 +210,6 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     from paddle_xla import x64
-    with x64.scope():     # NOTE: Paddle's int64 feeds for the raw JAX calls timed here, as the library's own
+
+    with x64.scope():  # NOTE: Paddle's int64 feeds for the raw JAX calls timed here, as the library's own
         sys.exit(main())

@@ -15,6 +15,7 @@ measurement behind the choice written down in paddle_xla/parallel/pipeline.py.
     python benchmarks/parallel.py [--quick] [--bert-base]   ->  benchmarks/results/parallel.json
     python benchmarks/parallel.py --tensor                  ->  benchmarks/results/parallel_tensor.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,24 +29,35 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=16")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-import paddle  # noqa: E402
-import paddle.nn as nn  # noqa: E402
+import jax
+import numpy as np
+import paddle
+import paddle.nn as nn
 
-import paddle_xla as px  # noqa: E402
-from benchmarks.common import machine_info  # noqa: E402
-from paddle_xla.models.bert import BertConfig, BertForSequenceClassification, BertModel  # noqa: E402
-from paddle_xla.parallel.engine import memory_analysis  # noqa: E402
+import paddle_xla as px
+from benchmarks.common import machine_info
+from paddle_xla.models.bert import BertConfig, BertForSequenceClassification, BertModel
+from paddle_xla.parallel.engine import memory_analysis
 
 LAYOUTS = [  # (replicas, stages, micro_batches, recompute, shard_optimizer_state[, schedule])
-    (1, 1, 1, None, False), (1, 1, 1, "layer", False), (16, 1, 1, None, False), (16, 1, 1, None, True),
-    (1, 4, 8, None, False), (1, 4, 8, "stage", False), (4, 4, 4, None, False), (4, 4, 4, "stage", True),
+    (1, 1, 1, None, False),
+    (1, 1, 1, "layer", False),
+    (16, 1, 1, None, False),
+    (16, 1, 1, None, True),
+    (1, 4, 8, None, False),
+    (1, 4, 8, "stage", False),
+    (4, 4, 4, None, False),
+    (4, 4, 4, "stage", True),
     (2, 8, 8, "stage", False),
 ]
 # NOTE: GPipe against 1F1B at the same micro_batches (batch 32: micro-batches of 4 or 2 samples).
-SCHEDULES = [(1, 4, 8, None, False, "gpipe"), (1, 4, 8, "stage", False, "gpipe"), (1, 4, 16, "stage", False, "gpipe"),
-             (1, 4, 8, None, False, "1f1b"), (1, 4, 16, None, False, "1f1b")]
+SCHEDULES = [
+    (1, 4, 8, None, False, "gpipe"),
+    (1, 4, 8, "stage", False, "gpipe"),
+    (1, 4, 16, "stage", False, "gpipe"),
+    (1, 4, 8, None, False, "1f1b"),
+    (1, 4, 16, None, False, "1f1b"),
+]
 
 
 def _fields(layout):
@@ -62,13 +74,21 @@ def make_step(cfg, layout, verbose=False):
     r, s, m, rc, zero, schedule = _fields(layout)
     net = model(cfg)
     opt = paddle.optimizer.AdamW(1e-4, parameters=net.parameters(), grad_clip=nn.ClipGradByGlobalNorm(1.0))
-    st = px.Strategy(replicas=r, stages=s, micro_batches=m, recompute=rc, shard_optimizer_state=zero,
-                     loss_reduction="mean", schedule=schedule if s > 1 else "gpipe")
+    st = px.Strategy(
+        replicas=r,
+        stages=s,
+        micro_batches=m,
+        recompute=rc,
+        shard_optimizer_state=zero,
+        loss_reduction="mean",
+        schedule=schedule if s > 1 else "gpipe",
+    )
     if verbose:
         return px.train_step(net, nn.CrossEntropyLoss(), opt, BertModel.input_spec(), [_label()], strategy=st)
     import contextlib
     import io
-    with contextlib.redirect_stdout(io.StringIO()):   # NOTE: the printed plans go into the JSON instead
+
+    with contextlib.redirect_stdout(io.StringIO()):  # NOTE: the printed plans go into the JSON instead
         return px.train_step(net, nn.CrossEntropyLoss(), opt, BertModel.input_spec(), [_label()], strategy=st)
 
 
@@ -111,15 +131,22 @@ def run_layout(cfg, layout, n, seq, repeats):
         start = time.perf_counter()
         step(*batch(cfg, n, seq, seed=i + 1))
         times.append(time.perf_counter() - start)
-    mem = memory_analysis(engine, step.state.params, step.state.buffers, step.state.opt_state,
-                          {k: v[None] for k, v in feeds.items()})
+    mem = memory_analysis(
+        engine, step.state.params, step.state.buffers, step.state.opt_state, {k: v[None] for k, v in feeds.items()}
+    )
     placement = engine.placement
     keys = ("replicas", "stages", "micro_batches", "recompute", "shard_optimizer_state", "schedule")
-    return {"layout": dict(zip(keys, _fields(layout))),
-            "first_loss": loss, "first_call_s": round(compile_s, 2), "step_s": statistics.median(times),
-            "bytes_per_device": engine.param_bytes_per_device(), "memory_analysis": mem,
-            "bubble_fraction": engine.bubble_fraction(), "communication_per_step": communication(engine, layout, feeds),
-            "plan": getattr(placement, "plan", "")}
+    return {
+        "layout": dict(zip(keys, _fields(layout))),
+        "first_loss": loss,
+        "first_call_s": round(compile_s, 2),
+        "step_s": statistics.median(times),
+        "bytes_per_device": engine.param_bytes_per_device(),
+        "memory_analysis": mem,
+        "bubble_fraction": engine.bubble_fraction(),
+        "communication_per_step": communication(engine, layout, feeds),
+        "plan": getattr(placement, "plan", ""),
+    }
 
 
 # ---- the MPMD probe: one jitted program per stage, scheduled from the host ---------------------------
@@ -128,19 +155,22 @@ def mpmd_step_time(cfg, stages, micro, n, seq, repeats):
     that stage's device, then the backward in reverse, then each stage's update. Same stages as SPMD."""
     from paddle_xla.parallel.program import run
     from paddle_xla.train import optim
+
     step = make_step(cfg, (1, stages, micro, None, False))
     engine, graph = step._step.engine, step.graph
     x = batch(cfg, n, seq)
     feeds = step.feeds(x, {})
-    engine.compiled({k: v[None] for k, v in feeds.items()})          # builds the stage programs
+    engine.compiled({k: v[None] for k, v in feeds.items()})  # builds the stage programs
     info = next(iter(engine.stage_info.values()))
     devices = list(engine.mesh.devices.reshape(-1))[:stages]
     weights = step.weights()
     own = engine.own
     params = [jax.device_put({k: weights[k] for k in own.trainable[s]}, devices[s]) for s in range(stages)]
     buffers = [jax.device_put({k: weights[k] for k in own.buffers[s]}, devices[s]) for s in range(stages)]
-    opt_states = [jax.device_put(optim.init_state(engine.configs[s], {**{k: weights[k] for k in own.trainable[s]}}),
-                                 devices[s]) for s in range(stages)]
+    opt_states = [
+        jax.device_put(optim.init_state(engine.configs[s], {**{k: weights[k] for k in own.trainable[s]}}), devices[s])
+        for s in range(stages)
+    ]
 
     def fwd(s):
         def f(p, b, fm, received):
@@ -149,7 +179,9 @@ def mpmd_step_time(cfg, stages, micro, n, seq, repeats):
                 if s == stages - 1:
                     return jax.numpy.sum(outs[0].astype("float32")) / micro
                 return outs
+
             return jax.vjp(g, p, received)
+
         return jax.jit(f)
 
     fwds = [fwd(s) for s in range(stages)]
@@ -158,7 +190,7 @@ def mpmd_step_time(cfg, stages, micro, n, seq, repeats):
     b = n // micro
 
     def one_step():
-        mfeeds = [{k: v[i * b:(i + 1) * b] for k, v in feeds.items()} for i in range(micro)]
+        mfeeds = [{k: v[i * b : (i + 1) * b] for k, v in feeds.items()} for i in range(micro)]
         vjps, grads = [[None] * stages for _ in range(micro)], [None] * stages
         for i in range(micro):
             received = ()
@@ -202,21 +234,38 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--bert-base", action="store_true", help="also size a POD16 layout of BERT-Base")
-    ap.add_argument("--schedules", action="store_true",
-                    help="only GPipe against 1F1B (4 stages, M = 8 and 16), into results/parallel_schedules.json")
-    ap.add_argument("--tensor", action="store_true",
-                    help="only tensor-parallel and sharded layouts beside the planner's predictions, into "
-                         "results/parallel_tensor.json (benchmarks/tensor_layouts.py)")
+    ap.add_argument(
+        "--schedules",
+        action="store_true",
+        help="only GPipe against 1F1B (4 stages, M = 8 and 16), into results/parallel_schedules.json",
+    )
+    ap.add_argument(
+        "--tensor",
+        action="store_true",
+        help="only tensor-parallel and sharded layouts beside the planner's predictions, into "
+        "results/parallel_tensor.json (benchmarks/tensor_layouts.py)",
+    )
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "parallel.json"))
     args = ap.parse_args()
     if args.tensor:
         from benchmarks import tensor_layouts
-        out = args.out if args.out != ap.get_default("out") else \
-            os.path.join(os.path.dirname(__file__), "results", "parallel_tensor.json")
+
+        out = (
+            args.out
+            if args.out != ap.get_default("out")
+            else os.path.join(os.path.dirname(__file__), "results", "parallel_tensor.json")
+        )
         _write(tensor_layouts.main(out), out)
         return
-    cfg = BertConfig(name="bench", vocab_size=1000, hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
-                     intermediate_size=512, max_position_embeddings=128)
+    cfg = BertConfig(
+        name="bench",
+        vocab_size=1000,
+        hidden_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        intermediate_size=512,
+        max_position_embeddings=128,
+    )
     n, seq, repeats = (32, 32, 2) if args.quick else (32, 64, 4)
     layouts = SCHEDULES if args.schedules else LAYOUTS[:5] if args.quick else LAYOUTS
     if args.schedules and args.out == ap.get_default("out"):
@@ -233,8 +282,12 @@ def main():
         _write(results, args.out)
         return
     spmd = next(r["step_s"] for r in results["layouts"] if r["layout"]["stages"] == 4 and r["layout"]["replicas"] == 1)
-    results["mpmd_vs_spmd"] = {"stages": 4, "micro_batches": 8, "spmd_step_s": spmd,
-                               "mpmd_step_s": mpmd_step_time(cfg, 4, 8, n, seq, repeats)}
+    results["mpmd_vs_spmd"] = {
+        "stages": 4,
+        "micro_batches": 8,
+        "spmd_step_s": spmd,
+        "mpmd_step_s": mpmd_step_time(cfg, 4, 8, n, seq, repeats),
+    }
     print(json.dumps(results["mpmd_vs_spmd"]), flush=True)
     if args.bert_base:
         results["bert_base_pod16"] = bert_base_pod16()
@@ -250,5 +303,6 @@ def _write(results: dict, path: str) -> None:
 
 if __name__ == "__main__":
     from paddle_xla import x64
-    with x64.scope():     # NOTE: Paddle's int64 feeds for the raw JAX calls timed here, as the library's own
+
+    with x64.scope():  # NOTE: Paddle's int64 feeds for the raw JAX calls timed here, as the library's own
         main()

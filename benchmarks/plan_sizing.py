@@ -6,6 +6,7 @@ and Graphcore's published BERT-Large layout on the POD16 predicted beside it.
 
     python benchmarks/plan_sizing.py   ->  benchmarks/results/plan_sizing.json (and a markdown table)
 """
+
 from __future__ import annotations
 
 import json
@@ -15,40 +16,51 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import paddle  # noqa: E402
-import paddle.nn.functional as F  # noqa: E402
-from paddle.static import InputSpec  # noqa: E402
+import paddle
+import paddle.nn.functional as F
+from paddle.static import InputSpec
 
-import paddle_xla as px  # noqa: E402
-from paddle_xla.errors import StrategyError  # noqa: E402
-from paddle_xla.models.bert import BertConfig, BertForPretraining  # noqa: E402
-from paddle_xla.models.gpt import GPT, GPTConfig  # noqa: E402
-from paddle_xla.models.llama import LlamaConfig, LlamaForCausalLM  # noqa: E402
-from paddle_xla.planner.search import describe, planned  # noqa: E402
+import paddle_xla as px
+from paddle_xla.errors import StrategyError
+from paddle_xla.models.bert import BertConfig, BertForPretraining
+from paddle_xla.models.gpt import GPT, GPTConfig
+from paddle_xla.models.llama import LlamaConfig, LlamaForCausalLM
+from paddle_xla.planner.search import describe, planned
 
 MACHINES = [("ipu-gc200", 16, "IPU-POD16 (GC200)"), ("h200", 8, "8 x H200"), ("tpu-v5e", 16, "TPU v5e-16")]
 
 
 def bert_large():
     net = BertForPretraining(BertConfig.named("large"))
-    return dict(net=net, input_spec=BertForPretraining.input_spec(128, 20), global_batch=512,
-                what="BERT-Large pretraining, seq 128, 20 masked positions")
+    return dict(
+        net=net,
+        input_spec=BertForPretraining.input_spec(128, 20),
+        global_batch=512,
+        what="BERT-Large pretraining, seq 128, 20 masked positions",
+    )
 
 
 def gpt2_xl():
     net = GPT(GPTConfig.named("gpt2-xl"))
     vocab = net.config.vocab_size
-    return dict(net=net, input_spec=[InputSpec([None, 1024], "int64", "ids")],
-                label_spec=[InputSpec([None, 1024], "int64", "labels")], global_batch=512,
-                loss_fn=lambda logits, labels: F.cross_entropy(logits.reshape([-1, vocab]),
-                                                               labels.reshape([-1, 1])).mean(),
-                what="GPT-2 1.5B (48 x 1600, 25 heads), seq 1024")
+    return dict(
+        net=net,
+        input_spec=[InputSpec([None, 1024], "int64", "ids")],
+        label_spec=[InputSpec([None, 1024], "int64", "labels")],
+        global_batch=512,
+        loss_fn=lambda logits, labels: F.cross_entropy(logits.reshape([-1, vocab]), labels.reshape([-1, 1])).mean(),
+        what="GPT-2 1.5B (48 x 1600, 25 heads), seq 1024",
+    )
 
 
 def llama_7b():
     net = LlamaForCausalLM(LlamaConfig.named("llama-7b"))
-    return dict(net=net, input_spec=LlamaForCausalLM.input_spec(2048), global_batch=256,
-                what="Llama-7B shape (32 x 4096, 32 heads, SwiGLU 11008), seq 2048")
+    return dict(
+        net=net,
+        input_spec=LlamaForCausalLM.input_spec(2048),
+        global_batch=256,
+        what="Llama-7B shape (32 x 4096, 32 heads, SwiGLU 11008), seq 2048",
+    )
 
 
 MODELS = {"bert-large": bert_large, "gpt2-1.5b": gpt2_xl, "llama-7b": llama_7b}
@@ -59,16 +71,34 @@ def plan_one(build, device: str, devices: int) -> dict:
         m = build()
         opt = paddle.optimizer.AdamW(1e-4, parameters=m["net"].parameters())
     start = time.perf_counter()
-    result = px.plan(m["net"], m["input_spec"], m.get("label_spec", ()), opt, loss_fn=m.get("loss_fn"),
-                     global_batch=m["global_batch"], devices=devices, device=device)
-    out = {"what": m["what"], "global_batch": m["global_batch"], "plan_seconds": round(time.perf_counter() - start, 1),
-           "layouts_considered": len(result.rows), "fitting": sum(r.fits for r in result.rows),
-           "table": result.table(8)}
+    result = px.plan(
+        m["net"],
+        m["input_spec"],
+        m.get("label_spec", ()),
+        opt,
+        loss_fn=m.get("loss_fn"),
+        global_batch=m["global_batch"],
+        devices=devices,
+        device=device,
+    )
+    out = {
+        "what": m["what"],
+        "global_batch": m["global_batch"],
+        "plan_seconds": round(time.perf_counter() - start, 1),
+        "layouts_considered": len(result.rows),
+        "fitting": sum(r.fits for r in result.rows),
+        "table": result.table(8),
+    }
     try:
         best = result.best
         row = next(r for r in result.rows if r.fits)
-        out.update(best=describe(row.layout), strategy=best.to_dict(), gb_per_device=round(row.total_bytes / 1e9, 3),
-                   samples_per_s=round(row.samples_per_second, 1), bytes=row.bytes)
+        out.update(
+            best=describe(row.layout),
+            strategy=best.to_dict(),
+            gb_per_device=round(row.total_bytes / 1e9, 3),
+            samples_per_s=round(row.samples_per_second, 1),
+            bytes=row.bytes,
+        )
     except StrategyError as e:
         out.update(best=None, why=str(e))
     if device == "ipu-gc200" and "BERT" in m["what"]:
@@ -84,20 +114,26 @@ def graphcore_bert_large(result) -> dict:
     if row is None:
         return {"layout": describe(layout), "note": "not among the planned layouts"}
     on_chip = row.total_bytes - row.bytes["optimizer"]
-    return {"layout": describe(layout), "gb_per_device": round(row.total_bytes / 1e9, 3),
-            "gb_without_optimizer_state": round(on_chip / 1e9, 3), "fits_with_state_off_chip": on_chip <= 0.9e9,
-            "samples_per_s": round(row.samples_per_second, 1)}
+    return {
+        "layout": describe(layout),
+        "gb_per_device": round(row.total_bytes / 1e9, 3),
+        "gb_without_optimizer_state": round(on_chip / 1e9, 3),
+        "fits_with_state_off_chip": on_chip <= 0.9e9,
+        "samples_per_s": round(row.samples_per_second, 1),
+    }
 
 
 def markdown(results: dict) -> str:
-    lines = ["| model | " + " | ".join(label for _, _, label in MACHINES) + " |",
-             "|---|" + "---|" * len(MACHINES)]
+    lines = ["| model | " + " | ".join(label for _, _, label in MACHINES) + " |", "|---|" + "---|" * len(MACHINES)]
     for name, per in results.items():
         cells = []
         for device, devices, _ in MACHINES:
             r = per[f"{device}x{devices}"]
-            cells.append(f"{r['best']}: {r['gb_per_device']} GB/device, {r['samples_per_s']} samples/s"
-                         if r.get("best") else "does not fit: " + r["why"].split(":")[1].split("(")[0].strip())
+            cells.append(
+                f"{r['best']}: {r['gb_per_device']} GB/device, {r['samples_per_s']} samples/s"
+                if r.get("best")
+                else "does not fit: " + r["why"].split(":")[1].split("(")[0].strip()
+            )
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

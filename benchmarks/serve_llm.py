@@ -16,6 +16,7 @@ and just after each level, once the server is idle again, so each level's ITL ha
     .venv/bin/python benchmarks/serve_llm.py                 # 30-40 minutes on 2 cores
     .venv/bin/python benchmarks/serve_llm.py --quick         # a tiny model, seconds: checks the script runs
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,7 +25,6 @@ import concurrent.futures
 import itertools
 import json
 import os
-import statistics
 import sys
 import tempfile
 import threading
@@ -34,20 +34,33 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
-
-from generate import SHAPE  # noqa: E402  (benchmarks/generate.py: the same model)
 from common import server_env  # noqa: E402
+from generate import SHAPE  # noqa: E402  (benchmarks/generate.py: the same model)
 from gpu_llm import full_batch_steps  # noqa: E402  (the yardstick gpu.py times too)
 from serve import Service  # noqa: E402   (benchmarks/serve.py: a server subprocess, ready when it says so)
 
-TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=16, max_position_embeddings=1024, fuse_rms_norm=False)
+TINY = dict(
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=1024,
+    fuse_rms_norm=False,
+)
 
 
 def workload(n: int, vocab: int, prompt=(32, 512), output=(16, 256), seed: int = 0):
     rng = np.random.default_rng(seed)
-    return [([int(i) for i in rng.integers(3, vocab, int(rng.integers(prompt[0], prompt[1] + 1)))],
-             int(rng.integers(output[0], output[1] + 1))) for _ in range(n)]
+    return [
+        (
+            [int(i) for i in rng.integers(3, vocab, int(rng.integers(prompt[0], prompt[1] + 1)))],
+            int(rng.integers(output[0], output[1] + 1)),
+        )
+        for _ in range(n)
+    ]
 
 
 def percentile(xs, q):
@@ -58,11 +71,13 @@ def percentile(xs, q):
 
 # ---- clients ------------------------------------------------------------------------------------
 
+
 def stream_one(http, url: str, ids, max_tokens: int, until=lambda: float("inf")) -> dict:
     """One streaming completion: its TTFT, its inter-token gaps (s), its token count, and when it started
     and when each token arrived (time.perf_counter()). Past `until()` (a window's close, which may be set
     while the stream runs) the client stops reading and closes the stream (the server cancels the request)."""
     import httpx  # noqa: F401
+
     start = time.perf_counter()
     body = {"model": "llm", "prompt": ids, "max_tokens": max_tokens, "temperature": 0, "stream": True}
     stamps, done = [], False
@@ -80,18 +95,27 @@ def stream_one(http, url: str, ids, max_tokens: int, until=lambda: float("inf"))
             if now > until():
                 break
     gaps = list(np.diff(stamps)) if len(stamps) > 1 else []
-    return {"ttft": stamps[0] - start if stamps else None, "gaps": gaps, "tokens": len(stamps),
-            "latency": time.perf_counter() - start, "start": start, "stamps": stamps, "done": done}
+    return {
+        "ttft": stamps[0] - start if stamps else None,
+        "gaps": gaps,
+        "tokens": len(stamps),
+        "latency": time.perf_counter() - start,
+        "start": start,
+        "stamps": stamps,
+        "done": done,
+    }
 
 
 def closed_loop(url: str, clients: int, jobs, call) -> dict:
     """`clients` threads, each sending its share of `jobs` one after another."""
     import httpx
+
     shares = [jobs[i::clients] for i in range(clients)]
 
     def client(share):
         with httpx.Client(timeout=None) as http:
             return [call(http, url, ids, n) for ids, n in share]
+
     start = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
         results = [r for rs in pool.map(client, shares) for r in rs]
@@ -99,10 +123,18 @@ def closed_loop(url: str, clients: int, jobs, call) -> dict:
     tokens = sum(r["tokens"] for r in results)
     ttft = [r["ttft"] for r in results if r["ttft"] is not None]
     gaps = [g for r in results for g in r["gaps"]]
-    return {"clients": clients, "requests": len(results), "wall_s": wall, "output_tokens": tokens,
-            "output_tokens_per_s": tokens / wall, "requests_per_s": len(results) / wall,
-            "ttft_p50_ms": percentile(ttft, 50), "ttft_p99_ms": percentile(ttft, 99),
-            "itl_p50_ms": percentile(gaps, 50), "itl_p99_ms": percentile(gaps, 99)}
+    return {
+        "clients": clients,
+        "requests": len(results),
+        "wall_s": wall,
+        "output_tokens": tokens,
+        "output_tokens_per_s": tokens / wall,
+        "requests_per_s": len(results) / wall,
+        "ttft_p50_ms": percentile(ttft, 50),
+        "ttft_p99_ms": percentile(ttft, 99),
+        "itl_p50_ms": percentile(gaps, 50),
+        "itl_p99_ms": percentile(gaps, 99),
+    }
 
 
 class Window:
@@ -145,6 +177,7 @@ def sustained(url: str, clients: int, jobs, warm_s: float, window_s: float, max_
     the figures are the server's steady state, without the ramp (every client's first prompt queued at
     once) and the drain (the last requests finishing while others have stopped) of a fixed set of requests."""
     import httpx
+
     window = Window(clients, warm_s, window_s, max_warm_s)
     shares = [jobs[i::clients] for i in range(clients)]
 
@@ -158,25 +191,36 @@ def sustained(url: str, clients: int, jobs, warm_s: float, window_s: float, max_
                 out.append(stream_one(http, url, ids, n, until=window.closes_at))
                 if i == 0:
                     window.first_done()
+
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
         results = [r for rs in pool.map(client, shares) for r in rs]
 
     def inside(t):
         return window.opens <= t <= window.closes
+
     stamps = [t for r in results for t in r["stamps"] if inside(t)]
     gaps = [b - a for r in results for a, b in zip(r["stamps"], r["stamps"][1:]) if inside(a) and inside(b)]
     sent = [r for r in results if inside(r["start"]) and r["ttft"] is not None]
     ended = [r for r in results if r["done"] and r["stamps"] and inside(r["stamps"][-1])]
-    return {"clients": clients, "method": "sustained, opens after the ramp", "warm_s": window.opens - window.t0,
-            "ramped": window.ramped, "window_s": window_s,
-            "requests_sent": len(results), "output_tokens": len(stamps),
-            "output_tokens_per_s": len(stamps) / window_s, "requests_per_s": len(ended) / window_s,
-            "ttft_p50_ms": percentile([r["ttft"] for r in sent], 50),
-            "ttft_p99_ms": percentile([r["ttft"] for r in sent], 99),
-            "itl_p50_ms": percentile(gaps, 50), "itl_p99_ms": percentile(gaps, 99)}
+    return {
+        "clients": clients,
+        "method": "sustained, opens after the ramp",
+        "warm_s": window.opens - window.t0,
+        "ramped": window.ramped,
+        "window_s": window_s,
+        "requests_sent": len(results),
+        "output_tokens": len(stamps),
+        "output_tokens_per_s": len(stamps) / window_s,
+        "requests_per_s": len(ended) / window_s,
+        "ttft_p50_ms": percentile([r["ttft"] for r in sent], 50),
+        "ttft_p99_ms": percentile([r["ttft"] for r in sent], 99),
+        "itl_p50_ms": percentile(gaps, 50),
+        "itl_p99_ms": percentile(gaps, 99),
+    }
 
 
 # ---- the Paddle service: PaddleFormers' eager generate behind Starlette + uvicorn ----------------
+
 
 def paddle_service(net):
     """(url, stop): /v1/completions answered by net.generate, one request at a time."""
@@ -185,20 +229,28 @@ def paddle_service(net):
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse
     from starlette.routing import Route
+
     lock = threading.Lock()
 
     def run(ids, n):
         with lock:
-            out, _ = net.generate(paddle.to_tensor([ids]), max_new_tokens=n, decode_strategy="greedy_search",
-                                  eos_token_id=-1)
+            out, _ = net.generate(
+                paddle.to_tensor([ids]), max_new_tokens=n, decode_strategy="greedy_search", eos_token_id=-1
+            )
             return [int(t) for t in out.numpy()[0]]
 
     async def completions(request):
         body = await request.json()
         ids = await asyncio.to_thread(run, body["prompt"], body["max_tokens"])
         return JSONResponse({"choices": [{"token_ids": ids, "finish_reason": "length"}]})
-    config = uvicorn.Config(Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])]),
-                            host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+
+    config = uvicorn.Config(
+        Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])]),
+        host="127.0.0.1",
+        port=0,
+        log_level="warning",
+        lifespan="off",
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -209,6 +261,7 @@ def paddle_service(net):
     def stop():
         server.should_exit = True
         thread.join(10)
+
     return f"http://127.0.0.1:{port}/v1/completions", stop
 
 
@@ -222,6 +275,7 @@ def whole_one(http, url, ids, max_tokens):
 
 # ---- offline ----------------------------------------------------------------------------------------
 
+
 def offline(gen, jobs, batch: int) -> dict:
     """gen.generate on `batch` prompts of the workload at once (max_new_tokens: their mean output), the
     faster of two timed calls (a call's time varies by seconds on this machine, mostly in its prefill)."""
@@ -230,10 +284,10 @@ def offline(gen, jobs, batch: int) -> dict:
     ids = np.zeros((batch, width), np.int64)
     mask = np.zeros_like(ids)
     for b, (p, _) in enumerate(rows):
-        ids[b, width - len(p):], mask[b, width - len(p):] = p, 1
+        ids[b, width - len(p) :], mask[b, width - len(p) :] = p, 1
     new = int(np.mean([n for _, n in rows]))
     kw = dict(attention_mask=mask, decode_strategy="greedy_search", eos_token_id=[])
-    gen.generate(ids, max_new_tokens=new, **kw)                       # warm-up
+    gen.generate(ids, max_new_tokens=new, **kw)  # warm-up
     calls = []
     for _ in range(2):
         start = time.perf_counter()
@@ -248,11 +302,16 @@ def idle(base_url: str, bound_s: float = 300.0) -> float:
     server's work on them must not overlap the next timing."""
     import httpx
     from prometheus_client.parser import text_string_to_metric_families
+
     start = time.perf_counter()
     while time.perf_counter() - start < bound_s:
         families = text_string_to_metric_families(httpx.get(f"{base_url}/metrics", timeout=30).text)
-        held = [sample.value for family in families for sample in family.samples
-                if sample.name in ("paddle_xla_llm_slots_busy", "paddle_xla_llm_waiting")]
+        held = [
+            sample.value
+            for family in families
+            for sample in family.samples
+            if sample.name in ("paddle_xla_llm_slots_busy", "paddle_xla_llm_waiting")
+        ]
         if held and not any(held):
             break
         time.sleep(0.5)
@@ -262,46 +321,71 @@ def idle(base_url: str, bound_s: float = 300.0) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
-    ap.add_argument("--warm-s", type=float, default=60.0,
-                    help="seconds the clients run at least before the measured window opens (1 client: a tenth "
-                         "of it); it opens only once every client has finished its first request")
-    ap.add_argument("--max-warm-s", type=float, default=900.0,
-                    help="the window opens after this many seconds even if the ramp has not ended")
+    ap.add_argument(
+        "--warm-s",
+        type=float,
+        default=60.0,
+        help="seconds the clients run at least before the measured window opens (1 client: a tenth "
+        "of it); it opens only once every client has finished its first request",
+    )
+    ap.add_argument(
+        "--max-warm-s",
+        type=float,
+        default=900.0,
+        help="the window opens after this many seconds even if the ramp has not ended",
+    )
     ap.add_argument("--window-s", type=float, default=150.0, help="the measured window, seconds")
     ap.add_argument("--rows", type=int, default=32, help="decode batch rows (the generator's max_batch_size)")
     ap.add_argument("--chunk", type=int, default=1, help="decode steps per host call")
-    ap.add_argument("--prefill-chunk", type=int, default=64,
-                    help="prompts longer than this go in this many tokens per decode chunk")
+    ap.add_argument(
+        "--prefill-chunk", type=int, default=64, help="prompts longer than this go in this many tokens per decode chunk"
+    )
     ap.add_argument("--paddle-requests", type=int, default=6)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "serve_llm.json"))
     args = ap.parse_args()
     import logging
+
     import paddle
     from paddleformers.transformers.llama import LlamaConfig, LlamaForCausalLM
 
     import paddle_xla as px
     from paddle_xla.api.generator import Generator
-    logging.getLogger("httpx").setLevel(logging.WARNING)     # NOTE: PaddleFormers sets the root logger to INFO
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # NOTE: PaddleFormers sets the root logger to INFO
     shape = TINY if args.quick else SHAPE
     prompt, output = ((8, 64), (4, 32)) if args.quick else ((32, 512), (16, 256))
     paddle.seed(0)
     net = LlamaForCausalLM(LlamaConfig(**{**shape, "max_position_embeddings": 1024}))
     net.eval()
     context = prompt[1] + output[1]
-    prefill_chunk = 16 if args.quick else args.prefill_chunk       # NOTE: --quick's prompts are chunked too
+    prefill_chunk = 16 if args.quick else args.prefill_chunk  # NOTE: --quick's prompts are chunked too
     gen = Generator(net, max_batch_size=args.rows, max_length=context, chunk=args.chunk, prefill_chunk=prefill_chunk)
     folder = tempfile.mkdtemp(prefix="serve_llm_")
     start = time.perf_counter()
     px.export(gen, os.path.join(folder, "llm.pxa"))
     export_s = time.perf_counter() - start
     jobs = workload(max(args.concurrency) * 16, shape["vocab_size"], prompt, output)
-    prompts = [ids for ids, _ in jobs]          # NOTE: the full-batch yardstick's rows take their first ids
+    prompts = [ids for ids, _ in jobs]  # NOTE: the full-batch yardstick's rows take their first ids
     if args.quick:
         args.warm_s, args.window_s = 5.0, 15.0
     env = server_env()
-    service = Service([sys.executable, "-m", "paddle_xla.cli", "serve", folder, "--port", "0", "--max-queue-size",
-                       "1024", "--request-timeout-ms", "0"], env)
+    service = Service(
+        [
+            sys.executable,
+            "-m",
+            "paddle_xla.cli",
+            "serve",
+            folder,
+            "--port",
+            "0",
+            "--max-queue-size",
+            "1024",
+            "--request-timeout-ms",
+            "0",
+        ],
+        env,
+    )
     levels, after = [], None
     try:
         url = f"http://{service.url}/v1/completions"
@@ -316,8 +400,9 @@ def main() -> int:
             after = full_batch_steps(gen.continuous(), prompts)
             level["full_batch_step_ms"] = float(np.median(before + after))
             level["full_batch_step_ms_before_after"] = [float(np.median(before)), float(np.median(after))]
-            level["itl_p99_over_step"] = level["itl_p99_ms"] / level["full_batch_step_ms"] \
-                if level["itl_p99_ms"] is not None else None
+            level["itl_p99_over_step"] = (
+                level["itl_p99_ms"] / level["full_batch_step_ms"] if level["itl_p99_ms"] is not None else None
+            )
             levels.append(level)
             print(json.dumps(level), flush=True)
     finally:
@@ -326,41 +411,60 @@ def main() -> int:
     step_ms = float(np.median([lv["full_batch_step_ms"] for lv in levels]))
     purl, stop = paddle_service(net)
     try:
-        theirs = closed_loop(purl, 1, jobs[:args.paddle_requests], whole_one)
+        theirs = closed_loop(purl, 1, jobs[: args.paddle_requests], whole_one)
     finally:
         stop()
-    result = {"model": f"PaddleFormers LlamaForCausalLM, random weights, "
-                       f"{sum(int(np.prod(p.shape)) for p in net.parameters()) / 1e6:.0f}M parameters",
-              "rows": args.rows, "chunk": args.chunk, "prefill_chunk": prefill_chunk, "context": context,
-              "prompt_tokens": prompt,
-              "output_tokens": output, "export_s": export_s, "server_ready_s": service.ready_s,
-              "levels": levels, "offline": base, "full_batch_step_ms": step_ms,
-              "paddle_service": theirs,
-              "threads": os.cpu_count(),
-              "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    result = {
+        "model": f"PaddleFormers LlamaForCausalLM, random weights, "
+        f"{sum(int(np.prod(p.shape)) for p in net.parameters()) / 1e6:.0f}M parameters",
+        "rows": args.rows,
+        "chunk": args.chunk,
+        "prefill_chunk": prefill_chunk,
+        "context": context,
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+        "export_s": export_s,
+        "server_ready_s": service.ready_s,
+        "levels": levels,
+        "offline": base,
+        "full_batch_step_ms": step_ms,
+        "paddle_service": theirs,
+        "threads": os.cpu_count(),
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     at32 = next((lv for lv in levels if lv["clients"] == 32), levels[-1])
-    result["goals"] = {"clients": at32["clients"],
-                       "vs_offline": at32["output_tokens_per_s"] / base["output_tokens_per_s"],
-                       "vs_paddle_service": at32["output_tokens_per_s"] / theirs["output_tokens_per_s"],
-                       "itl_p99_over_step": at32["itl_p99_over_step"]}
+    result["goals"] = {
+        "clients": at32["clients"],
+        "vs_offline": at32["output_tokens_per_s"] / base["output_tokens_per_s"],
+        "vs_paddle_service": at32["output_tokens_per_s"] / theirs["output_tokens_per_s"],
+        "itl_p99_over_step": at32["itl_p99_over_step"],
+    }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
-    print(f"\n{result['model']}; {args.rows} rows, chunk {args.chunk}, prefill chunk {prefill_chunk}; "
-          f"prompts {prompt[0]}-{prompt[1]}, "
-          f"outputs {output[0]}-{output[1]} tokens\n")
+    print(
+        f"\n{result['model']}; {args.rows} rows, chunk {args.chunk}, prefill chunk {prefill_chunk}; "
+        f"prompts {prompt[0]}-{prompt[1]}, "
+        f"outputs {output[0]}-{output[1]} tokens\n"
+    )
     print("| clients | output tok/s | req/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | full-batch step ms |")
     print("|---|---|---|---|---|---|")
     for lv in levels:
-        print(f"| {lv['clients']} | {lv['output_tokens_per_s']:.1f} | {lv['requests_per_s']:.2f} | "
-              f"{lv['ttft_p50_ms']:.0f} / {lv['ttft_p99_ms']:.0f} | {lv['itl_p50_ms']:.1f} / {lv['itl_p99_ms']:.1f} | "
-              f"{lv['full_batch_step_ms']:.0f} |")
-    print(f"\noffline gen.generate batch {base['batch']}: {base['output_tokens_per_s']:.1f} tok/s "
-          f"(decode step at a full batch, median of the levels' {step_ms:.1f} ms); Paddle eager service: "
-          f"{theirs['output_tokens_per_s']:.1f} tok/s")
+        print(
+            f"| {lv['clients']} | {lv['output_tokens_per_s']:.1f} | {lv['requests_per_s']:.2f} | "
+            f"{lv['ttft_p50_ms']:.0f} / {lv['ttft_p99_ms']:.0f} | {lv['itl_p50_ms']:.1f} / {lv['itl_p99_ms']:.1f} | "
+            f"{lv['full_batch_step_ms']:.0f} |"
+        )
+    print(
+        f"\noffline gen.generate batch {base['batch']}: {base['output_tokens_per_s']:.1f} tok/s "
+        f"(decode step at a full batch, median of the levels' {step_ms:.1f} ms); Paddle eager service: "
+        f"{theirs['output_tokens_per_s']:.1f} tok/s"
+    )
     g = result["goals"]
-    print(f"at {g['clients']} clients: {g['vs_offline']:.0%} of offline, {g['vs_paddle_service']:.2f}x the Paddle "
-          f"service, ITL p99 = {g['itl_p99_over_step']:.1f}x the full-batch step")
+    print(
+        f"at {g['clients']} clients: {g['vs_offline']:.0%} of offline, {g['vs_paddle_service']:.2f}x the Paddle "
+        f"service, ITL p99 = {g['itl_p99_over_step']:.1f}x the full-batch step"
+    )
     return 0
 
 

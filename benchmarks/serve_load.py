@@ -6,6 +6,7 @@ last client got its first answer (connections open, every client in the loop), s
 counted. Throughput counts the answers inside that window; latency takes every request sent
 inside it. Each answer is kept with the index of the input it was for, and checked afterwards
 against what that input should give."""
+
 from __future__ import annotations
 
 import statistics
@@ -37,7 +38,7 @@ class Record:
     sent: float
     answered: float
     index: int
-    outputs: list[np.ndarray] | None   # None: the request failed
+    outputs: list[np.ndarray] | None  # None: the request failed
     error: str = ""
 
 
@@ -56,8 +57,10 @@ def run_level(level: Level) -> tuple[list[Record], float, float]:
     """(records, start of the measured window, its end)."""
     budget, records, first = Budget(level.max_requests), [], []
     deadline = time.monotonic() + level.seconds
-    threads = [threading.Thread(target=_client, args=(level, k, budget, deadline, records, first), daemon=True)
-               for k in range(level.clients)]
+    threads = [
+        threading.Thread(target=_client, args=(level, k, budget, deadline, records, first), daemon=True)
+        for k in range(level.clients)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -85,7 +88,7 @@ def _client(level: Level, k: int, budget: Budget, deadline: float, records: list
 def _one(client, level: Level, index: int) -> Record:
     inputs = []
     for name, pool in zip(level.input_names, level.pool):
-        row = pool[index:index + 1]
+        row = pool[index : index + 1]
         item = httpclient.InferInput(name, list(row.shape), DATATYPES[row.dtype])
         item.set_data_from_numpy(row, binary_data=True)
         inputs.append(item)
@@ -99,8 +102,9 @@ def _one(client, level: Level, index: int) -> Record:
         return Record(sent, time.monotonic(), index, None, str(e)[:200])
 
 
-def summarise(records: list[Record], window_start: float, window_end: float, answers: list[np.ndarray],
-              rtol: float, atol: float) -> dict:
+def summarise(
+    records: list[Record], window_start: float, window_end: float, answers: list[np.ndarray], rtol: float, atol: float
+) -> dict:
     """Throughput and latency over the window, failures, and answers that differ from `answers`."""
     inside = [r for r in records if window_start <= r.answered <= window_end and r.outputs is not None]
     timed = [r for r in records if r.sent >= window_start and r.outputs is not None]
@@ -111,18 +115,27 @@ def summarise(records: list[Record], window_start: float, window_end: float, ans
     wrong = sum(not _matches(r, answers, rtol, atol, scales) for r in records if r.outputs is not None)
     failed = [r.error for r in records if r.outputs is None]
     window = window_end - window_start
-    return {"requests": len(records), "answered_in_window": len(inside), "window_s": window,
-            "throughput_per_s": len(inside) / window if window > 0 else 0.0,
-            "p50_ms": _percentile(latencies, 50), "p99_ms": _percentile(latencies, 99),
-            "mean_ms": statistics.fmean(latencies) if latencies else None,
-            "latency_samples": len(latencies), "failed": len(failed), "failures": sorted(set(failed))[:5],
-            "wrong_answers": wrong}
+    return {
+        "requests": len(records),
+        "answered_in_window": len(inside),
+        "window_s": window,
+        "throughput_per_s": len(inside) / window if window > 0 else 0.0,
+        "p50_ms": _percentile(latencies, 50),
+        "p99_ms": _percentile(latencies, 99),
+        "mean_ms": statistics.fmean(latencies) if latencies else None,
+        "latency_samples": len(latencies),
+        "failed": len(failed),
+        "failures": sorted(set(failed))[:5],
+        "wrong_answers": wrong,
+    }
 
 
 def _matches(record: Record, answers: list[np.ndarray], rtol: float, atol: float, scales: list[float]) -> bool:
-    return all(got.shape == want[record.index:record.index + 1].shape and
-               np.allclose(got, want[record.index:record.index + 1], rtol=rtol, atol=atol * scale)
-               for got, want, scale in zip(record.outputs, answers, scales))
+    return all(
+        got.shape == want[record.index : record.index + 1].shape
+        and np.allclose(got, want[record.index : record.index + 1], rtol=rtol, atol=atol * scale)
+        for got, want, scale in zip(record.outputs, answers, scales)
+    )
 
 
 def _percentile(sorted_values: list[float], q: float) -> float | None:

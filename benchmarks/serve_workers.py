@@ -7,6 +7,7 @@
 A job file says which model, where its files are, and (paddle) which port. Results go to JSON files
 the job names. Paddle is imported only by `prepare` and `paddle`, so the offline timing runs in a
 process as light as the server's."""
+
 from __future__ import annotations
 
 import json
@@ -28,11 +29,13 @@ def build(name: str, settings: dict):
     """(net in eval mode, input specs with a free batch dimension, `pool` distinct inputs)."""
     import paddle
     from paddle.static import InputSpec
+
     paddle.seed(0)
     rng = np.random.default_rng(0)
     pool = settings["pool"]
     if name == "bert":
         from paddle_xla.models.bert import BertConfig, BertForSequenceClassification, BertModel
+
         cfg = BertConfig.named(settings["config"])
         net, seq = BertForSequenceClassification(cfg), settings["seq"]
         ids = rng.integers(1, cfg.vocab_size, (pool, seq)).astype("int64")
@@ -51,6 +54,7 @@ def prepare(job: dict) -> dict:
 
     import paddle_xla as px
     from paddle_xla.artifact.writer import export
+
     net, specs, inputs = build(job["model"], job["settings"])
     strategy = px.Strategy(precision="bf16") if job["settings"]["bf16"] else None
     start = time.perf_counter()
@@ -78,22 +82,27 @@ def rows_of(pool: list[np.ndarray], batch: int) -> list[np.ndarray]:
 def offline(job: dict) -> dict:
     """The artifact called in-process, as the server calls it (artifact.run, then NumPy)."""
     from paddle_xla.artifact import reader as pxa
+
     model = pxa.load(job["artifact"])
     pool = load_pool(job["pool"])
-    answers = [[np.asarray(o) for o in model.run(*[x[i:i + 1] for x in pool])] for i in range(len(pool[0]))]
+    answers = [[np.asarray(o) for o in model.run(*[x[i : i + 1] for x in pool])] for i in range(len(pool[0]))]
     np.savez(job["answers"], *[np.concatenate([a[k] for a in answers]) for k in range(len(answers[0]))])
     timings = {}
     for batch in job["batches"]:
         feeds = rows_of(pool, batch)
         samples = []
-        for k in range(job["repeats"] + 1):   # NOTE: the first call compiles (or reads the cache)
+        for k in range(job["repeats"] + 1):  # NOTE: the first call compiles (or reads the cache)
             start = time.perf_counter()
             [np.asarray(o) for o in model.run(*feeds)]
             if k:
                 samples.append(time.perf_counter() - start)
         median = statistics.median(samples)
-        timings[str(batch)] = {"median_ms": median * 1e3, "min_ms": min(samples) * 1e3,
-                               "rows_per_s": batch / median, "repeats": len(samples)}
+        timings[str(batch)] = {
+            "median_ms": median * 1e3,
+            "min_ms": min(samples) * 1e3,
+            "rows_per_s": batch / median,
+            "repeats": len(samples),
+        }
     return {"output_names": list(model.output_names), "batches": timings}
 
 
@@ -102,6 +111,7 @@ def offline(job: dict) -> dict:
 
 def paddle_predictor(prefix: str, threads: int):
     import paddle.inference as pi
+
     model_file = next(prefix + ext for ext in (".json", ".pdmodel") if os.path.exists(prefix + ext))
     config = pi.Config(model_file, prefix + ".pdiparams")
     config.enable_mkldnn()
@@ -117,6 +127,7 @@ class PaddleModel:
 
     def __init__(self, prefix: str, input_names: list[str], output_names: list[str], threads: int):
         import threading
+
         self.predictor = paddle_predictor(prefix, threads)
         self.inputs = [self.predictor.get_input_handle(n) for n in input_names]
         self.outputs = [self.predictor.get_output_handle(n) for n in self.predictor.get_output_names()]
@@ -143,14 +154,14 @@ def paddle_service(job: dict) -> None:
 
     from paddle_xla.serve import protocol
     from paddle_xla.serve.datatypes import kserve_name
-    from paddle_xla.serve.request_errors import RequestError
     from paddle_xla.serve.http_io import error_response
     from paddle_xla.serve.repository import TensorMeta
+    from paddle_xla.serve.request_errors import RequestError
     from paddle_xla.serve.server import bind
 
     pool = load_pool(job["pool"])
     model = PaddleModel(job["paddle_prefix"], job["input_names"], job["output_names"], job["threads"])
-    answers = [model({n: x[i:i + 1] for n, x in zip(job["input_names"], pool)}) for i in range(len(pool[0]))]
+    answers = [model({n: x[i : i + 1] for n, x in zip(job["input_names"], pool)}) for i in range(len(pool[0]))]
     np.savez(job["answers"], *[np.concatenate([a[n] for a in answers]) for n in job["output_names"]])
     start = time.perf_counter()
     model({n: x[:1] for n, x in zip(job["input_names"], pool)})
@@ -158,6 +169,7 @@ def paddle_service(job: dict) -> None:
 
     def meta(name, array):
         return TensorMeta(name, kserve_name(str(array.dtype)), (-1, *array.shape[1:]), array.dtype)
+
     in_metas = {n: meta(n, x) for n, x in zip(job["input_names"], pool)}
     out_metas = {n: meta(n, a) for n, a in answers[0].items()}
 
@@ -167,8 +179,10 @@ def paddle_service(job: dict) -> None:
             outputs = await asyncio.to_thread(model, protocol.read_tensors(parsed, in_metas))
         except RequestError as e:
             return error_response(e)
-        wanted = [(out_metas[n], outputs[n], binary if binary is not None else parsed.binary_output)
-                  for n, binary in (parsed.outputs or [(n, None) for n in job["output_names"]])]
+        wanted = [
+            (out_metas[n], outputs[n], binary if binary is not None else parsed.binary_output)
+            for n, binary in (parsed.outputs or [(n, None) for n in job["output_names"]])
+        ]
         body, header_length = protocol.encode(request.path_params["name"], parsed.id, wanted)
         headers = {protocol.HEADER_LENGTH: str(header_length)} if header_length is not None else {}
         return Response(body, headers=headers, media_type="application/octet-stream" if headers else "application/json")
@@ -176,8 +190,9 @@ def paddle_service(job: dict) -> None:
     async def ready(request):
         return JSONResponse({"ready": True})
 
-    app = Starlette(routes=[Route("/v2/health/ready", ready),
-                            Route("/v2/models/{name}/infer", infer, methods=["POST"])])
+    app = Starlette(
+        routes=[Route("/v2/health/ready", ready), Route("/v2/models/{name}/infer", infer, methods=["POST"])]
+    )
     sock = bind("127.0.0.1", 0)
     print(f"single call {single_s * 1e3:.3f} ms", flush=True)
     print(f"listening on {sock.getsockname()[1]}", flush=True)

@@ -7,6 +7,7 @@ Step times of virtual devices sharing two cores say little about real devices; b
 
     python benchmarks/parallel.py --tensor   ->  benchmarks/results/parallel_tensor.json
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,6 +22,7 @@ import paddle.nn.functional as F
 from paddle.static import InputSpec
 
 import paddle_xla as px
+from paddle_xla.api.planning import _stage_bytes
 from paddle_xla.models.bert import BertConfig, BertForSequenceClassification, BertModel
 from paddle_xla.models.gpt import GPT, GPTConfig
 from paddle_xla.parallel.engine import memory_analysis
@@ -28,13 +30,18 @@ from paddle_xla.parallel.tensor_plan import make_plan
 from paddle_xla.planner.costs import model_costs
 from paddle_xla.planner.profiles import measured_cpu
 from paddle_xla.planner.search import describe, planned, predict
-from paddle_xla.api.planning import _stage_bytes
 
 BATCH, SEQ = 32, 64
-LAYOUTS = [planned(replicas=16), planned(replicas=8, tensor=2), planned(replicas=4, tensor=4),
-           planned(replicas=16, sharding=3), planned(replicas=4, tensor=4, sharding=3),
-           planned(replicas=4, sharding=2, micro_batches=2), planned(replicas=4, tensor=4, precision="bf16"),
-           planned(replicas=2, stages=4, micro_batches=8, schedule="1f1b")]
+LAYOUTS = [
+    planned(replicas=16),
+    planned(replicas=8, tensor=2),
+    planned(replicas=4, tensor=4),
+    planned(replicas=16, sharding=3),
+    planned(replicas=4, tensor=4, sharding=3),
+    planned(replicas=4, sharding=2, micro_batches=2),
+    planned(replicas=4, tensor=4, precision="bf16"),
+    planned(replicas=2, stages=4, micro_batches=8, schedule="1f1b"),
+]
 
 
 class LM(nn.Layer):
@@ -50,8 +57,15 @@ class LM(nn.Layer):
 def _model(kind):
     paddle.seed(0)
     if kind == "bert":
-        cfg = BertConfig(name="bench", vocab_size=1000, hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
-                         intermediate_size=512, max_position_embeddings=128).without_dropout()
+        cfg = BertConfig(
+            name="bench",
+            vocab_size=1000,
+            hidden_size=128,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            intermediate_size=512,
+            max_position_embeddings=128,
+        ).without_dropout()
         net = BertForSequenceClassification(cfg, num_classes=3)
         return net, BertModel.input_spec(SEQ), [InputSpec([None], "int64", "label")], nn.CrossEntropyLoss()
     net = LM(GPTConfig.named("mini", n_ctx=SEQ))
@@ -88,12 +102,19 @@ def run(kind: str, layout: px.Strategy, profile, repeats: int = 3) -> dict:
     tplan = make_plan(step.graph, keys, None, layout.tensor) if layout.tensor > 1 else None
     pred = predict(costs, layout, profile, BATCH, tplan, _stage_bytes(step.graph, keys, costs))
     measured = mem["argument_bytes"] + mem["temp_bytes"]
-    return {"model": kind, "layout": describe(layout), "first_call_s": round(first, 2),
-            "step_s": round(statistics.median(times), 4), "memory_analysis": mem, "measured_bytes": measured,
-            "predicted_bytes": round(pred.total_bytes), "predicted_bytes_error": round(pred.total_bytes / measured - 1, 3),
-            "predicted_breakdown": {k: round(v) for k, v in pred.bytes.items()},
-            "predicted_step_s": round(pred.step_seconds, 4),
-            "bytes_per_device_held": step._step.engine.param_bytes_per_device()}
+    return {
+        "model": kind,
+        "layout": describe(layout),
+        "first_call_s": round(first, 2),
+        "step_s": round(statistics.median(times), 4),
+        "memory_analysis": mem,
+        "measured_bytes": measured,
+        "predicted_bytes": round(pred.total_bytes),
+        "predicted_bytes_error": round(pred.total_bytes / measured - 1, 3),
+        "predicted_breakdown": {k: round(v) for k, v in pred.bytes.items()},
+        "predicted_step_s": round(pred.step_seconds, 4),
+        "bytes_per_device_held": step._step.engine.param_bytes_per_device(),
+    }
 
 
 def main(out_path: str) -> dict:
@@ -103,8 +124,15 @@ def main(out_path: str) -> dict:
         for layout in LAYOUTS:
             r = run(kind, layout, profile)
             rows.append(r)
-            print(f"{kind:4s} {r['layout']:34s} step {r['step_s']:.3f} s (predicted {r['predicted_step_s']:.3f}); "
-                  f"bytes {r['measured_bytes']} (predicted {r['predicted_bytes']}, {r['predicted_bytes_error']:+.1%})",
-                  flush=True)
-    return {"batch": BATCH, "seq": SEQ, "profile": profile.__dict__, "layouts": rows,
-            "command": "python benchmarks/parallel.py --tensor"}
+            print(
+                f"{kind:4s} {r['layout']:34s} step {r['step_s']:.3f} s (predicted {r['predicted_step_s']:.3f}); "
+                f"bytes {r['measured_bytes']} (predicted {r['predicted_bytes']}, {r['predicted_bytes_error']:+.1%})",
+                flush=True,
+            )
+    return {
+        "batch": BATCH,
+        "seq": SEQ,
+        "profile": profile.__dict__,
+        "layouts": rows,
+        "command": "python benchmarks/parallel.py --tensor",
+    }

@@ -8,6 +8,7 @@
 3. Train a copy natively in Paddle on the same batches from the same weights, and compare the losses.
 4. Report validation perplexity, then generate greedily with px.compile (one fixed-shape executable).
 """
+
 import argparse
 import copy
 import math
@@ -28,9 +29,11 @@ CONFIGS = {  # model preset, tokens per window, batch, steps, peak LR, steps com
 def optimizer(net, c):
     warmup = max(1, c["steps"] // 10)
     sched = paddle.optimizer.lr.LinearWarmup(
-        paddle.optimizer.lr.CosineAnnealingDecay(c["lr"], T_max=c["steps"]), warmup, 0.0, c["lr"])
-    return paddle.optimizer.AdamW(sched, parameters=net.parameters(), weight_decay=0.1, beta2=0.95,
-                                  grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0))
+        paddle.optimizer.lr.CosineAnnealingDecay(c["lr"], T_max=c["steps"]), warmup, 0.0, c["lr"]
+    )
+    return paddle.optimizer.AdamW(
+        sched, parameters=net.parameters(), weight_decay=0.1, beta2=0.95, grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0)
+    )
 
 
 def native_losses(net, batches, c):
@@ -65,15 +68,18 @@ def main(tiny=False, steps=None, seed=0):
     cfg = GPTConfig.named(c["model"])
     tokenizer = train_tokenizer(cfg.vocab_size)
     data = TokenStream(tokenizer, cfg, c["seq"], seed)
-    print(f"GPT '{cfg.name}': {cfg.n_layer} layers, width {cfg.n_embd}, {cfg.n_head} heads; "
-          f"{len(data.train):,} training tokens, BPE vocab {tokenizer.get_vocab_size()}")
+    print(
+        f"GPT '{cfg.name}': {cfg.n_layer} layers, width {cfg.n_embd}, {cfg.n_head} heads; "
+        f"{len(data.train):,} training tokens, BPE vocab {tokenizer.get_vocab_size()}"
+    )
 
     paddle.seed(seed)
     net = GPT(cfg)
-    native = copy.deepcopy(net)     # NOTE: same initial weights for the native comparison
+    native = copy.deepcopy(net)  # NOTE: same initial weights for the native comparison
     batches = [data.batch(c["batch"]) for _ in range(c["steps"])]
-    step = px.train_step(net, lm_loss, optimizer(net, c), GPT.input_spec(c["batch"], c["seq"]),
-                         GPT.label_spec(c["batch"], c["seq"]))
+    step = px.train_step(
+        net, lm_loss, optimizer(net, c), GPT.input_spec(c["batch"], c["seq"]), GPT.label_spec(c["batch"], c["seq"])
+    )
 
     t0, losses = time.perf_counter(), []
     for i, (x, y) in enumerate(batches):
@@ -81,9 +87,9 @@ def main(tiny=False, steps=None, seed=0):
         if i % max(1, c["steps"] // 10) == 0 or i == c["steps"] - 1:
             print(f"step {i:4d}  loss {losses[-1]:.4f}")
     train_s = time.perf_counter() - t0
-    step.sync_to(net)               # trained weights back into the paddle Layer
+    step.sync_to(net)  # trained weights back into the paddle Layer
 
-    ref = native_losses(native, batches[:c["compare"]], c)
+    ref = native_losses(native, batches[: c["compare"]], c)
     rel = max(abs(a - b) / abs(b) for a, b in zip(losses, ref))
     print(f"paddle_xla vs native Paddle, first {len(ref)} steps: max relative loss difference {rel:.2e}")
 
@@ -98,8 +104,14 @@ def main(tiny=False, steps=None, seed=0):
     text = tokenizer.decode(greedy_generate(gen, prompt, n_new=12, ctx=c["seq"]))
     print(f"greedy continuation of 'The for statement': {text!r}")
     print(f"{c['steps']} steps in {train_s:.1f} s (first step includes compilation)")
-    return {"losses": losses, "native_losses": ref, "max_rel_diff": rel, "perplexity": ppl,
-            "vocab": tokenizer.get_vocab_size(), "generated": text}
+    return {
+        "losses": losses,
+        "native_losses": ref,
+        "max_rel_diff": rel,
+        "perplexity": ppl,
+        "vocab": tokenizer.get_vocab_size(),
+        "generated": text,
+    }
 
 
 if __name__ == "__main__":

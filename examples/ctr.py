@@ -11,6 +11,7 @@ probability) is known and the model's AUC can be read against it.
 2. Fit a copy with native paddle.Model for a few batches from the same weights; compare the losses.
 3. Evaluate the AUC on held-out impressions, next to the oracle's.
 """
+
 import argparse
 import copy
 import time
@@ -46,8 +47,9 @@ class LossHistory(paddle.callbacks.Callback):
 
 def prepared(model_cls, net, cfg, c):
     model = model_cls(net, DeepFM.input_spec(cfg), DeepFM.label_spec())
-    model.prepare(paddle.optimizer.Adam(c["lr"], parameters=net.parameters()), paddle.nn.BCEWithLogitsLoss(),
-                  ClickAuc())
+    model.prepare(
+        paddle.optimizer.Adam(c["lr"], parameters=net.parameters()), paddle.nn.BCEWithLogitsLoss(), ClickAuc()
+    )
     return model
 
 
@@ -61,35 +63,52 @@ def main(tiny=False, seed=0):
     c = CONFIGS["tiny" if tiny else "full"]
     cfg = CTRConfig.named(c["model"])
     task = SyntheticCTR(cfg, seed)
-    *train, _ = task.sample(c["train"], seed + 1)            # [ids, dense, click]; true P(click) unused
+    *train, _ = task.sample(c["train"], seed + 1)  # [ids, dense, click]; true P(click) unused
     *test, test_prob = task.sample(c["test"], seed + 2)
-    print(f"DeepFM '{cfg.name}': {len(cfg.field_sizes)} fields ({cfg.n_ids:,} ids), {cfg.n_dense} dense; "
-          f"{c['train']:,} training impressions, click rate {train[2].mean():.3f}")
+    print(
+        f"DeepFM '{cfg.name}': {len(cfg.field_sizes)} fields ({cfg.n_ids:,} ids), {cfg.n_dense} dense; "
+        f"{c['train']:,} training impressions, click rate {train[2].mean():.3f}"
+    )
 
     paddle.seed(seed)
     net = DeepFM(cfg)
-    native_net = copy.deepcopy(net)    # NOTE: same initial weights for the native comparison
+    native_net = copy.deepcopy(net)  # NOTE: same initial weights for the native comparison
     model, ours = prepared(px.Model, net, cfg, c), LossHistory()
     t0 = time.perf_counter()
     # NOTE: drop_last keeps every batch the same shape: one executable for the whole run.
-    model.fit(Impressions(*train), batch_size=c["batch"], epochs=c["epochs"], shuffle=False, drop_last=True,
-              verbose=0, callbacks=[ours])
-    print(f"paddle_xla: {len(ours.losses)} steps in {time.perf_counter() - t0:.1f} s, "
-          f"loss {ours.losses[0]:.4f} -> {ours.losses[-1]:.4f}")
+    model.fit(
+        Impressions(*train),
+        batch_size=c["batch"],
+        epochs=c["epochs"],
+        shuffle=False,
+        drop_last=True,
+        verbose=0,
+        callbacks=[ours],
+    )
+    print(
+        f"paddle_xla: {len(ours.losses)} steps in {time.perf_counter() - t0:.1f} s, "
+        f"loss {ours.losses[0]:.4f} -> {ours.losses[-1]:.4f}"
+    )
 
     theirs = LossHistory()
-    prepared(paddle.Model, native_net, cfg, c).fit(Impressions(*train), batch_size=c["batch"], shuffle=False,
-                                                   drop_last=True, verbose=0, callbacks=[theirs],
-                                                   num_iters=c["compare"])
+    prepared(paddle.Model, native_net, cfg, c).fit(
+        Impressions(*train),
+        batch_size=c["batch"],
+        shuffle=False,
+        drop_last=True,
+        verbose=0,
+        callbacks=[theirs],
+        num_iters=c["compare"],
+    )
     rel = max(abs(a - b) / abs(b) for a, b in zip(ours.losses, theirs.losses))
-    print(f"paddle_xla vs native paddle.Model, first {len(theirs.losses)} steps: "
-          f"max relative loss difference {rel:.2e}")
+    print(
+        f"paddle_xla vs native paddle.Model, first {len(theirs.losses)} steps: max relative loss difference {rel:.2e}"
+    )
 
     auc = model.evaluate(Impressions(*test), batch_size=c["batch"], verbose=0)["auc"]
     best = oracle_auc(test_prob, test[2])
     print(f"test AUC {auc:.4f} (oracle with the true click probabilities: {best:.4f})")
-    return {"losses": ours.losses, "native_losses": theirs.losses, "max_rel_diff": rel, "auc": auc,
-            "oracle_auc": best}
+    return {"losses": ours.losses, "native_losses": theirs.losses, "max_rel_diff": rel, "auc": auc, "oracle_auc": best}
 
 
 if __name__ == "__main__":

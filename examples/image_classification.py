@@ -11,6 +11,7 @@ batch run by an XLA executable. The data is scikit-learn's bundled digits (8x8 p
 2. Fit a copy with native paddle.Model for one batch from the same weights; compare the losses.
 3. Evaluate on held-out digits with paddle_xla, then natively on the same trained weights.
 """
+
 import argparse
 import copy
 import time
@@ -52,17 +53,19 @@ def main(tiny=False, seed=1):
 
     paddle.seed(seed)
     net = resnet(c["arch"], num_classes=10)
-    native_net = copy.deepcopy(net)    # NOTE: same initial weights for the native comparison
+    native_net = copy.deepcopy(net)  # NOTE: same initial weights for the native comparison
 
     # NOTE: shuffle=False and drop_last=True: both runs see the same batches, and every batch has
     # the same shape, so one executable serves the whole run.
     model, ours = prepared(px.Model, net, c), LossHistory()
     t0 = time.perf_counter()
-    model.fit(train, batch_size=c["batch"], epochs=c["epochs"], shuffle=False, drop_last=True,
-              verbose=0, callbacks=[ours])
+    model.fit(
+        train, batch_size=c["batch"], epochs=c["epochs"], shuffle=False, drop_last=True, verbose=0, callbacks=[ours]
+    )
     train_s = time.perf_counter() - t0
-    print(f"paddle_xla: {len(ours.losses)} steps in {train_s:.1f} s, loss {ours.losses[0]:.3f} -> "
-          f"{ours.losses[-1]:.3f}")
+    print(
+        f"paddle_xla: {len(ours.losses)} steps in {train_s:.1f} s, loss {ours.losses[0]:.3f} -> {ours.losses[-1]:.3f}"
+    )
 
     # NOTE: the first step only: its loss is the forward pass on the same weights. Any later loss depends
     # on which side of ReLU's kink float32 rounding puts a BatchNorm output that lies within ~1e-6 of 0,
@@ -72,20 +75,33 @@ def main(tiny=False, seed=1):
     # losses differed by 0.5 %; seed 0 did the same on AVX2). Whole updates are compared where no kink
     # decides them (tests/test_training.py: a BatchNorm CNN with Momentum, 22 steps, rtol 1e-4).
     theirs = LossHistory()
-    prepared(paddle.Model, native_net, c).fit(train, batch_size=c["batch"], epochs=1, shuffle=False,
-                                              drop_last=True, verbose=0, callbacks=[theirs],
-                                              num_iters=c["compare"])
+    prepared(paddle.Model, native_net, c).fit(
+        train,
+        batch_size=c["batch"],
+        epochs=1,
+        shuffle=False,
+        drop_last=True,
+        verbose=0,
+        callbacks=[theirs],
+        num_iters=c["compare"],
+    )
     rel = max(abs(a - b) / abs(b) for a, b in zip(ours.losses, theirs.losses))
-    print(f"paddle_xla vs native paddle.Model, first {len(theirs.losses)} step(s): "
-          f"max relative loss difference {rel:.2e}")
+    print(
+        f"paddle_xla vs native paddle.Model, first {len(theirs.losses)} step(s): max relative loss difference {rel:.2e}"
+    )
 
-    acc = model.evaluate(test, batch_size=120, verbose=0)["acc"]   # NOTE: 3 equal batches of the 360
-    trained = model.network_weights()      # NOTE: syncs the trained weights back into `net`
+    acc = model.evaluate(test, batch_size=120, verbose=0)["acc"]  # NOTE: 3 equal batches of the 360
+    trained = model.network_weights()  # NOTE: syncs the trained weights back into `net`
     native_net.set_state_dict(trained)
     native_acc = prepared(paddle.Model, native_net, c).evaluate(test, batch_size=120, verbose=0)["acc"]
     print(f"test accuracy: paddle_xla {acc:.4f}, native Paddle on the same weights {native_acc:.4f}")
-    return {"losses": ours.losses, "native_losses": theirs.losses, "max_rel_diff": rel,
-            "accuracy": acc, "native_accuracy": native_acc}
+    return {
+        "losses": ours.losses,
+        "native_losses": theirs.losses,
+        "max_rel_diff": rel,
+        "accuracy": acc,
+        "native_accuracy": native_acc,
+    }
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ being told where each symbol is: that is what CTC (F.ctc_loss) learns.
    from the same weights for a few steps, and compare the losses.
 3. Decode held-out utterances greedily (best path) and report the symbol error rate.
 """
+
 import argparse
 import copy
 import time
@@ -81,14 +82,17 @@ def main(tiny=False, seed=0):
     train, test = tones(cfg, c["train"], seed), tones(cfg, c["test"], seed + 1)
     featurize = featurizer(cfg)
     train_x, test_x = featurize(train.audio), featurize(test.audio)
-    print(f"{c['train']} training utterances of {cfg.seconds} s: {cfg.n_frames} frames x {cfg.n_mels} mels, "
-          f"{cfg.n_symbols} symbols")
+    print(
+        f"{c['train']} training utterances of {cfg.seconds} s: {cfg.n_frames} frames x {cfg.n_mels} mels, "
+        f"{cfg.n_symbols} symbols"
+    )
 
     paddle.seed(seed)
     net = LSTMCTC(cfg)
-    native = copy.deepcopy(net)    # NOTE: same initial weights for the native comparison
-    step = px.train_step(net, ctc_loss, optimizer(net, c), LSTMCTC.input_spec(cfg, c["batch"]),
-                         LSTMCTC.label_spec(cfg, c["batch"]))
+    native = copy.deepcopy(net)  # NOTE: same initial weights for the native comparison
+    step = px.train_step(
+        net, ctc_loss, optimizer(net, c), LSTMCTC.input_spec(cfg, c["batch"]), LSTMCTC.label_spec(cfg, c["batch"])
+    )
     t0, losses = time.perf_counter(), []
     for epoch in range(c["epochs"]):
         losses += [step(*b) for b in batches(train_x, train, cfg, c["batch"])]
@@ -96,15 +100,14 @@ def main(tiny=False, seed=0):
     print(f"paddle_xla: {len(losses)} steps in {time.perf_counter() - t0:.1f} s")
     step.sync_to(net)
 
-    ref = native_losses(native, list(batches(train_x, train, cfg, c["batch"]))[:c["compare"]], c)
+    ref = native_losses(native, list(batches(train_x, train, cfg, c["batch"]))[: c["compare"]], c)
     rel = max(abs(a - b) / abs(b) for a, b in zip(losses, ref))
     print(f"paddle_xla vs native Paddle, first {len(ref)} steps: max relative loss difference {rel:.2e}")
 
     net.eval()
     ser, exact = symbol_error_rate(px.compile(net, LSTMCTC.input_spec(cfg)), test_x, test)
     print(f"held-out symbol error rate {ser:.3f}; utterances read exactly {exact:.3f}")
-    return {"losses": losses, "native_losses": ref, "max_rel_diff": rel, "symbol_error_rate": ser,
-            "exact": exact}
+    return {"losses": losses, "native_losses": ref, "max_rel_diff": rel, "symbol_error_rate": ser, "exact": exact}
 
 
 if __name__ == "__main__":

@@ -3,22 +3,33 @@
 The Paddle-facing names (compile, check, train_step, Model, ...) load on first use, so that the
 Paddle-free parts (paddle_xla.artifact, graph, lowering, ops, train, parallel, runtime) import where Paddle is
 not installed."""
+
 from importlib import import_module as _import_module
 
 from .quiet import quiet_library_noise as _quiet_library_noise
 
-_quiet_library_noise()   # NOTE: first, so that Paddle's glog level is set if Paddle is not loaded yet
+_quiet_library_noise()  # NOTE: first, so that Paddle's glog level is set if Paddle is not loaded yet
 
-from .errors import (CaptureError, CheckFailedError, CheckpointError, DistributedError, FeedError,  # noqa: F401
-                     GenerationError,
-                     LoweringError, ModelLoadError, PaddleXlaError, StrategyError, TrainingError,
-                     UnsupportedOpsError)
+from .errors import (  # noqa: F401
+    CaptureError,
+    CheckFailedError,
+    CheckpointError,
+    DistributedError,
+    FeedError,
+    GenerationError,
+    LoweringError,
+    ModelLoadError,
+    PaddleXlaError,
+    StrategyError,
+    TrainingError,
+    UnsupportedOpsError,
+)
 from .graph import Graph  # noqa: F401
 from .strategy import LossScale, Strategy  # noqa: F401
 
 __version__ = "0.1.0"
 
-from .runtime.host_heap import keep_freed_memory as _keep_freed_memory  # noqa: E402
+from .runtime.host_heap import keep_freed_memory as _keep_freed_memory
 
 # NOTE: importing changes no JAX configuration and starts no backend (tests/test_import_effects.py): the
 # compile cache comes on at paddle_xla's first compile (runtime/compile_cache.ensure_compile_cache).
@@ -28,7 +39,7 @@ from .runtime.host_heap import keep_freed_memory as _keep_freed_memory  # noqa: 
 # environment variable.
 _keep_freed_memory()
 
-from .parallel.join import join_from_environment as _join_from_environment  # noqa: E402
+from .parallel.join import join_from_environment as _join_from_environment
 
 # NOTE: before the script can start a JAX backend: a process whose launcher (paddle.distributed.launch,
 # srun, mpirun, torchrun, paddle-xla launch) names several ranks joins them here, or stops with the reason.
@@ -38,22 +49,42 @@ _join_from_environment()
 
 # public name -> the module that defines it (imported lazily: these modules import paddle)
 _LAZY = {
-    "compile": "api.inference", "check": "api.inference", "load_inference_model": "api.inference",
+    "compile": "api.inference",
+    "check": "api.inference",
+    "load_inference_model": "api.inference",
     "XlaModel": "api.inference",
-    "train_step": "api.training", "TrainStep": "api.training",
+    "train_step": "api.training",
+    "TrainStep": "api.training",
     "supported_ops": "ops.registry",
     "stage": "capture.stage_markers",
     "plan": "api.planning",
     "Model": "api.hapi",
     "load_artifact": ("artifact.reader", "load"),
     "export": "artifact.writer",
-    "Generator": "api.generator", "generate": "api.generator",
+    "Generator": "api.generator",
+    "generate": "api.generator",
 }
 
-__all__ = sorted([*_LAZY, "Graph", "Strategy", "LossScale", "PaddleXlaError", "CaptureError",
-                  "CheckFailedError", "CheckpointError", "DistributedError", "GenerationError",
-                  "FeedError", "LoweringError", "ModelLoadError", "StrategyError", "TrainingError",
-                  "UnsupportedOpsError"])
+__all__ = sorted(
+    [
+        *_LAZY,
+        "Graph",
+        "Strategy",
+        "LossScale",
+        "PaddleXlaError",
+        "CaptureError",
+        "CheckFailedError",
+        "CheckpointError",
+        "DistributedError",
+        "GenerationError",
+        "FeedError",
+        "LoweringError",
+        "ModelLoadError",
+        "StrategyError",
+        "TrainingError",
+        "UnsupportedOpsError",
+    ]
+)
 
 
 def __getattr__(name):
@@ -68,4 +99,3 @@ def __getattr__(name):
 
 def __dir__():
     return __all__
-

@@ -1,9 +1,10 @@
 """Atomic file writes and weight files. A failure never leaves a half-written file behind."""
+
 from __future__ import annotations
 
 import os
 import tempfile
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -34,12 +35,14 @@ def atomic_write(path: str, data: bytes) -> None:
 
 def save_weights(path: str, weights: Mapping[str, np.ndarray]) -> None:
     from safetensors.numpy import save
+
     arrays = {k: np.ascontiguousarray(np.asarray(v)) for k, v in weights.items()}
     atomic_write(path, save(arrays))
 
 
 def load_weights(path: str) -> dict[str, np.ndarray]:
     from safetensors.numpy import load
+
     try:
         with open(path, "rb") as f:
             data = f.read()

@@ -6,6 +6,7 @@ JAX's report that it found no TPU on a machine that has none, matplotlib's font-
 Two levels. Importing paddle_xla hides only those named lines, so a library user's own warnings,
 and Paddle's warnings about their model, still show. The command line hides every Paddle
 user/deprecation warning too: there the user's code is not running."""
+
 from __future__ import annotations
 
 import logging
@@ -19,13 +20,15 @@ _GLOG_WARNINGS_AND_UP = "2"
 # overridden), and not under PADDLE_XLA_VERBOSE=1. The docs cite this list; tests/test_import_effects.py holds
 # the import to it.
 ENV_DEFAULTS: dict[str, str] = {
-    "GLOG_minloglevel": _GLOG_WARNINGS_AND_UP,   # Paddle's glog: warnings and errors only (read at Paddle's import)
+    "GLOG_minloglevel": _GLOG_WARNINGS_AND_UP,  # Paddle's glog: warnings and errors only (read at Paddle's import)
 }
-_NOISY_LOGGERS = ("jax._src.xla_bridge",      # "Unable to initialize backend 'tpu'" (INFO, while probing)
-                  "matplotlib.font_manager")  # "generated new fontManager" (INFO, first import)
+_NOISY_LOGGERS = (
+    "jax._src.xla_bridge",  # "Unable to initialize backend 'tpu'" (INFO, while probing)
+    "matplotlib.font_manager",
+)  # "generated new fontManager" (INFO, first import)
 
 
-_ADDED: list = []          # the warning filters added here, so that --verbose can take them back
+_ADDED: list = []  # the warning filters added here, so that --verbose can take them back
 
 
 def _ignore(**match) -> None:
@@ -41,7 +44,7 @@ def quiet_library_noise() -> None:
     """What importing paddle_xla hides: the named start-up lines only."""
     if verbose():
         return
-    if "paddle" not in sys.modules:     # NOTE: too late once Paddle is loaded; say so in the README
+    if "paddle" not in sys.modules:  # NOTE: too late once Paddle is loaded; say so in the README
         for name, value in ENV_DEFAULTS.items():
             os.environ.setdefault(name, value)
     _ignore(message=r"No ccache found", category=UserWarning)

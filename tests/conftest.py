@@ -2,7 +2,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from xla_flags import FAST_COMPILE, SIXTEEN_DEVICES  # noqa: E402
+from xla_flags import FAST_COMPILE, SIXTEEN_DEVICES
 
 # NOTE: must be set before jax is imported anywhere: multi-device tests use 16 virtual CPU devices, and
 # every test compiles for compile speed (tests/xla_flags.py says why).

@@ -1,5 +1,6 @@
 """Exported artifacts (.pxa): parity with the in-process model, Paddle-free loading, every load error,
 the persistent compile cache, compile progress, and `paddle-xla run`."""
+
 import io
 import json
 import os
@@ -12,12 +13,12 @@ import numpy as np
 import paddle
 import pytest
 from paddle.static import InputSpec
+from zoo import GPTDecoder, build
 
 import paddle_xla as px
 from paddle_xla.artifact import reader as pxa
-from paddle_xla.runtime import compile_cache as cache
 from paddle_xla.artifact.writer import ExportError, export
-from zoo import GPTDecoder, build
+from paddle_xla.runtime import compile_cache as cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -174,7 +175,7 @@ def test_shape_arithmetic_exports_symbolic(tmp_path):
     path = str(tmp_path / "symbolic.pxa")
     assert export(m, path)["exported"]["cpu"]["shapes"] == "symbolic"
     art = pxa.load(path)
-    for b in (1, 2, 3, 5):                      # both sides of the batch-size branch
+    for b in (1, 2, 3, 5):  # both sides of the batch-size branch
         np.testing.assert_allclose(art(batch(b)), net(paddle.to_tensor(batch(b))).numpy(), rtol=1e-6, atol=1e-6)
         assert art.mode == "exported", art.why
 
@@ -185,17 +186,18 @@ def test_zoo_exports_once_for_every_batch_size(name, tmp_path):
     if name == "gpt_free_length":
         paddle.seed(0)
         net, specs = GPTDecoder(), [InputSpec([None, None], "int64", "ids")]
-        make = lambda b: GPTDecoder.inputs(b, seq=3 + 2 * b, seed=b)   # noqa: E731
+        make = lambda b: GPTDecoder.inputs(b, seq=3 + 2 * b, seed=b)  # noqa: E731
     elif name == "bert_fixed_length":
         # NOTE: a known length beside a free batch: arange(seq) reads a concrete size out of a symbolic shape
         from paddle_xla.models.bert import BertConfig, BertForSequenceClassification, BertModel
+
         paddle.seed(0)
         net, specs = BertForSequenceClassification(BertConfig.tiny()), BertModel.input_spec(16)
         ids = np.random.default_rng(0).integers(1, 100, (1, 16)).astype("int64")
-        make = lambda b: _rebatched([ids, np.zeros_like(ids)], b)   # noqa: E731
+        make = lambda b: _rebatched([ids, np.zeros_like(ids)], b)  # noqa: E731
     else:
         net, specs, first = build(name)
-        make = lambda b: _rebatched(first, b)   # noqa: E731
+        make = lambda b: _rebatched(first, b)  # noqa: E731
     net.eval()
     path = str(tmp_path / f"{name}.pxa")
     assert export(px.compile(net, specs), path)["exported"]["cpu"]["shapes"] == "symbolic"
@@ -211,9 +213,12 @@ def test_zoo_exports_once_for_every_batch_size(name, tmp_path):
 
 def _rebatched(arrays, b):
     """Example inputs with batch b: the first rows repeated, shifted so rows differ."""
-    return [np.concatenate([a] * b)[:b] if a.dtype.kind in "iu" else
-            (np.concatenate([a] * b)[:b] + np.arange(b).reshape((-1,) + (1,) * (a.ndim - 1))).astype(a.dtype)
-            for a in arrays]
+    return [
+        np.concatenate([a] * b)[:b]
+        if a.dtype.kind in "iu"
+        else (np.concatenate([a] * b)[:b] + np.arange(b).reshape((-1,) + (1,) * (a.ndim - 1))).astype(a.dtype)
+        for a in arrays
+    ]
 
 
 def test_shapes_a_symbolic_export_refuses_are_relowered(tmp_path):
@@ -226,7 +231,7 @@ def test_shapes_a_symbolic_export_refuses_are_relowered(tmp_path):
     np.testing.assert_allclose(art(batch(2)), net(paddle.to_tensor(batch(2))).numpy(), rtol=1e-6, atol=1e-6)
     assert art.mode == "exported"
     with pytest.raises(px.LoweringError, match=r"(?s)cannot reshape.*test_artifact.py:\d+ in forward"):
-        art(batch(3))                           # 18 values do not make rows of 4 (Paddle refuses too)
+        art(batch(3))  # 18 values do not make rows of 4 (Paddle refuses too)
     assert art.mode == "relowered" and "symbolic shapes do not take" in art.why
 
 
@@ -243,7 +248,7 @@ def test_concrete_shapes_when_symbolic_export_fails(tmp_path):
     art = pxa.load(path)
     np.testing.assert_allclose(art(x4), net(paddle.to_tensor(x4)).numpy(), rtol=1e-6)
     assert art.mode == "exported"
-    np.testing.assert_allclose(art(x6), net(paddle.to_tensor(x6)).numpy(), rtol=1e-6)   # another shape: re-lowered
+    np.testing.assert_allclose(art(x6), net(paddle.to_tensor(x6)).numpy(), rtol=1e-6)  # another shape: re-lowered
     assert art.mode == "relowered" and "[4, 8]" in art.why
     # without its Graph it can only run the exported shape
     m2 = manifest_of(path)
@@ -259,6 +264,7 @@ def test_unreadable_executable_falls_back_to_the_graph(model, pxa_path, tmp_path
     import dataclasses
 
     import jax
+
     with zipfile.ZipFile(pxa_path) as z:
         exp = jax.export.deserialize(bytearray(z.read("exported/cpu.bin")))
     bad = bytes(dataclasses.replace(exp, mlir_module_serialized=b"not StableHLO").serialize())
@@ -299,8 +305,13 @@ def test_runs_where_paddle_is_not_importable(model, pxa_path, tmp_path):
     x, y = inputs(4)
     np.savez(tmp_path / "in.npz", x=x, y=y)
     env = dict(os.environ, JAX_PLATFORMS="cpu", PADDLE_XLA_CACHE="0")
-    proc = subprocess.run([sys.executable, "-c", PADDLE_FREE, pxa_path, str(tmp_path / "in.npz"),
-                           str(tmp_path / "out.npz")], cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", PADDLE_FREE, pxa_path, str(tmp_path / "in.npz"), str(tmp_path / "out.npz")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = np.load(tmp_path / "out.npz")
     assert str(out["mode"]) == "exported"
@@ -324,7 +335,9 @@ def test_newer_format_version(pxa_path, tmp_path):
     m.update(format_version=pxa.FORMAT_VERSION + 1, paddle_xla_version="9.0.0")
     path = rewrite(pxa_path, tmp_path / "new.pxa", manifest=m)
     newer, ours = pxa.FORMAT_VERSION + 1, pxa.FORMAT_VERSION
-    with pytest.raises(px.ModelLoadError, match=rf"format version {newer} .*9\.0\.0.* reads format version {ours} .*[Uu]pgrade"):
+    with pytest.raises(
+        px.ModelLoadError, match=rf"format version {newer} .*9\.0\.0.* reads format version {ours} .*[Uu]pgrade"
+    ):
         pxa.load(path)
 
 
@@ -424,8 +437,9 @@ def test_second_process_hits_the_cache(tmp_path):
 
 
 def test_cache_can_be_turned_off(tmp_path):
-    folder, hits, _ = _probe({"PADDLE_XLA_CACHE": "0", "PADDLE_XLA_CACHE_DIR": str(tmp_path / "jc"),
-                              "JAX_PLATFORMS": "cpu"})
+    folder, hits, _ = _probe(
+        {"PADDLE_XLA_CACHE": "0", "PADDLE_XLA_CACHE_DIR": str(tmp_path / "jc"), "JAX_PLATFORMS": "cpu"}
+    )
     assert folder == "None" and hits == 0 and not os.path.exists(tmp_path / "jc")
 
 
@@ -472,17 +486,40 @@ def test_cli_run(model, pxa_path, tmp_path):
     from typer.testing import CliRunner
 
     from paddle_xla.cli.main import app
+
     x, y = inputs(3)
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
     want = model(x, y)
     runner = CliRunner()
-    res = runner.invoke(app, ["run", pxa_path, "--input", f"x={tmp_path / 'x.npy'}", "--input",
-                              f"y={tmp_path / 'y.npy'}", "--output", str(tmp_path / "out.npy")])
+    res = runner.invoke(
+        app,
+        [
+            "run",
+            pxa_path,
+            "--input",
+            f"x={tmp_path / 'x.npy'}",
+            "--input",
+            f"y={tmp_path / 'y.npy'}",
+            "--output",
+            str(tmp_path / "out.npy"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert_same([np.load(tmp_path / "out_0.npy"), np.load(tmp_path / "out_1.npy")], want)
-    res = runner.invoke(app, ["run", pxa_path, "-i", str(tmp_path / "x.npy"), "-i", str(tmp_path / "y.npy"),
-                              "-o", str(tmp_path / "out.npz")])
+    res = runner.invoke(
+        app,
+        [
+            "run",
+            pxa_path,
+            "-i",
+            str(tmp_path / "x.npy"),
+            "-i",
+            str(tmp_path / "y.npy"),
+            "-o",
+            str(tmp_path / "out.npz"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     npz = np.load(tmp_path / "out.npz")
     assert_same([npz[n] for n in model.compiled.output_names], want)
@@ -498,11 +535,15 @@ def test_cli_hides_start_up_noise_unless_verbose(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "GLOG_minloglevel"}
     env["PYTHONPATH"] = ROOT
     quiet = subprocess.run(cmd + args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    loud = subprocess.run(cmd + ["--verbose"] + args, cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    loud = subprocess.run(
+        cmd + ["--verbose"] + args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert quiet.returncode == 0 and loud.returncode == 0, quiet.stderr + loud.stderr
     assert "2 supported" in quiet.stdout
-    noise = [line for line in loud.stderr.splitlines() if "Unable to initialize backend" in line
-             or "ccache" in line or line.startswith(("W1", "I1"))]
-    assert noise, "nothing to hide here: the test proves nothing"   # NOTE: CPU machines without ccache print both
+    noise = [
+        line
+        for line in loud.stderr.splitlines()
+        if "Unable to initialize backend" in line or "ccache" in line or line.startswith(("W1", "I1"))
+    ]
+    assert noise, "nothing to hide here: the test proves nothing"  # NOTE: CPU machines without ccache print both
     assert not [line for line in quiet.stderr.splitlines() if line in noise], quiet.stderr

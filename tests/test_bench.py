@@ -1,5 +1,6 @@
 """`paddle-xla bench`: every configuration is measured in one run, ratios and MFU follow from the
 timings, the inference outputs agree with Paddle Inference's, and bad input is refused up front."""
+
 import json
 
 import pytest
@@ -11,8 +12,12 @@ from paddle_xla.cli.main import app
 
 
 def test_parse_strategy():
-    assert bench.parse_strategy("replicas=2, precision=bf16,recompute=none,shard_optimizer_state=true") == \
-        {"replicas": 2, "precision": "bf16", "recompute": None, "shard_optimizer_state": True}
+    assert bench.parse_strategy("replicas=2, precision=bf16,recompute=none,shard_optimizer_state=true") == {
+        "replicas": 2,
+        "precision": "bf16",
+        "recompute": None,
+        "shard_optimizer_state": True,
+    }
     assert bench.parse_strategy(None) == {}
     with pytest.raises(px.StrategyError, match="KEY=VALUE"):
         bench.parse_strategy("replicas")
@@ -20,8 +25,9 @@ def test_parse_strategy():
 
 def test_bench_tiny_measures_paddle_and_xla(tmp_path):
     out = tmp_path / "report.json"
-    res = CliRunner().invoke(app, ["bench", "bert-tiny", "--batch", "4", "--seq", "16", "--repeats", "1",
-                                   "--out", str(out)])
+    res = CliRunner().invoke(
+        app, ["bench", "bert-tiny", "--batch", "4", "--seq", "16", "--repeats", "1", "--out", str(out)]
+    )
     assert res.exit_code == 0, res.output
     report = json.loads(out.read_text())
     train, infer = report["results"]["train"], report["results"]["infer"]
@@ -39,20 +45,40 @@ def test_bench_tiny_measures_paddle_and_xla(tmp_path):
 
 def test_bench_with_a_strategy_on_virtual_devices(tmp_path):
     out = tmp_path / "r.json"
-    res = CliRunner().invoke(app, ["bench", "bert-tiny", "--batch", "4", "--seq", "16", "--repeats", "1",
-                                   "--only", "train", "--no-paddle", "--strategy", "replicas=2,steps_per_call=2",
-                                   "--out", str(out)])
+    res = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "bert-tiny",
+            "--batch",
+            "4",
+            "--seq",
+            "16",
+            "--repeats",
+            "1",
+            "--only",
+            "train",
+            "--no-paddle",
+            "--strategy",
+            "replicas=2,steps_per_call=2",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     xla = json.loads(out.read_text())["results"]["train"]["paddle_xla"]
     assert xla["steps_per_call"] == 2 and xla["step_s"] == pytest.approx(xla["median_s"] / 2)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--strategy", "replicas=3,stages=0"], "positive int"),
-    (["--strategy", "precision=fp8"], "precision"),
-    (["--strategy", "colour=red"], "colour"),
-    (["--only", "serve"], "train or infer"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--strategy", "replicas=3,stages=0"], "positive int"),
+        (["--strategy", "precision=fp8"], "precision"),
+        (["--strategy", "colour=red"], "colour"),
+        (["--only", "serve"], "train or infer"),
+    ],
+)
 def test_bench_refuses_bad_input_before_timing(args, message):
     res = CliRunner().invoke(app, ["bench", "bert-tiny", *args])
     assert res.exit_code != 0

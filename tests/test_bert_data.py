@@ -1,5 +1,6 @@
 """The locally made pretraining data is the same in every process, so `make demo` and
 `paddle-xla validate` give the same final loss from run to run."""
+
 import subprocess
 import sys
 
@@ -17,8 +18,9 @@ print(digest.hexdigest(), tok.get_vocab_size())
 
 
 def test_tokenizer_and_batches_are_the_same_in_every_process():
-    runs = [subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300)
-            for _ in range(2)]
+    runs = [
+        subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300) for _ in range(2)
+    ]
     for r in runs:
         assert r.returncode == 0, r.stderr[-2000:]
     assert runs[0].stdout == runs[1].stdout

@@ -1,5 +1,6 @@
 """The command line as a user meets it: `paddle-xla export` then `run` give Paddle's numbers, and
 every user mistake is one line on stderr that names the fix, with exit status 2."""
+
 import dataclasses
 import os
 import subprocess
@@ -31,8 +32,14 @@ class Sized(paddle.nn.Layer):
 def cli(*args, cwd, env=None, code=""):
     """paddle-xla ARGS in a fresh process (as the console script runs it)."""
     boot = f"{code}\nfrom paddle_xla.cli.main import main\nmain()"
-    return subprocess.run([sys.executable, "-c", boot, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-c", boot, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -48,11 +55,14 @@ def test_export_then_run_gives_paddles_outputs(folder):
     made = cli("export", "tiny:build", "--input-spec", "x:float32[-1,4]", "-o", "tiny.pxa", cwd=folder)
     assert made.returncode == 0, made.stderr[-2000:]
     assert "wrote tiny.pxa" in made.stdout and "symbolic" in made.stdout
-    ran = cli("run", "tiny.pxa", "-i", "x.npy", "-o", "y.npy", cwd=folder, code="import sys; sys.modules['paddle'] = None")
+    ran = cli(
+        "run", "tiny.pxa", "-i", "x.npy", "-o", "y.npy", cwd=folder, code="import sys; sys.modules['paddle'] = None"
+    )
     assert ran.returncode == 0, ran.stderr[-2000:]
     sys.path.insert(0, str(folder))
     try:
         import tiny
+
         want = tiny.build()(paddle.to_tensor(x)).numpy()
     finally:
         sys.path.remove(str(folder))
@@ -62,27 +72,43 @@ def test_export_then_run_gives_paddles_outputs(folder):
 MISTAKES = {
     "no input spec": (["check", "tiny:build"], "", ["add --input-spec NAME:DTYPE[d0,d1,...]"]),
     "a dot for the colon": (["check", "tiny.build"], "", ["neither MODULE:FACTORY", "note the colon"]),
-    "no such module": (["check", "nosuch:build", "--input-spec", "x:float32[-1,4]"], "",
-                       ["cannot import 'nosuch'"]),
-    "no such factory": (["check", "tiny:nope", "--input-spec", "x:float32[-1,4]"], "",
-                        ["module 'tiny' has no 'nope'", "tiny:build"]),
-    "no paddle installed": (["check", "tiny:build", "--input-spec", "x:float32[-1,4]"],
-                            "import sys; sys.modules['paddle'] = None", ["pip install 'paddle_xla[paddle]'"]),
+    "no such module": (["check", "nosuch:build", "--input-spec", "x:float32[-1,4]"], "", ["cannot import 'nosuch'"]),
+    "no such factory": (
+        ["check", "tiny:nope", "--input-spec", "x:float32[-1,4]"],
+        "",
+        ["module 'tiny' has no 'nope'", "tiny:build"],
+    ),
+    "no paddle installed": (
+        ["check", "tiny:build", "--input-spec", "x:float32[-1,4]"],
+        "import sys; sys.modules['paddle'] = None",
+        ["pip install 'paddle_xla[paddle]'"],
+    ),
     "a bad artifact": (["run", "missing.pxa", "-i", "x.npy"], "", ["No artifact at 'missing.pxa'"]),
-    "a class that needs arguments": (["check", "tiny:Sized", "--input-spec", "x:float32[-1,4]"], "",
-                                     ["'tiny:Sized' cannot be built without arguments", "def build()"]),
+    "a class that needs arguments": (
+        ["check", "tiny:Sized", "--input-spec", "x:float32[-1,4]"],
+        "",
+        ["'tiny:Sized' cannot be built without arguments", "def build()"],
+    ),
     "an unknown suite": (["install", "paddlenlp"], "", ["unknown suite 'paddlenlp'", "choose paddleformers"]),
-    "a wrong rank": (["export", "paddle.vision.models:LeNet", "--input-spec", "x:float32[-1,28,28]", "-o", "l.pxa"],
-                     "", ["LeNet does not accept the input --input-spec x:float32[-1,28,28]", "should be a 4-D or 5-D",
-                          "input's dimension is 3", "Give each input the rank and sizes its forward expects"]),
+    "a wrong rank": (
+        ["export", "paddle.vision.models:LeNet", "--input-spec", "x:float32[-1,28,28]", "-o", "l.pxa"],
+        "",
+        [
+            "LeNet does not accept the input --input-spec x:float32[-1,28,28]",
+            "should be a 4-D or 5-D",
+            "input's dimension is 3",
+            "Give each input the rank and sizes its forward expects",
+        ],
+    ),
 }
 
 
 def test_the_readmes_layer_class_exports(folder):
     """README's Quick start: `paddle-xla export paddle.vision.models:LeNet ...` (a Layer class, built with no
     arguments) writes what px.export writes."""
-    made = cli("export", "paddle.vision.models:LeNet", "--input-spec", "x:float32[-1,1,28,28]", "-o", "lenet.pxa",
-               cwd=folder)
+    made = cli(
+        "export", "paddle.vision.models:LeNet", "--input-spec", "x:float32[-1,1,28,28]", "-o", "lenet.pxa", cwd=folder
+    )
     assert made.returncode == 0, made.stderr[-2000:]
     assert "wrote lenet.pxa" in made.stdout
 
@@ -108,12 +134,14 @@ def test_install_pip_installs_the_pinned_list_no_deps_into_this_python_then_skip
     """`paddle-xla install paddleformers`: the one pinned list (tools/zoo.py reads it from here), pip --no-deps
     into sys.executable's environment so numpy and JAX stay; nothing run when it is there already."""
     from paddle_xla.cli import install as inst
+
     ran, said, state = [], [], {"there": False}
 
     def fake_pip(command):
         ran.append(command)
         state["there"] = True
         return subprocess.CompletedProcess(command, 0)
+
     monkeypatch.setattr(inst, "missing", lambda s: [] if state["there"] else list(s.packages))
     assert inst.install("paddleformers", echo=said.append, run=fake_pip) == 0
     assert ran == [[sys.executable, "-m", "pip", "install", "--no-deps", *inst.PADDLEFORMERS]]
@@ -123,8 +151,7 @@ def test_install_pip_installs_the_pinned_list_no_deps_into_this_python_then_skip
     assert inst.install("PaddleFormers", echo=said.append, run=fake_pip) == 0 and len(ran) == 1
     assert said == [f"paddleformers 1.2.0 is already installed in {sys.prefix}: nothing to do"]
     state["there"] = False
-    failed = inst.install("paddleformers", echo=said.append,
-                          run=lambda c: subprocess.CompletedProcess(c, 3))
+    failed = inst.install("paddleformers", echo=said.append, run=lambda c: subprocess.CompletedProcess(c, 3))
     assert failed == 3 and said[-1].startswith("error: pip failed (exit status 3)")
     zoo = _load_tools_zoo()
     assert zoo.PACKAGES is inst.PADDLEFORMERS
@@ -132,6 +159,7 @@ def test_install_pip_installs_the_pinned_list_no_deps_into_this_python_then_skip
 
 def _load_tools_zoo():
     import importlib.util
+
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "zoo.py")
     spec = importlib.util.spec_from_file_location("tools_zoo", path)
     zoo = importlib.util.module_from_spec(spec)
@@ -141,8 +169,10 @@ def _load_tools_zoo():
 
 def test_install_reads_what_is_there_and_the_console_command_skips_when_installed(tmp_path):
     from paddle_xla.cli.install import SUITES, missing
-    assert missing(dataclasses.replace(SUITES["paddleformers"], module="no_such_module_here")) == \
-        list(SUITES["paddleformers"].packages)
+
+    assert missing(dataclasses.replace(SUITES["paddleformers"], module="no_such_module_here")) == list(
+        SUITES["paddleformers"].packages
+    )
     if missing(SUITES["paddleformers"]):
         pytest.skip("PaddleFormers is not installed here: `paddle-xla install paddleformers` (make test does)")
     res = cli("install", "paddleformers", cwd=tmp_path)

@@ -1,4 +1,5 @@
 """pd_op.if / pd_op.while lower to lax.cond / lax.while_loop and match Paddle."""
+
 import numpy as np
 import paddle
 from paddle.static import InputSpec

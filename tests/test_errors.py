@@ -1,4 +1,5 @@
 """Bad input gets a paddle_xla error that names the thing and the fix, never an XLA traceback."""
+
 import os
 import subprocess
 import sys
@@ -7,9 +8,9 @@ import numpy as np
 import paddle
 import pytest
 from paddle.static import InputSpec
+from xla_flags import child_env
 
 import paddle_xla as px
-from xla_flags import child_env
 
 
 class TwoInputs(paddle.nn.Layer):
@@ -151,18 +152,23 @@ def test_capture_failure_is_a_capture_error():
 def test_check_finds_every_lowering_that_fails_with_its_layer_and_line():
     """check's abstract evaluation: two independent failures reported at once, what depends on a failed op
     skipped, the rest of the program checked."""
-    from paddle_xla.lowering.checking import lowering_problems
     from paddle_xla.graph import Block, Graph, Op, Tensor
+    from paddle_xla.lowering.checking import lowering_problems
+
     mm = {"transpose_x": False, "transpose_y": False}
-    ops = (Op("pd_op.matmul", (0, 1), (3,), mm, scope="/Linear/", source="net.py:5 in forward", index=1),
-           Op("pd_op.relu", (3,), (4,), {}, source="net.py:6 in forward", index=2),
-           Op("pd_op.relu", (2,), (5,), {}, source="net.py:7 in forward", index=3),
-           Op("pd_op.matmul", (5, 1), (6,), mm, scope="/Head/", source="net.py:8 in forward", index=4))
+    ops = (
+        Op("pd_op.matmul", (0, 1), (3,), mm, scope="/Linear/", source="net.py:5 in forward", index=1),
+        Op("pd_op.relu", (3,), (4,), {}, source="net.py:6 in forward", index=2),
+        Op("pd_op.relu", (2,), (5,), {}, source="net.py:7 in forward", index=3),
+        Op("pd_op.matmul", (5, 1), (6,), mm, scope="/Head/", source="net.py:8 in forward", index=4),
+    )
     feeds = (Tensor("a", 0, (-1, 3), "float32"), Tensor("b", 1, (4, 5), "float32"), Tensor("c", 2, (-1, 7), "float32"))
     graph = Graph(Block((), ops), feeds, (), (Tensor("y", 4, (), ""), Tensor("z", 6, (), "")))
     problems = lowering_problems(graph)
     assert [(p.op, p.scope, p.source) for p in problems] == [
-        ("pd_op.matmul", "/Linear/", "net.py:5 in forward"), ("pd_op.matmul", "/Head/", "net.py:8 in forward")]
+        ("pd_op.matmul", "/Linear/", "net.py:5 in forward"),
+        ("pd_op.matmul", "/Head/", "net.py:8 in forward"),
+    ]
     assert all(p.reason.startswith("does not lower: Lowering pd_op.matmul") for p in problems)
 
 
@@ -181,16 +187,26 @@ class DictInputDet(paddle.nn.Layer):
 def test_a_dict_input_model_takes_a_dict_or_arrays_in_spec_order():
     net = DictInputDet()
     net.eval()
-    spec = [{"image": InputSpec([None, 3, 8, 8], "float32", "image"), "im_shape": InputSpec([None, 2], "float32", "im_shape"),
-             "scale_factor": InputSpec([None, 4], "float32", "scale_factor")}]
+    spec = [
+        {
+            "image": InputSpec([None, 3, 8, 8], "float32", "image"),
+            "im_shape": InputSpec([None, 2], "float32", "im_shape"),
+            "scale_factor": InputSpec([None, 4], "float32", "scale_factor"),
+        }
+    ]
     model = px.compile(net, spec)
     rng = np.random.default_rng(0)
-    d = {"image": rng.random((2, 3, 8, 8), "float32"), "im_shape": rng.random((2, 2), "float32"),
-         "scale_factor": rng.random((2, 4), "float32")}
+    d = {
+        "image": rng.random((2, 3, 8, 8), "float32"),
+        "im_shape": rng.random((2, 2), "float32"),
+        "scale_factor": rng.random((2, 4), "float32"),
+    }
     want = net({k: paddle.to_tensor(v) for k, v in d.items()}).numpy()
     for got in (model(d), model(d["image"], d["im_shape"], d["scale_factor"]), model(**d)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    with pytest.raises(px.FeedError, match=r"no \['scale_factor'\]; the model's inputs are \['image', 'im_shape', 'scale_factor'\]"):
+    with pytest.raises(
+        px.FeedError, match=r"no \['scale_factor'\]; the model's inputs are \['image', 'im_shape', 'scale_factor'\]"
+    ):
         model({"image": d["image"], "im_shape": d["im_shape"]})
     with pytest.raises(px.FeedError, match=r"unknown keys \['scale'\] and no \['scale_factor'\]"):
         model({"image": d["image"], "im_shape": d["im_shape"], "scale": d["scale_factor"]})
@@ -223,6 +239,7 @@ def test_a_false_assert_raises_naming_its_line_in_a_model_and_its_artifact(tmp_p
     path = str(tmp_path / "assert.pxa")
     px.export(model, path)
     from paddle_xla.artifact import reader as artifact
+
     art = artifact.load(path)
     assert art.mode == "exported"
     np.testing.assert_allclose(art(GOOD), model(GOOD), rtol=1e-6)
@@ -245,6 +262,7 @@ def test_a_false_assert_in_training_keeps_the_weights_and_the_step_goes_on():
 class BaseConfig:
     """PaddleFormers' PretrainedConfig, as far as it matters here: attribute aliases through its own
     __getattribute__ (zero-argument super()), and get() calling it explicitly."""
+
     attribute_map = {"n_embd": "hidden_size"}
 
     def __getattribute__(self, key):
@@ -315,4 +333,4 @@ def test_unstack_along_a_none_dim_is_a_capture_error_not_an_abort(tmp_path):
     first = proc.stdout.splitlines()[0]
     assert first.startswith("CaptureError: paddle.unstack along dimension 0 of shape [-1, 3]")
     assert f"({script}:8)" in first and "fixed size in the InputSpec" in first
-    assert proc.stdout.splitlines()[1] == "[2]"      # NOTE: a fixed dimension still unstacks
+    assert proc.stdout.splitlines()[1] == "[2]"  # NOTE: a fixed dimension still unstacks

@@ -1,5 +1,6 @@
 """The one executable cache every runnable uses: one compile per signature, even from many threads,
 and a slow compile of one shape never holds up a call of another."""
+
 import threading
 
 import numpy as np
@@ -18,6 +19,7 @@ def test_same_signature_compiles_once_across_threads():
         calls.append(1)
         gate.wait(5)
         return "exe"
+
     threads = [threading.Thread(target=lambda: cache.get(_feeds(2), compile_fn, str)) for _ in range(4)]
     for t in threads:
         t.start()
@@ -35,10 +37,11 @@ def test_a_slow_compile_does_not_block_another_signature():
         slow_started.set()
         release.wait(10)
         return "slow"
+
     t = threading.Thread(target=lambda: cache.get(_feeds(2), slow, str))
     t.start()
     assert slow_started.wait(5)
-    assert cache.get(_feeds(3), lambda: "fast", str) == "fast"      # NOTE: returns while b2 still compiles
+    assert cache.get(_feeds(3), lambda: "fast", str) == "fast"  # NOTE: returns while b2 still compiles
     release.set()
     t.join(10)
     assert cache.get(_feeds(2), lambda: "again", str) == "slow"

@@ -2,6 +2,7 @@
 random numbers per call (reproducible from a seed), one lowering policy that an artifact records and
 keeps (a bf16 model stays bf16; each platform tuned for itself), state that survives donation, and
 clear errors where a guess would have been silent."""
+
 import json
 import os
 import subprocess
@@ -17,8 +18,8 @@ import pytest
 from paddle.static import InputSpec
 
 import paddle_xla as px
-from paddle_xla.artifact import reader as artifact
 from paddle_xla import x64
+from paddle_xla.artifact import reader as artifact
 from paddle_xla.errors import LoweringError, ModelLoadError, StrategyError, TrainingError
 from paddle_xla.graph import Block, Graph, Op, Tensor
 from paddle_xla.lowering.lower import lower
@@ -54,10 +55,9 @@ print("ok")
 def test_import_and_use_leave_jax_config_as_it_was(tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu", PADDLE_XLA_CACHE="0")
     env.pop("JAX_ENABLE_X64", None)
-    script = tmp_path / "x64_check.py"      # NOTE: a file: to_static reads the model's source
+    script = tmp_path / "x64_check.py"  # NOTE: a file: to_static reads the model's source
     script.write_text(_X64_SCRIPT)
-    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
@@ -143,7 +143,7 @@ def test_a_bf16_model_exports_and_reloads_as_bf16(tmp_path):
     bf16 = px.compile(net, spec, strategy=px.Strategy(precision="bf16"))
     fp32 = px.compile(net, spec)(x)
     want = bf16(x)
-    assert np.abs(want - fp32).max() > 1e-3          # bf16 is visibly not fp32 here
+    assert np.abs(want - fp32).max() > 1e-3  # bf16 is visibly not fp32 here
     path = str(tmp_path / "bf16.pxa")
     manifest = px.export(bf16, path, platforms=["cpu", "cuda"])
     lowering = manifest["lowering"]
@@ -169,16 +169,18 @@ def test_each_platform_is_exported_with_its_own_policy(tmp_path):
     """XLA:CPU's forms are the CPU executable's alone: channels-last activations and filters held as HWIO
     (XLA:CPU turns the 1x1 convolution into a GEMM itself); the CUDA one keeps Paddle's layouts for cuDNN."""
     path = str(tmp_path / "pw.pxa")
-    manifest = px.export(px.compile(Pointwise(), [InputSpec([2, 8, 5, 5], "float32", "x")]), path,
-                         platforms=["cpu", "cuda"])
+    manifest = px.export(
+        px.compile(Pointwise(), [InputSpec([2, 8, 5, 5], "float32", "x")]), path, platforms=["cpu", "cuda"]
+    )
     policies = manifest["lowering"]["policies"]
     assert policies["cpu"]["target"] == "cpu" and policies["cpu"]["channels_last"] and policies["cpu"]["hwio_filters"]
     assert policies["cuda"] == LoweringPolicy(target="cuda", forward_only=True).to_dict()
     _, members = artifact.read(path)
-    text = {p: str(jax.export.deserialize(bytearray(members[f"exported/{p}.bin"])).mlir_module())
-            for p in ("cpu", "cuda")}
-    assert "x[0, 1, i, o]->[b, 0, 1, f]" in text["cpu"]             # NHWC activations, HWIO filter
-    assert "x[o, i, 0, 1]->[b, f, 0, 1]" in text["cuda"]            # Paddle's NCHW and OIHW
+    text = {
+        p: str(jax.export.deserialize(bytearray(members[f"exported/{p}.bin"])).mlir_module()) for p in ("cpu", "cuda")
+    }
+    assert "x[0, 1, i, o]->[b, 0, 1, f]" in text["cpu"]  # NHWC activations, HWIO filter
+    assert "x[o, i, 0, 1]->[b, f, 0, 1]" in text["cuda"]  # Paddle's NCHW and OIHW
 
 
 def test_a_relowered_artifact_says_when_its_lowering_version_moved(tmp_path):
@@ -199,14 +201,19 @@ def test_a_relowered_artifact_says_when_its_lowering_version_moved(tmp_path):
 
 
 def _graph(op: Op, feeds) -> Graph:
-    return Graph(block=Block((), (op,)), feeds=tuple(feeds), params=(),
-                 fetches=(Tensor("out", op.outputs[0], (), ""),))
+    return Graph(block=Block((), (op,)), feeds=tuple(feeds), params=(), fetches=(Tensor("out", op.outputs[0], (), ""),))
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_every_policy_reports_a_failing_lowering_with_its_layer_and_line(precision):
-    op = Op("pd_op.matmul", (0, 1), (2,), {"transpose_x": False, "transpose_y": False}, scope="/Linear/",
-            source="model.py:3 in forward")
+    op = Op(
+        "pd_op.matmul",
+        (0, 1),
+        (2,),
+        {"transpose_x": False, "transpose_y": False},
+        scope="/Linear/",
+        source="model.py:3 in forward",
+    )
     graph = _graph(op, [Tensor("x", 0, (2, 3), "float32"), Tensor("y", 1, (4, 5), "float32")])
     fn = lower(graph, LoweringPolicy(precision=precision))
     with x64.scope(), pytest.raises(LoweringError, match=r"pd_op.matmul \(layer /Linear/\) failed.*\n.*model.py:3"):
@@ -236,21 +243,27 @@ X4 = np.random.default_rng(1).standard_normal((4, 64)).astype("float32")
 def test_set_weights_copies_what_a_train_step_will_donate():
     paddle.seed(0)
     net = MeanOut()
-    step = px.train_step(net, None, paddle.optimizer.SGD(0.1, parameters=net.parameters()),
-                         [InputSpec([4, 64], "float32", "x")])
+    step = px.train_step(
+        net, None, paddle.optimizer.SGD(0.1, parameters=net.parameters()), [InputSpec([4, 64], "float32", "x")]
+    )
     model = px.compile(net, [InputSpec([4, 64], "float32", "x")])
     step(X4)
     model.compiled.set_weights({**step.state.params, **step.state.buffers})
     want = model(X4)
-    step(X4)                                           # donates the arrays set_weights was given
+    step(X4)  # donates the arrays set_weights was given
     np.testing.assert_array_equal(model(X4), want)
 
 
 def test_a_stale_view_of_engine_state_says_so():
     paddle.seed(0)
     net = MeanOut()
-    step = px.train_step(net, None, paddle.optimizer.SGD(0.1, parameters=net.parameters()),
-                         [InputSpec([4, 64], "float32", "x")], strategy=px.Strategy(micro_batches=2))
+    step = px.train_step(
+        net,
+        None,
+        paddle.optimizer.SGD(0.1, parameters=net.parameters()),
+        [InputSpec([4, 64], "float32", "x")],
+        strategy=px.Strategy(micro_batches=2),
+    )
     step(X4)
     old = step.state.params
     step(X4)
@@ -278,22 +291,30 @@ def test_an_unreadable_loss_under_split_batches_asks_for_loss_reduction():
     net = Ratio()
     with pytest.raises(StrategyError, match=r"loss_reduction='mean'.*|pd_op.divide"):
         px.train_step(net, None, opt(net), spec, strategy=px.Strategy(micro_batches=2))
-    px.train_step(net, None, opt(net), spec)                                   # one group: nothing to combine
+    px.train_step(net, None, opt(net), spec)  # one group: nothing to combine
     step = px.train_step(net, None, opt(net), spec, strategy=px.Strategy(micro_batches=2, loss_reduction="sum"))
     assert np.isfinite(step(X4))
 
 
 def test_common_losses_read_as_paddle_reduces_them():
     from paddle_xla import capture
-    from paddle_xla.train.reduction import loss_reduction
     from paddle_xla.capture.wrap import net_with_loss
+    from paddle_xla.train.reduction import loss_reduction
+
     nn, F = paddle.nn, paddle.nn.functional
     label = {"int": InputSpec([None], "int64", "y"), "float": InputSpec([None, 3], "float32", "y")}
-    cases = [(nn.CrossEntropyLoss(), "int", "mean"), (nn.CrossEntropyLoss(reduction="sum"), "int", "sum"),
-             (nn.MSELoss(), "float", "mean"), (nn.L1Loss(), "float", "mean"), (nn.BCEWithLogitsLoss(), "float", "mean"),
-             (lambda o, y: F.nll_loss(F.log_softmax(o), y), "int", "mean"), (nn.SmoothL1Loss(), "float", "mean"),
-             (lambda o, y: F.mse_loss(o, y) + 0.1 * (o * o).mean(), "float", "mean"),
-             (nn.CrossEntropyLoss(ignore_index=0), "int", None), (nn.MSELoss(reduction="none"), "float", "sum")]
+    cases = [
+        (nn.CrossEntropyLoss(), "int", "mean"),
+        (nn.CrossEntropyLoss(reduction="sum"), "int", "sum"),
+        (nn.MSELoss(), "float", "mean"),
+        (nn.L1Loss(), "float", "mean"),
+        (nn.BCEWithLogitsLoss(), "float", "mean"),
+        (lambda o, y: F.nll_loss(F.log_softmax(o), y), "int", "mean"),
+        (nn.SmoothL1Loss(), "float", "mean"),
+        (lambda o, y: F.mse_loss(o, y) + 0.1 * (o * o).mean(), "float", "mean"),
+        (nn.CrossEntropyLoss(ignore_index=0), "int", None),
+        (nn.MSELoss(reduction="none"), "float", "sum"),
+    ]
     net = nn.Linear(4, 3)
     for loss_fn, kind, want in cases:
         wrapped = net_with_loss(net, loss_fn, ["x"], ["y"])
@@ -303,11 +324,25 @@ def test_common_losses_read_as_paddle_reduces_them():
 
 # ---- formats and safety --------------------------------------------------------------------------
 def _graph_json(version, extra_field=False):
-    op = {"name": "pd_op.relu", "inputs": [0], "outputs": [1], "attrs": {}, "scope": "", "source": "",
-          "blocks": [], "index": 1, **({"added_later": 1} if extra_field else {})}
+    op = {
+        "name": "pd_op.relu",
+        "inputs": [0],
+        "outputs": [1],
+        "attrs": {},
+        "scope": "",
+        "source": "",
+        "blocks": [],
+        "index": 1,
+        **({"added_later": 1} if extra_field else {}),
+    }
     tensor = {"name": "x", "value": 0, "shape": [2], "dtype": "float32", **({"added_later": 1} if extra_field else {})}
-    graph = {"block": {"args": [], "ops": [op]}, "feeds": [tensor], "params": [],
-             "fetches": [{"name": "y", "value": 1, "shape": [2], "dtype": "float32"}], "buffer_updates": []}
+    graph = {
+        "block": {"args": [], "ops": [op]},
+        "feeds": [tensor],
+        "params": [],
+        "fetches": [{"name": "y", "value": 1, "shape": [2], "dtype": "float32"}],
+        "buffer_updates": [],
+    }
     return json.dumps({"format_version": version, "graph": graph})
 
 
@@ -324,7 +359,9 @@ def test_graph_format_reads_any_minor_and_refuses_a_newer_major():
 def test_a_planted_wrapper_module_is_never_run(tmp_path):
     """Before, train_step imported <tmp>/paddle_xla_wrappers/net_with_loss_<sha1>.py if it existed."""
     import hashlib
+
     from paddle_xla.capture import wrap
+
     src = wrap._TEMPLATE.format(args="x", call="x", labels="")
     folder = os.path.join(tempfile.gettempdir(), "paddle_xla_wrappers")
     os.makedirs(folder, exist_ok=True)
@@ -334,8 +371,9 @@ def test_a_planted_wrapper_module_is_never_run(tmp_path):
         f.write(f"open({str(marker)!r}, 'w').write('planted code ran')\nraise SystemExit('planted')\n")
     try:
         net = MeanOut()
-        step = px.train_step(net, None, paddle.optimizer.SGD(0.1, parameters=net.parameters()),
-                             [InputSpec([4, 64], "float32", "x")])
+        step = px.train_step(
+            net, None, paddle.optimizer.SGD(0.1, parameters=net.parameters()), [InputSpec([4, 64], "float32", "x")]
+        )
         assert np.isfinite(step(X4))
         assert not marker.exists()
     finally:
@@ -348,8 +386,13 @@ def test_labels_without_a_loss_fn_need_a_model_that_takes_them():
     first output with the labels unread."""
     net = MeanOut()
     with pytest.raises(px.TrainingError, match=r"forward takes no argument named 'label'.*Pass a loss_fn"):
-        px.train_step(net, None, paddle.optimizer.SGD(0.1, parameters=net.parameters()),
-                      [InputSpec([4, 64], "float32", "x")], [InputSpec([4], "int64", "label")])
+        px.train_step(
+            net,
+            None,
+            paddle.optimizer.SGD(0.1, parameters=net.parameters()),
+            [InputSpec([4, 64], "float32", "x")],
+            [InputSpec([4], "int64", "label")],
+        )
 
 
 class OwnLoss(paddle.nn.Layer):
@@ -366,8 +409,13 @@ def test_labels_without_a_loss_fn_go_to_the_model_by_name():
     x, y = np.random.default_rng(0).standard_normal((4, 64)).astype("float32"), np.array([0, 2, 1, 2])
     paddle.seed(3)
     net = OwnLoss()
-    step = px.train_step(net, None, paddle.optimizer.SGD(0.1, parameters=net.parameters()),
-                         [InputSpec([4, 64], "float32", "x")], [InputSpec([4], "int64", "labels")])
+    step = px.train_step(
+        net,
+        None,
+        paddle.optimizer.SGD(0.1, parameters=net.parameters()),
+        [InputSpec([4, 64], "float32", "x")],
+        [InputSpec([4], "int64", "labels")],
+    )
     paddle.seed(3)
     ref = OwnLoss()
     want = float(ref(paddle.to_tensor(x), labels=paddle.to_tensor(y))[0])

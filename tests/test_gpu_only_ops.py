@@ -2,17 +2,17 @@
 fused_rms_norm_ext kernel: capture builds the model's unfused RMSNorm in its place
 (capture/gpu_only_ops.py), so inference, training and generation equal the fuse_rms_norm=False twin
 run by Paddle eager."""
+
 import numpy as np
 import paddle
 import pytest
+from generation.test_generator import MODELS, _model
 from paddle import _C_ops
 from paddle.static import InputSpec
 
 import paddle_xla as px
-from paddle_xla.capture.gpu_only_ops import gpu_only_ops, missing_kernels
 from paddle_xla.api.generator import Generator
-
-from generation.test_generator import MODELS, _model
+from paddle_xla.capture.gpu_only_ops import gpu_only_ops, missing_kernels
 
 pytestmark = pytest.mark.skipif(paddle.is_compiled_with_cuda(), reason="Paddle's GPU build has the fused kernel")
 
@@ -22,7 +22,7 @@ def _twins(name):
     fused, plain = _model(name), _model(name)
     fused.config.fuse_rms_norm = True
     for net in (fused, plain):
-        net.config.use_cache = False         # NOTE: Qwen2's default returns its cache object (issue 30)
+        net.config.use_cache = False  # NOTE: Qwen2's default returns its cache object (issue 30)
     plain.set_state_dict(fused.state_dict())
     return fused, plain
 
@@ -62,8 +62,9 @@ def test_training_equals_the_unfused_model_under_paddle():
         net.train()
         opt = paddle.optimizer.AdamW(1e-3, parameters=net.parameters())
         if use_px:
-            step = px.train_step(net, loss_fn, opt, [InputSpec([2, 8], "int64", "input_ids")],
-                                 [InputSpec([2, 8], "int64", "labels")])
+            step = px.train_step(
+                net, loss_fn, opt, [InputSpec([2, 8], "int64", "input_ids")], [InputSpec([2, 8], "int64", "labels")]
+            )
             return [step(ids, labels) for _ in range(3)]
         out = []
         for _ in range(3):

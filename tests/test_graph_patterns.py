@@ -1,6 +1,7 @@
 """graph.patterns.unrepeated_heads on hand-built graphs: it finds the grouped-query repeat, with constant
 shapes or with the batch read from the keys' own shape, and refuses every near miss, since a rewrite that
 took a different reshape for the repeat would compute other numbers."""
+
 import itertools
 
 import pytest
@@ -8,7 +9,7 @@ import pytest
 from paddle_xla.graph import Op
 from paddle_xla.graph.patterns import unrepeated_heads
 
-KEYS = 1                               # the [B, 2, 8, 16] keys before the repeat
+KEYS = 1  # the [B, 2, 8, 16] keys before the repeat
 
 
 class _Program:
@@ -48,12 +49,26 @@ def test_a_repeat_whose_batch_is_read_from_the_keys_is_found():
     p = _Program()
     batch, heads = p.dim(KEYS, 0), p.dim(KEYS, 1)
     merged_heads = p.op("pd_op.scale", heads, p.op("pd_op.full", value=2.0))
-    assert unrepeated_heads(p.repeat(p.stack(batch, heads, 2.0, 8.0, 16.0), p.stack(batch, merged_heads, 8.0, 16.0)),
-                            p.producer) == KEYS
+    assert (
+        unrepeated_heads(
+            p.repeat(p.stack(batch, heads, 2.0, 8.0, 16.0), p.stack(batch, merged_heads, 8.0, 16.0)), p.producer
+        )
+        == KEYS
+    )
 
 
-@pytest.mark.parametrize("miss", ["another tensor's batch", "another batch after", "unsqueeze at 1",
-                                  "slots moved", "heads not merged", "group unknown", "group into the batch"])
+@pytest.mark.parametrize(
+    "miss",
+    [
+        "another tensor's batch",
+        "another batch after",
+        "unsqueeze at 1",
+        "slots moved",
+        "heads not merged",
+        "group unknown",
+        "group into the batch",
+    ],
+)
 def test_a_near_miss_is_not_taken_for_the_repeat(miss):
     p = _Program()
     other = p.op("pd_op.add", KEYS, KEYS)
@@ -64,17 +79,20 @@ def test_a_near_miss_is_not_taken_for_the_repeat(miss):
     if miss == "another tensor's batch":
         big["batch"] = merged["batch"] = p.dim(other, 0)
     elif miss == "another batch after":
-        merged["batch"] = p.dim(KEYS, 0)             # NOTE: the same size, but not provably
+        merged["batch"] = p.dim(KEYS, 0)  # NOTE: the same size, but not provably
     elif miss == "unsqueeze at 1":
         axis = 1
     elif miss == "slots moved":
         merged["slots"] = 4.0
     elif miss == "heads not merged":
         big["heads"], merged["heads"] = 2.0, 2.0
-    elif miss == "group into the batch":       # NOTE: [B * G, KV, S, D], not [B, KV * G, S, D]
+    elif miss == "group into the batch":  # NOTE: [B * G, KV, S, D], not [B, KV * G, S, D]
         big["batch"], big["heads"], merged["batch"], merged["heads"] = -1.0, -1.0, -1.0, heads
     else:
         big["group"] = p.dim(other, 1)
-    value = p.repeat(p.stack(big["batch"], big["heads"], big["group"], big["slots"], 16.0),
-                     p.stack(merged["batch"], merged["heads"], merged["slots"], 16.0), axis=axis)
+    value = p.repeat(
+        p.stack(big["batch"], big["heads"], big["group"], big["slots"], 16.0),
+        p.stack(merged["batch"], merged["heads"], merged["slots"], 16.0),
+        axis=axis,
+    )
     assert unrepeated_heads(value, p.producer) is None

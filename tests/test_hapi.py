@@ -1,4 +1,5 @@
 """px.Model is paddle.Model on XLA: fit / evaluate / predict / save / load give Paddle's numbers."""
+
 import numpy as np
 import paddle
 import paddle.nn as nn
@@ -40,11 +41,20 @@ def _net():
 def _fit(model_cls, accumulate=1):
     net = _net()
     model = model_cls(net, [InputSpec([None, 10], "float32", "x")], [InputSpec([None], "int64", "label")])
-    model.prepare(paddle.optimizer.Adam(1e-2, parameters=net.parameters()), nn.CrossEntropyLoss(),
-                  paddle.metric.Accuracy())
+    model.prepare(
+        paddle.optimizer.Adam(1e-2, parameters=net.parameters()), nn.CrossEntropyLoss(), paddle.metric.Accuracy()
+    )
     rec = Recorder()
-    model.fit(Blobs(), Blobs(32, seed=1), epochs=3, batch_size=16, shuffle=False, verbose=0, callbacks=[rec],
-              accumulate_grad_batches=accumulate)
+    model.fit(
+        Blobs(),
+        Blobs(32, seed=1),
+        epochs=3,
+        batch_size=16,
+        shuffle=False,
+        verbose=0,
+        callbacks=[rec],
+        accumulate_grad_batches=accumulate,
+    )
     return model, rec
 
 
@@ -59,8 +69,10 @@ def test_fit_matches_paddle_model_fit(tmp_path):
     for a, b in zip(rec_x.train + rec_x.eval, rec_p.train + rec_p.eval):
         np.testing.assert_allclose(_num(a["loss"]), _num(b["loss"]), rtol=1e-4)
         np.testing.assert_allclose(a["acc"], b["acc"], rtol=1e-6)
-    ev_x, ev_p = ours.evaluate(Blobs(32, seed=2), batch_size=16, verbose=0), \
-        theirs.evaluate(Blobs(32, seed=2), batch_size=16, verbose=0)
+    ev_x, ev_p = (
+        ours.evaluate(Blobs(32, seed=2), batch_size=16, verbose=0),
+        theirs.evaluate(Blobs(32, seed=2), batch_size=16, verbose=0),
+    )
     np.testing.assert_allclose(_num(ev_x["loss"]), _num(ev_p["loss"]), rtol=1e-4)
     pred_x = ours.predict(Blobs(32, seed=2), batch_size=16, verbose=0, stack_outputs=True)
     pred_p = theirs.predict(Blobs(32, seed=2), batch_size=16, verbose=0, stack_outputs=True)
@@ -70,8 +82,9 @@ def test_fit_matches_paddle_model_fit(tmp_path):
     fresh = px.Model(_net(), [InputSpec([None, 10], "float32", "x")], [InputSpec([None], "int64", "label")])
     fresh.prepare(paddle.optimizer.Adam(1e-2, parameters=fresh.network.parameters()), nn.CrossEntropyLoss())
     fresh.load(str(tmp_path / "m"))
-    np.testing.assert_allclose(fresh.predict(Blobs(32, seed=2), batch_size=16, verbose=0, stack_outputs=True)[0],
-                               pred_x[0], rtol=1e-6)
+    np.testing.assert_allclose(
+        fresh.predict(Blobs(32, seed=2), batch_size=16, verbose=0, stack_outputs=True)[0], pred_x[0], rtol=1e-6
+    )
 
 
 def test_fit_with_gradient_accumulation_matches_paddle():
@@ -90,16 +103,19 @@ def _fit_loose_specs(model_cls, inputs, labels):
     """A script as Paddle users write it: labels of shape [batch] under a [None, 1] spec."""
     net = _net()
     model = model_cls(net, inputs, labels)
-    model.prepare(paddle.optimizer.SGD(0.1, parameters=net.parameters()), nn.CrossEntropyLoss(),
-                  paddle.metric.Accuracy())
+    model.prepare(
+        paddle.optimizer.SGD(0.1, parameters=net.parameters()), nn.CrossEntropyLoss(), paddle.metric.Accuracy()
+    )
     rec = Recorder()
     model.fit(Blobs(), Blobs(32, seed=1), epochs=2, batch_size=16, shuffle=False, verbose=0, callbacks=[rec])
     return rec
 
 
 def test_specs_the_batches_do_not_fit_train_as_in_paddle():
-    cases = [([InputSpec([None, 10], "float32", "x")], [InputSpec([None, 1], "int64", "label")]),
-             (None, None)]                         # NOTE: paddle.Model in dynamic mode needs no specs
+    cases = [
+        ([InputSpec([None, 10], "float32", "x")], [InputSpec([None, 1], "int64", "label")]),
+        (None, None),
+    ]  # NOTE: paddle.Model in dynamic mode needs no specs
     for inputs, labels in cases:
         ours, theirs = _fit_loose_specs(px.Model, inputs, labels), _fit_loose_specs(paddle.Model, inputs, labels)
         assert len(ours.train) == len(theirs.train) == 2

@@ -1,6 +1,7 @@
 """paddle_xla keeps freed host memory for reuse (host_heap.py): XLA:CPU's per-call temporaries then
 stop page-faulting on every call. Checked by counting the page faults of warm calls, in a fresh
 process each (malloc's policy is per process and must be set before XLA's threads start)."""
+
 import os
 import platform
 import subprocess
@@ -30,13 +31,20 @@ for _ in range(60):
 print(host_heap.keep_freed_memory(), (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start) // 60)
 """
 
-glibc_only = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
-                                reason="the policy is glibc's mallopt")
+glibc_only = pytest.mark.skipif(
+    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="the policy is glibc's mallopt"
+)
 
 
 def faults_per_call(**env) -> tuple[str, int]:
-    done = subprocess.run([sys.executable, "-c", CALLS], cwd=ROOT, env={**os.environ, "JAX_PLATFORMS": "cpu", **env},
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", CALLS],
+        cwd=ROOT,
+        env={**os.environ, "JAX_PLATFORMS": "cpu", **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     kept, faults = done.stdout.split()[-2:]
     return kept, int(faults)

@@ -2,13 +2,13 @@
 (the log-quieting defaults it adds are quiet.ENV_DEFAULTS, set only where unset), no JAX configuration,
 no JAX backend started, no Paddle imported. The compile cache is switched on at paddle_xla's first
 compile instead. Each check runs in a fresh process."""
+
 import json
 import os
 import subprocess
 import sys
 
 import pytest
-
 from xla_flags import child_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,14 +35,18 @@ print(json.dumps({
 
 
 def _clean_env(**extra):
-    env = {k: v for k, v in child_env().items()
-           if not k.startswith(("JAX_", "PADDLE_XLA_", "GLOG_")) or k in ("JAX_PLATFORMS",)}
+    env = {
+        k: v
+        for k, v in child_env().items()
+        if not k.startswith(("JAX_", "PADDLE_XLA_", "GLOG_")) or k in ("JAX_PLATFORMS",)
+    }
     return {**env, "JAX_PLATFORMS": "cpu", **extra}
 
 
 def _probe(**extra) -> dict:
-    proc = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=_clean_env(**extra), capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=ROOT, env=_clean_env(**extra), capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -54,6 +58,7 @@ def probed():
 
 def test_import_overrides_no_environment_variable_the_user_set():
     from paddle_xla.quiet import ENV_DEFAULTS
+
     users = {name: "user-" + name for name in ENV_DEFAULTS}
     seen = _probe(**users)
     assert {k: seen["env_after"].get(k) for k in users} == users
@@ -62,6 +67,7 @@ def test_import_overrides_no_environment_variable_the_user_set():
 
 def test_import_only_adds_the_listed_defaults(probed):
     from paddle_xla.quiet import ENV_DEFAULTS
+
     before, after = probed["env_before"], probed["env_after"]
     assert {k: v for k, v in before.items()} == {k: after[k] for k in before}
     added = {k: v for k, v in after.items() if k not in before}
@@ -70,8 +76,11 @@ def test_import_only_adds_the_listed_defaults(probed):
 
 def test_import_changes_no_jax_configuration(probed):
     assert probed["config_before"], "jax.config.values is empty: the comparison checks nothing"
-    changed = {k for k in probed["config_before"].keys() | probed["config_after"].keys()
-               if probed["config_before"].get(k) != probed["config_after"].get(k)}
+    changed = {
+        k
+        for k in probed["config_before"].keys() | probed["config_after"].keys()
+        if probed["config_before"].get(k) != probed["config_after"].get(k)
+    }
     assert not changed
     assert probed["cache_dir"] is None
 
@@ -99,8 +108,14 @@ print(json.dumps([before, jax.config.jax_compilation_cache_dir]))
 
 
 def _first_compile(tmp_path, *argv, **extra):
-    proc = subprocess.run([sys.executable, "-c", FIRST_COMPILE, *argv], cwd=ROOT, capture_output=True, text=True,
-                          env=_clean_env(PADDLE_XLA_CACHE_DIR=str(tmp_path / "ours"), **extra), timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", FIRST_COMPILE, *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=_clean_env(PADDLE_XLA_CACHE_DIR=str(tmp_path / "ours"), **extra),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

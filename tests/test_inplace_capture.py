@@ -1,9 +1,11 @@
 """In-place ops at capture: the operand Paddle's op definition says is written is the one later
 readers see as written, in the block of the write and nowhere else; writes inside if/while blocks
 leave them as Paddle's shared memory would."""
+
 import numpy as np
 import paddle
 import pytest
+from ops.test_ops import CASES, TABLES
 from paddle.base.libpaddle import pir
 from paddle.static import InputSpec
 
@@ -11,8 +13,6 @@ import paddle_xla as px
 from paddle_xla import capture
 from paddle_xla.capture.pir_reader import ALIASES_ONLY
 from paddle_xla.ops.registry import REGISTRY
-
-from ops.test_ops import CASES, TABLES
 
 INPLACE_CASES = [c for c in CASES if any(o.endswith("_") for o in c.ops)]
 # NOTE: ops Paddle calls in place that write no new values (detach's share_data_): readers keep the operand
@@ -32,8 +32,11 @@ def _static_with_readers(case):
         xs = [paddle.static.data(f"x{i}", list(a.shape), a.dtype) for i, a in enumerate(case.args)]
         case.fn(*xs)
         inplace = [op for op in main.global_block().ops if op.name() in case.ops and op.name().endswith("_")]
-        pairs = [(k, out_i, op.operands_source()[in_i]) for k, op in enumerate(inplace)
-                 for out_i, in_i in pir.get_op_inplace_info(op).items()]
+        pairs = [
+            (k, out_i, op.operands_source()[in_i])
+            for k, op in enumerate(inplace)
+            for out_i, in_i in pir.get_op_inplace_info(op).items()
+        ]
         readers = [paddle.assign(v) for _, _, v in pairs]
     return main, inplace, pairs, readers
 
@@ -82,12 +85,16 @@ class WhereInPlace(paddle.nn.Layer):
 
 def test_where_inplace_writes_x_and_leaves_the_condition():
     rng = np.random.default_rng(0)
-    c, x, y = rng.random((4, 5)) > 0.5, rng.standard_normal((4, 5)).astype("float32"), \
-        rng.standard_normal((4, 5)).astype("float32")
+    c, x, y = (
+        rng.random((4, 5)) > 0.5,
+        rng.standard_normal((4, 5)).astype("float32"),
+        rng.standard_normal((4, 5)).astype("float32"),
+    )
     net = WhereInPlace()
     want = [t.numpy() for t in net(*map(paddle.to_tensor, (c, x, y)))]
-    model = px.compile(net, [InputSpec([4, 5], "bool", "c"), InputSpec([4, 5], "float32", "x"),
-                             InputSpec([4, 5], "float32", "y")])
+    model = px.compile(
+        net, [InputSpec([4, 5], "bool", "c"), InputSpec([4, 5], "float32", "x"), InputSpec([4, 5], "float32", "y")]
+    )
     for got, w in zip(model(c, x, y), want):
         np.testing.assert_allclose(got, w, rtol=1e-6)
 
@@ -198,8 +205,9 @@ def test_inplace_writes_inside_a_while_loop_carry_over_iterations():
     finally:
         paddle.disable_static()
     from paddle_xla.runtime.compiled import CompiledModel
+
     model = CompiledModel(captured.graph, captured.weights)
-    assert not np.allclose(want[-1][0], x)        # the loop did write acc
+    assert not np.allclose(want[-1][0], x)  # the loop did write acc
     for f, w in zip(feeds, want):
         for got, ref in zip(model(**f), w):
             np.testing.assert_allclose(got, ref, rtol=1e-6)
@@ -217,8 +225,9 @@ class _FakeOp:
 
 
 def test_an_attribute_of_unknown_type_is_refused_not_stringified():
-    from paddle_xla.errors import CaptureError
     from paddle_xla.capture.pir_reader import _attrs
+    from paddle_xla.errors import CaptureError
+
     assert _attrs(_FakeOp({"axis": [1, 2], "struct_name": "/L/"})) == {"axis": [1, 2]}
     with pytest.raises(CaptureError, match=r"pd_op.fancy has attribute 'mode' of type object"):
         _attrs(_FakeOp({"mode": object()}))

@@ -1,9 +1,10 @@
 """Conv filters held as HWIO, and float32 matmul weights as [N, K], by an inference program on CPU:
 outputs, new weights, export and px.Model evaluation all still see Paddle's OIHW and [K, N] weights."""
+
 import numpy as np
-import pytest
 import paddle
 import paddle.nn as nn
+import pytest
 from paddle.static import InputSpec
 
 import paddle_xla as px
@@ -38,7 +39,7 @@ def test_filters_are_held_as_hwio_and_outputs_match():
     net, model = _model()
     held = {k: tuple(v.shape) for k, v in model.compiled.params.items()}
     assert held[net.conv.weight.name] == (3, 3, 3, 8) and held[net.dw.weight.name] == (3, 3, 1, 8)
-    assert held[net.fc.weight.name] == (4, 8)                       # a matmul weight: [N, K]
+    assert held[net.fc.weight.name] == (4, 8)  # a matmul weight: [N, K]
     np.testing.assert_allclose(model(X), net(paddle.to_tensor(X)).numpy(), rtol=1e-5, atol=1e-6)
 
 
@@ -57,7 +58,6 @@ def test_export_writes_paddle_layout(tmp_path):
     np.testing.assert_allclose(loaded(X), net(paddle.to_tensor(X)).numpy(), rtol=1e-5, atol=1e-6)
     again = artifact.load(str(tmp_path / "cnn.pxa"), prefer_graph=True)
     np.testing.assert_allclose(again(X), net(paddle.to_tensor(X)).numpy(), rtol=1e-5, atol=1e-6)
-
 
 
 def test_cpu_export_holds_filters_as_hwio(tmp_path):
@@ -81,8 +81,12 @@ class Linears(nn.Layer):
 
     def forward(self, x):
         h = paddle.matmul(self.wide(nn.functional.relu(self.square(x))), self.shared)
-        return h + self.shared.sum(0) + paddle.matmul(x, self.by_rows.T.T, transpose_y=False) \
+        return (
+            h
+            + self.shared.sum(0)
+            + paddle.matmul(x, self.by_rows.T.T, transpose_y=False)
             + paddle.matmul(h, self.by_rows, transpose_y=True).sum(-1, keepdim=True)
+        )
 
 
 def _linears():
@@ -99,7 +103,7 @@ def test_matmul_weights_are_held_as_nk_and_outputs_match(tmp_path):
     net, model = _linears()
     held = {k: tuple(v.shape) for k, v in model.compiled.params.items()}
     assert held[net.square.weight.name] == (8, 8) and held[net.wide.weight.name] == (16, 8)
-    assert held[net.shared.name] == (16, 16) and held[net.by_rows.name] == (8, 16)    # read by other ops too
+    assert held[net.shared.name] == (16, 16) and held[net.by_rows.name] == (8, 16)  # read by other ops too
     assert model.compiled.held.nk == {net.square.weight.name, net.wide.weight.name}
     want = net(paddle.to_tensor(XL)).numpy()
     np.testing.assert_allclose(model(XL), want, rtol=1e-5, atol=1e-5)
@@ -127,7 +131,10 @@ def test_bf16_export_runs_the_same_kernel_forms_as_compile(tmp_path):
     # the weights are held as the live model holds them: half where only white-list ops read them
     held = sorted(k for k, v in bf16.compiled.params.items() if v.dtype == "bfloat16")
     assert held and loaded.manifest["exported"]["cpu"]["half_weights"] == held
-    assert {k: str(v.dtype) for k, v in loaded.params.items()} == {k: str(v.dtype) for k, v in bf16.compiled.params.items()}
+    assert {k: str(v.dtype) for k, v in loaded.params.items()} == {
+        k: str(v.dtype) for k, v in bf16.compiled.params.items()
+    }
+
 
 Y = np.array([1, 3], "int64")
 
@@ -147,6 +154,7 @@ def test_px_model_evaluates_a_cnn_with_trained_weights():
         for _ in range(3):
             model.train_batch([X], [y])
         return model.eval_batch([X], [y])[0], model.predict_batch([X])[0]
+
     (loss_x, pred_x), (loss_p, pred_p) = run(px.Model), run(paddle.Model)
     np.testing.assert_allclose(np.asarray(loss_x).ravel(), np.asarray(loss_p).ravel(), rtol=1e-4)
     np.testing.assert_allclose(pred_x, pred_p, rtol=1e-4, atol=1e-5)
@@ -157,8 +165,9 @@ def test_px_model_evaluates_with_statistics_from_accumulation_passes():
         model, y = _prepared(cls), Y
         model.train_batch([X], [y])
         first = model.eval_batch([X], [y])[0]
-        model.train_batch([X * 2.0], [y], update=False)    # moves BatchNorm's running statistics only
+        model.train_batch([X * 2.0], [y], update=False)  # moves BatchNorm's running statistics only
         return first, model.eval_batch([X], [y])[0]
+
     (a_x, b_x), (a_p, b_p) = run(px.Model), run(paddle.Model)
     np.testing.assert_allclose(np.asarray(a_x).ravel(), np.asarray(a_p).ravel(), rtol=1e-4)
     np.testing.assert_allclose(np.asarray(b_x).ravel(), np.asarray(b_p).ravel(), rtol=1e-4)
@@ -179,7 +188,7 @@ class ConvZoo(nn.Layer):
         self.down = nn.Conv2D(64, 64, 1, stride=2)
         self.nhwc = nn.Conv2D(64, 64, 3, stride=2, padding=[1, 0], data_format="NHWC")
         self.head = nn.Conv2D(64, 4, 3, padding=1)
-        self.small = nn.Conv2D(3, 48, 3, padding=1)       # a 27-value patch stays a GEMM
+        self.small = nn.Conv2D(3, 48, 3, padding=1)  # a 27-value patch stays a GEMM
 
     def forward(self, x):
         h = self.down(self.grouped(self.same(self.dilated(self.stem(x)))))
@@ -192,7 +201,11 @@ def _bf16_zoo():
     net = ConvZoo()
     net.eval()
     x = np.random.default_rng(1).standard_normal((2, 3, 19, 19)).astype("float32")
-    return net, x, px.compile(net, [InputSpec([None, 3, 19, 19], "float32", "x")], strategy=px.Strategy(precision="bf16"))
+    return (
+        net,
+        x,
+        px.compile(net, [InputSpec([None, 3, 19, 19], "float32", "x")], strategy=px.Strategy(precision="bf16")),
+    )
 
 
 def test_bf16_convolutions_run_as_bf16_gemms():
@@ -213,14 +226,22 @@ def test_bf16_convolutions_run_as_bf16_gemms():
 def test_bf16_conv_as_gemm_equals_the_convolution_of_the_same_bf16_values():
     import jax.numpy as jnp
     from jax import lax
+
     from paddle_xla.lowering.layouts import _bf16_conv_as_gemm
+
     rng = np.random.default_rng(0)
     for k, stride, pads, dil in [(7, 2, [(3, 3), (3, 3)], 1), (3, 1, [(2, 1), (0, 2)], 2), (1, 2, [(0, 0)] * 2, 1)]:
         x = jnp.asarray(rng.standard_normal((2, 5, 13, 11)), jnp.bfloat16)
         w = jnp.asarray(rng.standard_normal((k, k, 5, 6)), jnp.bfloat16)
-        want = lax.conv_general_dilated(x.astype("float32"), w.astype("float32"), (stride, stride), pads,
-                                        rhs_dilation=(dil, dil), dimension_numbers=("NCHW", "HWIO", "NCHW"),
-                                        precision="highest")
+        want = lax.conv_general_dilated(
+            x.astype("float32"),
+            w.astype("float32"),
+            (stride, stride),
+            pads,
+            rhs_dilation=(dil, dil),
+            dimension_numbers=("NCHW", "HWIO", "NCHW"),
+            precision="highest",
+        )
         got = _bf16_conv_as_gemm(x, w, (stride, stride), pads, (dil, dil), "NCHW")
         assert got.dtype == jnp.bfloat16 and got.shape == want.shape
         np.testing.assert_allclose(np.asarray(got, "float32"), np.asarray(want), rtol=8e-3, atol=1e-4)
@@ -247,7 +268,7 @@ class Mixed(nn.Layer):
         h = self.pool(h + self.c2(h))
         scale = nn.functional.sigmoid(self.se(h.mean([2, 3])))
         h = self.c3(h * scale.unsqueeze([2, 3]) + 0.5)
-        by_pixel = h.transpose([0, 2, 3, 1]).sum(-1).flatten(1)          # reads the channels as NCHW
+        by_pixel = h.transpose([0, 2, 3, 1]).sum(-1).flatten(1)  # reads the channels as NCHW
         return self.fc(paddle.concat([self.gap(h).flatten(1), by_pixel], axis=1)), h
 
 
@@ -262,7 +283,7 @@ def test_channels_last_activations_match_paddle(precision):
     got = px.compile(net, spec, strategy=strategy)(x)
     want = [t.numpy() for t in net(paddle.to_tensor(x))]
     for g, w in zip(got, want):
-        assert g.shape == w.shape                                        # the NCHW activation comes back NCHW
+        assert g.shape == w.shape  # the NCHW activation comes back NCHW
         tol = dict(rtol=1e-5, atol=1e-5) if precision == "fp32" else dict(atol=2e-2 * np.abs(w).max())
         np.testing.assert_allclose(g, w, **tol)
 
@@ -280,6 +301,7 @@ def test_channels_last_removes_the_transposes_around_convolutions():
 def _live_eqns(jaxpr):
     """The equations whose results reach an output (XLA drops the rest)."""
     from jax.extend.core import Var
+
     needed, live = {v for v in jaxpr.outvars if isinstance(v, Var)}, []
     for e in reversed(jaxpr.eqns):
         if any(v in needed for v in e.outvars):
@@ -309,8 +331,13 @@ def test_channels_last_training_matches_paddle():
         x = np.random.default_rng(3).standard_normal((4, 3, 10, 10)).astype("float32")
         y = np.array([0, 1, 2, 3], "int64")
         if use_px:
-            step = px.train_step(net, nn.CrossEntropyLoss(), opt, [InputSpec([None, 3, 10, 10], "float32", "x")],
-                                 [InputSpec([None], "int64", "y")])
+            step = px.train_step(
+                net,
+                nn.CrossEntropyLoss(),
+                opt,
+                [InputSpec([None, 3, 10, 10], "float32", "x")],
+                [InputSpec([None], "int64", "y")],
+            )
             assert plan(step.graph, LoweringPolicy.live()).nhwc_filters
             return [float(np.asarray(step(x, y))) for _ in range(4)]
         out = []
@@ -329,6 +356,7 @@ def _stablehlo(target):
     from paddle_xla import capture
     from paddle_xla.lowering.lower import lower
     from paddle_xla.lowering.policy import LoweringPolicy
+
     paddle.seed(0)
     net = Net()
     net.eval()
@@ -336,6 +364,7 @@ def _stablehlo(target):
     f = lower(graph, LoweringPolicy.tuned(target))
     weights = {p.name: np.zeros(p.shape, p.dtype) for p in graph.params}
     import jax
+
     return jax.jit(lambda w, x: f(w, {}, {"x": x})[0]).lower(weights, X).as_text()
 
 
@@ -353,12 +382,16 @@ class Pools(nn.Layer):
 
     def forward(self, x):
         F = nn.functional
-        relu = F.relu(x - 0.5)                   # ties: many zeros in one window
-        return (F.max_pool2d(relu, 3, 2, 1), F.max_pool2d(x, 3, 2, 1, ceil_mode=True),
-                F.max_pool2d(x, (3, 2), (2, 1), padding=[1, 2, 0, 1]), F.max_pool2d(x, 2, 2),
-                F.max_pool2d(x, 3, 2, padding="SAME"), F.max_pool2d(x.transpose([0, 2, 3, 1]), 3, 2, 1,
-                                                                     data_format="NHWC"),
-                F.max_pool2d(x, 5, 1, 2))
+        relu = F.relu(x - 0.5)  # ties: many zeros in one window
+        return (
+            F.max_pool2d(relu, 3, 2, 1),
+            F.max_pool2d(x, 3, 2, 1, ceil_mode=True),
+            F.max_pool2d(x, (3, 2), (2, 1), padding=[1, 2, 0, 1]),
+            F.max_pool2d(x, 2, 2),
+            F.max_pool2d(x, 3, 2, padding="SAME"),
+            F.max_pool2d(x.transpose([0, 2, 3, 1]), 3, 2, 1, data_format="NHWC"),
+            F.max_pool2d(x, 5, 1, 2),
+        )
 
 
 def test_small_max_pools_are_shifted_maxima_with_paddles_values():
@@ -370,8 +403,11 @@ def test_small_max_pools_are_shifted_maxima_with_paddles_values():
     for g, w in zip(got, want):
         assert g.shape == w.shape
         np.testing.assert_array_equal(g, w)
-    windows = [e.params["window_dimensions"] for e in _live_eqns(model.compiled.jaxpr(x).jaxpr)
-               if e.primitive.name.startswith("reduce_window")]
+    windows = [
+        e.params["window_dimensions"]
+        for e in _live_eqns(model.compiled.jaxpr(x).jaxpr)
+        if e.primitive.name.startswith("reduce_window")
+    ]
     assert [max(w) for w in windows] == [5]
 
 
@@ -380,8 +416,10 @@ def test_training_keeps_max_pools_as_reduce_window():
     import dataclasses
 
     import jax
+
     from paddle_xla.lowering.lower import lower
     from paddle_xla.lowering.policy import LoweringPolicy
+
     x = np.random.default_rng(3).standard_normal((2, 3, 11, 10)).astype("float32")
     graph = px.compile(Pools(), [InputSpec([None, 3, 11, 10], "float32", "x")]).graph
     # an inference policy in all but forward_only: HWIO filters alone must not bring the shifted form
@@ -392,10 +430,13 @@ def test_training_keeps_max_pools_as_reduce_window():
 
 # ---- bf16 convolutions by shifts: float32 in memory, bf16 values --------------------------------------
 def test_half_values_by_shifts_equal_the_bf16_convolution_exactly():
-    import jax.numpy as jnp
     from functools import partial
+
+    import jax.numpy as jnp
+
     from paddle_xla.lowering.kernels import _on_half_values
     from paddle_xla.ops.depthwise import depthwise_by_shifts, narrow_conv_by_shifts
+
     rng = np.random.default_rng(4)
     attrs = dict(strides=(2, 2), paddings=[1, 1], data_format="NHWC")
     for form, w_shape in ((depthwise_by_shifts, (3, 3, 1, 24)), (narrow_conv_by_shifts, (3, 3, 3, 16))):

@@ -1,5 +1,6 @@
 """Mobile model parity: PP-LCNet, PicoDet-S, PP-OCR det and rec, compiled by paddle_xla, give Paddle's
 eval outputs on the same (seeded) weights."""
+
 import numpy as np
 import paddle
 import pytest

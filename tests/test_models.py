@@ -1,17 +1,18 @@
 """Model parity: the zoo's models in eval mode give Paddle's outputs on the same weights."""
+
 import numpy as np
 import paddle
 import pytest
+from zoo import ZOO, build
 
 import paddle_xla as px
-from zoo import ZOO, build
 
 
 @pytest.mark.parametrize("name", ZOO)
 def test_eval_parity(name):
     net, specs, inputs = build(name)
     net.eval()
-    assert px.check(net, specs).ok          # NOTE: what check passes compiles (below)
+    assert px.check(net, specs).ok  # NOTE: what check passes compiles (below)
     want = net(*[paddle.to_tensor(x) for x in inputs])
     want = [w.numpy() for w in (want if isinstance(want, (list, tuple)) else [want])]
     model = px.compile(net, specs)
@@ -61,6 +62,7 @@ def test_static_program():
         (want,) = exe.run(main, feed={"x": xs}, fetch_list=[out])
         from paddle_xla import capture
         from paddle_xla.runtime.compiled import CompiledModel
+
         cap = capture.from_program(main, ["x"], [out])
         got = CompiledModel(cap.graph, cap.weights)(xs)
     finally:
@@ -69,8 +71,10 @@ def test_static_program():
 
 
 def test_graph_round_trips_through_disk(tmp_path):
-    from paddle_xla import capture, graph as graph_mod
+    from paddle_xla import capture
+    from paddle_xla import graph as graph_mod
     from paddle_xla.runtime.compiled import CompiledModel
+
     net, specs, inputs = build("functional")
     net.eval()
     cap = capture.from_layer(net, specs)
@@ -83,6 +87,7 @@ def test_graph_round_trips_through_disk(tmp_path):
 def test_paddle_audio_log_mel_matches_paddle():
     from paddle.audio.features import LogMelSpectrogram
     from paddle.static import InputSpec
+
     paddle.seed(0)
     net = LogMelSpectrogram(sr=16000, n_fft=512, hop_length=160, n_mels=40, f_min=50.0, top_db=80.0)
     net.eval()
@@ -96,6 +101,7 @@ def test_llama_trains_as_paddle():
     """The Llama of paddle_xla.models (RMSNorm, rotary embeddings, SwiGLU), tiny: the forward and two
     AdamW steps against Paddle."""
     from paddle_xla.models.llama import LlamaConfig, LlamaForCausalLM
+
     cfg = LlamaConfig.named("tiny")
     ids = np.random.default_rng(0).integers(0, cfg.vocab_size, (2, 8)).astype("int64")
     labels = np.roll(ids, -1, axis=1)

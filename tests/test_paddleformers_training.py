@@ -2,14 +2,14 @@
 px.train_step(model, None, opt, [input_ids], [labels]) calls model(input_ids, labels=labels), whose
 criterion ignores -100 labels. Losses and final weights equal Paddle eager running the same calls, with
 the model's default use_cache (Qwen2's True), on one device and under tensor and sharding layouts."""
+
 import numpy as np
 import paddle
 import pytest
+from generation.test_generator import MODELS, _model
 from paddle.static import InputSpec
 
 import paddle_xla as px
-
-from generation.test_generator import MODELS, _model
 
 STEPS = 4
 LR = 1e-3
@@ -22,15 +22,16 @@ def _batches():
     for _ in range(STEPS):
         ids = rng.integers(3, 128, (4, 8)).astype("int64")
         labels = np.roll(ids, -1, axis=1)
-        labels[0, :3] = -100                     # NOTE: a prompt whose tokens carry no loss
-        labels[:, -1] = -100                     # NOTE: nothing to predict after the last token
+        labels[0, :3] = -100  # NOTE: a prompt whose tokens carry no loss
+        labels[:, -1] = -100  # NOTE: nothing to predict after the last token
         out.append((ids, labels))
     return out
 
 
 def _optimizer(net):
-    return paddle.optimizer.AdamW(LR, parameters=net.parameters(), weight_decay=0.01,
-                                  grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0))
+    return paddle.optimizer.AdamW(
+        LR, parameters=net.parameters(), weight_decay=0.01, grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0)
+    )
 
 
 def _eager(name, groups=1):
@@ -79,8 +80,9 @@ def _assert_weights_close(got, want, key):
     update lr * m / (sqrt(v) + eps) swings by up to lr per step on a rounding difference (seen on one element
     of 8192 on an AMD CPU, 5e-5 off). A wrong gradient moves far more elements than 0.1 %."""
     off = ~np.isclose(got, want, rtol=2e-3, atol=2e-5)
-    assert off.sum() <= max(1, off.size // 1000), \
+    assert off.sum() <= max(1, off.size // 1000), (
         f"{key}: {off.sum()} of {off.size} elements off, e.g. {got[off][:3]} vs {want[off][:3]}"
+    )
     np.testing.assert_allclose(got, want, rtol=0, atol=2 * LR * STEPS, err_msg=key)
 
 
@@ -92,7 +94,7 @@ def eager(request):
 def test_own_loss_on_one_device(eager):
     name, want = eager
     if name == "qwen2":
-        assert _model(name).config.use_cache    # NOTE: trained with its default, the cache object left out
+        assert _model(name).config.use_cache  # NOTE: trained with its default, the cache object left out
     _assert_same(_xla(name), want)
 
 
@@ -108,8 +110,9 @@ def test_own_loss_under_replicas_tensor_and_sharding(eager):
     name, _ = eager
     with pytest.raises(px.StrategyError, match="loss_reduction='mean'"):
         _xla(name, px.Strategy(replicas=2, tensor=2, sharding=3))
-    _assert_same(_xla(name, px.Strategy(replicas=2, tensor=2, sharding=3, loss_reduction="mean")),
-                 _eager(name, groups=2))
+    _assert_same(
+        _xla(name, px.Strategy(replicas=2, tensor=2, sharding=3, loss_reduction="mean")), _eager(name, groups=2)
+    )
 
 
 # ---- weights against a float64 reference --------------------------------------------------------
@@ -127,15 +130,16 @@ def test_own_loss_under_replicas_tensor_and_sharding(eager):
 
 def _update_error(got, want, init):
     """max over weights of |got - want| / |want - init| (Frobenius): the error relative to what training moved."""
-    return max(float(np.linalg.norm(got[k] - want[k]) / (np.linalg.norm(want[k] - init[k]) + 1e-12))
-               for k in got if k in want)
+    return max(
+        float(np.linalg.norm(got[k] - want[k]) / (np.linalg.norm(want[k] - init[k]) + 1e-12)) for k in got if k in want
+    )
 
 
 def _ce(logits, labels):
     return paddle.nn.functional.cross_entropy(logits.reshape([-1, logits.shape[-1]]), labels.reshape([-1]))
 
 
-@pytest.mark.filterwarnings("ignore:overflow encountered in cast")    # NOTE: the float64 copy's mask constant
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast")  # NOTE: the float64 copy's mask constant
 @pytest.mark.parametrize("seed,batch,length", [(1, 2, 8), (3, 4, 16)])
 def test_llama_weights_are_as_close_to_float64_as_paddles(seed, batch, length):
     rng = np.random.default_rng(seed)
@@ -160,14 +164,20 @@ def test_llama_weights_are_as_close_to_float64_as_paddles(seed, batch, length):
     net.config.use_cache = False
     net.train()
     init = {k: v.numpy().astype("float64") for k, v in net.state_dict().items()}
-    step = px.train_step(net, _ce, paddle.optimizer.AdamW(1e-3, parameters=net.parameters()),
-                         [InputSpec([batch, length], "int64", "input_ids")],
-                         [InputSpec([batch, length], "int64", "labels")])
+    step = px.train_step(
+        net,
+        _ce,
+        paddle.optimizer.AdamW(1e-3, parameters=net.parameters()),
+        [InputSpec([batch, length], "int64", "input_ids")],
+        [InputSpec([batch, length], "int64", "labels")],
+    )
     for ids, labels in data:
         step(ids, labels)
     keys = step.captured.state_keys
-    ours = {keys[k].removeprefix("net."): np.asarray(v).astype("float64") for k, v in step.weights().items() if k in keys}
+    ours = {
+        keys[k].removeprefix("net."): np.asarray(v).astype("float64") for k, v in step.weights().items() if k in keys
+    }
     reference, paddles = eager("float64"), eager("float32")
     theirs = _update_error(paddles, reference, init)
-    assert theirs < 1e-3                     # NOTE: float32 rounding, not a different computation
+    assert theirs < 1e-3  # NOTE: float32 rounding, not a different computation
     assert _update_error(ours, reference, init) <= 3 * theirs

@@ -1,5 +1,6 @@
 """A train step says what it compiles and how long it took, as px.compile does: once per new
 input shape, in a log as two plain lines (no progress bar), and nothing with PADDLE_XLA_PROGRESS=0."""
+
 import os
 import subprocess
 import sys
@@ -34,7 +35,8 @@ def test_train_step_compiles_are_announced_once_per_shape(tmp_path):
         "paddle_xla: compiling Linear train step for {'x': [2, 4], 'y': [2, 3]} ...",
         "paddle_xla: compiled Linear train step for {'x': [2, 4], 'y': [2, 3]}",
         "paddle_xla: compiling Linear train step for {'x': [5, 4], 'y': [5, 3]} ...",
-        "paddle_xla: compiled Linear train step for {'x': [5, 4], 'y': [5, 3]}"]
+        "paddle_xla: compiled Linear train step for {'x': [5, 4], 'y': [5, 3]}",
+    ]
     assert all(line.endswith(" s") for line in lines[1::2])
 
 

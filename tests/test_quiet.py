@@ -1,5 +1,6 @@
 """Importing paddle_xla hides Paddle's and JAX's start-up noise, never the user's own warnings, and
 PADDLE_XLA_VERBOSE=1 brings the noise back."""
+
 import os
 import shutil
 import subprocess
@@ -40,8 +41,10 @@ def test_import_hides_the_start_up_noise_and_keeps_the_users_warnings(tmp_path):
 
 
 def test_cli_verbose_takes_the_filters_back():
-    from paddle_xla import quiet
     import warnings
+
+    from paddle_xla import quiet
+
     quiet.quiet_start_up_noise()
     assert quiet._ADDED and all(f in warnings.filters for f in quiet._ADDED)
     added = list(quiet._ADDED)

@@ -1,6 +1,7 @@
 """Exported train steps (.pxa of kind "train"): they continue the in-process loss curve exactly, in
 this process and where Paddle cannot be imported; checkpoints are TrainStep's; bad inputs and files
 give clear errors; synthetic weights; and benchmarks/gpu.py --quick runs on CPU."""
+
 import json
 import os
 import subprocess
@@ -40,9 +41,11 @@ def make_step(scheduler=None, strategy=None, seed=7):
     with paddle.utils.unique_name.guard():
         net = MLP()
     sched = scheduler or paddle.optimizer.lr.LinearWarmup(
-        paddle.optimizer.lr.CosineAnnealingDecay(3e-3, 20), 5, 0.0, 3e-3)
-    opt = paddle.optimizer.AdamW(sched, parameters=net.parameters(), weight_decay=0.01,
-                                 grad_clip=nn.ClipGradByGlobalNorm(1.0))
+        paddle.optimizer.lr.CosineAnnealingDecay(3e-3, 20), 5, 0.0, 3e-3
+    )
+    opt = paddle.optimizer.AdamW(
+        sched, parameters=net.parameters(), weight_decay=0.01, grad_clip=nn.ClipGradByGlobalNorm(1.0)
+    )
     loss = nn.CrossEntropyLoss() if CE else nn.MSELoss()
     kw = {} if strategy is None else {"strategy": strategy}
     return px.train_step(net, loss, opt, [X_SPEC], [Y_SPEC], **kw), net
@@ -75,8 +78,15 @@ def run(tmp_path_factory):
     infer = px.compile(net, [X_SPEC])
     infer_path = str(folder / "mlp.pxa")
     export(infer, infer_path)
-    return {"path": path, "manifest": manifest, "losses": losses, "weights": step.weights(),
-            "infer": infer, "infer_path": infer_path, "folder": folder}
+    return {
+        "path": path,
+        "manifest": manifest,
+        "losses": losses,
+        "weights": step.weights(),
+        "infer": infer,
+        "infer_path": infer_path,
+        "folder": folder,
+    }
 
 
 def rewrite(src, dst, replace=None, manifest=None):
@@ -102,8 +112,15 @@ def test_file_format(run):
         names = set(z.namelist())
         opt = json.loads(z.read("optimizer.json"))
         strategy = json.loads(z.read("strategy.json"))
-    assert names == {"manifest.json", "graph.json", "weights.safetensors", "strategy.json", "optimizer.json",
-                     "train_state.safetensors", "exported/cpu.bin"}
+    assert names == {
+        "manifest.json",
+        "graph.json",
+        "weights.safetensors",
+        "strategy.json",
+        "optimizer.json",
+        "train_state.safetensors",
+        "exported/cpu.bin",
+    }
     m = run["manifest"]
     assert m["kind"] == "train" and m["format_version"] == pxa.FORMAT_VERSION
     assert m["train"]["step"] == 3 and m["train"]["lr_offset"] == 0 and m["train"]["opt_state"] == "stored"
@@ -113,6 +130,7 @@ def test_file_format(run):
     assert opt["config"]["grad_clip"]["type"] == "ClipGradByGlobalNorm"
     assert strategy == px.Strategy().to_dict()
     from safetensors.numpy import load
+
     with zipfile.ZipFile(run["path"]) as z:
         state = load(z.read("train_state.safetensors"))
     assert "rng" in state and all(k == "rng" or k.startswith("opt['linear_") for k in state)
@@ -171,13 +189,30 @@ assert sys.modules["paddle"] is None
 
 def test_runs_where_paddle_is_not_importable(run, tmp_path):
     x = np.random.default_rng(5).standard_normal((4, 16)).astype("float32")
-    feeds = {"x": x, **{f"x{i}": b[0] for i, b in enumerate(BATCHES[3:])},
-             **{f"y{i}": b[1] for i, b in enumerate(BATCHES[3:])}}
+    feeds = {
+        "x": x,
+        **{f"x{i}": b[0] for i, b in enumerate(BATCHES[3:])},
+        **{f"y{i}": b[1] for i, b in enumerate(BATCHES[3:])},
+    }
     np.savez(tmp_path / "in.npz", **feeds)
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     ckpt = str(tmp_path / "after.ckpt")
-    proc = subprocess.run([sys.executable, "-c", PADDLE_FREE, run["infer_path"], run["path"], str(tmp_path / "in.npz"),
-                           str(tmp_path / "out.npz"), ckpt], cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            PADDLE_FREE,
+            run["infer_path"],
+            run["path"],
+            str(tmp_path / "in.npz"),
+            str(tmp_path / "out.npz"),
+            ckpt,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = np.load(tmp_path / "out.npz")
     assert list(out["modes"]) == ["exported", "exported"]
@@ -212,8 +247,13 @@ def test_checkpoints_are_train_steps(run, tmp_path):
 def test_checkpoint_of_another_model_is_refused(run, tmp_path):
     paddle.seed(0)
     net = nn.Linear(16, 4)
-    other = px.train_step(net, nn.MSELoss(), paddle.optimizer.SGD(0.1, parameters=net.parameters()),
-                          [X_SPEC], [InputSpec([None, 4], "float32", "y")])
+    other = px.train_step(
+        net,
+        nn.MSELoss(),
+        paddle.optimizer.SGD(0.1, parameters=net.parameters()),
+        [X_SPEC],
+        [InputSpec([None, 4], "float32", "y")],
+    )
     other.save_checkpoint(str(tmp_path / "other.ckpt"))
     with pytest.raises(px.CheckpointError, match="does not fit"):
         pxa.load(run["path"]).load_checkpoint(str(tmp_path / "other.ckpt"))
@@ -275,7 +315,7 @@ def test_train_entry_missing(run, tmp_path):
 
 
 def test_lambda_decay_cannot_travel(tmp_path):
-    step, _ = make_step(paddle.optimizer.lr.LambdaDecay(0.01, lambda e: 0.9 ** e))
+    step, _ = make_step(paddle.optimizer.lr.LambdaDecay(0.01, lambda e: 0.9**e))
     with pytest.raises(ExportError, match="LambdaDecay .*cannot travel"):
         export(step, str(tmp_path / "lambda.pxa"))
     assert not os.path.exists(tmp_path / "lambda.pxa")
@@ -286,14 +326,15 @@ def test_synthetic_weights(run, tmp_path):
     s = pxa.load(run["path"])
     path = str(tmp_path / "synth.pxa")
     from paddle_xla.artifact.train_writer import export_train
+
     manifest = export_train(s, path, synthetic={"std": 0.5, "seed": 1})
     assert manifest["train"]["opt_state"] == "fresh"
     assert sorted(manifest["synthetic_weights"]["weights"]) == ["linear_0.w_0", "linear_1.w_0"]
     t = pxa.load(path)
     w = t.weights()
-    np.testing.assert_array_equal(w["linear_0.b_0"], s.weights()["linear_0.b_0"])     # 1-D: stored
+    np.testing.assert_array_equal(w["linear_0.b_0"], s.weights()["linear_0.b_0"])  # 1-D: stored
     assert w["linear_0.w_0"].shape == (16, 32) and 0.4 < w["linear_0.w_0"].std() < 0.6
-    np.testing.assert_array_equal(pxa.load(path).weights()["linear_0.w_0"], w["linear_0.w_0"])   # same seed
+    np.testing.assert_array_equal(pxa.load(path).weights()["linear_0.w_0"], w["linear_0.w_0"])  # same seed
     assert all(not np.any(np.asarray(v["moment1"])) for v in t.state.opt_state.values())
     assert np.isfinite(t(*BATCHES[3]))
 
@@ -313,7 +354,7 @@ def test_synthetic_inference_weights(run, tmp_path):
 def test_precision_override_relowers(run):
     s = pxa.load(run["path"], strategy=px.Strategy(precision="bf16"))
     assert s.mode == "relowered" and "bf16" in s.why
-    np.testing.assert_allclose([s(x, y) for x, y in BATCHES[3:]], run["losses"], rtol=1e-2)   # bf16 vs fp32
+    np.testing.assert_allclose([s(x, y) for x, y in BATCHES[3:]], run["losses"], rtol=1e-2)  # bf16 vs fp32
 
 
 def test_bf16_step_exports_and_continues(tmp_path):
@@ -348,23 +389,38 @@ def test_replicated_step_relowers_with_its_strategy(tmp_path):
 def test_gpu_script_quick_on_cpu(tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
     env.pop("OUT", None)
-    make = subprocess.run([sys.executable, "benchmarks/make_gpu_artifacts.py", "--quick", "--out", str(tmp_path)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    make = subprocess.run(
+        [sys.executable, "benchmarks/make_gpu_artifacts.py", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert make.returncode == 0, make.stdout[-2000:] + make.stderr[-3000:]
     out = tmp_path / "gpu.json"
-    proc = subprocess.run([sys.executable, "benchmarks/gpu.py", "--quick", "--artifacts", str(tmp_path),
-                           "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/gpu.py", "--quick", "--artifacts", str(tmp_path), "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads(out.read_text())
     assert res["errors"] == {}
     assert set(res["sections"]) == {"peak", "train-bf16", "infer-bf16", "infer-fp32", "train-fp32", "llm-rounds"}
     llm = res["sections"]["llm-rounds"]
     assert llm["mode"].startswith("relowered") and llm["decode_step_ms"] > 0 and llm["round_with_chunk_ms"] > 0
-    assert len(llm["rounds_ms_all"]) == 3 * 5              # NOTE: 3 prompts of 4.5 chunks each
+    assert len(llm["rounds_ms_all"]) == 3 * 5  # NOTE: 3 prompts of 4.5 chunks each
     for name in ("train-bf16", "train-fp32", "infer-fp32"):
         r = res["sections"][name]
-        assert r["samples_per_s"] > 0 and r["mode"] == "exported" and r["flops_per_" + (
-            "step" if name.startswith("train") else "batch")] > 0
+        assert (
+            r["samples_per_s"] > 0
+            and r["mode"] == "exported"
+            and r["flops_per_" + ("step" if name.startswith("train") else "batch")] > 0
+        )
     assert res["sections"]["peak"]["bf16"]["tflops"] > 0
 
 
@@ -397,7 +453,12 @@ def test_int64_inputs_in_a_fresh_paddle_free_process(tmp_path):
     export(model, path)
     ids = np.random.default_rng(0).integers(0, 50, (3, 6)).astype("int64")
     np.save(tmp_path / "ids.npy", ids)
-    proc = subprocess.run([sys.executable, "-c", INT64_FREE, path, str(tmp_path / "ids.npy"), str(tmp_path / "o.npy")],
-                          cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", INT64_FREE, path, str(tmp_path / "ids.npy"), str(tmp_path / "o.npy")],
+        cwd=ROOT,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     np.testing.assert_allclose(np.load(tmp_path / "o.npy"), model(ids), rtol=1e-6, atol=1e-6)

@@ -1,4 +1,5 @@
 """Training parity: paddle_xla's train step against native Paddle, same weights, same batches."""
+
 import jax
 import numpy as np
 import paddle
@@ -6,9 +7,9 @@ import paddle.nn as nn
 import paddle.nn.functional as F
 import pytest
 from paddle.static import InputSpec
+from zoo import BertLikeEncoder
 
 import paddle_xla as px
-from zoo import BertLikeEncoder
 
 
 class MLP(nn.Layer):
@@ -61,14 +62,20 @@ def _setup(kind):
     if kind == "mlp":
         net = MLP()
         sched = paddle.optimizer.lr.LinearWarmup(paddle.optimizer.lr.CosineAnnealingDecay(3e-3, 20), 5, 0.0, 3e-3)
-        opt = paddle.optimizer.AdamW(sched, parameters=net.parameters(), weight_decay=0.01,
-                                     grad_clip=nn.ClipGradByGlobalNorm(1.0))
+        opt = paddle.optimizer.AdamW(
+            sched, parameters=net.parameters(), weight_decay=0.01, grad_clip=nn.ClipGradByGlobalNorm(1.0)
+        )
         specs = [InputSpec([None, 16], "float32", "x")]
     elif kind == "cnn":
         net = SmallCNN()
         sched = None
-        opt = paddle.optimizer.Momentum(0.05, momentum=0.9, parameters=net.parameters(), use_nesterov=True,
-                                        weight_decay=paddle.regularizer.L2Decay(1e-4))
+        opt = paddle.optimizer.Momentum(
+            0.05,
+            momentum=0.9,
+            parameters=net.parameters(),
+            use_nesterov=True,
+            weight_decay=paddle.regularizer.L2Decay(1e-4),
+        )
         specs = [InputSpec([None, 3, 8, 8], "float32", "x")]
     else:
         net = BertClassifier()
@@ -185,8 +192,9 @@ def test_parameters_the_loss_does_not_read_are_left_alone_as_in_paddle():
     paddle.seed(3)
     net = WithUnusedHead()
     opt = paddle.optimizer.AdamW(1e-2, parameters=net.parameters(), weight_decay=0.1)
-    step = px.train_step(net, nn.CrossEntropyLoss(), opt, [InputSpec([None, 16], "float32", "x")],
-                         [InputSpec([None], "int64", "label")])
+    step = px.train_step(
+        net, nn.CrossEntropyLoss(), opt, [InputSpec([None, 16], "float32", "x")], [InputSpec([None], "int64", "label")]
+    )
     assert sorted(step.unused_params) == sorted(p.name for p in net.unused.parameters())
     before = {k: v.numpy().copy() for k, v in net.state_dict().items()}
     for inputs, labels in _batches("mlp", 6):
@@ -205,10 +213,13 @@ def test_accumulated_gradients_match_paddle_backward_without_step():
     step = px.train_step(net, nn.CrossEntropyLoss(), opt, specs, [InputSpec([None], "int64", "label")])
     data = list(_batches("mlp", 12))
     for i in range(0, 12, 3):
-        ours = [step.accumulate(*data[i][0], *data[i][1]), step.accumulate(*data[i + 1][0], *data[i + 1][1]),
-                step(*data[i + 2][0], *data[i + 2][1])]
+        ours = [
+            step.accumulate(*data[i][0], *data[i][1]),
+            step.accumulate(*data[i + 1][0], *data[i + 1][1]),
+            step(*data[i + 2][0], *data[i + 2][1]),
+        ]
         theirs = []
-        for inputs, labels in data[i:i + 3]:           # Paddle: backward adds into .grad; one step at the end
+        for inputs, labels in data[i : i + 3]:  # Paddle: backward adds into .grad; one step at the end
             loss = F.cross_entropy(net(paddle.to_tensor(inputs[0])), paddle.to_tensor(labels[0]))
             loss.backward()
             theirs.append(float(loss))

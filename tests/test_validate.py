@@ -1,4 +1,5 @@
 """BERT-tiny pretraining parity (dropout off): paddle_xla's per-step loss follows native Paddle's."""
+
 import json
 import os
 import subprocess
@@ -7,10 +8,10 @@ import sys
 import numpy as np
 import pytest
 from rich.console import Console
-
-from paddle_xla.models.bert_data import DataError, PretrainingData, check_vocab, corpus_sentences, train_tokenizer
-from paddle_xla.cli.validate import run
 from xla_flags import child_env
+
+from paddle_xla.cli.validate import run
+from paddle_xla.models.bert_data import DataError, PretrainingData, check_vocab, corpus_sentences, train_tokenizer
 
 
 def test_bert_tiny_pretraining_matches_paddle(tmp_path):
@@ -37,24 +38,34 @@ def test_bert_tiny_dropout_on_converges_like_paddle(tmp_path):
     # NOTE: each framework draws its own dropout masks, so only the statistics can agree. 150 steps run
     # in a process of its own at XLA's default optimization: at the suite's -O0 they took about 140 s on
     # the AVX2 CI machines (about 35 s optimized).
-    code = ("import json, os, sys; from rich.console import Console; from paddle_xla.cli.validate import run; "
-            f"r = run('tiny', steps=150, batch=8, seq=32, lr=2e-3, out_dir={str(tmp_path)!r}, dropout=True, "
-            "console=Console(file=open(os.devnull, 'w'))); "
-            "print(json.dumps(dict(xla=r.xla_loss, paddle=r.paddle_loss, c=r.convergence), default=float))")
-    proc = subprocess.run([sys.executable, "-c", code], env=child_env(fast_compile=False), capture_output=True,
-                          text=True, timeout=900)
+    code = (
+        "import json, os, sys; from rich.console import Console; from paddle_xla.cli.validate import run; "
+        f"r = run('tiny', steps=150, batch=8, seq=32, lr=2e-3, out_dir={str(tmp_path)!r}, dropout=True, "
+        "console=Console(file=open(os.devnull, 'w'))); "
+        "print(json.dumps(dict(xla=r.xla_loss, paddle=r.paddle_loss, c=r.convergence), default=float))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=child_env(fast_compile=False), capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     c = report["c"]
-    assert report["xla"] != report["paddle"]              # the dropout masks differ: not a parity run
+    assert report["xla"] != report["paddle"]  # the dropout masks differ: not a parity run
     assert c["xla_mean_loss"] < 0.97 * c["first_steps_mean_loss"]
     assert c["ok"], c
 
 
 def test_bert_tiny_masked_positions_head_matches_paddle(tmp_path):
     # The MLM head on the gathered masked positions only (PaddleNLP's and Graphcore's setup).
-    report = run("tiny", steps=20, batch=4, seq=32, out_dir=str(tmp_path), max_predictions=5,
-                 console=Console(file=open(os.devnull, "w")))
+    report = run(
+        "tiny",
+        steps=20,
+        batch=4,
+        seq=32,
+        out_dir=str(tmp_path),
+        max_predictions=5,
+        console=Console(file=open(os.devnull, "w")),
+    )
     assert report.max_rel_loss_diff < 1e-4, report.max_rel_loss_diff
     assert report.max_rel_weight_diff < 1e-3, report.max_rel_weight_diff
     assert report.xla_loss[-1] < report.xla_loss[0]
@@ -62,6 +73,7 @@ def test_bert_tiny_masked_positions_head_matches_paddle(tmp_path):
 
 def test_masked_positions_pick_the_labelled_tokens():
     from paddle_xla.models.bert_data import IGNORE, masked_positions
+
     labels = np.full((2, 8), IGNORE, "int64")
     labels[0, [1, 4, 6]] = [11, 14, 16]
     labels[1, 7] = 27

@@ -1,5 +1,6 @@
 """Per-program XLA options: convolution programs on CPU leave convolutions to XLA's own emitter,
 others keep XLA's defaults, and a user's XLA_FLAGS setting of the same option wins."""
+
 import numpy as np
 import paddle
 from paddle.static import InputSpec
@@ -15,7 +16,9 @@ def _graph(net, spec):
 
 def test_conv_programs_get_the_option_and_keep_parity(monkeypatch):
     paddle.seed(0)
-    net = paddle.nn.Sequential(paddle.nn.Conv2D(3, 8, 3), paddle.nn.ReLU(), paddle.nn.Flatten(), paddle.nn.Linear(8 * 6 * 6, 4))
+    net = paddle.nn.Sequential(
+        paddle.nn.Conv2D(3, 8, 3), paddle.nn.ReLU(), paddle.nn.Flatten(), paddle.nn.Linear(8 * 6 * 6, 4)
+    )
     net.eval()
     spec = [InputSpec([None, 3, 8, 8], "float32", "x")]
     model = px.compile(net, spec)
@@ -33,6 +36,7 @@ def test_matmul_programs_keep_xla_defaults():
 
 def test_a_conv_artifact_compiles_with_the_same_options(tmp_path):
     from paddle_xla.artifact import reader as artifact
+
     paddle.seed(0)
     net = paddle.nn.Sequential(paddle.nn.Conv2D(16, 64, 3), paddle.nn.ReLU())
     net.eval()
@@ -44,4 +48,4 @@ def test_a_conv_artifact_compiles_with_the_same_options(tmp_path):
     np.testing.assert_allclose(loaded(x), net(paddle.to_tensor(x)).numpy(), rtol=1e-5, atol=1e-6)
     (exe,) = loaded._runs.values()
     hlo = exe.as_text()
-    assert "convolution(" in hlo and "ynn_fusion" not in hlo        # XLA's emitter, not a YNNPACK fusion
+    assert "convolution(" in hlo and "ynn_fusion" not in hlo  # XLA's emitter, not a YNNPACK fusion

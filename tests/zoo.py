@@ -1,6 +1,7 @@
 """Small and full-size Paddle models the parity tests and benchmarks capture.
 
 Plain paddle.nn code, as a user would write it."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,8 +21,9 @@ class BertLikeEncoder(nn.Layer):
         self.token_type = nn.Embedding(2, hidden)
         self.norm = nn.LayerNorm(hidden)
         self.drop = nn.Dropout(dropout)
-        layer = nn.TransformerEncoderLayer(hidden, heads, ffn, dropout=dropout, activation="gelu",
-                                           attn_dropout=dropout, act_dropout=0.0)
+        layer = nn.TransformerEncoderLayer(
+            hidden, heads, ffn, dropout=dropout, activation="gelu", attn_dropout=dropout, act_dropout=0.0
+        )
         self.encoder = nn.TransformerEncoder(layer, layers)
         self.pool = nn.Linear(hidden, hidden)
 
@@ -37,15 +39,19 @@ class BertLikeEncoder(nn.Layer):
 
     @staticmethod
     def specs():
-        return [InputSpec([None, None], "int64", "input_ids"), InputSpec([None, None], "int64", "token_type_ids"),
-                InputSpec([None, None], "int64", "attention_mask")]
+        return [
+            InputSpec([None, None], "int64", "input_ids"),
+            InputSpec([None, None], "int64", "token_type_ids"),
+            InputSpec([None, None], "int64", "attention_mask"),
+        ]
 
     @staticmethod
     def inputs(batch=2, seq=16, vocab=1000, seed=0):
         rng = np.random.default_rng(seed)
         ids = rng.integers(0, vocab, (batch, seq)).astype("int64")
         types = rng.integers(0, 2, (batch, seq)).astype("int64")
-        mask = np.ones((batch, seq), "int64"); mask[:, seq - 3:] = 0
+        mask = np.ones((batch, seq), "int64")
+        mask[:, seq - 3 :] = 0
         return [ids, types, mask]
 
 
@@ -136,7 +142,7 @@ class FunctionalMix(nn.Layer):
         self.fc = nn.Linear(8, 8)
 
     def forward(self, x, label):
-        h = self.fc(x)                                              # [B, 8]
+        h = self.fc(x)  # [B, 8]
         a, b = paddle.split(h, 2, axis=1)
         h = paddle.concat([b, a], axis=1)
         h = paddle.where(h > 0, h, h * 0.1).astype("float32")
@@ -157,7 +163,7 @@ class FunctionalMix(nn.Layer):
         loss2 = F.cross_entropy(h, label, reduction="none")
         eq = (idx == label).astype("float32")
         mix = (c + oh + e).mean(axis=1, keepdim=True) + t.max(axis=1, keepdim=True) + top_v.sum(1, keepdim=True)
-        return (mix + s + loss1 + loss2.unsqueeze(1) + eq.unsqueeze(1) + top_i.astype("float32").mean(1, keepdim=True))
+        return mix + s + loss1 + loss2.unsqueeze(1) + eq.unsqueeze(1) + top_i.astype("float32").mean(1, keepdim=True)
 
     @staticmethod
     def specs():

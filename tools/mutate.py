@@ -5,6 +5,7 @@ that import it; prints each file's kill rate. Not in CI: a file takes minutes.
 
 NOTE: cosmic-ray writes each mutant into the file on disk while its tests run, and puts it back;
 do not edit the tree meanwhile."""
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,9 @@ TIMEOUT_S = 300
 
 
 def changed_files(base: str) -> list[str]:
-    out = subprocess.run(["git", "diff", "--name-only", base, "--", "paddle_xla"], cwd=ROOT,
-                         capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        ["git", "diff", "--name-only", base, "--", "paddle_xla"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     return [f for f in out if f.endswith(".py") and not f.endswith("__init__.py") and (ROOT / f).exists()]
 
 
@@ -41,8 +43,10 @@ def kill_rate(path: str, tests: list[str], work: Path) -> tuple[int, int]:
     """(killed, mutants) of `path` against `tests`."""
     config, session = work / "cr.toml", work / "session.sqlite"
     command = f"{PY} -m pytest -x -q -p no:cacheprovider {' '.join(tests)}"
-    config.write_text(f'[cosmic-ray]\nmodule-path = "{path}"\ntimeout = {TIMEOUT_S}.0\nexcluded-modules = []\n'
-                      f'test-command = "{command}"\n\n[cosmic-ray.distributor]\nname = "local"\n')
+    config.write_text(
+        f'[cosmic-ray]\nmodule-path = "{path}"\ntimeout = {TIMEOUT_S}.0\nexcluded-modules = []\n'
+        f'test-command = "{command}"\n\n[cosmic-ray.distributor]\nname = "local"\n'
+    )
     cr = [str(Path(PY).parent / "cosmic-ray")]
     subprocess.run([*cr, "init", str(config), str(session)], cwd=ROOT, check=True)
     subprocess.run([*cr, "exec", str(config), str(session)], cwd=ROOT, check=True)
@@ -64,7 +68,9 @@ def main(files: list[str]) -> int:
             continue
         with tempfile.TemporaryDirectory() as tmp:
             killed, total = kill_rate(path, tests, Path(tmp))
-        rows.append((path, f"{killed}/{total} mutants killed ({killed / max(total, 1):.0%}) by {len(tests)} test file(s)"))
+        rows.append(
+            (path, f"{killed}/{total} mutants killed ({killed / max(total, 1):.0%}) by {len(tests)} test file(s)")
+        )
     for path, result in rows:
         print(f"{path}: {result}")
     return 0

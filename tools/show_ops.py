@@ -3,6 +3,7 @@
     .venv/bin/python tools/show_ops.py "paddle.nn.functional.gelu(a, approximate=True)" "a:float32[2,3]"
 
 Names a..f are the inputs, in order. Useful when writing a lowering: the operands arrive in this order."""
+
 import sys
 
 import paddle  # noqa: F401
@@ -10,7 +11,7 @@ import paddle.nn.functional as F  # noqa: F401
 from paddle.static import InputSpec
 
 sys.path.insert(0, __file__.rsplit("/", 2)[0])
-from paddle_xla import capture  # noqa: E402
+from paddle_xla import capture
 
 
 def main(expr: str, *specs: str):
@@ -26,6 +27,7 @@ def main(expr: str, *specs: str):
         f.write("import paddle\nimport paddle.nn.functional as F\nclass L(paddle.nn.Layer):\n")
         f.write("".join("    " + line + "\n" for line in src.splitlines()))
     import importlib.util
+
     spec = importlib.util.spec_from_file_location("_show_ops_layer", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

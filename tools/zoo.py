@@ -9,6 +9,7 @@ random weights.
 Covers today: PaddleFormers 1.2 decoder LLMs (Llama, ERNIE 4.5, Phi-3, Gemma 3) in tiny configurations,
 fuse_rms_norm=False (Paddle's fused RMSNorm does not capture on a CPU-only Paddle) and use_cache=False.
 Qwen2/Qwen3 are left out: PaddleFormers imports paddlefleet for them, a GPU-only package."""
+
 from __future__ import annotations
 
 import importlib
@@ -24,8 +25,18 @@ MODELS = {  # name -> (module, config class, model class)
     "phi3": ("paddleformers.transformers.phi3", "Phi3Config", "Phi3ForCausalLM"),
     "gemma3_text": ("paddleformers.transformers.gemma3_text", "Gemma3TextConfig", "Gemma3ForCausalLM"),
 }
-TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=4, max_position_embeddings=64, head_dim=16, fuse_rms_norm=False, use_cache=False)
+TINY = dict(
+    vocab_size=128,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    max_position_embeddings=64,
+    head_dim=16,
+    fuse_rms_norm=False,
+    use_cache=False,
+)
 
 
 def install() -> int:
@@ -36,7 +47,9 @@ def run_one(name: str) -> str:
     import numpy as np
     import paddle
     from paddle.static import InputSpec
+
     import paddle_xla as px
+
     module, cfg_cls, model_cls = MODELS[name]
     mod = importlib.import_module(module)
     config = getattr(mod, cfg_cls)(**TINY)

@@ -10,28 +10,35 @@ generation/batch_engine.py generates with them (Paddle-free, the same engine a l
 `generate` returns: the new tokens [batch, T] (pad after a row's EOS, T the steps run) and each row's
 mean score [batch, 1], as NumPy arrays.
 """
+
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from .. import x64
-import dataclasses
-
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding, PartitionSpec as P
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from ..capture.causal_lm import (cache_geometry, capture_decode, capture_forward, capture_prefill, check_causal,
-                                has_cache_api, vocab_size)
+from .. import x64
+from ..capture.causal_lm import (
+    cache_geometry,
+    capture_decode,
+    capture_forward,
+    capture_prefill,
+    check_causal,
+    has_cache_api,
+    vocab_size,
+)
 from ..errors import GenerationError
 from ..generation import derive
+from ..generation.batch_engine import BatchEngine, Geometry, held_weights, program
 from ..generation.config import DecodeConfig, token_ids
 from ..generation.continuous import ContinuousEngine, continuous_engine, made_on_first_call
-from ..generation.batch_engine import BatchEngine, Geometry, held_weights, program
 from ..lowering.policy import LoweringPolicy
 from ..parallel.mesh import make_mesh
 from ..parallel.pack import split_dim, tensor_spec
@@ -51,14 +58,22 @@ def _checked(strategy: Strategy | None) -> Strategy:
         return Strategy()
     if not isinstance(strategy, Strategy):
         raise GenerationError(f"strategy must be a px.Strategy, not {type(strategy).__name__}")
-    honoured = Strategy(precision=strategy.precision, tensor=strategy.tensor, tensor_plan=strategy.tensor_plan,
-                        quant_type=strategy.quant_type)
+    honoured = Strategy(
+        precision=strategy.precision,
+        tensor=strategy.tensor,
+        tensor_plan=strategy.tensor_plan,
+        quant_type=strategy.quant_type,
+    )
     if strategy != honoured:
-        raise GenerationError("px.Generator takes a Strategy's precision, quant_type, tensor and tensor_plan only "
-                              f"(replicas, stages and the rest are for training): got {strategy}")
+        raise GenerationError(
+            "px.Generator takes a Strategy's precision, quant_type, tensor and tensor_plan only "
+            f"(replicas, stages and the rest are for training): got {strategy}"
+        )
     if strategy.quant_type is not None and strategy.tensor > 1:
-        raise GenerationError(f"quant_type={strategy.quant_type!r} with tensor={strategy.tensor} is not supported yet: "
-                              "an int8 weight's values and scales are not split over devices; drop one of them")
+        raise GenerationError(
+            f"quant_type={strategy.quant_type!r} with tensor={strategy.tensor} is not supported yet: "
+            "an int8 weight's values and scales are not split over devices; drop one of them"
+        )
     return strategy
 
 
@@ -68,7 +83,7 @@ def _placement(strategy: Strategy, captured: Captured) -> Callable[[Mapping[str,
     if strategy.tensor == 1:
         return None
     plan = tensor_plan_for(captured.graph, captured.state_keys, strategy)
-    assert plan is not None                               # NOTE: tensor > 1 always makes one
+    assert plan is not None  # NOTE: tensor > 1 always makes one
     mesh = make_mesh(strategy)
 
     def place(weights: Mapping[str, Any]) -> dict[str, jax.Array]:
@@ -78,6 +93,7 @@ def _placement(strategy: Strategy, captured: Captured) -> Callable[[Mapping[str,
             spec = P() if dim is None else P(*tensor_spec(np.ndim(value), dim))
             out[name] = jax.device_put(value, NamedSharding(mesh, spec))
         return out
+
     return place
 
 
@@ -123,15 +139,21 @@ class _Derived:
         self.batch, self.one_length = batch, True
         first = self.prefill(first_bucket)
         with x64.scope():
-            cache = jax.eval_shape(program(first.graph, _FP32), dict(first.weights),
-                                   *[jnp.zeros(f.shape, jnp.int64) for f in first.graph.feeds])[1]
+            cache = jax.eval_shape(
+                program(first.graph, _FP32),
+                dict(first.weights),
+                *[jnp.zeros(f.shape, jnp.int64) for f in first.graph.feeds],
+            )[1]
         entries, _, self.kv_heads, _, self.head_dim = cache.shape
         self.layers = entries // 2
         step = derive.derive(self.forward.graph, batch, 1, slots)
         past = dataclasses.replace(step.feeds[-1], shape=(entries, batch, self.kv_heads, slots, self.head_dim))
-        self.decode = dataclasses.replace(self.forward, graph=dataclasses.replace(step, feeds=step.feeds[:-1] + (past,)))
-        derive.check_against_forward(self.forward.graph, first.graph, self.decode.graph, dict(self.forward.weights),
-                                     slots, vocab)
+        self.decode = dataclasses.replace(
+            self.forward, graph=dataclasses.replace(step, feeds=step.feeds[:-1] + (past,))
+        )
+        derive.check_against_forward(
+            self.forward.graph, first.graph, self.decode.graph, dict(self.forward.weights), slots, vocab
+        )
 
     def prefill(self, bucket: int) -> Captured:
         return dataclasses.replace(self.forward, graph=derive.derive(self.forward.graph, self.batch, bucket, None))
@@ -148,38 +170,61 @@ class Generator:
     16, 32, ... tokens; a server interleaves those chunks with its running streams' decode steps. A plain
     decoder's derived cache prefills whole prompts (buckets up to max_length)."""
 
-    def __init__(self, model: paddle.nn.Layer, max_batch_size: int = 8, max_length: int = 512, chunk: int = 16,
-                 seed: int = 0, strategy: Strategy | None = None, prefill_chunk: int = 128) -> None:
+    def __init__(
+        self,
+        model: paddle.nn.Layer,
+        max_batch_size: int = 8,
+        max_length: int = 512,
+        chunk: int = 16,
+        seed: int = 0,
+        strategy: Strategy | None = None,
+        prefill_chunk: int = 128,
+    ) -> None:
         self.model = model
         self.strategy = _checked(strategy)
         precision = self.strategy.precision
         vocab = vocab_size(model)
         check_causal(model, vocab)
-        probe = Geometry(max_batch_size, max_length, 1, 1, 1, vocab, chunk, precision,
-                         quant_type=self.strategy.quant_type)
-        self._source = (_CacheApi(model, max_batch_size, max_length) if has_cache_api(model) else
-                        _Derived(model, max_batch_size, max_length, vocab, probe.buckets[0]))
+        probe = Geometry(
+            max_batch_size, max_length, 1, 1, 1, vocab, chunk, precision, quant_type=self.strategy.quant_type
+        )
+        self._source = (
+            _CacheApi(model, max_batch_size, max_length)
+            if has_cache_api(model)
+            else _Derived(model, max_batch_size, max_length, vocab, probe.buckets[0])
+        )
         src = self._source
-        self.geometry = dataclasses.replace(probe, layers=src.layers, kv_heads=src.kv_heads, head_dim=src.head_dim,
-                                            one_length=src.one_length,
-                                            prefill_chunk=None if src.one_length else prefill_chunk)
+        self.geometry = dataclasses.replace(
+            probe,
+            layers=src.layers,
+            kv_heads=src.kv_heads,
+            head_dim=src.head_dim,
+            one_length=src.one_length,
+            prefill_chunk=None if src.one_length else prefill_chunk,
+        )
         self.policy = LoweringPolicy.live(precision, inference=True)
         if self.strategy.tensor > 1:
             # NOTE: the tensor plan places weights by Paddle's [K, N] dimensions
             self.policy = dataclasses.replace(self.policy, nk_weights=False)
         self.defaults = defaults_of(getattr(model, "config", None))
         self.decode_captured = src.decode
-        self.source_weights = dict(self.decode_captured.weights)      # as Paddle holds them (export writes these)
+        self.source_weights = dict(self.decode_captured.weights)  # as Paddle holds them (export writes these)
         self.held = held_weights(self.decode_captured.graph, self.policy, self.geometry.quant_type)
         self._prefill_captured: dict[int, Captured] = {}
         self._prefill1_captured: dict[int, Captured] = {}
         self._continuous: ContinuousEngine | None = None
         self._extend_captured: dict[int, Captured] = {}
-        self.engine = BatchEngine(self.geometry, self.defaults, program(self.decode_captured.graph, self.policy, self.held),
-                             self._prefill_program, self.held.all_prepared(self.source_weights), seed=seed,
-                             place=_placement(self.strategy, self.decode_captured),
-                             extend=self._extend_program(max_batch_size))
-        self.engine.name = type(model).__name__      # NOTE: its compiles' progress lines name the model
+        self.engine = BatchEngine(
+            self.geometry,
+            self.defaults,
+            program(self.decode_captured.graph, self.policy, self.held),
+            self._prefill_program,
+            self.held.all_prepared(self.source_weights),
+            seed=seed,
+            place=_placement(self.strategy, self.decode_captured),
+            extend=self._extend_program(max_batch_size),
+        )
+        self.engine.name = type(model).__name__  # NOTE: its compiles' progress lines name the model
 
     @property
     def max_batch_size(self) -> int:
@@ -195,8 +240,10 @@ class Generator:
             captured = self._source.prefill(bucket)
             missing = set(captured.weights) - set(self.source_weights)
             if missing:
-                raise GenerationError(f"the prefill reads weights the decode step does not ({sorted(missing)[:3]}): "
-                                      "the two captures of the model disagree")
+                raise GenerationError(
+                    f"the prefill reads weights the decode step does not ({sorted(missing)[:3]}): "
+                    "the two captures of the model disagree"
+                )
             self._prefill_captured[bucket] = captured
         return self._prefill_captured[bucket]
 
@@ -207,7 +254,7 @@ class Generator:
             return None
         if batch not in self._extend_captured:
             g, src = self.geometry, self._source
-            assert isinstance(src, _CacheApi) and g.prefill_chunk is not None   # NOTE: what makes it chunked
+            assert isinstance(src, _CacheApi) and g.prefill_chunk is not None  # NOTE: what makes it chunked
             self._extend_captured[batch] = src.extend(g.prefill_chunk, g.max_length, batch)
         return self._extend_captured[batch]
 
@@ -219,25 +266,28 @@ class Generator:
 
     def _extend_graph(self, batch: int) -> Graph:
         captured = self.extend_captured(batch)
-        assert captured is not None                       # NOTE: asked for only where prompts are chunked
+        assert captured is not None  # NOTE: asked for only where prompts are chunked
         return captured.graph
 
     def _prefill_program(self, bucket: int) -> Callable:
         return program(self.prefill_captured(bucket).graph, self.policy, self.held)
 
-    def generate(self, input_ids: Any, attention_mask: Any = None, seed: int | None = None,
-                 **kwargs: Any) -> tuple[np.ndarray, np.ndarray]:
+    def generate(
+        self, input_ids: Any, attention_mask: Any = None, seed: int | None = None, **kwargs: Any
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(new token ids [batch, T] int64, mean scores [batch, 1] float32), as PaddleFormers' generate."""
         return self.engine.generate(input_ids, attention_mask=attention_mask, seed=seed, **kwargs)
 
     def prefill1_captured(self, bucket: int) -> Captured:
         """The batch-1 prefill a continuous batch inserts one request with, captured on first use."""
         if self.geometry.one_length:
-            raise GenerationError("continuous batching needs a model with a cache API (a PaddleFormers causal LM): "
-                                  "a plain decoder's derived cache makes a batch's rows share their positions")
+            raise GenerationError(
+                "continuous batching needs a model with a cache API (a PaddleFormers causal LM): "
+                "a plain decoder's derived cache makes a batch's rows share their positions"
+            )
         if bucket not in self._prefill1_captured:
             src = self._source
-            assert isinstance(src, _CacheApi)                 # NOTE: one_length is False only for a cache API
+            assert isinstance(src, _CacheApi)  # NOTE: one_length is False only for a cache API
             self._prefill1_captured[bucket] = src.prefill(bucket, batch=1)
         return self._prefill1_captured[bucket]
 
@@ -246,9 +296,13 @@ class Generator:
         if self._continuous is None:
             shared = (self._graph_of, self.policy, self.held) if self.policy.nk_weights else None
             self._continuous = continuous_engine(
-                self.geometry, self.defaults, self.held.all_prepared(self.source_weights),
-                lambda name: program(self._graph_of(name), self.policy, self.held), shared_products=shared,
-                place=_placement(self.strategy, self.decode_captured))
+                self.geometry,
+                self.defaults,
+                self.held.all_prepared(self.source_weights),
+                lambda name: program(self._graph_of(name), self.policy, self.held),
+                shared_products=shared,
+                place=_placement(self.strategy, self.decode_captured),
+            )
         return self._continuous
 
     def _graph_of(self, name: str) -> Graph:
@@ -265,11 +319,17 @@ class Generator:
         self.engine.warm_up(**kwargs)
 
 
-_GENERATORS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_GENERATORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def generate(model: paddle.nn.Layer, input_ids: Any, attention_mask: Any = None, max_batch_size: int | None = None,
-             max_length: int | None = None, **kwargs: Any) -> tuple[np.ndarray, np.ndarray]:
+def generate(
+    model: paddle.nn.Layer,
+    input_ids: Any,
+    attention_mask: Any = None,
+    max_batch_size: int | None = None,
+    max_length: int | None = None,
+    **kwargs: Any,
+) -> tuple[np.ndarray, np.ndarray]:
     """One call: a Generator kept per model (and size), then its generate."""
     batch = np.shape(input_ids)[0]
     rows = max_batch_size or batch

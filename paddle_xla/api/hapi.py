@@ -2,20 +2,22 @@
 
 It *is* a paddle.Model whose adapter (the object paddle.Model hands every batch to) runs compiled
 XLA programs, so fit's loop, callbacks, progress bar and metrics are Paddle's own, unchanged."""
+
 from __future__ import annotations
 
-from typing import Any, Literal, Sequence, cast
+from collections.abc import Sequence
+from typing import Any, Literal, cast
 
 import numpy as np
 import paddle
 from paddle.static import InputSpec
 
 from .. import capture, x64
-from ..runtime.compiled import CompiledModel
-from .training import TrainStep
 from ..capture.wrap import net_with_loss
 from ..parallel.group import paddle_sees_one_rank
+from ..runtime.compiled import CompiledModel
 from ..strategy import Strategy
+from .training import TrainStep
 
 
 def _to_list(x: Any) -> list:
@@ -87,7 +89,7 @@ class XlaAdapter:
 
     def prepare(self) -> None:
         self._step = self._eval = self._predict = None
-        self._synced: dict[int, int] = {}      # id(program) -> the train step's version it last took
+        self._synced: dict[int, int] = {}  # id(program) -> the train step's version it last took
 
     # ---- the three batch entry points ------------------------------------------------------
     def train_batch(self, inputs: Any, labels: Any = None, update: bool = True) -> Any:
@@ -160,8 +162,9 @@ class XlaAdapter:
             self._synced[id(program)] = step.version
         return [np.asarray(o) for o in program.run(*xs)]
 
-    def _with_metrics(self, losses: list[np.ndarray] | None, outputs: list[paddle.Tensor],
-                      labels: list[np.ndarray]) -> Any:
+    def _with_metrics(
+        self, losses: list[np.ndarray] | None, outputs: list[paddle.Tensor], labels: list[np.ndarray]
+    ) -> Any:
         tensors = [paddle.to_tensor(y) for y in labels]
         metrics = []
         for metric in self.model._metrics:
@@ -191,14 +194,15 @@ class XlaAdapter:
             param.set_value(state)
         if optim_state and self.model._optimizer is not None:
             self.model._optimizer.set_state_dict(optim_state)
-        self.prepare()   # NOTE: recapture so training resumes from the loaded weights
+        self.prepare()  # NOTE: recapture so training resumes from the loaded weights
 
 
 class Model(paddle.Model):
     """paddle.Model, trained and evaluated with XLA. Same constructor and methods."""
 
-    def __init__(self, network: paddle.nn.Layer, inputs: Any = None, labels: Any = None,
-                 strategy: Strategy | None = None) -> None:
+    def __init__(
+        self, network: paddle.nn.Layer, inputs: Any = None, labels: Any = None, strategy: Strategy | None = None
+    ) -> None:
         # NOTE: paddle.Model.__init__ builds Paddle's own adapter, which paddle_xla's replaces at once; fit()
         # still reads the ranks for its DistributedBatchSampler.
         with paddle_sees_one_rank():

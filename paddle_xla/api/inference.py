@@ -1,10 +1,11 @@
 """The public face for inference: compile(), check(), load_inference_model().
 
 This is an edge module: it may import paddle, to accept paddle.Tensors and give them back."""
+
 from __future__ import annotations
 
-from typing import Any, Sequence
-
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import paddle
@@ -53,20 +54,26 @@ def _to_numpy(x: Any) -> Any:
     return x
 
 
-def _capture(model: paddle.nn.Layer | paddle.static.Program | str, input_spec: Sequence | None,
-             training: bool | None = None) -> capture.Captured:
+def _capture(
+    model: paddle.nn.Layer | paddle.static.Program | str, input_spec: Sequence | None, training: bool | None = None
+) -> capture.Captured:
     if isinstance(model, str):
         return capture.from_inference_model(model)
     if isinstance(model, paddle.nn.Layer):
         return capture.from_layer(model, input_spec, training=training)
     if type(model).__name__ == "Program":
         return capture.from_program(model)
-    raise TypeError(f"Cannot compile a {type(model).__name__}: give a paddle.nn.Layer with input_spec, "
-                    "a static Program, or the path prefix of a saved inference model.")
+    raise TypeError(
+        f"Cannot compile a {type(model).__name__}: give a paddle.nn.Layer with input_spec, "
+        "a static Program, or the path prefix of a saved inference model."
+    )
 
 
-def check(model: paddle.nn.Layer | paddle.static.Program | str, input_spec: Sequence | None = None,
-          training: bool | None = None) -> CoverageReport:
+def check(
+    model: paddle.nn.Layer | paddle.static.Program | str,
+    input_spec: Sequence | None = None,
+    training: bool | None = None,
+) -> CoverageReport:
     """Coverage report without compiling: the ops found, every unsupported one, and every op whose lowering
     fails on this program (found by an abstract evaluation), each with its layer and source line. A
     model it passes compiles."""
@@ -76,8 +83,13 @@ def check(model: paddle.nn.Layer | paddle.static.Program | str, input_spec: Sequ
     return report
 
 
-def compile(model: paddle.nn.Layer | paddle.static.Program | str, input_spec: Sequence | None = None, *,
-            seed: int = 0, strategy: Strategy | None = None) -> XlaModel:
+def compile(
+    model: paddle.nn.Layer | paddle.static.Program | str,
+    input_spec: Sequence | None = None,
+    *,
+    seed: int = 0,
+    strategy: Strategy | None = None,
+) -> XlaModel:
     """Capture `model` (an nn.Layer in its current mode, a static Program, or a saved inference model's
     path prefix) and compile it with XLA. Raises UnsupportedOpsError listing every missing op at once."""
     captured = _capture(model, input_spec)

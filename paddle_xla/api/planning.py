@@ -2,28 +2,37 @@
 
 An edge module (imports paddle): it captures the model as train_step would, without its weights'
 values, so a model built under paddle.LazyGuard() too big for this machine can be planned."""
+
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import paddle
 
 from .. import capture
+from ..capture.wrap import net_with_loss
 from ..errors import StrategyError
 from ..graph import Graph
 from ..interop import paddle_optimizer as optim_interop
 from ..planner import costs as costs_lib
 from ..planner import search
 from ..planner.profiles import profile
-from ..capture.wrap import net_with_loss
 
 
-def plan(net: paddle.nn.Layer, input_spec: Sequence, label_spec: Sequence = (),
-         optimizer: paddle.optimizer.Optimizer | None = None, *,
-         loss_fn: Callable[..., Any] | None = None, global_batch: int, devices: int, device: str = "cpu",
-         tensor_plan: Any = None,
-         precisions: Sequence[str] | None = None) -> search.Plan:
+def plan(
+    net: paddle.nn.Layer,
+    input_spec: Sequence,
+    label_spec: Sequence = (),
+    optimizer: paddle.optimizer.Optimizer | None = None,
+    *,
+    loss_fn: Callable[..., Any] | None = None,
+    global_batch: int,
+    devices: int,
+    device: str = "cpu",
+    tensor_plan: Any = None,
+    precisions: Sequence[str] | None = None,
+) -> search.Plan:
     """Every layout of `devices` x `device` for a global batch of `global_batch`, predicted and ranked;
     `.table()` prints them, `.best` is the fastest that fits, as a Strategy. The InputSpecs' dimensions
     but the batch must be concrete. `optimizer` defaults to SGD (no optimizer state)."""
@@ -38,14 +47,24 @@ def plan(net: paddle.nn.Layer, input_spec: Sequence, label_spec: Sequence = (),
     config = optim_interop.optimizer_config(opt).with_frozen(graph.unused_by(0))
     costs = costs_lib.model_costs(graph, config)
     stage_bytes = _stage_bytes(graph, captured.state_keys, costs)
-    return search.plan(costs, captured.state_keys, prof, devices, global_batch, tensor_plan,
-                       tuple(precisions or prof.precisions), stage_bytes)
+    return search.plan(
+        costs,
+        captured.state_keys,
+        prof,
+        devices,
+        global_batch,
+        tensor_plan,
+        tuple(precisions or prof.precisions),
+        stage_bytes,
+    )
 
 
 def _stage_bytes(graph: Graph, keys: Mapping[str, str], costs: costs_lib.ModelCosts) -> Callable[[int], list[float]]:
     """S -> the weight bytes of each stage under the "auto" placement (the widest one sets the packing)."""
     from ..parallel import placement as pl
-    from ..parallel import report, stages as stages_lib
+    from ..parallel import report
+    from ..parallel import stages as stages_lib
+
     cache: dict[int, list[float]] = {}
     values = report.stand_in_values(graph)
     cost, cut_bytes = report.costs(graph, values)
@@ -56,4 +75,5 @@ def _stage_bytes(graph: Graph, keys: Mapping[str, str], costs: costs_lib.ModelCo
             shared = sum(costs.weight_bytes[n] for n in own.shared)
             cache[stages] = [sum(costs.weight_bytes[n] for n in names) + shared for names in own.trainable]
         return cache[stages]
+
     return of

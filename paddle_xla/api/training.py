@@ -2,28 +2,30 @@
 
 An edge module (imports paddle): it reads the user's Layer and paddle.optimizer, captures the
 network and loss in train mode as one program, and runs Paddle's update rule on XLA."""
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
 import paddle
 
 from .. import capture, x64
+from ..capture.stage_markers import markers
+from ..capture.wrap import net_with_loss, takes_labels
 from ..errors import CheckFailedError, StrategyError, TrainingError, UnsupportedOpsError
-from ..runtime.feeds import checked
 from ..interop import paddle_optimizer as optim_interop
 from ..lowering.interpreter import check_message, fail_on_false_flags, raise_failed_check
 from ..lowering.lower import check_graph, checked_ops
-from ..train import checkpoint, optim
-from ..parallel.tensor_plan import tensor_plan_for
-from ..capture.stage_markers import markers
-from ..runtime.step_runner import StepRunner
 from ..parallel.mesh import to_host
-from ..train.step import TrainState, split_weights
-from ..capture.wrap import net_with_loss, takes_labels
+from ..parallel.tensor_plan import tensor_plan_for
+from ..runtime.feeds import checked
+from ..runtime.step_runner import StepRunner
 from ..strategy import Strategy
+from ..train import checkpoint, optim
+from ..train.step import TrainState, split_weights
 
 if TYPE_CHECKING:
     from ..parallel.placement import Placement
@@ -36,17 +38,29 @@ class TrainStep:
     `step(*inputs, *labels) -> loss (float)`; `step.sync_to(net)` writes weights back to the Layer.
     inputs_by_name=True calls net(name=value, ...) with the InputSpecs' names, as model(**batch) does."""
 
-    def __init__(self, net: paddle.nn.Layer, loss_fn: Callable[..., Any] | None, optimizer: paddle.optimizer.Optimizer,
-                 input_spec: Sequence, label_spec: Sequence = (), *, seed: int = 0, strategy: Strategy | None = None,
-                 inputs_by_name: bool = False) -> None:
+    def __init__(
+        self,
+        net: paddle.nn.Layer,
+        loss_fn: Callable[..., Any] | None,
+        optimizer: paddle.optimizer.Optimizer,
+        input_spec: Sequence,
+        label_spec: Sequence = (),
+        *,
+        seed: int = 0,
+        strategy: Strategy | None = None,
+        inputs_by_name: bool = False,
+    ) -> None:
         if strategy is not None and strategy.quant_type is not None:
-            raise StrategyError(f"Strategy(quant_type={strategy.quant_type!r}) holds a generator's weights in int8 for "
-                                "inference; training updates float weights: drop quant_type from the training Strategy")
+            raise StrategyError(
+                f"Strategy(quant_type={strategy.quant_type!r}) holds a generator's weights in int8 for "
+                "inference; training updates float weights: drop quant_type from the training Strategy"
+            )
         self.net, self.optimizer = net, optimizer
         specs = list(input_spec) + list(label_spec)
         _check_own_loss(net, loss_fn, label_spec)
-        wrapper = net_with_loss(net, loss_fn, [s.name for s in input_spec], [s.name for s in label_spec],
-                                by_name=inputs_by_name)
+        wrapper = net_with_loss(
+            net, loss_fn, [s.name for s in input_spec], [s.name for s in label_spec], by_name=inputs_by_name
+        )
         self.captured = capture.from_layer(wrapper, specs, training=True)
         report = check_graph(self.captured.graph)
         if not report.ok:
@@ -60,20 +74,28 @@ class TrainStep:
         self.config = optim_interop.optimizer_config(optimizer).with_frozen(self.unused_params)
         self.schedule = optim_interop.schedule_config(optimizer._learning_rate)
         # NOTE: a scheduler the user already stepped continues from where it is (Paddle's last_epoch).
-        first = optim_interop.schedule_state(optimizer._learning_rate) \
-            if isinstance(optimizer._learning_rate, paddle.optimizer.lr.LRScheduler) else 0
+        first = (
+            optim_interop.schedule_state(optimizer._learning_rate)
+            if isinstance(optimizer._learning_rate, paddle.optimizer.lr.LRScheduler)
+            else 0
+        )
         self._lr_offset = first if isinstance(first, int) else 0
         params, buffers = split_weights(self.graph, self.captured.weights)
-        self.version = 0              # bumped by every new state: readers can tell stale copies
+        self.version = 0  # bumped by every new state: readers can tell stale copies
         self.state = TrainState(params, buffers, self._initial_opt_state(params), 0, jax.random.key(seed))
         # NOTE: the Strategy's layout (replicas, stages, precision, ...) lives in the step runner;
         # the plan of a pipeline is printed here, before anything compiles.
-        self._step = StepRunner(self.graph, self.config, strategy, placement_for(self.captured, strategy),
-                                tensor_plan_for(self.graph, self.captured.state_keys, strategy),
-                                name=type(net).__name__)
+        self._step = StepRunner(
+            self.graph,
+            self.config,
+            strategy,
+            placement_for(self.captured, strategy),
+            tensor_plan_for(self.graph, self.captured.state_keys, strategy),
+            name=type(net).__name__,
+        )
         self.loss_scale, self.skipped_steps = self._step.loss_scale, 0
         self.last_outputs: list[jax.Array] = []
-        self._accumulated, self._micro = None, 0      # gradients of accumulate() calls since the last step
+        self._accumulated, self._micro = None, 0  # gradients of accumulate() calls since the last step
 
     @property
     def state(self) -> TrainState:
@@ -111,15 +133,16 @@ class TrainStep:
         their sum with its own (Paddle's loss.backward() without optimizer.step(); hapi's
         train_batch(update=False)). Buffers such as BatchNorm statistics update on every call."""
         s = self.state
-        loss, fetches, buffers, grads = self._step.backward(s, self.feeds(args, kwargs), self._accumulated,
-                                                            self._micro)
+        loss, fetches, buffers, grads = self._step.backward(s, self.feeds(args, kwargs), self._accumulated, self._micro)
         loss = float(loss)
         n = len(self.graph.fetches)
         fail_on_false_flags(fetches[n:], [check_message(op) for op in checked_ops(self.graph)])
         if not np.isfinite(loss):
-            raise TrainingError(f"The loss is not finite at step {s.step} (accumulation pass {self._micro + 1}; "
-                                f"loss = {loss}); nothing was added. Check the inputs for NaN/Inf or lower the "
-                                "learning rate.")
+            raise TrainingError(
+                f"The loss is not finite at step {s.step} (accumulation pass {self._micro + 1}; "
+                f"loss = {loss}); nothing was added. Check the inputs for NaN/Inf or lower the "
+                "learning rate."
+            )
         self._accumulated, self._micro = grads, self._micro + 1
         self.state = TrainState(s.params, buffers, s.opt_state, s.step, s.key)
         self.last_outputs = list(fetches[1:n])
@@ -133,7 +156,7 @@ class TrainStep:
         try:
             result = self._step(s, feeds, lrs, self._accumulated)
         except jax.errors.JaxRuntimeError as e:
-            raise_failed_check(e)         # NOTE: a Paddle assert in the program, false for this batch
+            raise_failed_check(e)  # NOTE: a Paddle assert in the program, false for this batch
             raise
         self._accumulated, self._micro = None, 0
         self.state, self.last_outputs = result.state, result.outputs
@@ -157,8 +180,9 @@ class TrainStep:
         # NOTE: on the host: the state may be split across processes (sharding), each gathering it at once
         opt = {n: {a: to_host(x) for a, x in accs.items()} for n, accs in self.state.opt_state.items()}
         params = {n: to_host(x) for n, x in self.state.params.items()}
-        return optim_interop.to_paddle_state_dict(self.config, opt, params,
-                                                  schedule_state=self._lr_offset + self.state.step)
+        return optim_interop.to_paddle_state_dict(
+            self.config, opt, params, schedule_state=self._lr_offset + self.state.step
+        )
 
     # ---- weights back to Paddle, checkpoints -------------------------------------------------
     def layout(self) -> dict:
@@ -222,11 +246,18 @@ def _check_own_loss(net: paddle.nn.Layer, loss_fn: Callable[..., Any] | None, la
             f"loss_fn is None, so {type(net).__name__} must compute its own loss from the labels "
             f"{names}, but its forward takes no argument named {' or '.join(map(repr, names))}. Pass a loss_fn "
             "(loss_fn(*outputs, *labels)), or name the label InputSpecs as the forward's arguments "
-            "(e.g. InputSpec(..., name='labels')), or drop label_spec if the first output already is the loss.")
+            "(e.g. InputSpec(..., name='labels')), or drop label_spec if the first output already is the loss."
+        )
 
 
-def train_step(net: paddle.nn.Layer, loss_fn: Callable[..., Any] | None, optimizer: paddle.optimizer.Optimizer,
-               input_spec: Sequence, label_spec: Sequence = (), **kw: Any) -> TrainStep:
+def train_step(
+    net: paddle.nn.Layer,
+    loss_fn: Callable[..., Any] | None,
+    optimizer: paddle.optimizer.Optimizer,
+    input_spec: Sequence,
+    label_spec: Sequence = (),
+    **kw: Any,
+) -> TrainStep:
     """Compile one training step of `net` (and `loss_fn(outputs..., labels...)`, or None when
     net's first output is the loss) with `optimizer`'s exact Paddle update rule."""
     return TrainStep(net, loss_fn, optimizer, input_spec, label_spec, **kw)
@@ -239,11 +270,11 @@ def placement_for(captured: capture.Captured, strategy: Strategy | None, verbose
         return None
     from ..parallel import placement as pl
     from ..parallel import report
+
     graph = captured.graph
     values = report.stand_in_values(graph, strategy.precision)
     cost, cut_bytes = report.costs(graph, values)
-    result = pl.place(graph, strategy.stages, strategy.placement, markers(graph), captured.state_keys,
-                      cost, cut_bytes)
+    result = pl.place(graph, strategy.stages, strategy.placement, markers(graph), captured.state_keys, cost, cut_bytes)
     result.plan = report.describe(graph, result, values)
     if verbose:
         print(result.plan)

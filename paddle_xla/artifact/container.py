@@ -10,6 +10,7 @@ train_writer.py, train_reader.py) are written (`write`) and read (`read`) throug
   exported/<platform>.bin  jax.export serialized StableHLO of the exported function
 
 Paddle-free."""
+
 from __future__ import annotations
 
 import datetime
@@ -17,7 +18,8 @@ import hashlib
 import io as _io
 import json
 import zipfile
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import numpy as np
@@ -50,8 +52,11 @@ def exported_member(platform: str) -> str:
 def lowering_record(policies: Mapping[str, LoweringPolicy], precision: str) -> dict:
     """The manifest's account of how the program was lowered: for each exported platform, and the
     precision a re-lowering must keep."""
-    return {"version": LOWERING_VERSION, "precision": precision,
-            "policies": {p: pol.to_dict() for p, pol in policies.items()}}
+    return {
+        "version": LOWERING_VERSION,
+        "precision": precision,
+        "policies": {p: pol.to_dict() for p, pol in policies.items()},
+    }
 
 
 def recorded_precision(manifest: Mapping) -> str:
@@ -64,13 +69,16 @@ def lowering_moved(manifest: Mapping) -> str:
     version = (manifest.get("lowering") or {}).get("version", 1)
     if version == LOWERING_VERSION:
         return ""
-    return (f"; it was lowered with lowering version {version} (paddle_xla {manifest.get('paddle_xla_version', '?')}), "
-            f"this paddle_xla lowers with version {LOWERING_VERSION}, so its numbers may differ slightly "
-            "from the exporter's")
+    return (
+        f"; it was lowered with lowering version {version} (paddle_xla {manifest.get('paddle_xla_version', '?')}), "
+        f"this paddle_xla lowers with version {LOWERING_VERSION}, so its numbers may differ slightly "
+        "from the exporter's"
+    )
 
 
 def paddle_xla_version() -> str:
     from importlib import metadata
+
     try:
         return metadata.version("paddle_xla")
     except metadata.PackageNotFoundError:
@@ -84,15 +92,20 @@ def tensor_spec(t: Tensor) -> dict:
 
 def weights_bytes(weights: Mapping[str, np.ndarray]) -> bytes:
     from safetensors.numpy import save
+
     return save({k: np.ascontiguousarray(np.asarray(v)) for k, v in weights.items()})
 
 
 def pack(members: Mapping[str, bytes], manifest: Mapping[str, Any]) -> tuple[bytes, dict]:
     """The .pxa bytes, and its manifest: `manifest` plus versions and each member's sha256."""
-    manifest = dict(manifest, format_version=FORMAT_VERSION, paddle_xla_version=paddle_xla_version(),
-                    jax_version=jax.__version__,
-                    created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                    members={name: {"sha256": sha256(data), "size": len(data)} for name, data in members.items()})
+    manifest = dict(
+        manifest,
+        format_version=FORMAT_VERSION,
+        paddle_xla_version=paddle_xla_version(),
+        jax_version=jax.__version__,
+        created_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        members={name: {"sha256": sha256(data), "size": len(data)} for name, data in members.items()},
+    )
     buf = _io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
         z.writestr(MANIFEST, json.dumps(manifest, indent=1), compress_type=zipfile.ZIP_DEFLATED)
@@ -104,25 +117,41 @@ def pack(members: Mapping[str, bytes], manifest: Mapping[str, Any]) -> tuple[byt
     return buf.getvalue(), manifest
 
 
-def write(path: str, kind: str, graph: Graph, weights: Mapping[str, np.ndarray], strategy_json: bytes,
-          exported: Mapping[str, bytes], entries: Mapping[str, dict], policies: Mapping[str, LoweringPolicy],
-          precision: str, synthetic: Mapping | None = None, members: Mapping[str, bytes] | None = None,
-          **fields) -> dict:
+def write(
+    path: str,
+    kind: str,
+    graph: Graph,
+    weights: Mapping[str, np.ndarray],
+    strategy_json: bytes,
+    exported: Mapping[str, bytes],
+    entries: Mapping[str, dict],
+    policies: Mapping[str, LoweringPolicy],
+    precision: str,
+    synthetic: Mapping | None = None,
+    members: Mapping[str, bytes] | None = None,
+    **fields,
+) -> dict:
     """Write an artifact of either kind, atomically, and return its manifest: the members every
     artifact has (the Graph, the weights, the Strategy, one executable per exported platform) plus
     `members`; the manifest fields every artifact has plus `fields`. `entries` is the manifest's
     per-platform record ("exported"), each with its member's name added."""
-    every = {GRAPH: graph.to_json().encode(), WEIGHTS: weights_bytes(weights), STRATEGY: strategy_json,
-             **(members or {})}
+    every = {
+        GRAPH: graph.to_json().encode(),
+        WEIGHTS: weights_bytes(weights),
+        STRATEGY: strategy_json,
+        **(members or {}),
+    }
     every.update({exported_member(p): data for p, data in exported.items()})
-    manifest = {"kind": kind,
-                "feeds": [tensor_spec(t) for t in graph.feeds],
-                "fetches": [tensor_spec(t) for t in graph.fetches],
-                "exported": {p: {"member": exported_member(p), **entry} for p, entry in entries.items()},
-                "lowering": lowering_record(policies, precision),
-                "checks": [check_message(op) for op in checked_ops(graph)],
-                **fields,
-                **({"synthetic_weights": synthetic} if synthetic else {})}
+    manifest = {
+        "kind": kind,
+        "feeds": [tensor_spec(t) for t in graph.feeds],
+        "fetches": [tensor_spec(t) for t in graph.fetches],
+        "exported": {p: {"member": exported_member(p), **entry} for p, entry in entries.items()},
+        "lowering": lowering_record(policies, precision),
+        "checks": [check_message(op) for op in checked_ops(graph)],
+        **fields,
+        **({"synthetic_weights": synthetic} if synthetic else {}),
+    }
     data, manifest = pack(every, manifest)
     atomic_write(path, data)
     return manifest
@@ -140,11 +169,11 @@ def read(path: str) -> tuple[dict, dict[str, bytes]]:
             manifest = _manifest(path, z)
             return manifest, {name: _member(path, z, name, info) for name, info in manifest["members"].items()}
     except FileNotFoundError:
-        raise ModelLoadError(f"No artifact at {path!r}. Write one with px.export(model, "
-                             f"{path!r}).") from None
+        raise ModelLoadError(f"No artifact at {path!r}. Write one with px.export(model, {path!r}).") from None
     except (zipfile.BadZipFile, EOFError, OSError) as e:
-        raise ModelLoadError(f"{path!r} is truncated or is not a paddle_xla artifact ({e}). "
-                             "Copy it again, or export it again.") from None
+        raise ModelLoadError(
+            f"{path!r} is truncated or is not a paddle_xla artifact ({e}). Copy it again, or export it again."
+        ) from None
 
 
 def _manifest(path: str, z: zipfile.ZipFile) -> dict:
@@ -161,7 +190,8 @@ def _manifest(path: str, z: zipfile.ZipFile) -> dict:
         raise ModelLoadError(
             f"{path!r} has artifact format version {version} (written by paddle_xla "
             f"{manifest.get('paddle_xla_version', '?')}), but this paddle_xla ({paddle_xla_version()}) reads "
-            f"format version {FORMAT_VERSION} and older. Upgrade paddle_xla: pip install -U paddle_xla.")
+            f"format version {FORMAT_VERSION} and older. Upgrade paddle_xla: pip install -U paddle_xla."
+        )
     missing = [k for k in ("members", "feeds", "fetches") if k not in manifest]
     if missing or WEIGHTS not in manifest["members"]:
         raise ModelLoadError(f"The {MANIFEST} of {path!r} lacks {missing or [WEIGHTS]}; export it again.")
@@ -172,18 +202,22 @@ def _member(path: str, z: zipfile.ZipFile, name: str, info: Mapping) -> bytes:
     try:
         data = z.read(name)
     except KeyError:
-        raise ModelLoadError(f"{path!r} lacks member {name!r}, which its manifest lists; "
-                             "the file was altered. Export it again.") from None
+        raise ModelLoadError(
+            f"{path!r} lacks member {name!r}, which its manifest lists; the file was altered. Export it again."
+        ) from None
     except zipfile.BadZipFile as e:  # NOTE: zip's own CRC check fails before ours can
         raise ModelLoadError(f"Member {name!r} of {path!r} is corrupt ({e}); export it again.") from None
     if sha256(data) != info.get("sha256"):
-        raise ModelLoadError(f"Member {name!r} of {path!r} does not match its sha256 in the manifest: "
-                             "it is truncated or was tampered with. Export it again.")
+        raise ModelLoadError(
+            f"Member {name!r} of {path!r} does not match its sha256 in the manifest: "
+            "it is truncated or was tampered with. Export it again."
+        )
     return data
 
 
 def weights_of(path: str, data: bytes) -> dict[str, np.ndarray]:
     from safetensors.numpy import load
+
     try:
         return dict(load(data))
     except Exception as e:  # safetensors raises its own error types for bad headers
@@ -202,6 +236,7 @@ def graph_of(path: str, members: Mapping[str, bytes]) -> Graph | None:
 class ManifestViews:
     """What an inference Artifact and a TrainArtifact both read off their manifest (self.manifest) and
     feed specs (self.feeds_spec, tensors_of(manifest["feeds"]))."""
+
     manifest: Mapping[str, Any]
     feeds_spec: tuple[Tensor, ...]
 
@@ -228,8 +263,10 @@ def misfit(feeds: Mapping[str, np.ndarray], exported_shapes: Mapping[str, tuple]
             else:  # NOTE: a symbolic dimension; the same symbol must take one value across inputs
                 ok = got >= 1 and bound.setdefault(str(want), got) == got
             if not ok:
-                return (f"input shapes {shapes_of(feeds)} do not fit the exported shapes "
-                        f"{ {k: _dims(v) for k, v in exported_shapes.items()} }")
+                return (
+                    f"input shapes {shapes_of(feeds)} do not fit the exported shapes "
+                    f"{ {k: _dims(v) for k, v in exported_shapes.items()} }"
+                )
     return None
 
 

@@ -4,22 +4,23 @@ It runs the exported StableHLO programs when the artifact holds them for this pl
 "exported"`), else re-lowers the stored Graphs (`mode == "relowered"`), and generates through the
 same BatchEngine as px.Generator, so its arguments, checks and tokens are the live generator's. Paddle-free.
 """
+
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import jax
 import numpy as np
 
-from . import synthetic_weights
 from .. import x64
 from ..errors import GenerationError, ModelLoadError
+from ..generation.batch_engine import BatchEngine, Geometry, held_weights, program
 from ..generation.config import DecodeConfig, token_ids
 from ..generation.continuous import ContinuousEngine, continuous_engine
-from ..generation.batch_engine import BatchEngine, Geometry, held_weights, program
 from ..graph import Graph
 from ..lowering.policy import LoweringPolicy
 from ..runtime.held import HeldWeights
+from . import synthetic_weights
 from .container import WEIGHTS, current_platform, lowering_moved, weights_of
 from .generator_writer import TOKENIZER, graph_member, program_weights
 
@@ -27,8 +28,9 @@ from .generator_writer import TOKENIZER, graph_member, program_weights
 class GeneratorArtifact:
     """`generate(input_ids, ...)` as px.Generator.generate; `complete(prompt, ...)` text in, text out."""
 
-    def __init__(self, path: str, manifest: dict, members: Mapping[str, bytes], prefer_graph: bool = False,
-                 seed: int = 0):
+    def __init__(
+        self, path: str, manifest: dict, members: Mapping[str, bytes], prefer_graph: bool = False, seed: int = 0
+    ):
         self.path, self.manifest = path, manifest
         gen = manifest.get("generation") or {}
         try:
@@ -53,17 +55,30 @@ class GeneratorArtifact:
             make = lambda n: _exported_program(path, members, entry["programs"][n], self.graphs[n])  # noqa: E731
         else:
             self.mode = "relowered"
-            self.why = ("prefer_graph=True" if entry is not None else
-                        f"no executable was exported for {self.platform} "
-                        f"(it has {sorted(manifest.get('exported') or {})})"
-                        ) + "; the Graphs are lowered here" + lowering_moved(manifest)
+            self.why = (
+                (
+                    "prefer_graph=True"
+                    if entry is not None
+                    else f"no executable was exported for {self.platform} "
+                    f"(it has {sorted(manifest.get('exported') or {})})"
+                )
+                + "; the Graphs are lowered here"
+                + lowering_moved(manifest)
+            )
             policy = LoweringPolicy.live(self.geometry.precision, inference=True)
             held = held_weights(self.graphs["decode"], policy, self.geometry.quant_type)
             make = lambda n: program(self.graphs[n], policy, held)  # noqa: E731
         weights = held.all_prepared(synthetic_weights.fill(manifest, weights_of(path, members[WEIGHTS])))
         chunked = self.geometry.chunked
-        self.engine = BatchEngine(self.geometry, self.defaults, make("decode"), lambda b: make(f"prefill_{b}"), weights,
-                             seed=seed, extend=make("extend") if chunked else None)
+        self.engine = BatchEngine(
+            self.geometry,
+            self.defaults,
+            make("decode"),
+            lambda b: make(f"prefill_{b}"),
+            weights,
+            seed=seed,
+            extend=make("extend") if chunked else None,
+        )
         self._make, self._held, self._weights, self._seed = make, held, weights, seed
         self._continuous: ContinuousEngine | None = None
         self._tokenizer_text = members.get(TOKENIZER)
@@ -80,12 +95,15 @@ class GeneratorArtifact:
         """The engine a server runs (generation/continuous.py), on this artifact's programs (made once)."""
         if self._continuous is None:
             if f"prefill1_{self.geometry.buckets[0]}" not in self.graphs:
-                raise ModelLoadError(f"{self.path!r} holds no batch-1 prefill programs, which serving needs: "
-                                     "export it again with this paddle_xla (a plain decoder's generator cannot be "
-                                     "served: its rows share their positions)")
+                raise ModelLoadError(
+                    f"{self.path!r} holds no batch-1 prefill programs, which serving needs: "
+                    "export it again with this paddle_xla (a plain decoder's generator cannot be "
+                    "served: its rows share their positions)"
+                )
             make, shared = self._continuous_programs()
-            self._continuous = continuous_engine(self.geometry, self.defaults, self._weights, make,
-                                                 shared_products=shared, seed=self._seed)
+            self._continuous = continuous_engine(
+                self.geometry, self.defaults, self._weights, make, shared_products=shared, seed=self._seed
+            )
         return self._continuous
 
     def _continuous_programs(self):
@@ -126,8 +144,10 @@ class GeneratorArtifact:
 
     def _tokenizer(self):
         if self.tokenizer is None:
-            raise GenerationError(f"{self.path!r} holds no tokenizer: export it with px.export(gen, path, "
-                                  "tokenizer=...) or pass token ids")
+            raise GenerationError(
+                f"{self.path!r} holds no tokenizer: export it with px.export(gen, path, "
+                "tokenizer=...) or pass token ids"
+            )
         return self.tokenizer
 
 
@@ -145,13 +165,15 @@ def _exported_program(path: str, members: Mapping[str, bytes], member: str, grap
     try:
         exp = jax.export.deserialize(bytearray(members[member]))
     except Exception as e:
-        raise ModelLoadError(f"The executable {member!r} of {path!r} does not deserialize ({e}); export it again.") \
-            from None
+        raise ModelLoadError(
+            f"The executable {member!r} of {path!r} does not deserialize ({e}); export it again."
+        ) from None
     names = program_weights(graph)
 
     def run(weights, *feeds):
         with x64.scope():
             return exp.call({k: weights[k] for k in names}, *feeds)
+
     return run
 
 
@@ -159,8 +181,10 @@ def _tokenizer(path: str, text: bytes):
     try:
         from tokenizers import Tokenizer
     except ModuleNotFoundError:
-        raise ModelLoadError(f"{path!r} holds a tokenizer, which needs the 'tokenizers' package: "
-                             "pip install 'paddle_xla[validate]' (or pass token ids)") from None
+        raise ModelLoadError(
+            f"{path!r} holds a tokenizer, which needs the 'tokenizers' package: "
+            "pip install 'paddle_xla[validate]' (or pass token ids)"
+        ) from None
     try:
         return Tokenizer.from_str(text.decode())
     except Exception as e:

@@ -12,6 +12,7 @@ Members, besides the manifest:
 The manifest's `generation` holds the Geometry (batch and cache slots, cache shape, vocabulary,
 precision) and generate's defaults (eos and pad ids), so a loader needs nothing else. Paddle-free.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,14 +21,14 @@ import os
 import jax
 import numpy as np
 
-from . import container as fmt
-from . import synthetic_weights as synthetic_lib
 from .. import x64
 from ..errors import ExportError
 from ..files import atomic_write
 from ..generation.batch_engine import held_weights, program
 from ..lowering.policy import LoweringPolicy
 from ..ops.util import dtype as jax_dtype
+from . import container as fmt
+from . import synthetic_weights as synthetic_lib
 from .jax_export import avals, check_platforms
 
 TOKENIZER = "tokenizer.json"
@@ -46,15 +47,18 @@ def is_generator(model) -> bool:
     return all(hasattr(model, a) for a in ("engine", "geometry", "decode_captured", "prefill_captured"))
 
 
-def export_generator(gen, path: str, platforms=("cpu",), tokenizer=None, chat_template: str | None = None,
-                     synthetic_weights=None) -> dict:
+def export_generator(
+    gen, path: str, platforms=("cpu",), tokenizer=None, chat_template: str | None = None, synthetic_weights=None
+) -> dict:
     """Write `gen` to `path` atomically (see the module docstring) and return the manifest. With
     `synthetic_weights` the weights of 2 or more dimensions are left out and drawn when loaded
     (synthetic_weights.py): an artifact that measures speed on another machine, not the model's tokens."""
     platforms = check_platforms(platforms)
     if getattr(gen, "strategy", None) is not None and gen.strategy.tensor > 1:
-        raise ExportError(f"this generator is split over tensor={gen.strategy.tensor} devices, and an artifact's "
-                          "executables are for one device: export a generator built without tensor=")
+        raise ExportError(
+            f"this generator is split over tensor={gen.strategy.tensor} devices, and an artifact's "
+            "executables are for one device: export a generator built without tensor="
+        )
     g = gen.geometry
     graphs = {"decode": gen.decode_captured.graph}
     graphs.update({f"prefill_{b}": gen.prefill_captured(b).graph for b in g.buckets})
@@ -80,15 +84,21 @@ def export_generator(gen, path: str, platforms=("cpu",), tokenizer=None, chat_te
         members[TOKENIZER] = text.encode()
     chat = chat_record(tokenizer, chat_template)
     decode = graphs["decode"]
-    manifest = {"kind": "generator",
-                "feeds": [fmt.tensor_spec(t) for t in decode.feeds],
-                "fetches": [fmt.tensor_spec(t) for t in decode.fetches],
-                "generation": {"geometry": g.to_dict(), "defaults": dataclasses.asdict(gen.defaults),
-                               "buckets": list(g.buckets)},
-                "exported": exported,
-                "lowering": fmt.lowering_record(policies, g.precision),
-                "tokenizer": TOKENIZER if text is not None else None, "chat": chat,
-                **({"synthetic_weights": synthetic} if synthetic else {})}
+    manifest = {
+        "kind": "generator",
+        "feeds": [fmt.tensor_spec(t) for t in decode.feeds],
+        "fetches": [fmt.tensor_spec(t) for t in decode.fetches],
+        "generation": {
+            "geometry": g.to_dict(),
+            "defaults": dataclasses.asdict(gen.defaults),
+            "buckets": list(g.buckets),
+        },
+        "exported": exported,
+        "lowering": fmt.lowering_record(policies, g.precision),
+        "tokenizer": TOKENIZER if text is not None else None,
+        "chat": chat,
+        **({"synthetic_weights": synthetic} if synthetic else {}),
+    }
     data, manifest = fmt.pack(members, manifest)
     atomic_write(path, data)
     return manifest
@@ -104,16 +114,19 @@ def _serialized(graph, policy, held, weights, platform: str, cache_dtype) -> byt
     mine = {k: weights[k] for k in program_weights(graph)}
     # NOTE: the decode step reads the KV cache in the engine's cache dtype (bf16 under bf16), not the
     # float32 the capture declared
-    feeds = [jax.ShapeDtypeStruct(tuple(t.shape), cache_dtype if t.name == "past" else jax_dtype(t.dtype))
-             for t in graph.feeds]
+    feeds = [
+        jax.ShapeDtypeStruct(tuple(t.shape), cache_dtype if t.name == "past" else jax_dtype(t.dtype))
+        for t in graph.feeds
+    ]
     if any(d < 0 for t in graph.feeds for d in t.shape):
         raise ExportError("a generator's programs have fixed shapes; this one has a symbolic input")
     with x64.scope():
         try:
             exp = jax.export.export(jax.jit(run), platforms=[platform])(avals(mine), *feeds)
         except Exception as e:
-            raise ExportError(f"Exporting the generator for platform {platform!r} failed: "
-                              f"{type(e).__name__}: {e}") from e
+            raise ExportError(
+                f"Exporting the generator for platform {platform!r} failed: {type(e).__name__}: {e}"
+            ) from e
     return bytes(exp.serialize())
 
 
@@ -126,8 +139,10 @@ def tokenizer_json(tokenizer) -> str | None:
     if isinstance(tokenizer, (str, os.PathLike)):
         file = os.path.join(tokenizer, TOKENIZER) if os.path.isdir(tokenizer) else os.fspath(tokenizer)
         if not os.path.isfile(file):
-            raise ExportError(f"tokenizer={tokenizer!r}: no {TOKENIZER} there; pass the tokenizer object or the "
-                              f"path of its {TOKENIZER}")
+            raise ExportError(
+                f"tokenizer={tokenizer!r}: no {TOKENIZER} there; pass the tokenizer object or the "
+                f"path of its {TOKENIZER}"
+            )
         with open(file, encoding="utf-8") as f:
             text = f.read()
     elif hasattr(tokenizer, "to_str"):
@@ -135,9 +150,11 @@ def tokenizer_json(tokenizer) -> str | None:
     elif getattr(tokenizer, "backend_tokenizer", None) is not None:
         text = tokenizer.backend_tokenizer.to_str()
     else:
-        raise ExportError(f"the tokenizer ({type(tokenizer).__name__}) is not a fast tokenizer, so it has no "
-                          f"{TOKENIZER} form: load its fast version (AutoTokenizer.from_pretrained(..., use_fast=True))"
-                          f" or pass the path of a {TOKENIZER}")
+        raise ExportError(
+            f"the tokenizer ({type(tokenizer).__name__}) is not a fast tokenizer, so it has no "
+            f"{TOKENIZER} form: load its fast version (AutoTokenizer.from_pretrained(..., use_fast=True))"
+            f" or pass the path of a {TOKENIZER}"
+        )
     _check_tokenizer(text, tokenizer)
     return text
 
@@ -156,6 +173,7 @@ def chat_record(tokenizer, chat_template: str | None) -> dict | None:
 
 def _check_tokenizer(text: str, source) -> None:
     from tokenizers import Tokenizer
+
     try:
         Tokenizer.from_str(text)
     except Exception as e:

@@ -1,18 +1,20 @@
 """jax.export of a function over a Graph's feeds, for the platforms asked: with the feeds' None
 dimensions symbolic when the program allows, else for the concrete shapes of example inputs. What
 both artifact kinds serialize goes through here. Paddle-free."""
+
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 import numpy as np
 
-from ..runtime import feeds as feeds_mod
-from .container import PLATFORMS
 from ..errors import ExportError
 from ..graph import Graph
 from ..ops.util import dtype as jax_dtype
+from ..runtime import feeds as feeds_mod
+from .container import PLATFORMS
 
 
 def check_platforms(platforms: Sequence[str]) -> list[str]:
@@ -23,26 +25,31 @@ def check_platforms(platforms: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(platforms))
 
 
-def export_all(make_f, graph: Graph, head, tail: tuple, platforms,
-               example_inputs) -> tuple[dict[str, bytes], dict]:
+def export_all(make_f, graph: Graph, head, tail: tuple, platforms, example_inputs) -> tuple[dict[str, bytes], dict]:
     """Serialized executables of make_f(platform)(*head, feeds, *tail) by platform, and how the feed
     shapes were chosen. `head` may be a function of the platform (weights laid out per platform)."""
     head_of = head if callable(head) else (lambda _p: head)
     feed_specs, shapes = _symbolic_specs(graph), "symbolic"
     try:
-        first = jax.export.export(make_f(platforms[0]), platforms=[platforms[0]])(*head_of(platforms[0]),
-                                                                                   feed_specs, *tail)
+        first = jax.export.export(make_f(platforms[0]), platforms=[platforms[0]])(
+            *head_of(platforms[0]), feed_specs, *tail
+        )
     except Exception as e:  # NOTE: e.g. shape arithmetic kept in NumPy cannot take a symbolic dimension
         if example_inputs is None:
-            raise ExportError(f"The program does not export with symbolic dimensions ({type(e).__name__}: "
-                              f"{e}). Pass example_inputs=[...] to export it for those concrete shapes.") from e
+            raise ExportError(
+                f"The program does not export with symbolic dimensions ({type(e).__name__}: "
+                f"{e}). Pass example_inputs=[...] to export it for those concrete shapes."
+            ) from e
         feed_specs, shapes = _concrete_specs(graph, example_inputs), "concrete"
         first = None
     out = {}
     for p in platforms:
         try:
-            exp = first if (first is not None and p == platforms[0]) else \
-                jax.export.export(make_f(p), platforms=[p])(*head_of(p), feed_specs, *tail)
+            exp = (
+                first
+                if (first is not None and p == platforms[0])
+                else jax.export.export(make_f(p), platforms=[p])(*head_of(p), feed_specs, *tail)
+            )
         except Exception as e:
             raise ExportError(f"Exporting for platform {p!r} failed: {type(e).__name__}: {e}") from e
         out[p] = bytes(exp.serialize())
@@ -59,7 +66,7 @@ def _symbolic_specs(graph: Graph) -> dict[str, jax.ShapeDtypeStruct]:
     """A None dimension at position i is the symbol d<i>, shared by all inputs."""
     # NOTE: sharing by position matches the usual case (batch first, sequence second, the same in
     # every input); unrelated dims wrongly shared only make a call fall back to re-lowering.
-    scope = jax.export.SymbolicScope()   # NOTE: one scope, so that d0 of two inputs is one symbol
+    scope = jax.export.SymbolicScope()  # NOTE: one scope, so that d0 of two inputs is one symbol
     out = {}
     for t in graph.feeds:
         dims = ",".join(f"d{i}" if d < 0 else str(d) for i, d in enumerate(t.shape))

@@ -8,29 +8,45 @@ weights: see synthetic_weights.py.
 
 This module never imports paddle: the Graph, lowering and runtime it uses are Paddle-free.
 """
+
 from __future__ import annotations
 
 import io as _io
 import itertools
 import os
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
 
-from ..runtime import feeds as feeds_mod
-from . import synthetic_weights
 from .. import x64
-from . import choice
-from .container import (FORMAT_VERSION, GRAPH, MANIFEST, STRATEGY, WEIGHTS, current_platform,  # noqa: F401
-                        graph_of, lowering_moved, misfit, read, recorded_precision, shapes_of, sha256, tensors_of,
-                        weights_of, ManifestViews)
-from ..runtime.executables import ExecutableCache, shapes_text
 from ..errors import FeedError, ModelLoadError, PaddleXlaError
 from ..lowering.interpreter import draws_random, fail_on_false_flags
+from ..runtime import feeds as feeds_mod
+from ..runtime.executables import ExecutableCache, shapes_text
 from ..runtime.held import HeldWeights
-from ..strategy import Strategy
 from ..runtime.xla_options import has_convolutions, options_for
+from ..strategy import Strategy
+from . import choice, synthetic_weights
+from .container import (  # noqa: F401
+    FORMAT_VERSION,
+    GRAPH,
+    MANIFEST,
+    STRATEGY,
+    WEIGHTS,
+    ManifestViews,
+    current_platform,
+    graph_of,
+    lowering_moved,
+    misfit,
+    read,
+    recorded_precision,
+    sha256,
+    shapes_of,
+    tensors_of,
+    weights_of,
+)
 
 if TYPE_CHECKING:
     from ..runtime.compiled import CompiledModel
@@ -40,8 +56,9 @@ if TYPE_CHECKING:
 
 # ---- running ----------------------------------------------------------------------------------
 @x64.enabled
-def load(path: str, prefer_graph: bool = False, seed: int | None = None, key: jax.Array | None = None,
-         **train_options: Any) -> Artifact | GeneratorArtifact | TrainArtifact:
+def load(
+    path: str, prefer_graph: bool = False, seed: int | None = None, key: jax.Array | None = None, **train_options: Any
+) -> Artifact | GeneratorArtifact | TrainArtifact:
     """Open a .pxa. It runs its serialized executable when one was exported for this platform
     (`mode == "exported"`), else re-lowers its Graph (`mode == "relowered"`); `why` says why.
     Random ops draw anew on every call, starting from the exporter's key, or from `seed` / `key`.
@@ -50,9 +67,11 @@ def load(path: str, prefer_graph: bool = False, seed: int | None = None, key: ja
     manifest, members = read(path)
     if manifest.get("kind") == "generator":
         from .generator_reader import GeneratorArtifact
+
         return GeneratorArtifact(path, manifest, members, prefer_graph, seed=seed or 0)
     if manifest.get("kind") == "train":
         from .train_reader import TrainArtifact
+
         return TrainArtifact(path, manifest, members, prefer_graph, **train_options)
     return Artifact(path, manifest, members, prefer_graph, seed=seed, key=key)
 
@@ -64,8 +83,15 @@ class Artifact(ManifestViews):
     Call i of a program that draws random numbers draws from fold_in(key, i), as the exporter's
     CompiledModel did; `seed` or `key` replaces the exporter's key."""
 
-    def __init__(self, path: str, manifest: dict, members: Mapping[str, bytes], prefer_graph: bool = False,
-                 seed: int | None = None, key: jax.Array | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        manifest: dict,
+        members: Mapping[str, bytes],
+        prefer_graph: bool = False,
+        seed: int | None = None,
+        key: jax.Array | None = None,
+    ) -> None:
         self.path, self.manifest = path, manifest
         self.feeds_spec = tensors_of(manifest["feeds"])
         self.fetches_spec = tensors_of(manifest["fetches"])
@@ -77,8 +103,9 @@ class Artifact(ManifestViews):
         self._random = draws_random(self.graph) if self.graph is not None else True
         self._calls = itertools.count()
         self._relowered: CompiledModel | None = None
-        self.exported, self.mode, self.why = choice.pick(path, manifest, members, self.platform,
-                                                         self.graph is not None, prefer_graph)
+        self.exported, self.mode, self.why = choice.pick(
+            path, manifest, members, self.platform, self.graph is not None, prefer_graph
+        )
         self._exported_why = self.why
         if self.exported is not None:
             self._exported_state()
@@ -93,8 +120,9 @@ class Artifact(ManifestViews):
         # NOTE: the executable's own argument tree says which weights are params and which buffers,
         # so this works even with no Graph in the artifact.
         # NOTE: weights the executable reads in another layout or precision (held.py), prepared once here
-        held = HeldWeights.from_manifest(self.manifest.get("exported", {}).get(self.platform, {}),
-                                         recorded_precision(self.manifest))
+        held = HeldWeights.from_manifest(
+            self.manifest.get("exported", {}).get(self.platform, {}), recorded_precision(self.manifest)
+        )
         laid_out = held.all_prepared(self.weights)
         self.params = jax.device_put({k: laid_out[k] for k in params})
         self.buffers = jax.device_put({k: laid_out[k] for k in buffers})
@@ -126,8 +154,10 @@ class Artifact(ManifestViews):
             fail_on_false_flags(outs[n:], self.manifest.get("checks", []))
             return list(outs[:n])
         if self.graph is None:
-            raise FeedError(f"{misfit}; {self.path!r} holds no Graph to compile other shapes from. "
-                            "Export it again with example_inputs of these shapes, or keep the Graph in it.")
+            raise FeedError(
+                f"{misfit}; {self.path!r} holds no Graph to compile other shapes from. "
+                "Export it again with example_inputs of these shapes, or keep the Graph in it."
+            )
         if self.exported is not None:
             self.mode, self.why = "relowered", f"re-lowering from the Graph: {misfit}{lowering_moved(self.manifest)}"
         key = jax.random.wrap_key_data(self.call_key_data())  # type: ignore[arg-type]  # NOTE: a NumPy key, as above
@@ -152,9 +182,14 @@ class Artifact(ManifestViews):
 
     def _executable(self, feeds: Mapping[str, np.ndarray]) -> Callable:
         return self._runs.get(
-            feeds, lambda: jax.jit(self.exported.call).lower(self.params, self.buffers, feeds, self.key_data).compile(
-                compiler_options=options_for(self._convolves())),
-            lambda sig: f"{os.path.basename(self.path)} for {shapes_text(sig)}")
+            feeds,
+            lambda: (
+                jax.jit(self.exported.call)
+                .lower(self.params, self.buffers, feeds, self.key_data)
+                .compile(compiler_options=options_for(self._convolves()))
+            ),
+            lambda sig: f"{os.path.basename(self.path)} for {shapes_text(sig)}",
+        )
 
     def _convolves(self) -> bool:
         """Whether the program convolves: the manifest says (since LOWERING_VERSION 4's exports), else the Graph."""
@@ -165,20 +200,24 @@ class Artifact(ManifestViews):
     def _relowered_model(self) -> CompiledModel:
         if self._relowered is None:
             from ..runtime.compiled import CompiledModel
+
             try:
                 # NOTE: in the precision it was exported in; its keys come from this artifact's calls.
-                assert self.graph is not None             # NOTE: run() re-lowers only with a Graph
+                assert self.graph is not None  # NOTE: run() re-lowers only with a Graph
                 key = jax.random.wrap_key_data(self.key_data)  # type: ignore[arg-type]  # NOTE: a NumPy key, as above
-                model = CompiledModel(self.graph, self.weights, key=key,
-                                      strategy=Strategy(precision=recorded_precision(self.manifest)))
+                model = CompiledModel(
+                    self.graph, self.weights, key=key, strategy=Strategy(precision=recorded_precision(self.manifest))
+                )
             except PaddleXlaError as e:
                 raise ModelLoadError(f"Cannot re-lower the Graph in {self.path!r} here: {e}") from e
             self._relowered = model
         return self._relowered
 
     def __repr__(self) -> str:
-        return (f"Artifact({os.path.basename(self.path)!r}, mode={self.mode!r}, platform={self.platform!r}, "
-                f"exported for {self.exported_platforms})")
+        return (
+            f"Artifact({os.path.basename(self.path)!r}, mode={self.mode!r}, platform={self.platform!r}, "
+            f"exported for {self.exported_platforms})"
+        )
 
 
 def _key_data(manifest: Mapping, seed: int | None, key: jax.Array | None) -> np.ndarray:
@@ -193,6 +232,7 @@ def _key_data(manifest: Mapping, seed: int | None, key: jax.Array | None) -> np.
 def save_outputs(path: str, outputs: Sequence[np.ndarray], names: Sequence[str]) -> list[str]:
     """One output -> `path`; several -> an .npz keyed by output name, or path_0.npy, path_1.npy, ..."""
     from ..files import atomic_write
+
     if path.endswith(".npz"):
         buf = _io.BytesIO()
         np.savez(buf, **dict(zip(names, outputs)))  # type: ignore[arg-type]  # NOTE: numpy's stub types **kwds as its flags

@@ -6,9 +6,11 @@ and benchmark it there without copying its weights (BERT-Base: 440 MB of float32
 records the rest in the manifest by name, shape and dtype. The loader draws each of those as
 normal(0, std), Paddle's usual BERT/transformer init, from the seed. The numbers are not the
 exporter's: such an artifact measures speed, not a trained model. Paddle-free."""
+
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -27,10 +29,17 @@ def leave_out(weights: Mapping[str, np.ndarray], spec: Mapping | None) -> tuple[
     if unknown:
         raise ExportError(f"synthetic_weights takes {sorted(DEFAULTS)}, not {sorted(unknown)}.")
     spec = {**DEFAULTS, **spec}
-    drawn = {k: v for k, v in weights.items()
-             if np.ndim(v) >= spec["min_ndim"] and np.issubdtype(np.asarray(v).dtype, np.floating)}
-    entry = {**spec, "weights": {k: {"shape": list(np.shape(v)), "dtype": str(np.asarray(v).dtype)}
-                                 for k, v in sorted(drawn.items())}}
+    drawn = {
+        k: v
+        for k, v in weights.items()
+        if np.ndim(v) >= spec["min_ndim"] and np.issubdtype(np.asarray(v).dtype, np.floating)
+    }
+    entry = {
+        **spec,
+        "weights": {
+            k: {"shape": list(np.shape(v)), "dtype": str(np.asarray(v).dtype)} for k, v in sorted(drawn.items())
+        },
+    }
     return {k: v for k, v in weights.items() if k not in drawn}, entry
 
 

@@ -3,19 +3,18 @@
 `paddle_xla.artifact.load(path)` opens one as a TrainArtifact: `s(*inputs, *labels) -> loss`
 continues from the exporter's last step with the losses the exporter's TrainStep would have given;
 its checkpoints are TrainStep's. Nothing here imports paddle."""
+
 from __future__ import annotations
 
 import json
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import choice
-from . import container as fmt
-from . import synthetic_weights
 from .. import x64
 from ..errors import CheckFailedError, FeedError, ModelLoadError, PaddleXlaError, TrainingError
 from ..lowering.interpreter import fail_on_false_flags
@@ -26,6 +25,8 @@ from ..strategy import Strategy
 from ..train import checkpoint, optim
 from ..train import lr as lr_lib
 from ..train.step import TrainState, not_finite_message
+from . import choice, synthetic_weights
+from . import container as fmt
 from .train_writer import OPTIMIZER, TRAIN_STATE, export_train, exportable
 
 
@@ -37,8 +38,14 @@ class TrainArtifact(fmt.ManifestViews):
     precision match it, else re-lowers the Graph with the Strategy (`mode == "relowered"`).
     `strategy=` overrides the Strategy it was exported with (e.g. precision="bf16" on a GPU)."""
 
-    def __init__(self, path: str, manifest: dict, members: Mapping[str, bytes], prefer_graph: bool = False,
-                 strategy: Strategy | Mapping | None = None):
+    def __init__(
+        self,
+        path: str,
+        manifest: dict,
+        members: Mapping[str, bytes],
+        prefer_graph: bool = False,
+        strategy: Strategy | Mapping | None = None,
+    ):
         self.path, self.manifest = path, manifest
         self.info = _train_info(path, manifest)
         self.graph = fmt.graph_of(path, members)
@@ -66,8 +73,9 @@ class TrainArtifact(fmt.ManifestViews):
         trainable = self.info["trainable"]
         missing = [n for n in trainable if n not in weights]
         if missing:
-            raise ModelLoadError(f"The weights in {self.path!r} lack trainable parameters {missing[:8]}; "
-                                 "export it again.")
+            raise ModelLoadError(
+                f"The weights in {self.path!r} lack trainable parameters {missing[:8]}; export it again."
+            )
         params = {n: jnp.asarray(weights[n]) for n in trainable}
         buffers = {n: jnp.asarray(v) for n, v in weights.items() if n not in params}
         arrays = fmt.weights_of(self.path, members[TRAIN_STATE])
@@ -83,9 +91,20 @@ class TrainArtifact(fmt.ManifestViews):
     def _pick(self, members, prefer_graph: bool):
         refusal = exportable(self.strategy)
         if refusal is None and self.strategy.precision != self.info["precision"]:
-            refusal = f"its executables compute in {self.info['precision']}, and {self.strategy.precision} was asked for"
-        exported, mode, why = choice.pick(self.path, self.manifest, members, self.platform, self.graph is not None,
-                                          prefer_graph, refusal=refusal, what="train step", verb="train")
+            refusal = (
+                f"its executables compute in {self.info['precision']}, and {self.strategy.precision} was asked for"
+            )
+        exported, mode, why = choice.pick(
+            self.path,
+            self.manifest,
+            members,
+            self.platform,
+            self.graph is not None,
+            prefer_graph,
+            refusal=refusal,
+            what="train step",
+            verb="train",
+        )
         if exported is not None:
             (_, _, _, feeds, _, _), _ = jax.tree_util.tree_unflatten(exported.in_tree, exported.in_avals)
             self.exported_shapes = {k: tuple(v.shape) for k, v in feeds.items()}
@@ -104,8 +123,10 @@ class TrainArtifact(fmt.ManifestViews):
                 self.mode, self.why = "exported", self._exported_why
                 return self._exported_step(feeds)
             if self.graph is None:
-                raise FeedError(f"{misfit}; {self.path!r} holds no Graph to compile other shapes from. "
-                                "Export it again with example_inputs of these shapes, or keep the Graph in it.")
+                raise FeedError(
+                    f"{misfit}; {self.path!r} holds no Graph to compile other shapes from. "
+                    "Export it again with example_inputs of these shapes, or keep the Graph in it."
+                )
             self.mode, self.why = "relowered", f"re-lowering from the Graph: {misfit}"
         return self._relowered_step(args, kwargs)
 
@@ -130,9 +151,14 @@ class TrainArtifact(fmt.ManifestViews):
         s = self.state
         # NOTE: params and optimizer state are donated, as in TrainStep: one copy on the device.
         return self._runs.get(
-            feeds, lambda: jax.jit(self.exported.call, donate_argnums=(0, 2)).lower(
-                s.params, s.buffers, s.opt_state, feeds, key_data, lr).compile(),
-            lambda sig: f"{os.path.basename(self.path)} train step for {shapes_text(sig)}")
+            feeds,
+            lambda: (
+                jax.jit(self.exported.call, donate_argnums=(0, 2))
+                .lower(s.params, s.buffers, s.opt_state, feeds, key_data, lr)
+                .compile()
+            ),
+            lambda sig: f"{os.path.basename(self.path)} train step for {shapes_text(sig)}",
+        )
 
     def _relowered_step(self, args, kwargs):
         runner = self._step_runner()
@@ -151,6 +177,7 @@ class TrainArtifact(fmt.ManifestViews):
             # every Strategy (the SPMD engine for anything but the default).
             from ..parallel.tensor_plan import tensor_plan_for
             from ..runtime.step_runner import StepRunner
+
             try:
                 plan = tensor_plan_for(self.graph, self.stable_names(), self.strategy)
                 self._runner = StepRunner(self.graph, self.config, self.strategy, None, plan)
@@ -170,8 +197,13 @@ class TrainArtifact(fmt.ManifestViews):
 
     def save_checkpoint(self, path: str) -> None:
         """The same file TrainStep.save_checkpoint writes (keyed by state_dict names): either resumes from it."""
-        checkpoint.save(path, self.state, self.fingerprint(),
-                        {"lr_offset": self.lr_offset, "schedule": self.schedule.to_dict()}, names=self.stable_names())
+        checkpoint.save(
+            path,
+            self.state,
+            self.fingerprint(),
+            {"lr_offset": self.lr_offset, "schedule": self.schedule.to_dict()},
+            names=self.stable_names(),
+        )
 
     def load_checkpoint(self, path: str) -> None:
         self.state, extra = checkpoint.load(path, self.state, self.fingerprint(), names=self.stable_names())
@@ -193,16 +225,19 @@ class TrainArtifact(fmt.ManifestViews):
         return None
 
     def __repr__(self) -> str:
-        return (f"TrainArtifact({os.path.basename(self.path)!r}, step={self.step}, mode={self.mode!r}, "
-                f"platform={self.platform!r}, exported for {self.exported_platforms})")
+        return (
+            f"TrainArtifact({os.path.basename(self.path)!r}, step={self.step}, mode={self.mode!r}, "
+            f"platform={self.platform!r}, exported for {self.exported_platforms})"
+        )
 
 
 def _train_info(path: str, manifest: Mapping) -> dict:
     info = manifest.get("train")
     need = ("step", "lr_offset", "trainable", "fingerprint", "precision", "opt_state")
     if not isinstance(info, Mapping) or any(k not in info for k in need):
-        raise ModelLoadError(f"The manifest of {path!r} says kind 'train' but lacks its train entry "
-                             f"({list(need)}); export it again.")
+        raise ModelLoadError(
+            f"The manifest of {path!r} says kind 'train' but lacks its train entry ({list(need)}); export it again."
+        )
     for member in (OPTIMIZER, TRAIN_STATE):
         if member not in manifest["members"]:
             raise ModelLoadError(f"{path!r} is a train artifact without its {member}; export it again.")
@@ -214,8 +249,10 @@ def _optimizer(path: str, members: Mapping[str, bytes]):
         d = json.loads(members[OPTIMIZER])
         return optim.config_from_dict(d["config"]), lr_lib.schedule_from_dict(d["schedule"])
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, UnicodeDecodeError) as e:
-        raise ModelLoadError(f"The optimizer in {path!r} cannot be read by this paddle_xla ({e}); "
-                             "export it again, or upgrade paddle_xla.") from None
+        raise ModelLoadError(
+            f"The optimizer in {path!r} cannot be read by this paddle_xla ({e}); "
+            "export it again, or upgrade paddle_xla."
+        ) from None
 
 
 def _strategy(path: str, members: Mapping[str, bytes], override) -> Strategy:
@@ -225,8 +262,10 @@ def _strategy(path: str, members: Mapping[str, bytes], override) -> Strategy:
         d = override if override is not None else json.loads(members.get(fmt.STRATEGY) or b"{}")
         return Strategy.from_dict(d)
     except PaddleXlaError as e:
-        raise ModelLoadError(f"The Strategy of {path!r} does not fit this machine ({e}). Load it with "
-                             "strategy=paddle_xla.Strategy(...) for this machine's devices.") from None
+        raise ModelLoadError(
+            f"The Strategy of {path!r} does not fit this machine ({e}). Load it with "
+            "strategy=paddle_xla.Strategy(...) for this machine's devices."
+        ) from None
     except (json.JSONDecodeError, TypeError) as e:
         raise ModelLoadError(f"The Strategy in {path!r} cannot be read ({e}); export it again.") from None
 
@@ -237,6 +276,8 @@ def _restore(path: str, prefix: str, template, arrays: Mapping[str, np.ndarray])
     names = [prefix + jax.tree_util.keystr(p) for p, _ in leaves]
     bad = [n for n, (_, leaf) in zip(names, leaves) if n not in arrays or arrays[n].shape != np.shape(leaf)]
     if bad:
-        raise ModelLoadError(f"The optimizer state in {path!r} does not fit its optimizer: {bad[:4]} are "
-                             "missing or of another shape. Export it again.")
+        raise ModelLoadError(
+            f"The optimizer state in {path!r} does not fit its optimizer: {bad[:4]} are "
+            "missing or of another shape. Export it again."
+        )
     return jax.tree_util.tree_unflatten(treedef, [jnp.asarray(arrays[n]) for n in names])

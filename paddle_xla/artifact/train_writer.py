@@ -13,18 +13,18 @@ The manifest has kind "train" and a "train" entry: the step count, the LR schedu
 trainable names, the model fingerprint and the param name -> state_dict key map (as TrainStep's
 checkpoints use them), the precision the executables compute in, and whether the optimizer state is
 stored or starts fresh (synthetic weights). Nothing here imports paddle."""
+
 from __future__ import annotations
 
 import functools
 import json
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import container as fmt
-from . import synthetic_weights
 from .. import x64
 from ..errors import ExportError
 from ..graph import Graph
@@ -34,6 +34,8 @@ from ..strategy import Strategy
 from ..train import checkpoint, optim
 from ..train import lr as lr_lib
 from ..train.step import TrainState, make_step
+from . import container as fmt
+from . import synthetic_weights
 from .jax_export import avals, check_platforms, export_all
 
 OPTIMIZER, TRAIN_STATE = "optimizer.json", "train_state.safetensors"
@@ -51,14 +53,17 @@ def step_fn(graph: Graph, config: optim.OptimizerConfig, policy: LoweringPolicy 
     def f(params, buffers, opt_state, feeds, key_data, lr):
         # NOTE: raw key data, not a key: a typed key array does not cross the serialization boundary.
         return step(params, buffers, opt_state, feeds, jax.random.wrap_key_data(key_data), lr)
+
     return f
 
 
 def exportable(strategy: Strategy) -> str | None:
     """Why a step under `strategy` has no single-device executable to serialize (None: it has)."""
     if strategy.devices != 1 or strategy.micro_batches != 1 or strategy.steps_per_call != 1:
-        return (f"its Strategy spreads the step out (replicas={strategy.replicas}, stages={strategy.stages}, "
-                f"micro_batches={strategy.micro_batches}, steps_per_call={strategy.steps_per_call})")
+        return (
+            f"its Strategy spreads the step out (replicas={strategy.replicas}, stages={strategy.stages}, "
+            f"micro_batches={strategy.micro_batches}, steps_per_call={strategy.steps_per_call})"
+        )
     if strategy.precision not in EXPORTABLE_PRECISIONS:
         return f"precision={strategy.precision!r} needs loss scaling, which runs on the SPMD engine"
     if strategy.recompute is not None:
@@ -68,8 +73,9 @@ def exportable(strategy: Strategy) -> str | None:
 
 # ---- writing ----------------------------------------------------------------------------------
 @x64.enabled
-def export_train(step, path: str, platforms: Sequence[str] = ("cpu",), example_inputs=None,
-                 synthetic: Mapping | None = None) -> dict:
+def export_train(
+    step, path: str, platforms: Sequence[str] = ("cpu",), example_inputs=None, synthetic: Mapping | None = None
+) -> dict:
     """Write a train step (px.train_step's TrainStep, or a TrainArtifact) to `path`; see the module doc."""
     platforms = check_platforms(platforms)
     graph, config, schedule, state = step.graph, step.config, step.schedule, step.state
@@ -87,24 +93,49 @@ def export_train(step, path: str, platforms: Sequence[str] = ("cpu",), example_i
     exported: dict[str, bytes] = {}
     shapes: dict = {}
     if why_not is None:
-        head = (avals({k: weights[k] for k in trainable}), avals({k: v for k, v in weights.items()
-                                                                    if k not in state.params}), opt_avals)
+        head = (
+            avals({k: weights[k] for k in trainable}),
+            avals({k: v for k, v in weights.items() if k not in state.params}),
+            opt_avals,
+        )
         tail = (jax.ShapeDtypeStruct(key_data.shape, key_data.dtype), jax.ShapeDtypeStruct((), jnp.float32))
-        exported, shapes = export_all(lambda p: jax.jit(step_fn(graph, config, policies[p])), graph, head, tail,
-                                      platforms, example_inputs)
+        exported, shapes = export_all(
+            lambda p: jax.jit(step_fn(graph, config, policies[p])), graph, head, tail, platforms, example_inputs
+        )
     weights, synth = synthetic_weights.leave_out(weights, synthetic)
     # NOTE: with synthetic weights the optimizer state (2x the weights for Adam) is left out too;
     # the loader starts it fresh, as a newly built optimizer would.
     arrays = checkpoint.to_arrays(TrainState({}, {}, {} if synth else state.opt_state, state.step, state.key))
-    extra = {OPTIMIZER: json.dumps({"config": optim.config_to_dict(config), "schedule": schedule.to_dict()},
-                                   indent=1).encode(),
-             TRAIN_STATE: fmt.weights_bytes(arrays)}
-    train = {"step": int(state.step), "lr_offset": int(lr_offset_of(step)), "trainable": trainable,
-             "fingerprint": step.fingerprint(), "names": stable_names_of(step),
-             "precision": strategy.precision, "opt_state": "fresh" if synth else "stored",
-             **({"not_exported": why_not} if why_not else {})}
-    return fmt.write(path, "train", graph, weights, _strategy_json(strategy), exported,
-                     {p: shapes for p in exported}, policies, strategy.precision, synth, extra, train=train)
+    extra = {
+        OPTIMIZER: json.dumps(
+            {"config": optim.config_to_dict(config), "schedule": schedule.to_dict()}, indent=1
+        ).encode(),
+        TRAIN_STATE: fmt.weights_bytes(arrays),
+    }
+    train = {
+        "step": int(state.step),
+        "lr_offset": int(lr_offset_of(step)),
+        "trainable": trainable,
+        "fingerprint": step.fingerprint(),
+        "names": stable_names_of(step),
+        "precision": strategy.precision,
+        "opt_state": "fresh" if synth else "stored",
+        **({"not_exported": why_not} if why_not else {}),
+    }
+    return fmt.write(
+        path,
+        "train",
+        graph,
+        weights,
+        _strategy_json(strategy),
+        exported,
+        {p: shapes for p in exported},
+        policies,
+        strategy.precision,
+        synth,
+        extra,
+        train=train,
+    )
 
 
 def strategy_of(step) -> Strategy:
@@ -127,8 +158,10 @@ def _strategy_json(strategy: Strategy) -> bytes:
     try:
         return json.dumps(strategy.to_dict()).encode()
     except TypeError as e:
-        raise ExportError(f"The Strategy does not serialize to JSON ({e}); keep its fields (and `extra`) to "
-                          "plain numbers, strings, lists and dicts.") from None
+        raise ExportError(
+            f"The Strategy does not serialize to JSON ({e}); keep its fields (and `extra`) to "
+            "plain numbers, strings, lists and dicts."
+        ) from None
 
 
 def _check_schedule_travels(schedule: lr_lib.Schedule) -> None:
@@ -139,9 +172,13 @@ def _check_schedule_travels(schedule: lr_lib.Schedule) -> None:
         inner = inner.learning_rate
     if getattr(schedule, "host_only", False) or getattr(inner, "host_only", False):
         name = type(inner).__name__
-        what = ("decides the learning rate from the metrics it is given" if name == "ReduceOnPlateau"
-                else "calls a Python function (lr_lambda) on the host at every step")
+        what = (
+            "decides the learning rate from the metrics it is given"
+            if name == "ReduceOnPlateau"
+            else "calls a Python function (lr_lambda) on the host at every step"
+        )
         raise ExportError(
             f"The LR scheduler paddle.optimizer.lr.{name} {what}, which cannot travel in an artifact. "
             "Use a built-in closed-form scheduler (PiecewiseDecay, LinearWarmup, CosineAnnealingDecay, "
-            "PolynomialDecay, ...) for a step you export, or export the inference model instead.")
+            "PolynomialDecay, ...) for a step you export, or export the inference model instead."
+        )

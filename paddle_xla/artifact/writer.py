@@ -2,33 +2,41 @@
 
 Paddle-free itself: it reads the Graph and weights a CompiledModel already holds.
 """
+
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 import numpy as np
 
-from . import container as fmt
-from . import synthetic_weights as synthetic_lib
 from .. import x64
-from ..errors import ExportError  # noqa: F401  (re-exported: export() raises it)
-from .generator_writer import export_generator, is_generator
-from .jax_export import avals, check_platforms, export_all
+from ..errors import ExportError
 from ..graph import Graph
-from ..runtime.held import HeldWeights
 from ..lowering.lower import lower
 from ..lowering.policy import LoweringPolicy
 from ..runtime.compiled import CompiledModel
-from ..strategy import Strategy
+from ..runtime.held import HeldWeights
 from ..runtime.xla_options import has_convolutions
+from ..strategy import Strategy
+from . import container as fmt
+from . import synthetic_weights as synthetic_lib
+from .generator_writer import export_generator, is_generator
+from .jax_export import avals, check_platforms, export_all
 
 
 @x64.enabled
-def export(model: Any, path: str, platforms: Sequence[str] = ("cpu",),
-           example_inputs: Sequence[Any] | Mapping[str, Any] | None = None,
-           synthetic_weights: Mapping | None = None, tokenizer: Any = None, chat_template: str | None = None) -> dict:
+def export(
+    model: Any,
+    path: str,
+    platforms: Sequence[str] = ("cpu",),
+    example_inputs: Sequence[Any] | Mapping[str, Any] | None = None,
+    synthetic_weights: Mapping | None = None,
+    tokenizer: Any = None,
+    chat_template: str | None = None,
+) -> dict:
     """Write `model` (an XlaModel, a CompiledModel, or a train step) to the single file `path`, atomically.
 
     For each platform in `platforms` ('cpu', 'cuda', 'rocm', 'tpu'; none need be present here) the
@@ -50,6 +58,7 @@ def export(model: Any, path: str, platforms: Sequence[str] = ("cpu",),
         raise ExportError("tokenizer= and chat_template= go with a px.Generator; this model is not one")
     if _is_train_step(model):
         from .train_writer import export_train
+
         return export_train(model, path, platforms, example_inputs, synthetic_weights)
     compiled = _compiled_model(model)
     platforms = check_platforms(platforms)
@@ -69,14 +78,26 @@ def export(model: Any, path: str, platforms: Sequence[str] = ("cpu",),
     def args(p: str) -> tuple[dict[str, Any], dict[str, Any]]:
         laid_out = held[p].all_prepared(weights)
         return (avals({k: laid_out[k] for k in compiled.params}), avals({k: laid_out[k] for k in compiled.buffers}))
-    exported, shapes = export_all(lambda p: jax.jit(inference_fn(graph, policies[p])), graph, args, (key_data,),
-                                  platforms, example_inputs)
+
+    exported, shapes = export_all(
+        lambda p: jax.jit(inference_fn(graph, policies[p])), graph, args, (key_data,), platforms, example_inputs
+    )
     weights, synthetic = synthetic_lib.leave_out(weights, synthetic_weights)
-    return fmt.write(path, "inference", graph, weights, json.dumps(Strategy(precision=precision).to_dict()).encode(),
-                     exported, {p: {**shapes, **held[p].to_manifest()} for p in platforms}, policies, precision,
-                     synthetic, key_data=key_data.tolist(),
-                     # NOTE: so that a loader without the Graph still compiles with the same options
-                     convolutions=has_convolutions(graph))
+    return fmt.write(
+        path,
+        "inference",
+        graph,
+        weights,
+        json.dumps(Strategy(precision=precision).to_dict()).encode(),
+        exported,
+        {p: {**shapes, **held[p].to_manifest()} for p in platforms},
+        policies,
+        precision,
+        synthetic,
+        key_data=key_data.tolist(),
+        # NOTE: so that a loader without the Graph still compiles with the same options
+        convolutions=has_convolutions(graph),
+    )
 
 
 def _is_train_step(model: object) -> bool:
@@ -88,8 +109,10 @@ def _compiled_model(model: object) -> CompiledModel:
     # NOTE: duck-typed on XlaModel.compiled, so this module never imports api (and so paddle).
     compiled = getattr(model, "compiled", model)
     if not isinstance(compiled, CompiledModel):
-        raise ExportError(f"export() takes a paddle_xla.compile() result, a CompiledModel or a "
-                          f"paddle_xla.train_step(), not a {type(model).__name__}.")
+        raise ExportError(
+            f"export() takes a paddle_xla.compile() result, a CompiledModel or a "
+            f"paddle_xla.train_step(), not a {type(model).__name__}."
+        )
     return compiled
 
 
@@ -98,9 +121,14 @@ def inference_fn(graph: Graph, policy: LoweringPolicy) -> Callable[..., Any]:
     "checks"): the function an artifact serializes."""
     fn = lower(graph, policy, checks=True)
 
-    def f(params: Mapping[str, jax.Array], buffers: Mapping[str, jax.Array], feeds: Mapping[str, jax.Array],
-          key_data: jax.Array) -> Any:
+    def f(
+        params: Mapping[str, jax.Array],
+        buffers: Mapping[str, jax.Array],
+        feeds: Mapping[str, jax.Array],
+        key_data: jax.Array,
+    ) -> Any:
         # NOTE: raw key data, not a key: a typed key array does not cross the serialization boundary.
         fetches, _ = fn(params, buffers, feeds, jax.random.wrap_key_data(key_data))
         return fetches
+
     return f

@@ -5,11 +5,12 @@ leaves free (None): `paddle.unstack(x, axis)` along such a dimension asks for -1
 Paddle's InferMeta dies with std::length_error, taking the interpreter with it. While a capture
 runs, the _C_ops entry points of those ops are wrapped so that the pattern raises a CaptureError
 naming the user's line, before Paddle sees it."""
+
 from __future__ import annotations
 
 import contextlib
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..errors import CaptureError
 
@@ -31,9 +32,11 @@ def _unstack(original, found: list):
                 f"paddle.unstack along dimension {axis} of shape {list(x.shape)}{{where}}: that "
                 "dimension is None in the InputSpec, and Paddle's to_static cannot unstack a dimension of "
                 "unknown size (it would abort the process). Give it a fixed size in the InputSpec, or "
-                "index (x[i]) or paddle.split with a known count instead.")
+                "index (x[i]) or paddle.split with a known count instead."
+            )
             raise CaptureError(found[-1].replace("{where}", ""))
         return original(x, axis, num, *rest)
+
     return checked
 
 
@@ -45,6 +48,7 @@ def guarded() -> Iterator[list]:
     """Inside: the guarded _C_ops entry points raise instead of aborting; what they found is in the
     list yielded (Paddle re-raises the error with its own report around it: see located)."""
     from paddle import _C_ops
+
     saved = {name: getattr(_C_ops, name) for name in _GUARDS if hasattr(_C_ops, name)}
     found: list[str] = []
     try:

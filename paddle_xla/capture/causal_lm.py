@@ -19,6 +19,7 @@ The decode step rebuilds the model's own cache class from a fixed-size buffer of
 the attention mask marks the filled ones; the model appends the new token as slot S, and the loop
 writes that slot back into its buffer. So one decode program serves every step.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -37,8 +38,10 @@ def cache_geometry(model) -> tuple[int, int, int]:
     """(layers, kv_heads, head_dim) of a PaddleFormers-style config."""
     cfg = getattr(model, "config", None)
     if cfg is None or not hasattr(cfg, "num_hidden_layers"):
-        raise CaptureError(f"{type(model).__name__} has no PaddleFormers-style config (num_hidden_layers, ...): "
-                           "paddle_xla generates with models that take past_key_values and return their cache")
+        raise CaptureError(
+            f"{type(model).__name__} has no PaddleFormers-style config (num_hidden_layers, ...): "
+            "paddle_xla generates with models that take past_key_values and return their cache"
+        )
     heads = cfg.num_attention_heads
     kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
@@ -82,10 +85,12 @@ def check_causal(model, vocab: int, length: int = 6) -> None:
         model.train() if was_training else None
     moved = float(np.abs(a[:, :-1] - b[:, :-1]).max())
     if moved > 1e-6 * max(1.0, float(np.abs(a).max())):
-        raise CaptureError(f"{type(model).__name__} is not causal: changing the token at position {length - 1} "
-                           f"moves its logits at earlier positions (by up to {moved:.3g}), so its output at a "
-                           "position reads later ones; a generator needs a causal language model (a decoder with a "
-                           "causal attention mask)")
+        raise CaptureError(
+            f"{type(model).__name__} is not causal: changing the token at position {length - 1} "
+            f"moves its logits at earlier positions (by up to {moved:.3g}), so its output at a "
+            "position reads later ones; a generator needs a causal language model (a decoder with a "
+            "causal attention mask)"
+        )
 
 
 def _logits(out) -> np.ndarray:
@@ -98,14 +103,18 @@ def _logits(out) -> np.ndarray:
 def cache_class(model):
     """The class of the cache object the model returns, found by one eager call on one token."""
     if not has_cache_api(model):
-        raise CaptureError(f"{type(model).__name__}.forward takes no past_key_values: paddle_xla's generator needs "
-                           "a model with a KV-cache API (PaddleFormers' causal LMs have one)")
+        raise CaptureError(
+            f"{type(model).__name__}.forward takes no past_key_values: paddle_xla's generator needs "
+            "a model with a KV-cache API (PaddleFormers' causal LMs have one)"
+        )
     with paddle.no_grad(), gpu_only_ops():
         out = model(paddle.to_tensor([[1]], dtype="int64"), use_cache=True, return_dict=True)
     cache = getattr(out, "past_key_values", None)
     if cache is None or not hasattr(cache, "layers"):
-        raise CaptureError(f"{type(model).__name__} returned no cache object with .layers for use_cache=True "
-                           f"(got {type(cache).__name__})")
+        raise CaptureError(
+            f"{type(model).__name__} returned no cache object with .layers for use_cache=True "
+            f"(got {type(cache).__name__})"
+        )
     return type(cache)
 
 
@@ -115,8 +124,9 @@ class _Prefill(paddle.nn.Layer):
         self.model = model
 
     def forward(self, input_ids, attention_mask, position_ids):
-        out = self.model(input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
-                         return_dict=True)
+        out = self.model(
+            input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, return_dict=True
+        )
         kv = []
         for layer in out.past_key_values.layers:
             kv += [layer.keys, layer.values]
@@ -134,14 +144,20 @@ class _DecodeStep(paddle.nn.Layer):
     def forward(self, input_ids, attention_mask, position_ids, past):
         kv = paddle.unbind(past, 0)
         cache = self.cache_cls([(kv[2 * i], kv[2 * i + 1]) for i in range(self.layers)], config=self.model.config)
-        out = self.model(input_ids, attention_mask=attention_mask, position_ids=position_ids, past_key_values=cache,
-                         use_cache=True, return_dict=True)
+        out = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=True,
+            return_dict=True,
+        )
         new = []
         for layer in out.past_key_values.layers:
             if self.tokens == 1:
                 new += [layer.keys[:, :, -1], layer.values[:, :, -1]]
             else:
-                new += [layer.keys[:, :, -self.tokens:], layer.values[:, :, -self.tokens:]]
+                new += [layer.keys[:, :, -self.tokens :], layer.values[:, :, -self.tokens :]]
         return out.logits[:, -1], paddle.stack(new)
 
 
@@ -159,9 +175,11 @@ def capture_prefill(model, batch: int, length: int) -> Captured:
 def capture_decode(model, batch: int, slots: int, dtype: str = "float32", tokens: int = 1) -> Captured:
     """The decode step on `tokens` new tokens per row (1: the decode step; more: a prefill chunk)."""
     layers, kv_heads, head_dim = cache_geometry(model)
-    past_dtype: Any = dtype                 # NOTE: Paddle's stub lists the dtype names as literals
-    specs = [InputSpec([batch, tokens], "int64", "input_ids"),
-             InputSpec([batch, slots + tokens], "int64", "attention_mask"),
-             InputSpec([batch, tokens], "int64", "position_ids"),
-             InputSpec([2 * layers, batch, kv_heads, slots, head_dim], past_dtype, "past")]
+    past_dtype: Any = dtype  # NOTE: Paddle's stub lists the dtype names as literals
+    specs = [
+        InputSpec([batch, tokens], "int64", "input_ids"),
+        InputSpec([batch, slots + tokens], "int64", "attention_mask"),
+        InputSpec([batch, tokens], "int64", "position_ids"),
+        InputSpec([2 * layers, batch, kv_heads, slots, head_dim], past_dtype, "past"),
+    ]
     return from_layer(_DecodeStep(model, cache_class(model), layers, tokens), specs, training=False)

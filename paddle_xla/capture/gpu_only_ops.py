@@ -8,6 +8,7 @@ builder checks the input dtype against the registered kernels), and an eager cal
 `rsqrt(mean(x^2) + eps) * x * weight`), which is what the fused kernel computes, so the captured
 program and its numbers are those of `fuse_rms_norm=False`. The model itself is not touched, and the
 op is put back when the block ends. On a GPU build of Paddle nothing is replaced."""
+
 from __future__ import annotations
 
 import contextlib

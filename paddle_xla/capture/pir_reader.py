@@ -10,12 +10,14 @@ A write inside a sub-block to a value defined outside it leaves the block as an 
 `if` yields it from both branches (the other branch yields the value as it was), a `while` carries
 it from iteration to iteration. After the op, outer readers see that result, as they see Paddle's
 shared memory."""
+
 from __future__ import annotations
 
 import dataclasses
 import os
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import paddle
@@ -27,13 +29,28 @@ from ..graph import Block, Graph, Op, Param, Tensor
 
 # Attributes every op carries that say nothing about what it computes. Dropped in this one place,
 # so a lowering never sees them and every other attribute it does not expect is an error.
-BOOKKEEPING_ATTRS = frozenset({
-    "op_callstack", "struct_name", "stop_gradient", "persistable", "place", "is_persistable",
-    "op_role", "op_namescope", "with_quant_attr", "op_device", "chunk_id", "execution_stream",
-    "scheduling_priority", "force_record_event", "event_to_record", "events_to_wait",
-    # NOTE: semi-auto parallel's per-op placements; the weights' own (Param.dims_mapping) are what is read.
-    "op_dist_attr",
-})
+BOOKKEEPING_ATTRS = frozenset(
+    {
+        "op_callstack",
+        "struct_name",
+        "stop_gradient",
+        "persistable",
+        "place",
+        "is_persistable",
+        "op_role",
+        "op_namescope",
+        "with_quant_attr",
+        "op_device",
+        "chunk_id",
+        "execution_stream",
+        "scheduling_priority",
+        "force_record_event",
+        "event_to_record",
+        "events_to_wait",
+        # NOTE: semi-auto parallel's per-op placements; the weights' own (Param.dims_mapping) are what is read.
+        "op_dist_attr",
+    }
+)
 
 _PADDLE_DIR = os.path.dirname(os.path.abspath(paddle.__file__))
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -45,8 +62,7 @@ def dtype_name(dt) -> str | None:
     if isinstance(dt, str):
         return dt
     name = str(dt).split(".")[-1].lower()
-    aliases = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64",
-               "undefined": None}
+    aliases = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64", "undefined": None}
     return aliases.get(name, name)
 
 
@@ -78,8 +94,13 @@ def user_source(callstack: Sequence[str]) -> str:
         if origin is not None:
             file, lineno, func, code = origin.as_frame()
         path = os.path.abspath(file)
-        if path.startswith(_PADDLE_DIR) or path.startswith(_OWN_DIR) or "<frozen" in path \
-                or file.startswith("<paddle_xla") or "to_static_tmp" in path:
+        if (
+            path.startswith(_PADDLE_DIR)
+            or path.startswith(_OWN_DIR)
+            or "<frozen" in path
+            or file.startswith("<paddle_xla")
+            or "to_static_tmp" in path
+        ):
             continue
         best = f"{file}:{lineno} in {func}" + (f": {code}" if code else "")
     return best
@@ -114,8 +135,10 @@ def _attrs(op) -> dict[str, Any]:
         except _UnknownAttr as e:
             # NOTE: a value turned into its str() would reach the lowering as a different thing.
             where = user_source(op.attrs().get("op_callstack")) or "(no user source line)"
-            raise CaptureError(f"{op.name()} has attribute {k!r} of type {e}, which paddle_xla cannot read "
-                               f"(at {where}). Please file an issue naming the op and the attribute.") from None
+            raise CaptureError(
+                f"{op.name()} has attribute {k!r} of type {e}, which paddle_xla cannot read "
+                f"(at {where}). Please file an issue naming the op and the attribute."
+            ) from None
     return out
 
 
@@ -129,8 +152,11 @@ def _annotation(value) -> dict:
         return {}
     attr = value.dist_attr()
     mesh = attr.process_mesh
-    return {"dims_mapping": tuple(int(d) for d in attr.dims_mapping), "mesh_axes": tuple(mesh.dim_names),
-            "mesh_shape": tuple(int(n) for n in mesh.shape)}
+    return {
+        "dims_mapping": tuple(int(d) for d in attr.dims_mapping),
+        "mesh_axes": tuple(mesh.dim_names),
+        "mesh_shape": tuple(int(n) for n in mesh.shape),
+    }
 
 
 def _first(v):
@@ -141,11 +167,11 @@ def _first(v):
 class _Scope:
     """The in-place renames one block sees: its own and those of the blocks around it."""
 
-    def __init__(self, parent: "_Scope | None" = None):
+    def __init__(self, parent: _Scope | None = None):
         self.parent = parent
-        self.alias: dict[Any, int] = {}      # PIR value id -> our id of its newest value
-        self.defined: set = set()            # PIR value ids defined in this block (results, args)
-        self.escaped: dict[Any, int] = {}    # outer PIR value id -> its newest value, written here
+        self.alias: dict[Any, int] = {}  # PIR value id -> our id of its newest value
+        self.defined: set = set()  # PIR value ids defined in this block (results, args)
+        self.escaped: dict[Any, int] = {}  # outer PIR value id -> its newest value, written here
 
     def lookup(self, pid) -> int | None:
         scope = self
@@ -227,16 +253,22 @@ class Reader:
         attrs = op.attrs()
         if name == "builtin.parameter":
             r = op.results()[0]
-            p = Param(name=attrs["parameter_name"], value=self.define(r), shape=shape_of(r),
-                      dtype=dtype_name(r.dtype), trainable=bool(_first(attrs.get("trainable", True))),
-                      **_annotation(r))
+            p = Param(
+                name=attrs["parameter_name"],
+                value=self.define(r),
+                shape=shape_of(r),
+                dtype=dtype_name(r.dtype),
+                trainable=bool(_first(attrs.get("trainable", True))),
+                **_annotation(r),
+            )
             self.params.append(p)
             self.param_by_value[p.value] = p.name
             return None
         if name in ("pd_op.data", "pd_op.feed"):
             r = op.results()[0]
-            self.feeds.append(Tensor(name=attrs["name"], value=self.define(r), shape=shape_of(r),
-                                     dtype=dtype_name(r.dtype)))
+            self.feeds.append(
+                Tensor(name=attrs["name"], value=self.define(r), shape=shape_of(r), dtype=dtype_name(r.dtype))
+            )
             return None
         if name == "pd_op.fetch":
             self.fetch_by_name.append((attrs["name"], self.vid(op.operands_source()[0])))
@@ -246,8 +278,16 @@ class Reader:
         blocks, scopes = self.sub_blocks(op, name)
         outs = tuple(self.define(r) for r in op.results())
         self.counter += 1
-        out = Op(name=name, inputs=inputs, outputs=outs, attrs=_attrs(op), scope=str(attrs.get("struct_name", "")),
-                 source=user_source(attrs.get("op_callstack")), blocks=blocks, index=self.counter)
+        out = Op(
+            name=name,
+            inputs=inputs,
+            outputs=outs,
+            attrs=_attrs(op),
+            scope=str(attrs.get("struct_name", "")),
+            source=user_source(attrs.get("op_callstack")),
+            blocks=blocks,
+            index=self.counter,
+        )
         out = self.carry_out(out, scopes)
         for out_i, in_i in inplace_pairs(op).items():
             if in_i < len(inputs) and out_i < len(outs) and inputs[in_i] is not None and outs[out_i] is not None:
@@ -271,16 +311,26 @@ class Reader:
         if not pids:
             return op
         if op.name == "pd_op.if":
-            op = _if_yielding(op, [[s.escaped.get(pid, self.vid_of(pid)) for pid in pids] for s in scopes],
-                              [self.fresh() for _ in pids])
+            op = _if_yielding(
+                op,
+                [[s.escaped.get(pid, self.vid_of(pid)) for pid in pids] for s in scopes],
+                [self.fresh() for _ in pids],
+            )
         elif op.name == "pd_op.while":
             before = [self.vid_of(pid) for pid in pids]
-            op = _while_carrying(op, before, [scopes[0].escaped[pid] for pid in pids],
-                                 [self.fresh() for _ in pids], [self.fresh() for _ in pids])
+            op = _while_carrying(
+                op,
+                before,
+                [scopes[0].escaped[pid] for pid in pids],
+                [self.fresh() for _ in pids],
+                [self.fresh() for _ in pids],
+            )
         else:
-            raise CaptureError(f"{op.name} writes values defined outside its blocks in place, which paddle_xla "
-                               f"cannot capture (at {op.source or '(no user source line)'}).")
-        for pid, new in zip(pids, op.outputs[-len(pids):]):
+            raise CaptureError(
+                f"{op.name} writes values defined outside its blocks in place, which paddle_xla "
+                f"cannot capture (at {op.source or '(no user source line)'})."
+            )
+        for pid, new in zip(pids, op.outputs[-len(pids) :]):
             self.write(pid, new)
         return op
 
@@ -293,12 +343,13 @@ def _nearest_sources(block: Block, outer: str) -> Block:
     ops = []
     for i, op in enumerate(block.ops):
         before = next((s for s in reversed(known[:i]) if s), "") or outer
-        after = next((s for s in known[i + 1:] if s), "")
+        after = next((s for s in known[i + 1 :] if s), "")
         # NOTE: an op that reads nothing is a constant made for the op after it; others follow what fed them.
         source = op.source or ((after or before) if not any(v is not None for v in op.inputs) else (before or after))
         inner = tuple(_nearest_sources(b, source) for b in op.blocks)
-        ops.append(dataclasses.replace(op, source=source, blocks=inner) if (source, inner) != (op.source, op.blocks)
-                   else op)
+        ops.append(
+            dataclasses.replace(op, source=source, blocks=inner) if (source, inner) != (op.source, op.blocks) else op
+        )
     return Block(args=block.args, ops=tuple(ops))
 
 
@@ -316,31 +367,34 @@ def _if_yielding(op: Op, per_branch: Sequence[Sequence[int]], outs: Sequence[int
     return dataclasses.replace(op, blocks=blocks, outputs=op.outputs + tuple(outs))
 
 
-def _while_carrying(op: Op, before: Sequence[int], written: Sequence[int], args: Sequence[int],
-                    outs: Sequence[int]) -> Op:
+def _while_carrying(
+    op: Op, before: Sequence[int], written: Sequence[int], args: Sequence[int], outs: Sequence[int]
+) -> Op:
     """A while op that carries each outer value the body writes: it enters as `before`, the body
     reads it as a new argument, and yields what it `written` for the next iteration."""
     # NOTE: body reads of the outer value that come before the write see last iteration's write.
     (body,) = op.blocks
     body = _renamed(body, dict(zip(before, args)))
     body = _with_yield(body, written, args)
-    return dataclasses.replace(op, inputs=op.inputs + tuple(before), blocks=(body,),
-                               outputs=op.outputs + tuple(outs))
+    return dataclasses.replace(op, inputs=op.inputs + tuple(before), blocks=(body,), outputs=op.outputs + tuple(outs))
 
 
 def _renamed(block: Block, mapping: dict[int, int]) -> Block:
     def op_(op: Op) -> Op:
-        return dataclasses.replace(op, inputs=tuple(mapping.get(v, v) for v in op.inputs),
-                                   blocks=tuple(_renamed(b, mapping) for b in op.blocks))
+        return dataclasses.replace(
+            op,
+            inputs=tuple(mapping.get(v, v) for v in op.inputs),
+            blocks=tuple(_renamed(b, mapping) for b in op.blocks),
+        )
+
     return Block(args=block.args, ops=tuple(op_(o) for o in block.ops))
 
 
 def program_to_graph(program, fetch_values=(), fetch_names=None, meta=None) -> Graph:
     """Read a PIR Program. Fetches come from `fetch_values` or the program's own pd_op.fetch ops."""
     reader = Reader()
-    reader.scope = _Scope()   # NOTE: the global block's scope stays open while the fetches are read
-    block = Block(args=(), ops=tuple(o for o in (reader.op(op) for op in program.global_block().ops)
-                                     if o is not None))
+    reader.scope = _Scope()  # NOTE: the global block's scope stays open while the fetches are read
+    block = Block(args=(), ops=tuple(o for o in (reader.op(op) for op in program.global_block().ops) if o is not None))
     if fetch_values:
         names = fetch_names or [f"fetch_{i}" for i in range(len(fetch_values))]
         pairs = [(n, reader.vid(v)) for n, v in zip(names, fetch_values)]
@@ -350,5 +404,11 @@ def program_to_graph(program, fetch_values=(), fetch_names=None, meta=None) -> G
         raise CaptureError("The program has no outputs: give fetch_list, or return tensors from forward().")
     fetches = tuple(Tensor(name=n, value=v, shape=(), dtype="") for n, v in pairs)
     block = _nearest_sources(block, "")
-    return Graph(block=block, feeds=tuple(reader.feeds), params=tuple(reader.params),
-                 fetches=fetches, buffer_updates=tuple(reader.buffer_updates), meta=dict(meta or {}))
+    return Graph(
+        block=block,
+        feeds=tuple(reader.feeds),
+        params=tuple(reader.params),
+        fetches=fetches,
+        buffer_updates=tuple(reader.buffer_updates),
+        meta=dict(meta or {}),
+    )

@@ -3,38 +3,52 @@
 Three sources: an nn.Layer plus InputSpecs (through paddle.jit.to_static), a static Program built
 under paddle.static.program_guard, and a saved inference model (paddle.jit.save output).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 import paddle
 
 from ..errors import CaptureError, ModelLoadError
+from ..graph import Graph, Tensor
 from .aborts import guarded, located
 from .gpu_only_ops import gpu_only_ops
-from ..graph import Graph, Tensor
 from .pir_reader import dtype_name, program_to_graph, shape_of
-from .to_static_help import (hint, leave_accessors_to_python, leave_to_python, qualified, recursion_culprit,
-                             structure_culprit)
+from .to_static_help import (
+    hint,
+    leave_accessors_to_python,
+    leave_to_python,
+    qualified,
+    recursion_culprit,
+    structure_culprit,
+)
 
 
 @dataclass
 class Captured:
     """What capture returns: the Graph, its weights, and how to map them back to the Layer."""
+
     graph: Graph
     weights: dict[str, np.ndarray]
-    state_keys: dict[str, str] = field(default_factory=dict)   # param name -> state_dict key
+    state_keys: dict[str, str] = field(default_factory=dict)  # param name -> state_dict key
 
 
 def _with_fetch_info(graph: Graph, values) -> Graph:
     """Fill the fetch shapes/dtypes from the PIR values (known only on the Paddle side)."""
     fetches = tuple(Tensor(name=f.name, value=f.value, **_shape_and_dtype(v)) for f, v in zip(graph.fetches, values))
-    return Graph(block=graph.block, feeds=graph.feeds, params=graph.params, fetches=fetches,
-                 buffer_updates=graph.buffer_updates, meta=graph.meta)
+    return Graph(
+        block=graph.block,
+        feeds=graph.feeds,
+        params=graph.params,
+        fetches=fetches,
+        buffer_updates=graph.buffer_updates,
+        meta=graph.meta,
+    )
 
 
 # ---- the three sources ---------------------------------------------------------------------
@@ -53,11 +67,16 @@ def _check_outputs(layer, outputs) -> None:
         if isinstance(o, paddle.pir.Value):
             continue
         what = type(o).__name__
-        fix = ("it is the model's KV cache (use_cache=True): build the model with config.use_cache=False to "
-               "compile or export it, or generate with px.Generator, which keeps the cache itself"
-               if "cache" in what.lower() else "return tensors (or lists, tuples and dicts of them) only")
-        raise CaptureError(f"{type(layer).__name__}.forward returns a {what} among its outputs, and a captured "
-                           f"program returns tensors only: {fix}.")
+        fix = (
+            "it is the model's KV cache (use_cache=True): build the model with config.use_cache=False to "
+            "compile or export it, or generate with px.Generator, which keeps the cache itself"
+            if "cache" in what.lower()
+            else "return tensors (or lists, tuples and dicts of them) only"
+        )
+        raise CaptureError(
+            f"{type(layer).__name__}.forward returns a {what} among its outputs, and a captured "
+            f"program returns tensors only: {fix}."
+        )
 
 
 def from_layer(layer, input_spec, training: bool | None = None, weights: bool = True) -> Captured:
@@ -80,8 +99,9 @@ def from_layer(layer, input_spec, training: bool | None = None, weights: bool = 
     _check_outputs(layer, outputs)
     names = [f"output_{i}" for i in range(len(outputs))]
     mode = layer.training if training is None else training
-    graph = program_to_graph(program.main_program, outputs, names,
-                             meta={"source": type(layer).__name__, "training": bool(mode)})
+    graph = program_to_graph(
+        program.main_program, outputs, names, meta={"source": type(layer).__name__, "training": bool(mode)}
+    )
     graph = _in_spec_order(_with_fetch_info(graph, outputs), specs)
     state_keys = {t.name: k for k, t in layer.state_dict().items()}
     if not weights:
@@ -111,11 +131,13 @@ def _weight(p, graph: Graph) -> np.ndarray:
             f"`paddle-xla launch --nproc {mesh.size} script.py`, whose processes join their slices; or, in one "
             "process, build the model unannotated and say what to split with Strategy(tensor=N, "
             "tensor_plan={'*.linear1': dist.ColWiseParallel(), ...}), or annotate over a mesh of this process alone "
-            "(dist.ProcessMesh([0], ...)): the split dimensions then set the tensor plan.") from None
+            "(dist.ProcessMesh([0], ...)): the split dimensions then set the tensor plan."
+        ) from None
 
 
 def _processes() -> int:
     import jax
+
     return jax.process_count()
 
 
@@ -123,6 +145,7 @@ def _joined(p) -> np.ndarray:
     """The whole weight from the slices every process holds: process r is Paddle's rank r (launch
     numbers both alike), and its slice sits at its mesh coordinates along each Shard(d) placement."""
     from jax.experimental import multihost_utils
+
     local = np.asarray(p._local_value().numpy())
     # NOTE: every process captures the same program, so all reach this gather in the same order
     parts = np.asarray(multihost_utils.process_allgather(local))
@@ -133,8 +156,10 @@ def _joined(p) -> np.ndarray:
         where = [slice(None)] * whole.ndim
         for mesh_dim, placement in enumerate(placements):
             if placement.is_partial():
-                raise CaptureError(f"The weight {p.name!r} is a partial sum over the process mesh (Partial "
-                                   "placement); shard or replicate weights, as ColWise/RowWiseParallel do.")
+                raise CaptureError(
+                    f"The weight {p.name!r} is a partial sum over the process mesh (Partial "
+                    "placement); shard or replicate weights, as ColWise/RowWiseParallel do."
+                )
             if placement.is_shard():
                 d, n = placement.get_dim(), part.shape[placement.get_dim()]
                 where[d] = slice(coords[mesh_dim] * n, (coords[mesh_dim] + 1) * n)
@@ -187,7 +212,7 @@ def _concrete_program(layer, specs):
                 static = paddle.jit.to_static(layer, input_spec=specs, full_graph=True)
                 return static.forward.concrete_program
         except Exception as e:
-            if found:   # NOTE: a pattern that would have aborted the process (aborts.py)
+            if found:  # NOTE: a pattern that would have aborted the process (aborts.py)
                 raise located(found[0], e) from None
             culprit = structure_culprit(e)
             if culprit is not None and len(left) < MAX_LEFT_TO_PYTHON and qualified(culprit) not in left:
@@ -201,24 +226,28 @@ def _concrete_program(layer, specs):
                 layer.__dict__.pop("forward", None)
 
 
-MAX_LEFT_TO_PYTHON = 8      # NOTE: functions left to Python in one capture, before its failure is reported
+MAX_LEFT_TO_PYTHON = 8  # NOTE: functions left to Python in one capture, before its failure is reported
 
 
 def _raise_capture_error(layer, e: Exception):
     """What to_static's failure means for the user, as a CaptureError."""
     name = type(layer).__name__
     if isinstance(e, OSError):
-        raise CaptureError(f"Paddle could not read the source of {name}.forward ({e}). to_static needs the "
-                           "model defined in a file, not in exec'd code or on stdin.") from None
+        raise CaptureError(
+            f"Paddle could not read the source of {name}.forward ({e}). to_static needs the "
+            "model defined in a file, not in exec'd code or on stdin."
+        ) from None
     if isinstance(e, RecursionError):
         culprit = recursion_culprit(e) or "a function forward calls"
         raise CaptureError(
             f"paddle.jit.to_static recursed without end while converting {culprit} for {name}.forward. "
             "Leave it to Python: decorate it with @paddle.jit.not_to_static (or call "
-            "paddle.jit.not_to_static on it) before capturing.") from None
+            "paddle.jit.not_to_static on it) before capturing."
+        ) from None
     detail = str(e).strip()
-    raise CaptureError(f"paddle.jit.to_static could not capture {name}.forward "
-                       f"({type(e).__name__}):\n{detail[-3000:]}{hint(detail)}") from e
+    raise CaptureError(
+        f"paddle.jit.to_static could not capture {name}.forward ({type(e).__name__}):\n{detail[-3000:]}{hint(detail)}"
+    ) from e
 
 
 def _check_weights(graph: Graph, weights) -> None:
@@ -230,10 +259,12 @@ def _check_weights(graph: Graph, weights) -> None:
 def from_program(program, feed_names: Sequence[str] | None = None, fetch_list=(), scope=None) -> Captured:
     """Capture a static PIR Program; weights come from `scope` (default: the global scope)."""
     fetch_list = list(fetch_list)
-    graph = program_to_graph(program, fetch_list, [getattr(v, "name", None) or f"fetch_{i}"
-                                                   if _has_name(v) else f"fetch_{i}"
-                                                   for i, v in enumerate(fetch_list)],
-                             meta={"source": "static Program"})
+    graph = program_to_graph(
+        program,
+        fetch_list,
+        [getattr(v, "name", None) or f"fetch_{i}" if _has_name(v) else f"fetch_{i}" for i, v in enumerate(fetch_list)],
+        meta={"source": "static Program"},
+    )
     if fetch_list:
         graph = _with_fetch_info(graph, fetch_list)
     if feed_names is not None:
@@ -266,7 +297,8 @@ def from_inference_model(path_prefix: str) -> Captured:
     if model_file is None or not os.path.exists(path_prefix + ".pdiparams"):
         raise ModelLoadError(
             f"No saved inference model at {path_prefix!r}: expected {path_prefix}.json (or .pdmodel) "
-            f"and {path_prefix}.pdiparams, as paddle.jit.save writes them.")
+            f"and {path_prefix}.pdiparams, as paddle.jit.save writes them."
+        )
     was_static = not paddle.in_dynamic_mode()
     paddle.enable_static()
     try:
@@ -278,8 +310,9 @@ def from_inference_model(path_prefix: str) -> Captured:
     except (ModelLoadError, CaptureError):
         raise
     except Exception as e:
-        raise ModelLoadError(f"Paddle could not read the saved model {model_file!r}: "
-                             f"{type(e).__name__}: {str(e).strip()[:300]}") from None
+        raise ModelLoadError(
+            f"Paddle could not read the saved model {model_file!r}: {type(e).__name__}: {str(e).strip()[:300]}"
+        ) from None
     finally:
         if not was_static:
             paddle.disable_static()

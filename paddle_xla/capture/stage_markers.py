@@ -6,6 +6,7 @@ built is `paddle.static.default_main_program()`; the block records which top-lev
 between its entry and exit (by `Operation.id()`, stable within a program). After capture,
 `markers(graph)` finds the traced program whose ops line up with the Graph's and returns
 {position of a top-level Graph op: stage}. Nested blocks: the innermost one wins."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ _KEEP_PROGRAMS = 16
 
 @dataclass
 class _Record:
-    program: Any                       # the paddle static Program being traced
+    program: Any  # the paddle static Program being traced
     stage: int
     op_ids: list[int]
 

@@ -7,6 +7,7 @@ end: the converted copy resolves `super()` against the subclass, which calls the
 (found with a stand-in: tests/test_errors.py). So before capture, the accessors of every non-Layer
 object a Layer holds are marked `paddle.jit.not_to_static`: they run as Python, as they should. An
 edge module (imports paddle)."""
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,11 @@ def leave_accessors_to_python(layer: paddle.nn.Layer) -> list[str]:
     marked = []
     for sub in layer.sublayers(include_self=True):
         for value in list(vars(sub).values()):
-            if isinstance(value, (paddle.nn.Layer, paddle.Tensor, type, types.ModuleType)) or callable(value) \
-                    or type(value).__module__ == "builtins":
+            if (
+                isinstance(value, (paddle.nn.Layer, paddle.Tensor, type, types.ModuleType))
+                or callable(value)
+                or type(value).__module__ == "builtins"
+            ):
                 continue
             marked += _mark(type(value))
     return sorted(set(marked))
@@ -66,7 +70,7 @@ CPU_ONLY_HINTS = {
     # NOTE: capture builds this op from its parts on a CPU-only Paddle (gpu_only_ops.py); the hint is for a
     # call that reaches Paddle's own builder anyway
     "fused_rms_norm_ext": "the model's fused RMSNorm (fuse_rms_norm=True, PaddleFormers' default) needs Paddle's "
-                          "GPU build to capture; set fuse_rms_norm=False in its config (the numbers are the same)",
+    "GPU build to capture; set fuse_rms_norm=False in its config (the numbers are the same)",
 }
 
 
@@ -81,8 +85,11 @@ def hint(message: str) -> str:
 # items) cannot be converted, though it needs no converting: its tests read Python values, never
 # tensors. Such a function is left to Python, and capture tries again. A function whose `if` does read a
 # tensor then fails in Python with Paddle's own message, which is reported.
-STRUCTURE_ERRORS = ("different number of return value", "don't have the same number of elements",
-                    "don't have the same nested structure")
+STRUCTURE_ERRORS = (
+    "different number of return value",
+    "don't have the same number of elements",
+    "don't have the same nested structure",
+)
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\w+)')
 
 
@@ -91,23 +98,31 @@ def structure_culprit(error: BaseException):
     text = str(error)
     if type(error).__name__ != "Dygraph2StaticException" or not any(s in text for s in STRUCTURE_ERRORS):
         return None
-    frames = [(p, int(n), f) for p, n, f in _FRAME.findall(text)
-              if os.path.isfile(p) and "to_static_tmp" not in p and f"{os.sep}paddle{os.sep}" not in p]
+    frames = [
+        (p, int(n), f)
+        for p, n, f in _FRAME.findall(text)
+        if os.path.isfile(p) and "to_static_tmp" not in p and f"{os.sep}paddle{os.sep}" not in p
+    ]
     return _function_at(*frames[-1]) if frames else None
 
 
 def _function_at(path: str, line: int, name: str):
     path = os.path.realpath(path)
-    module = next((m for m in list(sys.modules.values())
-                   if os.path.realpath(getattr(m, "__file__", None) or "") == path), None)
+    module = next(
+        (m for m in list(sys.modules.values()) if os.path.realpath(getattr(m, "__file__", None) or "") == path), None
+    )
     if module is None:
         return None
     found = []
     for value in vars(module).values():
         for fn in [value, *(vars(value).values() if isinstance(value, type) else ())]:
             code = getattr(fn, "__code__", None)
-            if code is not None and code.co_name == name and os.path.realpath(code.co_filename) == path \
-                    and code.co_firstlineno <= line:
+            if (
+                code is not None
+                and code.co_name == name
+                and os.path.realpath(code.co_filename) == path
+                and code.co_firstlineno <= line
+            ):
                 found.append(fn)
     return max(found, key=lambda f: f.__code__.co_firstlineno) if found else None
 

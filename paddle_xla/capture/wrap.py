@@ -2,6 +2,7 @@
 
 to_static needs the forward's source and named arguments, so the wrapper's source is generated with
 the user's input and label names, and compiled from memory."""
+
 from __future__ import annotations
 
 import hashlib
@@ -10,7 +11,7 @@ import types
 
 import paddle
 
-_TEMPLATE = '''import paddle
+_TEMPLATE = """import paddle
 
 
 def _flat(out):
@@ -36,7 +37,7 @@ class NetWithLoss(paddle.nn.Layer):
         outs = _flat(self.net({call}))
         loss = self.loss_fn(*outs, {labels}) if self.loss_fn is not None else outs[0]
         return [loss] + outs
-'''
+"""
 
 
 # NOTE: the source is kept in linecache under a name no file can have, and compiled from memory:
@@ -62,8 +63,9 @@ def _module(inputs: list[str], labels: list[str], own_loss: bool, by_name: bool 
     return mod
 
 
-def net_with_loss(net: paddle.nn.Layer, loss_fn, input_names: list[str], label_names: list[str],
-                  by_name: bool = False) -> paddle.nn.Layer:
+def net_with_loss(
+    net: paddle.nn.Layer, loss_fn, input_names: list[str], label_names: list[str], by_name: bool = False
+) -> paddle.nn.Layer:
     """forward(*inputs, *labels) -> [loss, *net_outputs]; with loss_fn None, net's first output is the loss,
     and when net's forward takes the labels by name, net(*inputs, label=label, ...) computes it. With
     by_name, net(input=input, ...): the input names are the forward's argument names."""
@@ -76,6 +78,7 @@ def takes_labels(net: paddle.nn.Layer, names: list[str]) -> bool:
     """Whether net.forward accepts every one of `names` (as the wrapper spells them) as a keyword
     (model(input_ids, labels=labels))."""
     import inspect
+
     names = [_ident(n) for n in names]
     try:
         params = inspect.signature(net.forward).parameters

@@ -6,6 +6,7 @@ Paddle's best is the faster of eager and `to_static` for training, and Paddle In
 cpu math threads = nproc) for inference. benchmarks/ holds the stricter twins of these measurements
 (one process per configuration, interleaved rounds, load accounting); this command is the one-line
 answer a user asks for, with any Strategy."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,9 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -26,13 +28,13 @@ PARTS = ("train", "infer")
 
 @dataclass
 class BenchSettings:
-    config: str = "base"             # BertConfig.named: base | small | tiny
+    config: str = "base"  # BertConfig.named: base | small | tiny
     batch: int = 8
     seq: int = 128
-    repeats: int = 3                 # timed calls per configuration, after one untimed warm-up
+    repeats: int = 3  # timed calls per configuration, after one untimed warm-up
     strategy: Mapping[str, Any] = field(default_factory=dict)
     parts: tuple[str, ...] = PARTS
-    paddle: bool = True              # also time native Paddle (the baseline)
+    paddle: bool = True  # also time native Paddle (the baseline)
     # NOTE: BERT pretraining scores MLM on the masked positions only: 20 per sequence at seq 128 is
     # max_predictions_per_seq of Google's, NVIDIA's and Graphcore's phase 1. 0: every token.
     max_predictions: int = 20
@@ -76,7 +78,9 @@ def time_calls(fn: Callable[[], Any], repeats: int) -> dict[str, Any]:
 
 def _bert(s: BenchSettings, head: bool):
     import paddle
+
     from ..models.bert import BertConfig, BertForPretraining, BertModel
+
     paddle.seed(0)
     cfg = BertConfig.named(s.config).without_dropout()
     return cfg, (BertForPretraining(cfg) if head else BertModel(cfg))
@@ -84,17 +88,20 @@ def _bert(s: BenchSettings, head: bool):
 
 def _pretraining_batch(cfg, s: BenchSettings) -> list[np.ndarray]:
     from ..models.bert_data import synthetic_batch
+
     batch = synthetic_batch(cfg, s.batch, s.seq)
     return batch.with_masked_positions(s.max_predictions) if s.max_predictions else batch.as_list()
 
 
 def _pretraining_spec(s: BenchSettings):
     from ..models.bert import BertForPretraining
+
     return BertForPretraining.input_spec(s.seq, s.max_predictions)
 
 
 def _adamw(net):
     import paddle
+
     return paddle.optimizer.AdamW(1e-4, parameters=net.parameters(), weight_decay=0.01)
 
 
@@ -112,6 +119,7 @@ def paddle_train_step(s: BenchSettings, static: bool) -> Callable[[], float]:
     NOTE: no bf16 AMP variant: on CPU, Paddle 3.3's auto_cast warns that amp_guard needs a CUDA, XPU or
     custom place and runs fp32 (timed in an earlier run: 12.40 s against eager's 11.33 s)."""
     import paddle
+
     cfg, net = _bert(s, head=True)
     opt = _adamw(net)
     if static:
@@ -124,6 +132,7 @@ def paddle_train_step(s: BenchSettings, static: bool) -> Callable[[], float]:
         opt.step()
         opt.clear_grad()
         return float(loss)
+
     return step
 
 
@@ -136,6 +145,7 @@ def xla_train(s: BenchSettings) -> dict[str, Any]:
 def xla_train_step(s: BenchSettings) -> tuple[Callable[[], Any], dict[str, Any]]:
     """(one paddle_xla step per call, {steps_per_call, capture_and_compile_s}); compiled on return."""
     import paddle_xla as px
+
     cfg, net = _bert(s, head=True)
     strategy = px.Strategy(**s.strategy)
     start = time.perf_counter()
@@ -145,8 +155,10 @@ def xla_train_step(s: BenchSettings) -> tuple[Callable[[], Any], dict[str, Any]]
         batch = [np.stack([x] * strategy.steps_per_call) for x in batch]
     step(*batch)
     first = time.perf_counter() - start
-    return (lambda: np.asarray(step(*batch))), {"steps_per_call": strategy.steps_per_call,
-                                                "capture_and_compile_s": first}
+    return (lambda: np.asarray(step(*batch))), {
+        "steps_per_call": strategy.steps_per_call,
+        "capture_and_compile_s": first,
+    }
 
 
 def time_interleaved(builders: Mapping[str, Callable[[], Callable[[], Any]]], rounds: int) -> dict[str, dict]:
@@ -159,7 +171,7 @@ def time_interleaved(builders: Mapping[str, Callable[[], Callable[[], Any]]], ro
     for name, build in builders.items():
         try:
             steps[name] = build()
-            steps[name]()                                   # NOTE: the untimed warm-up call
+            steps[name]()  # NOTE: the untimed warm-up call
         except Exception as e:  # NOTE: one failing configuration must not lose the others' figures
             out[name] = {"error": f"{type(e).__name__}: {e}"[:800]}
     samples: dict[str, list[float]] = {name: [] for name in steps}
@@ -169,8 +181,13 @@ def time_interleaved(builders: Mapping[str, Callable[[], Callable[[], Any]]], ro
             step()
             samples[name].append(time.perf_counter() - start)
     for name, xs in samples.items():
-        out[name] = {"median_s": statistics.median(xs), "min_s": min(xs), "repeats": rounds,
-                     "samples_s": [round(x, 4) for x in xs], "interleaved": True}
+        out[name] = {
+            "median_s": statistics.median(xs),
+            "min_s": min(xs),
+            "repeats": rounds,
+            "samples_s": [round(x, 4) for x in xs],
+            "interleaved": True,
+        }
     return out
 
 
@@ -196,7 +213,9 @@ def paddle_inference_call(s: BenchSettings) -> Callable[[], np.ndarray]:
     """One call of the Paddle Inference predictor (see paddle_inference), ready to time."""
     import paddle
     import paddle.inference as pi
+
     from ..models.bert import BertModel
+
     cfg, net = _bert(s, head=False)
     net.eval()
     inputs = _encoder_inputs(cfg, s)
@@ -218,6 +237,7 @@ def paddle_inference_call(s: BenchSettings) -> Callable[[], np.ndarray]:
             h.copy_from_cpu(x)
         predictor.run()
         return out.copy_to_cpu()
+
     return call
 
 
@@ -235,7 +255,9 @@ def xla_inference_call(s: BenchSettings) -> Callable[[], Any]:
     import jax
 
     import paddle_xla as px
+
     from ..models.bert import BertModel
+
     cfg, net = _bert(s, head=False)
     net.eval()
     precision = s.strategy.get("precision", "fp32")
@@ -252,8 +274,10 @@ def plan(s: BenchSettings) -> list[tuple[str, str, Callable[[], dict[str, Any]]]
     jobs = []
     if "train" in s.parts:
         if s.paddle:
-            jobs += [("train", "paddle_eager", lambda: paddle_train(s, static=False)),
-                     ("train", "paddle_to_static", lambda: paddle_train(s, static=True))]
+            jobs += [
+                ("train", "paddle_eager", lambda: paddle_train(s, static=False)),
+                ("train", "paddle_to_static", lambda: paddle_train(s, static=True)),
+            ]
         jobs.append(("train", "paddle_xla", lambda: xla_train(s)))
     if "infer" in s.parts:
         if s.paddle:
@@ -268,6 +292,7 @@ def threads_and_peak() -> dict[str, Any]:
     NOTE: the thread count must be set before Paddle's math library is first used (it reads the count
     once): all cores, as Paddle's best."""
     import paddle
+
     paddle.base.core.set_num_threads(os.cpu_count() or 1)
     return matmul_peak(repeats=3)
 
@@ -275,6 +300,7 @@ def threads_and_peak() -> dict[str, Any]:
 def run(s: BenchSettings, on_start: Callable[[str, str], None] = lambda part, cfg: None) -> dict[str, Any]:
     """Every configuration of `plan`, the matmul peak, and the ratios; one failure does not lose the rest."""
     from ..models.bert import BertConfig
+
     on_start("peak", "matmul")
     peak = threads_and_peak()
     results: dict[str, dict[str, Any]] = {p: {} for p in s.parts}
@@ -288,20 +314,29 @@ def run(s: BenchSettings, on_start: Callable[[str, str], None] = lambda part, cf
     return summarise(s, bert, peak, results)
 
 
-def run_interleaved(s: BenchSettings, builders: Mapping[str, Callable[[], Callable[[], Any]]],
-                    rounds: int) -> dict[str, Any]:
+def run_interleaved(
+    s: BenchSettings, builders: Mapping[str, Callable[[], Callable[[], Any]]], rounds: int
+) -> dict[str, Any]:
     """Training configurations timed in interleaved rounds (time_interleaved), with the matmul peak."""
     from ..models.bert import BertConfig
+
     peak = threads_and_peak()
     return summarise(s, BertConfig.named(s.config), peak, {"train": time_interleaved(builders, rounds)})
 
 
 def summarise(s: BenchSettings, bert, peak, results) -> dict[str, Any]:
-    shape = dict(layers=bert.num_hidden_layers, hidden=bert.hidden_size, intermediate=bert.intermediate_size,
-                 batch=s.batch, seq=s.seq)
+    shape = dict(
+        layers=bert.num_hidden_layers,
+        hidden=bert.hidden_size,
+        intermediate=bert.intermediate_size,
+        batch=s.batch,
+        seq=s.seq,
+    )
     head_tokens = s.batch * (s.max_predictions or s.seq)
-    flops = {"train": bert_pretraining_flops(vocab=bert.vocab_size, head_tokens=head_tokens, **shape),
-             "infer": bert_flops(**shape)}
+    flops = {
+        "train": bert_pretraining_flops(vocab=bert.vocab_size, head_tokens=head_tokens, **shape),
+        "infer": bert_flops(**shape),
+    }
     for part, configs in results.items():
         for r in configs.values():
             if "median_s" not in r:
@@ -309,12 +344,18 @@ def summarise(s: BenchSettings, bert, peak, results) -> dict[str, Any]:
             add_rates(r, s.batch, flops[part], peak["fp32_gflops"])
         _ratios(configs)
     _parity(results.get("infer", {}))
-    return {"benchmark": "paddle-xla bench bert", "settings": {**s.__dict__, "parts": list(s.parts)},
-            "model": f"BERT-{s.config}", "flops_per_step": flops, "matmul_peak": peak,
-            "flops_note": "train: 3 x (encoder + MLM head over the scored tokens) forward, i.e. 6 x matmul "
-                          "params x tokens + attention, the head's params counted on batch x max_predictions "
-                          "tokens (every token when max_predictions is 0); infer: the encoder forward; "
-                          "mfu_fp32 = achieved / measured jnp fp32 matmul peak", "results": results}
+    return {
+        "benchmark": "paddle-xla bench bert",
+        "settings": {**s.__dict__, "parts": list(s.parts)},
+        "model": f"BERT-{s.config}",
+        "flops_per_step": flops,
+        "matmul_peak": peak,
+        "flops_note": "train: 3 x (encoder + MLM head over the scored tokens) forward, i.e. 6 x matmul "
+        "params x tokens + attention, the head's params counted on batch x max_predictions "
+        "tokens (every token when max_predictions is 0); infer: the encoder forward; "
+        "mfu_fp32 = achieved / measured jnp fp32 matmul peak",
+        "results": results,
+    }
 
 
 def add_rates(r: dict[str, Any], batch: int, flops: float, peak_gflops: float) -> None:
@@ -325,8 +366,9 @@ def add_rates(r: dict[str, Any], batch: int, flops: float, peak_gflops: float) -
 
 
 def _ratios(configs: dict[str, dict[str, Any]]) -> None:
-    paddle_best = min((r["step_s"] for c, r in configs.items() if not c.startswith("paddle_xla") and "step_s" in r),
-                      default=None)
+    paddle_best = min(
+        (r["step_s"] for c, r in configs.items() if not c.startswith("paddle_xla") and "step_s" in r), default=None
+    )
     for r in configs.values():
         if paddle_best and "step_s" in r:
             r["speedup_vs_paddle_best"] = paddle_best / r["step_s"]
@@ -342,6 +384,7 @@ def _parity(infer: dict[str, dict[str, Any]]) -> None:
 
 def write(report: Mapping[str, Any], path: str) -> None:
     from ..files import atomic_write
+
     atomic_write(path, json.dumps(report, indent=1).encode())
 
 
@@ -354,6 +397,14 @@ def rows(report: Mapping[str, Any]) -> list[list[str]]:
                 out.append([part, cfg, "failed: " + r.get("error", "?")[:70], "", "", ""])
                 continue
             speed = r.get("speedup_vs_paddle_best")
-            out.append([part, cfg, f"{1e3 * r['step_s']:.0f} ms", f"{r['samples_per_s']:.2f}",
-                        f"{r['mfu_fp32']:.0%}", "" if speed is None else f"{speed:.2f}x"])
+            out.append(
+                [
+                    part,
+                    cfg,
+                    f"{1e3 * r['step_s']:.0f} ms",
+                    f"{r['samples_per_s']:.2f}",
+                    f"{r['mfu_fp32']:.0%}",
+                    "" if speed is None else f"{speed:.2f}x",
+                ]
+            )
     return out

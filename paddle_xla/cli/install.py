@@ -5,6 +5,7 @@ A plain `pip install paddleformers` resolves PaddleFormers' own pins and pulls n
 (it needs numpy 2). This installs a pinned list of pure-Python packages with `pip install --no-deps` into the
 environment that runs paddle_xla (sys.executable), so numpy, JAX and Paddle stay as they are. The list lives
 here only: tools/zoo.py and the Makefile's `make test` use it through this module."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,20 +13,35 @@ import importlib.metadata
 import importlib.util
 import subprocess
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 # NOTE: PaddleFormers 1.2's pure-Python dependencies, pinned where its own pins and transformers' meet.
-PADDLEFORMERS = ("paddleformers==1.2.0", "transformers>=5.0,<5.4", "huggingface_hub>=1.3,<2",
-                 "tokenizers>=0.22,<=0.23.0", "colorlog", "regex", "requests", "urllib3", "aistudio_sdk", "psutil",
-                 "six", "omegaconf", "antlr4-python3-runtime==4.9.3", "pyyaml", "charset_normalizer", "idna",
-                 "certifi")
+PADDLEFORMERS = (
+    "paddleformers==1.2.0",
+    "transformers>=5.0,<5.4",
+    "huggingface_hub>=1.3,<2",
+    "tokenizers>=0.22,<=0.23.0",
+    "colorlog",
+    "regex",
+    "requests",
+    "urllib3",
+    "aistudio_sdk",
+    "psutil",
+    "six",
+    "omegaconf",
+    "antlr4-python3-runtime==4.9.3",
+    "pyyaml",
+    "charset_normalizer",
+    "idna",
+    "certifi",
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class Suite:
-    module: str                    # the import name that shows the suite is there
-    version: str                   # the pinned version of its own distribution
-    packages: Sequence[str]        # pip requirements, installed --no-deps
+    module: str  # the import name that shows the suite is there
+    version: str  # the pinned version of its own distribution
+    packages: Sequence[str]  # pip requirements, installed --no-deps
 
 
 SUITES = {"paddleformers": Suite("paddleformers", "1.2.0", PADDLEFORMERS)}
@@ -39,8 +55,9 @@ def suite(name: str) -> Suite:
     try:
         return SUITES[name.lower()]
     except KeyError:
-        raise UnknownSuite(f"unknown suite {name!r}: choose {' or '.join(SUITES)} "
-                           f"(e.g. paddle-xla install {next(iter(SUITES))})") from None
+        raise UnknownSuite(
+            f"unknown suite {name!r}: choose {' or '.join(SUITES)} (e.g. paddle-xla install {next(iter(SUITES))})"
+        ) from None
 
 
 def missing(s: Suite) -> list[str]:
@@ -50,7 +67,7 @@ def missing(s: Suite) -> list[str]:
         return list(s.packages)
     try:
         from packaging.requirements import Requirement
-    except ImportError:     # pragma: no cover - pip's environments have it; without it only the names are checked
+    except ImportError:  # pragma: no cover - pip's environments have it; without it only the names are checked
         Requirement = None
     out = []
     for text in s.packages:
@@ -69,8 +86,9 @@ def pip_command(s: Suite, python: str | None = None) -> list[str]:
     return [python or sys.executable, "-m", "pip", "install", "--no-deps", *s.packages]
 
 
-def install(name: str, echo: Callable[[str], None] = print,
-            run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> int:
+def install(
+    name: str, echo: Callable[[str], None] = print, run: Callable[..., subprocess.CompletedProcess] = subprocess.run
+) -> int:
     """Install suite `name` into this environment; the exit status. Says what it did in one or two lines."""
     s = suite(name)
     where = sys.prefix
@@ -78,11 +96,13 @@ def install(name: str, echo: Callable[[str], None] = print,
         echo(f"{s.module} {s.version} is already installed in {where}: nothing to do")
         return 0
     command = pip_command(s)
-    echo(f"installing {s.module} {s.version} into {where} ({len(s.packages)} pinned packages, --no-deps: "
-         "numpy, JAX and Paddle stay as they are):")
+    echo(
+        f"installing {s.module} {s.version} into {where} ({len(s.packages)} pinned packages, --no-deps: "
+        "numpy, JAX and Paddle stay as they are):"
+    )
     echo("  " + " ".join(command))
     done = run(command)
-    importlib.invalidate_caches()       # NOTE: find_spec must see the folders pip just wrote
+    importlib.invalidate_caches()  # NOTE: find_spec must see the folders pip just wrote
     if done.returncode != 0:
         echo(f"error: pip failed (exit status {done.returncode}); the command above shows what it ran")
         return done.returncode or 1

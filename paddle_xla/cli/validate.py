@@ -1,5 +1,6 @@
 """`paddle-xla validate bert-base`: train BERT natively and through paddle_xla from the same weights
 on the same batches, and report loss parity, weight parity, MLM/NSP accuracy and throughput."""
+
 from __future__ import annotations
 
 import copy
@@ -27,7 +28,7 @@ class Report:
     xla_samples_per_s: float = 0.0
     xla_compile_s: float = 0.0
     dropout: bool = False
-    max_predictions: int = 0              # 0: the MLM head scores every token
+    max_predictions: int = 0  # 0: the MLM head scores every token
     convergence: dict = field(default_factory=dict)
 
     @property
@@ -35,9 +36,18 @@ class Report:
         return self.xla_samples_per_s / self.paddle_samples_per_s if self.paddle_samples_per_s else 0.0
 
 
-def run(config: str = "tiny", steps: int = 30, batch: int = 8, seq: int = 64, lr: float = 1e-3,
-        out_dir: str = "validate_out", seed: int = 0, console=None, dropout: bool = False,
-        max_predictions: int = 0) -> Report:
+def run(
+    config: str = "tiny",
+    steps: int = 30,
+    batch: int = 8,
+    seq: int = 64,
+    lr: float = 1e-3,
+    out_dir: str = "validate_out",
+    seed: int = 0,
+    console=None,
+    dropout: bool = False,
+    max_predictions: int = 0,
+) -> Report:
     """dropout=False: the parity run (identical curves expected). dropout=True: the convergence run;
     each framework draws its own dropout masks, so the curves agree only statistically (see converge).
     max_predictions > 0: the MLM head scores only that many masked positions per sequence."""
@@ -45,10 +55,15 @@ def run(config: str = "tiny", steps: int = 30, batch: int = 8, seq: int = 64, lr
     from rich.console import Console
     from rich.progress import Progress
 
-    from ..models.bert import BertConfig, BertForPretraining
-    from ..models.bert_data import (PretrainingData, check_vocab, corpus_sentences, import_validate_extra,
-                                    train_tokenizer)
     from ..api.training import train_step
+    from ..models.bert import BertConfig, BertForPretraining
+    from ..models.bert_data import (
+        PretrainingData,
+        check_vocab,
+        corpus_sentences,
+        import_validate_extra,
+        train_tokenizer,
+    )
 
     # NOTE: the plot's library is asked for now, so a missing extra is said before the runs, not after.
     import_validate_extra("matplotlib", "the validate report's plot (report.png)")
@@ -74,8 +89,11 @@ def run(config: str = "tiny", steps: int = 30, batch: int = 8, seq: int = 64, lr
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"BERT-{config}: paddle_xla and Paddle, {steps} steps", total=steps)
         for i, b in enumerate(batches):
-            t0 = time.perf_counter(); report.xla_loss.append(step(*inputs(b))); t1 = time.perf_counter()
-            report.paddle_loss.append(_native_step(paddle, native, opt_n, inputs(b))); t2 = time.perf_counter()
+            t0 = time.perf_counter()
+            report.xla_loss.append(step(*inputs(b)))
+            t1 = time.perf_counter()
+            report.paddle_loss.append(_native_step(paddle, native, opt_n, inputs(b)))
+            t2 = time.perf_counter()
             (xla_times if i else [report.__setattr__("xla_compile_s", t1 - t0)]).append(t1 - t0)
             pd_times.append(t2 - t1)
             progress.advance(task)
@@ -104,23 +122,33 @@ def converge(r: Report, window: float = 0.2) -> dict:
     diff = x - p
     se = float(np.std(diff, ddof=1) / np.sqrt(n))
     first = float(np.mean(r.paddle_loss[:5]))
-    out = {"window_steps": n, "paddle_mean_loss": float(p.mean()), "xla_mean_loss": float(x.mean()),
-           "first_steps_mean_loss": first, "mean_loss_diff": float(diff.mean()), "standard_error": se,
-           "mlm_accuracy_diff": r.xla_accuracy.get("mlm", 0) - r.paddle_accuracy.get("mlm", 0),
-           "nsp_accuracy_diff": r.xla_accuracy.get("nsp", 0) - r.paddle_accuracy.get("nsp", 0)}
+    out = {
+        "window_steps": n,
+        "paddle_mean_loss": float(p.mean()),
+        "xla_mean_loss": float(x.mean()),
+        "first_steps_mean_loss": first,
+        "mean_loss_diff": float(diff.mean()),
+        "standard_error": se,
+        "mlm_accuracy_diff": r.xla_accuracy.get("mlm", 0) - r.paddle_accuracy.get("mlm", 0),
+        "nsp_accuracy_diff": r.xla_accuracy.get("nsp", 0) - r.paddle_accuracy.get("nsp", 0),
+    }
     # NOTE: alike = the loss gap within 3 standard errors (or 2 % of the loss), both runs learned
     # (the final window at least 3 % below the first 5 steps), and held-out MLM accuracy within 3 points.
-    out["ok"] = bool(abs(out["mean_loss_diff"]) <= max(3 * se, 0.02 * out["paddle_mean_loss"])
-                     and max(out["paddle_mean_loss"], out["xla_mean_loss"]) < 0.97 * first
-                     and abs(out["mlm_accuracy_diff"]) <= 0.03)
+    out["ok"] = bool(
+        abs(out["mean_loss_diff"]) <= max(3 * se, 0.02 * out["paddle_mean_loss"])
+        and max(out["paddle_mean_loss"], out["xla_mean_loss"]) < 0.97 * first
+        and abs(out["mlm_accuracy_diff"]) <= 0.03
+    )
     return out
 
 
 def _optimizer(paddle, net, lr, steps):
-    sched = paddle.optimizer.lr.LinearWarmup(paddle.optimizer.lr.PolynomialDecay(lr, steps, 0.0), max(1, steps // 10),
-                                             0.0, lr)
-    return paddle.optimizer.AdamW(sched, parameters=net.parameters(), weight_decay=0.01,
-                                  grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0))
+    sched = paddle.optimizer.lr.LinearWarmup(
+        paddle.optimizer.lr.PolynomialDecay(lr, steps, 0.0), max(1, steps // 10), 0.0, lr
+    )
+    return paddle.optimizer.AdamW(
+        sched, parameters=net.parameters(), weight_decay=0.01, grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0)
+    )
 
 
 def _native_step(paddle, net, opt, inputs) -> float:
@@ -153,22 +181,30 @@ def _accuracy(paddle, net, batches) -> dict:
         for b in batches:
             mlm, nsp = net.logits(paddle.to_tensor(b.input_ids), paddle.to_tensor(b.token_type_ids))
             pred, mask = mlm.numpy().argmax(-1), b.mlm_labels != -100
-            mlm_hit += int((pred[mask] == b.mlm_labels[mask]).sum()); mlm_n += int(mask.sum())
-            nsp_hit += int((nsp.numpy().argmax(-1) == b.nsp_labels).sum()); nsp_n += len(b.nsp_labels)
+            mlm_hit += int((pred[mask] == b.mlm_labels[mask]).sum())
+            mlm_n += int(mask.sum())
+            nsp_hit += int((nsp.numpy().argmax(-1) == b.nsp_labels).sum())
+            nsp_n += len(b.nsp_labels)
     net.train()
     return {"mlm": mlm_hit / max(mlm_n, 1), "nsp": nsp_hit / max(nsp_n, 1)}
 
 
 def table(r: Report):
     from rich.table import Table
-    t = Table(title=f"BERT-{r.config} validation: {r.steps} steps, batch {r.batch}, seq {r.seq}, "
-                    f"dropout {'on' if r.dropout else 'off'}")
+
+    t = Table(
+        title=f"BERT-{r.config} validation: {r.steps} steps, batch {r.batch}, seq {r.seq}, "
+        f"dropout {'on' if r.dropout else 'off'}"
+    )
     for col in ("", "Paddle (eager)", "paddle_xla"):
         t.add_column(col)
     if r.dropout:
         c = r.convergence
-        t.add_row(f"mean loss, last {c['window_steps']} steps", f"{c['paddle_mean_loss']:.4f}",
-                  f"{c['xla_mean_loss']:.4f} (diff {c['mean_loss_diff']:+.4f} +- {c['standard_error']:.4f})")
+        t.add_row(
+            f"mean loss, last {c['window_steps']} steps",
+            f"{c['paddle_mean_loss']:.4f}",
+            f"{c['xla_mean_loss']:.4f} (diff {c['mean_loss_diff']:+.4f} +- {c['standard_error']:.4f})",
+        )
         t.add_row("converge alike", "", "yes" if c["ok"] else "NO")
     else:
         t.add_row("final loss", f"{r.paddle_loss[-1]:.5f}", f"{r.xla_loss[-1]:.5f}")
@@ -186,6 +222,7 @@ def _acc(d) -> str:
 
 def write(r: Report, out_dir: str) -> None:
     from ..files import atomic_write
+
     os.makedirs(out_dir, exist_ok=True)
     data = {**asdict(r), "speedup": r.speedup}
     atomic_write(os.path.join(out_dir, "report.json"), json.dumps(data, indent=2).encode())
@@ -194,9 +231,11 @@ def write(r: Report, out_dir: str) -> None:
 
 def plot(r: Report, path: str) -> None:
     from ..models.bert_data import import_validate_extra
+
     matplotlib = import_validate_extra("matplotlib", "the validate report's plot (report.png)")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1]})
     a.plot(r.paddle_loss, label="Paddle", lw=2)
     a.plot(r.xla_loss, "--", label="paddle_xla", lw=2)

@@ -7,12 +7,13 @@ through this one class, so a loaded artifact keeps the live model's arguments, c
 `Geometry` is everything fixed when the programs are made (it is what an artifact records):
 batch slots, cache slots, the cache's shape, the vocabulary and the precision.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -21,11 +22,11 @@ import numpy as np
 from .. import x64
 from ..errors import GenerationError
 from ..graph import Graph
-from ..lowering.lower import lower
-from ..lowering.shared_products import lower_together
 from ..lowering.int8 import QUANT_TYPES
-from ..lowering.policy import LoweringPolicy
 from ..lowering.layouts import nk_weight_names
+from ..lowering.lower import lower
+from ..lowering.policy import LoweringPolicy
+from ..lowering.shared_products import lower_together
 from ..runtime.compile_cache import compile_progress, ensure_compile_cache
 from ..runtime.held import HeldWeights
 from . import gqa_rewrite, last_logits
@@ -39,15 +40,15 @@ FIRST_BUCKET = 16
 @dataclass(frozen=True)
 class Geometry:
     max_batch_size: int
-    max_length: int               # cache slots: prompt bucket + new tokens fit in it
+    max_length: int  # cache slots: prompt bucket + new tokens fit in it
     layers: int
     kv_heads: int
     head_dim: int
     vocab_size: int
-    chunk: int = 16               # decode steps per host call
-    precision: str = "fp32"       # "fp32" | "bf16" | "fp16": compute, and the KV cache's dtype
-    one_length: bool = False      # a derived cache (generation/derive.py): a call's rows share positions
-    quant_type: str | None = None # "weight_only_int8": matmul weights held as int8 + per-channel scales
+    chunk: int = 16  # decode steps per host call
+    precision: str = "fp32"  # "fp32" | "bf16" | "fp16": compute, and the KV cache's dtype
+    one_length: bool = False  # a derived cache (generation/derive.py): a call's rows share positions
+    quant_type: str | None = None  # "weight_only_int8": matmul weights held as int8 + per-channel scales
     # NOTE: prompts longer than this are prefilled in chunks of this many tokens (the extend programs), so
     # that a server's running streams wait for one chunk at most; None: one prefill per bucket up to
     # max_length (a plain decoder's derived cache, and artifacts written before chunks existed)
@@ -58,8 +59,10 @@ class Geometry:
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise GenerationError(f"{name}={getattr(self, name)} must be at least 1")
         if self.quant_type not in (None,) + QUANT_TYPES:
-            raise GenerationError(f"quant_type={self.quant_type!r} is none of {QUANT_TYPES}: this artifact was "
-                                  "written by a later paddle_xla")
+            raise GenerationError(
+                f"quant_type={self.quant_type!r} is none of {QUANT_TYPES}: this artifact was "
+                "written by a later paddle_xla"
+            )
 
     @property
     def chunked(self) -> bool:
@@ -97,7 +100,7 @@ class Geometry:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> "Geometry":
+    def from_dict(cls, d: Mapping) -> Geometry:
         return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
 
 
@@ -111,6 +114,7 @@ def program(graph: Graph, policy: LoweringPolicy, held: HeldWeights | None = Non
     def run(weights, *feeds):
         outs, _ = fn(*inputs(weights, feeds), None)
         return outs
+
     return run
 
 
@@ -124,6 +128,7 @@ def program_together(graphs, policy: LoweringPolicy, held: HeldWeights | None = 
 
     def run(weights, *feeds):
         return tuple(fn([inputs(weights, fed) for inputs, fed in zip(each, feeds)]))
+
     return run
 
 
@@ -141,8 +146,12 @@ def _inputs_of(graph: Graph, policy: LoweringPolicy, held: HeldWeights | None):
 
     def inputs(weights, feeds):
         got = {k: weights[k].T if k in flipped else weights[k] for k in persistables}
-        return ({k: got[k] for k in persistables & trainable}, {k: got[k] for k in persistables - trainable},
-                dict(zip(names, feeds)))
+        return (
+            {k: got[k] for k in persistables & trainable},
+            {k: got[k] for k in persistables - trainable},
+            dict(zip(names, feeds)),
+        )
+
     return inputs
 
 
@@ -166,11 +175,18 @@ def held_weights(graph: Graph, policy: LoweringPolicy, quant_type: str | None = 
 
 def rows_of(cfg: DecodeConfig, batch: int) -> R.RowParams:
     """One call's decode arguments as the [batch] arrays the slots' programs take (the same for every row)."""
+
     def full(value, dtype):
         return np.full(batch, value, dtype)
-    return R.RowParams(full(cfg.sampling, bool), full(cfg.temperature, np.float32), full(cfg.top_k, np.int32),
-                       full(cfg.top_p, np.float32), full(cfg.repetition_penalty, np.float32),
-                       full(cfg.min_new_tokens, np.int32))
+
+    return R.RowParams(
+        full(cfg.sampling, bool),
+        full(cfg.temperature, np.float32),
+        full(cfg.top_k, np.int32),
+        full(cfg.top_p, np.float32),
+        full(cfg.repetition_penalty, np.float32),
+        full(cfg.min_new_tokens, np.int32),
+    )
 
 
 def row_keys(key, batch: int):
@@ -190,12 +206,20 @@ class BatchEngine:
     weights: name -> array as the programs read them (held.py's precision and layout);
     place: puts them on the devices (default: jax.device_put; a tensor-split generator shards them)."""
 
-    def __init__(self, geometry: Geometry, defaults: DecodeConfig, step: Callable,
-                 prefill_for: Callable[[int], Callable], weights: Mapping, seed: int = 0,
-                 place: Callable | None = None, extend: Callable | None = None):
+    def __init__(
+        self,
+        geometry: Geometry,
+        defaults: DecodeConfig,
+        step: Callable,
+        prefill_for: Callable[[int], Callable],
+        weights: Mapping,
+        seed: int = 0,
+        place: Callable | None = None,
+        extend: Callable | None = None,
+    ):
         if geometry.chunked and extend is None:
             raise GenerationError(f"prefill_chunk={geometry.prefill_chunk} needs the extend program")
-        ensure_compile_cache()      # NOTE: before the first of this engine's programs compiles
+        ensure_compile_cache()  # NOTE: before the first of this engine's programs compiles
         self.geometry, self.defaults = geometry, defaults
         self._step, self._prefill_for, self._extend = step, prefill_for, extend
         self._weights = dict(weights)
@@ -207,7 +231,7 @@ class BatchEngine:
         self._runs: dict = {}
         self._key = jax.random.PRNGKey(seed)
         self._calls = itertools.count()
-        self.name = "language model"    # NOTE: what the compile progress lines call it (px.Generator: the class)
+        self.name = "language model"  # NOTE: what the compile progress lines call it (px.Generator: the class)
 
     # ---- programs: a start per prompt bucket, one decode chunk (per eos and pad ids) ----
     def _prefill(self, bucket: int):
@@ -218,26 +242,38 @@ class BatchEngine:
     def _start_fn(self, bucket, eos, pad):
         if (bucket, eos) not in self._starts:
             prefill, g = self._prefill(bucket), self.geometry
-            self._starts[(bucket, eos)] = self._shown(f"prefill bucket {bucket}", jax.jit(
-                lambda w, ids, mask, live, limit, params, keys: SL.start(prefill, w, ids, mask, live, limit, params,
-                                                                         keys, g.max_length, g.cache_dtype, eos)))
+            self._starts[(bucket, eos)] = self._shown(
+                f"prefill bucket {bucket}",
+                jax.jit(
+                    lambda w, ids, mask, live, limit, params, keys: SL.start(
+                        prefill, w, ids, mask, live, limit, params, keys, g.max_length, g.cache_dtype, eos
+                    )
+                ),
+            )
         return self._starts[(bucket, eos)]
 
     def _absorb_fn(self, eos):
         if eos not in self._absorbs:
             extend = self._extend
             what = f"chunked prefill ({self.geometry.prefill_chunk} tokens a chunk)"
-            self._absorbs[eos] = self._shown(what, jax.jit(
-                lambda w, s, ids, mask, fresh, last, live, limit, params, keys: SL.absorb(
-                    extend, w, s, ids, mask, fresh, last, live, limit, params, keys, eos)[0],
-                donate_argnums=(1,)))
+            self._absorbs[eos] = self._shown(
+                what,
+                jax.jit(
+                    lambda w, s, ids, mask, fresh, last, live, limit, params, keys: SL.absorb(
+                        extend, w, s, ids, mask, fresh, last, live, limit, params, keys, eos
+                    )[0],
+                    donate_argnums=(1,),
+                ),
+            )
         return self._absorbs[eos]
 
     def _run_fn(self, eos, pad):
         if (eos, pad) not in self._runs:
             step, chunk = self._step, self.geometry.chunk
-            self._runs[(eos, pad)] = self._shown(f"decode chunk of {chunk} tokens", jax.jit(
-                lambda w, s: SL.run(step, w, s, chunk, eos, pad), donate_argnums=(1,)))
+            self._runs[(eos, pad)] = self._shown(
+                f"decode chunk of {chunk} tokens",
+                jax.jit(lambda w, s: SL.run(step, w, s, chunk, eos, pad), donate_argnums=(1,)),
+            )
         return self._runs[(eos, pad)]
 
     def _shown(self, what: str, fn: Callable) -> Callable:
@@ -249,9 +285,12 @@ class BatchEngine:
             if not first[0]:
                 return fn(*args)
             first[0] = False
-            with compile_progress(f"{self.name}: {what} (batch of {self.geometry.max_batch_size} rows, "
-                                  f"context {self.geometry.max_length})"):
+            with compile_progress(
+                f"{self.name}: {what} (batch of {self.geometry.max_batch_size} rows, "
+                f"context {self.geometry.max_length})"
+            ):
                 return fn(*args)
+
         return call
 
     def _device_params(self):
@@ -281,7 +320,7 @@ class BatchEngine:
             scores = np.asarray(state.scores)
         out = np.concatenate(chunks, axis=1)[:batch]
         made = out != SL.NO_TOKEN
-        out = out[:, :int(made.any(axis=0).nonzero()[0].max()) + 1]
+        out = out[:, : int(made.any(axis=0).nonzero()[0].max()) + 1]
         return np.where(out == SL.NO_TOKEN, pad, out).astype(np.int64), scores[:batch, None].astype(np.float32)
 
     def _prefilled(self, params, ids, mask, live, cfg, keys):
@@ -296,8 +335,18 @@ class BatchEngine:
         c = g.prefill_chunk
         state = SL.empty((2 * g.layers, b, g.kv_heads, g.max_length, g.head_dim), g.cache_dtype, g.vocab_size)
         for i in range(0, width, c):
-            state = self._absorb_fn(eos)(params, state, ids[:, i:i + c], mask[:, i:i + c], np.full(b, i == 0),
-                                         np.bool_(i + c == width), live, limit, rows, keys)
+            state = self._absorb_fn(eos)(
+                params,
+                state,
+                ids[:, i : i + c],
+                mask[:, i : i + c],
+                np.full(b, i == 0),
+                np.bool_(i + c == width),
+                live,
+                limit,
+                rows,
+                keys,
+            )
         return state
 
     def warm_up(self, buckets=None, **kwargs) -> None:
@@ -315,11 +364,14 @@ class BatchEngine:
         ids = np.asarray(input_ids.numpy() if hasattr(input_ids, "numpy") else input_ids)
         g = self.geometry
         if ids.ndim != 2 or ids.dtype.kind not in "iu" or ids.shape[1] == 0:
-            raise GenerationError(f"input_ids must be integer token ids [batch, length >= 1], got {ids.dtype} "
-                                  f"{ids.shape}")
+            raise GenerationError(
+                f"input_ids must be integer token ids [batch, length >= 1], got {ids.dtype} {ids.shape}"
+            )
         if ids.shape[0] > g.max_batch_size:
-            raise GenerationError(f"{ids.shape[0]} prompts > max_batch_size={g.max_batch_size}: split the batch "
-                                  "or build the Generator with a larger max_batch_size")
+            raise GenerationError(
+                f"{ids.shape[0]} prompts > max_batch_size={g.max_batch_size}: split the batch "
+                "or build the Generator with a larger max_batch_size"
+            )
         bad = (ids < 0) | (ids >= g.vocab_size)
         if bad.any():
             raise GenerationError(f"token id {int(ids[bad][0])} is outside the vocabulary [0, {g.vocab_size})")
@@ -335,23 +387,28 @@ class BatchEngine:
                 raise GenerationError(f"attention_mask shape {mask.shape} differs from input_ids' {ids.shape}")
         mask = (mask != 0).astype(np.int64)
         if g.one_length and (mask != mask[:1]).any():
-            raise GenerationError("this model has no cache API, so the prompts of one generate call share their "
-                                  f"positions and must have one length (got {sorted(set(mask.sum(-1).tolist()))} "
-                                  "tokens): call generate once per prompt length")
+            raise GenerationError(
+                "this model has no cache API, so the prompts of one generate call share their "
+                f"positions and must have one length (got {sorted(set(mask.sum(-1).tolist()))} "
+                "tokens): call generate once per prompt length"
+            )
         return ids.astype(np.int64), mask
 
     def _check_lengths(self, width, mask, cfg):
         g = self.geometry
         if width > g.max_length:
-            raise GenerationError(f"the prompt ({width} tokens) is longer than max_length={g.max_length}: "
-                                  "build the Generator with a larger max_length")
+            raise GenerationError(
+                f"the prompt ({width} tokens) is longer than max_length={g.max_length}: "
+                "build the Generator with a larger max_length"
+            )
         # NOTE: a prompt's K/V fill slots from its first real token on (slots.packed): its padding costs no room
         span = width - int(np.argmax(mask != 0, axis=1).min()) if mask.any() else 1
         room = g.max_length - span + 1
         if cfg.max_new_tokens > room:
-            raise GenerationError(f"max_new_tokens={cfg.max_new_tokens} does not fit the cache: a prompt of {span} "
-                                  f"tokens leaves room for {room} in max_length={g.max_length}")
-
+            raise GenerationError(
+                f"max_new_tokens={cfg.max_new_tokens} does not fit the cache: a prompt of {span} "
+                f"tokens leaves room for {room} in max_length={g.max_length}"
+            )
 
 
 def padded(ids, mask, width: int, rows: int, pad: int):
@@ -360,7 +417,7 @@ def padded(ids, mask, width: int, rows: int, pad: int):
     padding); rows past B (they only fill the batch) are all pad_token_id."""
     out = np.full((rows, width), pad, np.int64)
     m = np.zeros((rows, width), np.int64)
-    out[:ids.shape[0]] = ids[:, :1]
-    out[:ids.shape[0], width - ids.shape[1]:] = ids
-    m[:ids.shape[0], width - ids.shape[1]:] = mask
+    out[: ids.shape[0]] = ids[:, :1]
+    out[: ids.shape[0], width - ids.shape[1] :] = ids
+    m[: ids.shape[0], width - ids.shape[1] :] = mask
     return out, m

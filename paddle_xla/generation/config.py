@@ -9,6 +9,7 @@ Names and defaults are PaddleFormers 1.2's (`generation/configuration_utils.py`)
 - Beam search is refused: PaddleFormers runs it with per-batch Python loops on the host, and
   paddle_xla's decode loop runs on the device.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -28,7 +29,7 @@ class DecodeConfig:
     top_p: float = 1.0
     temperature: float = 1.0
     repetition_penalty: float = 1.0
-    eos_token_id: tuple[int, ...] = ()          # any of these ends a row; () never ends one early
+    eos_token_id: tuple[int, ...] = ()  # any of these ends a row; () never ends one early
     pad_token_id: int = 0
 
     def __post_init__(self):
@@ -39,8 +40,10 @@ class DecodeConfig:
     def problems(self) -> list[str]:
         out = []
         if self.decode_strategy == "beam_search":
-            out.append("decode_strategy='beam_search' is not supported: PaddleFormers runs beam search as "
-                       "host-side Python loops per batch; use 'greedy_search' or 'sampling'")
+            out.append(
+                "decode_strategy='beam_search' is not supported: PaddleFormers runs beam search as "
+                "host-side Python loops per batch; use 'greedy_search' or 'sampling'"
+            )
         elif self.decode_strategy not in STRATEGIES:
             out.append(f"decode_strategy={self.decode_strategy!r} is not one of {STRATEGIES}")
         if self.max_new_tokens < 1:
@@ -64,7 +67,7 @@ class DecodeConfig:
     def sampling(self) -> bool:
         return self.decode_strategy == "sampling"
 
-    def compiled(self) -> "DecodeConfig":
+    def compiled(self) -> DecodeConfig:
         """What the device loop is compiled for: everything but max_new_tokens (the loop's bound)."""
         return replace(self, max_new_tokens=DEFAULT_MAX_NEW_TOKENS)
 
@@ -74,13 +77,15 @@ def decode_config(base: DecodeConfig | None = None, **kwargs) -> DecodeConfig:
     base = base or DecodeConfig()
     beams, returns = kwargs.pop("num_beams", 1), kwargs.pop("num_return_sequences", 1)
     if beams > 1 and kwargs.get("decode_strategy", base.decode_strategy) != "beam_search":
-        kwargs["decode_strategy"] = "beam_search"       # NOTE: refused below, with its reason
+        kwargs["decode_strategy"] = "beam_search"  # NOTE: refused below, with its reason
     if returns != 1:
         raise GenerationError(f"num_return_sequences={returns} is not supported yet: repeat the prompts instead")
     unknown = sorted(set(kwargs) - set(DecodeConfig.__dataclass_fields__) - {"max_length", "min_length"})
     if unknown:
-        raise GenerationError(f"unknown generate arguments {unknown}; known: "
-                              f"{sorted(DecodeConfig.__dataclass_fields__) + ['max_length', 'min_length']}")
+        raise GenerationError(
+            f"unknown generate arguments {unknown}; known: "
+            f"{sorted(DecodeConfig.__dataclass_fields__) + ['max_length', 'min_length']}"
+        )
     max_length, min_length = kwargs.pop("max_length", 0), kwargs.pop("min_length", 0)
     if max_length and kwargs.get("max_new_tokens", base.max_new_tokens) == DEFAULT_MAX_NEW_TOKENS:
         kwargs["max_new_tokens"] = max_length

@@ -11,12 +11,13 @@ step as one program whose linear layers multiply the step's rows and the prompt'
 gap a prefill puts between two tokens of a running stream is then one such step, not a step plus a
 prefill. Every program compiles once: insert per bucket, one chunk program, the decode chunk (the row's
 decode arguments are traced values), and with `together` a step beside each bucket and beside a chunk."""
+
 from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 import jax
 import numpy as np
@@ -26,16 +27,16 @@ from ..errors import GenerationError
 from ..runtime.compile_cache import ensure_compile_cache
 from . import row_logits as R
 from . import slots as SL
-from .config import DecodeConfig
 from .batch_engine import padded, program_together
+from .config import DecodeConfig
 
-
-CHUNK = "chunk"      # together(CHUNK): the decode step beside the batch-1 extend (a bucket: beside its prefill)
+CHUNK = "chunk"  # together(CHUNK): the decode step beside the batch-1 extend (a bucket: beside its prefill)
 
 
 @dataclass(frozen=True)
 class Request:
     """One request's prompt and decode arguments (PaddleFormers' names and meanings)."""
+
     ids: tuple[int, ...]
     max_new_tokens: int
     decode_strategy: str = "greedy_search"
@@ -48,28 +49,47 @@ class Request:
 
     def config(self, defaults: DecodeConfig) -> DecodeConfig:
         """The checked DecodeConfig these arguments make (a GenerationError names what is wrong)."""
-        return DecodeConfig(self.decode_strategy, self.max_new_tokens, self.min_new_tokens, self.top_k, self.top_p,
-                            self.temperature, self.repetition_penalty, defaults.eos_token_id, defaults.pad_token_id)
+        return DecodeConfig(
+            self.decode_strategy,
+            self.max_new_tokens,
+            self.min_new_tokens,
+            self.top_k,
+            self.top_p,
+            self.temperature,
+            self.repetition_penalty,
+            defaults.eos_token_id,
+            defaults.pad_token_id,
+        )
 
 
 @dataclass
 class _Fill:
     """A prompt on its way into a row: the prefill steps (ids, mask) still to run and its decode arguments."""
+
     steps: list
     limit: np.int32
     params: R.RowParams
     key: jax.Array
-    whole: bool           # one prefill of a bucket; else extend chunks
+    whole: bool  # one prefill of a bucket; else extend chunks
     first: bool = True
 
 
 class ContinuousEngine:
-    def __init__(self, geometry, defaults: DecodeConfig, step: Callable, prefill1_for: Callable[[int], Callable],
-                 weights: Mapping, seed: int = 0, place: Callable | None = None, extend1: Callable | None = None,
-                 together: Callable | None = None):
+    def __init__(
+        self,
+        geometry,
+        defaults: DecodeConfig,
+        step: Callable,
+        prefill1_for: Callable[[int], Callable],
+        weights: Mapping,
+        seed: int = 0,
+        place: Callable | None = None,
+        extend1: Callable | None = None,
+        together: Callable | None = None,
+    ):
         if geometry.chunked and extend1 is None:
             raise GenerationError(f"prefill_chunk={geometry.prefill_chunk} needs the batch-1 extend program")
-        ensure_compile_cache()      # NOTE: before the first of this engine's programs compiles
+        ensure_compile_cache()  # NOTE: before the first of this engine's programs compiles
         self.geometry, self.defaults = geometry, defaults
         self._step, self._prefill1_for, self._extend1 = step, prefill1_for, extend1
         # NOTE: together(CHUNK or a bucket) -> both(weights, step feeds, that program's feeds); None: apart
@@ -81,13 +101,13 @@ class ContinuousEngine:
         self._inserts: dict[int, Callable] = {}
         self._run = None
         self._absorb = None
-        self.chunk_programs = None      # (the chunk, the row's write-back), made on first use (_absorb_fn)
+        self.chunk_programs = None  # (the chunk, the row's write-back), made on first use (_absorb_fn)
         self._filling: dict[int, _Fill] = {}
         self._free = jax.jit(SL.free, donate_argnums=(0,))
         self._slots = None
         self._seeds = itertools.count()
         self._base_key = jax.random.PRNGKey(seed)
-        self.busy = np.zeros(geometry.max_batch_size, bool)      # the host's view: rows holding a request
+        self.busy = np.zeros(geometry.max_batch_size, bool)  # the host's view: rows holding a request
         # NOTE: warm_up's progress, one line per program compiled, e.g. "prefill bucket 16 (2/5, 1.3 s)"
         self.on_compiled: Callable[[str], None] | None = None
 
@@ -110,12 +130,15 @@ class ContinuousEngine:
         if bad:
             raise GenerationError(f"token id {bad[0]} is outside the vocabulary [0, {g.vocab_size})")
         if len(request.ids) > g.max_length:
-            raise GenerationError(f"the prompt ({len(request.ids)} tokens) is longer than the context "
-                                  f"(max_length={g.max_length})")
-        room = g.max_length - len(request.ids) + 1         # NOTE: the bucket's padding takes no slot (slots.packed)
+            raise GenerationError(
+                f"the prompt ({len(request.ids)} tokens) is longer than the context (max_length={g.max_length})"
+            )
+        room = g.max_length - len(request.ids) + 1  # NOTE: the bucket's padding takes no slot (slots.packed)
         if cfg.max_new_tokens > room:
-            raise GenerationError(f"max_new_tokens={cfg.max_new_tokens} does not fit the context: a prompt of "
-                                  f"{len(request.ids)} tokens leaves room for {room} in max_length={g.max_length}")
+            raise GenerationError(
+                f"max_new_tokens={cfg.max_new_tokens} does not fit the context: a prompt of "
+                f"{len(request.ids)} tokens leaves room for {room} in max_length={g.max_length}"
+            )
         return cfg
 
     # ---- programs ----
@@ -128,9 +151,11 @@ class ContinuousEngine:
         if bucket not in self._inserts:
             prefill, eos = self._prefill1_for(bucket), self.eos
             self._inserts[bucket] = jax.jit(
-                lambda w, s, row, ids, mask, limit, params, key: SL.insert(prefill, w, s, row, ids, mask, limit,
-                                                                           params, key, eos),
-                donate_argnums=(1,))
+                lambda w, s, row, ids, mask, limit, params, key: SL.insert(
+                    prefill, w, s, row, ids, mask, limit, params, key, eos
+                ),
+                donate_argnums=(1,),
+            )
         return self._inserts[bucket]
 
     def _absorb_fn(self):
@@ -138,14 +163,19 @@ class ContinuousEngine:
             extend, eos = self._extend1, self.eos
             # NOTE: two programs: the chunk reads the cache, the put writes the row back (slots.absorb_row says why)
             self.chunk_programs = (
-                jax.jit(lambda w, s, row, ids, mask, fresh, last, limit, params, key: SL.absorb_row(
-                    extend, w, s, row, ids, mask, fresh, last, limit, params, key, eos)),
-                self._put)
+                jax.jit(
+                    lambda w, s, row, ids, mask, fresh, last, limit, params, key: SL.absorb_row(
+                        extend, w, s, row, ids, mask, fresh, last, limit, params, key, eos
+                    )
+                ),
+                self._put,
+            )
 
             def run(w, s, row, *args):
                 absorb, put = self.chunk_programs
                 view, token, goes_on = absorb(w, s, row, *args)
                 return put(s, row, view), token, goes_on
+
             self._absorb = run
         return self._absorb
 
@@ -156,8 +186,9 @@ class ContinuousEngine:
             beside = SL.step_beside_chunk if bucket is None else SL.step_beside_prompt
             # NOTE: one step, not a chunk: a decode loop in the same program made XLA:CPU copy the whole cache
             # (the loop's carry is also read by the prefill's row), so step_and_fill runs the chunk after it
-            self._besides[bucket] = jax.jit(lambda w, s, row, *fill: beside(both, w, s, row, *fill, eos, pad),
-                                            donate_argnums=(1,))
+            self._besides[bucket] = jax.jit(
+                lambda w, s, row, *fill: beside(both, w, s, row, *fill, eos, pad), donate_argnums=(1,)
+            )
         return self._besides[bucket]
 
     def _run_fn(self):
@@ -194,12 +225,20 @@ class ContinuousEngine:
         whole, width = g.bucket(n) is not None, g.prefill_width(n)
         ids, mask = padded(np.asarray([request.ids], np.int64), np.ones((1, n), np.int64), width, 1, cfg.pad_token_id)
         step = width if whole else g.prefill_chunk
-        params = R.RowParams(np.array([cfg.sampling]), np.array([cfg.temperature], np.float32),
-                             np.array([cfg.top_k], np.int32), np.array([cfg.top_p], np.float32),
-                             np.array([cfg.repetition_penalty], np.float32), np.array([cfg.min_new_tokens], np.int32))
-        key = (jax.random.PRNGKey(request.seed) if request.seed is not None else
-               jax.random.fold_in(self._base_key, next(self._seeds)))
-        steps = [(ids[:, i:i + step], mask[:, i:i + step]) for i in range(0, width, step)]
+        params = R.RowParams(
+            np.array([cfg.sampling]),
+            np.array([cfg.temperature], np.float32),
+            np.array([cfg.top_k], np.int32),
+            np.array([cfg.top_p], np.float32),
+            np.array([cfg.repetition_penalty], np.float32),
+            np.array([cfg.min_new_tokens], np.int32),
+        )
+        key = (
+            jax.random.PRNGKey(request.seed)
+            if request.seed is not None
+            else jax.random.fold_in(self._base_key, next(self._seeds))
+        )
+        steps = [(ids[:, i : i + step], mask[:, i : i + step]) for i in range(0, width, step)]
         self._filling[row] = _Fill(steps, np.int32(cfg.max_new_tokens), params, key, whole=whole)
         self.busy[row] = True
         return len(steps)
@@ -212,11 +251,21 @@ class ContinuousEngine:
         with x64.scope():
             if f.whole:
                 self._slots, token, goes_on = self._insert_fn(ids.shape[1])(
-                    self._weights_on_device(), self._state(), np.int32(row), ids, mask, f.limit, f.params, f.key)
+                    self._weights_on_device(), self._state(), np.int32(row), ids, mask, f.limit, f.params, f.key
+                )
             else:
                 self._slots, token, goes_on = self._absorb_fn()(
-                    self._weights_on_device(), self._state(), np.int32(row), ids, mask, np.bool_(f.first),
-                    np.bool_(not f.steps), f.limit, f.params, f.key)
+                    self._weights_on_device(),
+                    self._state(),
+                    np.int32(row),
+                    ids,
+                    mask,
+                    np.bool_(f.first),
+                    np.bool_(not f.steps),
+                    f.limit,
+                    f.params,
+                    f.key,
+                )
             f.first = False
             if f.steps:
                 return None
@@ -238,11 +287,13 @@ class ContinuousEngine:
         with x64.scope():
             w, s, at = self._weights_on_device(), self._state(), np.int32(row)
             if f.whole:
-                s, made, view, token, goes_on = self._beside_fn(ids.shape[1])(w, s, at, ids, mask, f.limit, f.params,
-                                                                             f.key)
+                s, made, view, token, goes_on = self._beside_fn(ids.shape[1])(
+                    w, s, at, ids, mask, f.limit, f.params, f.key
+                )
             else:
-                s, made, view, token, goes_on = self._beside_fn(None)(w, s, at, ids, mask, np.bool_(f.first),
-                                                                     np.bool_(not f.steps), f.limit, f.params, f.key)
+                s, made, view, token, goes_on = self._beside_fn(None)(
+                    w, s, at, ids, mask, np.bool_(f.first), np.bool_(not f.steps), f.limit, f.params, f.key
+                )
             self._slots = self._put(s, at, view)
             f.first = False
             out, live = np.asarray(made)[:, None], np.asarray(self._slots.live)
@@ -262,13 +313,13 @@ class ContinuousEngine:
             self._slots, out = self._run_fn()(self._weights_on_device(), self._state())
             out, live = np.asarray(out), np.asarray(self._slots.live)
         self.busy &= live
-        self.busy[list(self._filling)] = True           # NOTE: a row whose prompt is still going in
+        self.busy[list(self._filling)] = True  # NOTE: a row whose prompt is still going in
         return out
 
     def free(self, row: int) -> None:
         """End `row`'s request now (cancelled, timed out), also one whose prompt is still going in."""
         if self._filling.pop(row, None) is not None:
-            self.busy[row] = False      # NOTE: its row is not live on the device until its last chunk
+            self.busy[row] = False  # NOTE: its row is not live on the device until its last chunk
         elif self.busy[row]:
             with x64.scope():
                 self._slots = self._free(self._state(), np.int32(row))
@@ -288,6 +339,7 @@ class ContinuousEngine:
             if self.on_compiled is not None:
                 self.on_compiled(f"{what} ({next(done)}/{total}, {time.perf_counter() - start:.1f} s)")
             start = time.perf_counter()
+
         self.insert(0, Request((1,), max_new_tokens=3))
         self.free(0)
         compiled(f"a request's insert and free (batch of {g.max_batch_size} rows, context {g.max_length})")
@@ -309,9 +361,15 @@ class ContinuousEngine:
                 compiled(f"decode beside prefill {'chunks' if long and n == long[0] else f'bucket {n}'}")
 
 
-def continuous_engine(geometry, defaults: DecodeConfig, weights: Mapping, program_of: Callable[[str], Callable],
-                      shared_products: tuple | None = None, seed: int = 0,
-                      place: Callable | None = None) -> ContinuousEngine:
+def continuous_engine(
+    geometry,
+    defaults: DecodeConfig,
+    weights: Mapping,
+    program_of: Callable[[str], Callable],
+    shared_products: tuple | None = None,
+    seed: int = 0,
+    place: Callable | None = None,
+) -> ContinuousEngine:
     """The ContinuousEngine a server runs, on a generator's programs, whichever made them: a live
     px.Generator (api/generator.py) or a generator artifact (artifact/generator_reader.py).
 
@@ -328,8 +386,18 @@ def continuous_engine(geometry, defaults: DecodeConfig, weights: Mapping, progra
         def together(what):
             other = "extend1" if what == CHUNK else f"prefill1_{what}"
             return program_together([graph_of("decode"), graph_of(other)], policy, held)
-    return ContinuousEngine(geometry, defaults, program_of("decode"), lambda b: program_of(f"prefill1_{b}"), weights,
-                            seed=seed, place=place, extend1=extend1, together=together)
+
+    return ContinuousEngine(
+        geometry,
+        defaults,
+        program_of("decode"),
+        lambda b: program_of(f"prefill1_{b}"),
+        weights,
+        seed=seed,
+        place=place,
+        extend1=extend1,
+        together=together,
+    )
 
 
 def made_on_first_call(make: Callable[[], Callable]) -> Callable:
@@ -340,4 +408,5 @@ def made_on_first_call(make: Callable[[], Callable]) -> Callable:
         if not made:
             made.append(make())
         return made[0](*args)
+
     return run

@@ -20,6 +20,7 @@ compares a derived prefill plus decode steps with the forward itself before gene
 that mixes positions some other way (a cumsum or a convolution over time) is refused, not guessed at.
 Paddle-free.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,8 +33,8 @@ from .. import x64
 from ..errors import GenerationError
 from ..graph import Block, Graph, Op, Tensor
 from ..lowering.policy import LoweringPolicy
-from .slots import prompt_positions
 from .batch_engine import program
+from .slots import prompt_positions
 
 INPUT = "input_ids"
 
@@ -68,21 +69,28 @@ def check_derivable(graph: Graph) -> list[Op]:
     """The attention matmuls, after refusing a program this rewrite cannot take (with the reason)."""
     names = [f.name for f in graph.feeds]
     if names != [INPUT] or len(graph.fetches) != 1:
-        raise GenerationError(f"a model without a cache API must take input_ids alone and return logits; this one "
-                              f"takes {names} and returns {len(graph.fetches)} outputs")
+        raise GenerationError(
+            f"a model without a cache API must take input_ids alone and return logits; this one "
+            f"takes {names} and returns {len(graph.fetches)} outputs"
+        )
     flow_ops = [op.name for op in graph.block.ops if op.blocks]
     if flow_ops:
-        raise GenerationError(f"the forward has control flow ({sorted(set(flow_ops))}); paddle_xla derives a KV cache "
-                              "only from a straight-line decoder")
+        raise GenerationError(
+            f"the forward has control flow ({sorted(set(flow_ops))}); paddle_xla derives a KV cache "
+            "only from a straight-line decoder"
+        )
     matmuls = attention_matmuls(graph)
     if not matmuls:
-        raise GenerationError("the forward has no attention (no matmul of two token-dependent operands), so there "
-                              "is no cache to derive")
+        raise GenerationError(
+            "the forward has no attention (no matmul of two token-dependent operands), so there is no cache to derive"
+        )
     scores = [m for m in matmuls if m.attrs.get("transpose_y")]
     if len(scores) * 2 != len(matmuls) or any(m.attrs.get("transpose_x") for m in matmuls):
-        raise GenerationError(f"paddle_xla derives a cache from attention written as matmul(q, k, transpose_y=True) "
-                              f"then matmul(weights, v); this forward's {len(matmuls)} token-by-token matmuls do not "
-                              "pair up so")
+        raise GenerationError(
+            f"paddle_xla derives a cache from attention written as matmul(q, k, transpose_y=True) "
+            f"then matmul(weights, v); this forward's {len(matmuls)} token-by-token matmuls do not "
+            "pair up so"
+        )
     return matmuls
 
 
@@ -103,8 +111,17 @@ class _Rewriter:
 
     def add(self, name: str, inputs, attrs=None, like: Op | None = None) -> int:
         out = self.new()
-        self.ops.append(Op(name, tuple(inputs), (out,), attrs or {}, scope=like.scope if like else "",
-                           source=like.source if like else "", index=len(self.ops)))
+        self.ops.append(
+            Op(
+                name,
+                tuple(inputs),
+                (out,),
+                attrs or {},
+                scope=like.scope if like else "",
+                source=like.source if like else "",
+                index=len(self.ops),
+            )
+        )
         return out
 
     def copy(self, op: Op, inputs) -> None:
@@ -121,9 +138,11 @@ def derive(graph: Graph, batch: int, length: int, slots: int | None) -> Graph:
     ids = next(f for f in graph.feeds if f.name == INPUT)
     width = 1 if step else length
     mask, pos = r.new(), r.new()
-    feeds = [Tensor(INPUT, ids.value, (batch, width), ids.dtype),
-             Tensor("attention_mask", mask, (batch, slots + 1 if slots is not None else length), "int64"),
-             Tensor("position_ids", pos, (batch, width), "int64")]
+    feeds = [
+        Tensor(INPUT, ids.value, (batch, width), ids.dtype),
+        Tensor("attention_mask", mask, (batch, slots + 1 if slots is not None else length), "int64"),
+        Tensor("position_ids", pos, (batch, width), "int64"),
+    ]
     if slots is not None:
         past = r.new()
         feeds.append(Tensor("past", past, (len(matmuls), batch, -1, slots, -1), "float32"))
@@ -141,15 +160,24 @@ def derive(graph: Graph, batch: int, length: int, slots: int | None) -> Graph:
             r.rename[op.outputs[0]] = r.add("paddle_xla.positions", [op.outputs[0], pos], {}, op)
     logits = r.add("paddle_xla.last_position", [r.read(graph.fetches[0].value)])
     kv = r.add("paddle_xla.stack_cache", cached, {"new_only": step})
-    fetches = (Tensor("logits", logits, (batch, -1), graph.fetches[0].dtype),
-               Tensor("cache", kv, (len(matmuls), batch, -1, -1, -1) if not step else (len(matmuls), batch, -1, -1),
-                      "float32"))
-    return dataclasses.replace(graph, block=Block(graph.block.args, tuple(r.ops)), feeds=tuple(feeds),
-                               fetches=fetches, meta={**graph.meta, "derived": "decode" if step else "prefill"})
+    fetches = (
+        Tensor("logits", logits, (batch, -1), graph.fetches[0].dtype),
+        Tensor(
+            "cache", kv, (len(matmuls), batch, -1, -1, -1) if not step else (len(matmuls), batch, -1, -1), "float32"
+        ),
+    )
+    return dataclasses.replace(
+        graph,
+        block=Block(graph.block.args, tuple(r.ops)),
+        feeds=tuple(feeds),
+        fetches=fetches,
+        meta={**graph.meta, "derived": "decode" if step else "prefill"},
+    )
 
 
-def check_against_forward(forward: Graph, prefill: Graph, step: Graph, weights, slots: int, vocab: int,
-                          seed: int = 0) -> float:
+def check_against_forward(
+    forward: Graph, prefill: Graph, step: Graph, weights, slots: int, vocab: int, seed: int = 0
+) -> float:
     """Run the derived prefill and up to two decode steps (teacher-forced) and compare their logits with
     the forward's own on the whole sequence; refuse the derivation when they differ. Returns the largest
     difference, relative to the largest logit."""
@@ -162,7 +190,7 @@ def check_against_forward(forward: Graph, prefill: Graph, step: Graph, weights, 
     x = rng.integers(0, vocab, (batch, n + steps)).astype(np.int64)
     ids = np.zeros((batch, width), np.int64)
     mask = np.zeros((batch, width), np.int64)
-    ids[:, width - n:], mask[:, width - n:] = x[:, :n], 1
+    ids[:, width - n :], mask[:, width - n :] = x[:, :n], 1
     with x64.scope():
         want = np.asarray(fwd(weights, jnp.asarray(x, jnp.int64))[0], np.float64)
         logits, kv = pre(weights, ids, mask, prompt_positions(jnp.asarray(mask)))
@@ -171,17 +199,20 @@ def check_against_forward(forward: Graph, prefill: Graph, step: Graph, weights, 
         valid = np.zeros((batch, slots), np.int64)
         valid[:, :width] = mask
         for j in range(steps):
-            step_mask = np.concatenate([valid, np.ones((batch, 1), np.int64)], axis=1)   # + the step's own token
-            logits, new = stp(weights, x[:, n + j:n + j + 1], step_mask, np.full((batch, 1), n + j, np.int64), past)
+            step_mask = np.concatenate([valid, np.ones((batch, 1), np.int64)], axis=1)  # + the step's own token
+            logits, new = stp(weights, x[:, n + j : n + j + 1], step_mask, np.full((batch, 1), n + j, np.int64), past)
             got.append(np.asarray(logits, np.float64))
             past = past.at[:, :, :, width + j].set(new)
             valid[:, width + j] = 1
-    expected = want[:, n - 1:n + steps]
-    moved = max(float(np.abs(g - expected[:, i]).max()) for i, g in enumerate(got)) / max(1.0, float(np.abs(want).max()))
+    expected = want[:, n - 1 : n + steps]
+    moved = max(float(np.abs(g - expected[:, i]).max()) for i, g in enumerate(got)) / max(
+        1.0, float(np.abs(want).max())
+    )
     if not moved <= 1e-4:
-        raise GenerationError(f"the KV cache derived from this model's forward does not reproduce it (logits differ by "
-                              f"{moved:.3g} of their scale): it mixes positions other than through attention matmuls "
-                              "(a cumsum, a convolution over time, a position computed otherwise than by arange), "
-                              "which paddle_xla does not derive; give the model a past_key_values cache API")
+        raise GenerationError(
+            f"the KV cache derived from this model's forward does not reproduce it (logits differ by "
+            f"{moved:.3g} of their scale): it mixes positions other than through attention matmuls "
+            "(a cumsum, a convolution over time, a position computed otherwise than by arange), "
+            "which paddle_xla does not derive; give the model a past_key_values cache API"
+        )
     return moved
-

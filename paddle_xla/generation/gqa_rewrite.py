@@ -15,6 +15,7 @@ appended (concat([cache, new], axis=-2), in the model's cache class). The produc
 where they lie, so the concatenation loses its attention readers and the step no longer copies the
 whole cache into it; a model without GQA gets the same (one group member per head). Paddle-free.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -8,6 +8,7 @@ instead: slice(matmul(h, W), axis 1) -> matmul(slice(h, axis 1), W), the same ro
 Only a fetched slice that drops axis 1 of a [B, T, V] product of an untransposed left operand and a 2-D
 weight, the product having no other reader, is moved.
 Paddle-free."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,14 +25,17 @@ def rewrite(graph: Graph) -> Graph:
     producer = {v: i for i, op in enumerate(ops) for v in op.outputs}
     ranks = {f.value: len(f.shape) for f in graph.fetches}
     weights = {p.value: len(p.shape) for p in graph.params}
-    heads = {i: j for i, op in enumerate(ops)                 # slice position -> its matmul's
-             if (j := _head(op, ops, producer, readers, ranks, weights)) is not None}
+    heads = {
+        i: j
+        for i, op in enumerate(ops)  # slice position -> its matmul's
+        if (j := _head(op, ops, producer, readers, ranks, weights)) is not None
+    }
     if not heads:
         return graph
     fresh = itertools.count(max(graph.value_ids()) + 1)
     out = []
     for i, op in enumerate(ops):
-        if i in heads:                       # NOTE: the slice, then its matmul, where the slice was
+        if i in heads:  # NOTE: the slice, then its matmul, where the slice was
             matmul, rows = ops[heads[i]], next(fresh)
             out.append(dataclasses.replace(op, inputs=(matmul.inputs[0],) + op.inputs[1:], outputs=(rows,)))
             out.append(dataclasses.replace(matmul, inputs=(rows,) + matmul.inputs[1:], outputs=op.outputs))
@@ -42,8 +46,11 @@ def rewrite(graph: Graph) -> Graph:
 
 def _head(op: Op, ops: list[Op], producer: dict, readers: Counter, ranks: dict, weights: dict) -> int | None:
     """The position of the matmul whose rows `op` slices, when it can be moved; else None."""
-    if op.name != "pd_op.slice" or list(op.attrs.get("axes", ())) != [1] \
-            or list(op.attrs.get("decrease_axis", ())) != [1]:
+    if (
+        op.name != "pd_op.slice"
+        or list(op.attrs.get("axes", ())) != [1]
+        or list(op.attrs.get("decrease_axis", ())) != [1]
+    ):
         return None
     j = producer.get(op.inputs[0])
     if j is None or readers[op.inputs[0]] != 1:

@@ -18,6 +18,7 @@ arithmetic follow PaddleFormers 1.2 (`generation/utils.py` greedy_search and sam
 A penalty or temperature of 1.0 leaves the values bit-identical. `seen` replaces PaddleFormers'
 growing input_ids: a [batch, vocab] mask of the ids a row has held. Paddle-free.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -28,18 +29,24 @@ from jax import lax
 
 
 class RowParams(NamedTuple):
-    sampling: jax.Array      # [B] bool
-    temperature: jax.Array   # [B] float32
-    top_k: jax.Array         # [B] int32, 0: off
-    top_p: jax.Array         # [B] float32, 1.0: off
-    penalty: jax.Array       # [B] float32 (repetition_penalty)
-    min_new: jax.Array       # [B] int32 (min_new_tokens)
+    sampling: jax.Array  # [B] bool
+    temperature: jax.Array  # [B] float32
+    top_k: jax.Array  # [B] int32, 0: off
+    top_p: jax.Array  # [B] float32, 1.0: off
+    penalty: jax.Array  # [B] float32 (repetition_penalty)
+    min_new: jax.Array  # [B] int32 (min_new_tokens)
 
 
 def row_params(batch: int) -> RowParams:
     """Every row greedy and unfiltered (each field its own buffer, as a donated state needs)."""
-    return RowParams(jnp.zeros(batch, bool), jnp.ones(batch, jnp.float32), jnp.zeros(batch, jnp.int32),
-                     jnp.full(batch, 1.0, jnp.float32), jnp.full(batch, 1.0, jnp.float32), jnp.zeros(batch, jnp.int32))
+    return RowParams(
+        jnp.zeros(batch, bool),
+        jnp.ones(batch, jnp.float32),
+        jnp.zeros(batch, jnp.int32),
+        jnp.full(batch, 1.0, jnp.float32),
+        jnp.full(batch, 1.0, jnp.float32),
+        jnp.zeros(batch, jnp.int32),
+    )
 
 
 def seen_tokens(ids, vocab_size: int):
@@ -107,4 +114,5 @@ def choose(logits, p: RowParams, seen, generated, keys, eos_ids: tuple[int, ...]
 
     def argmax_only(logits):
         return greedy, jnp.take_along_axis(logits, greedy[:, None], axis=-1)[:, 0]
+
     return lax.cond(jnp.any(p.sampling), with_draws, argmax_only, logits)

@@ -12,9 +12,11 @@ A row's numbers do not depend on its company: its cache slots, mask, position an
 and each op of the step computes row by row (the batch dimension is fixed, so every row runs the same
 kernels whatever the others hold). Paddle-free.
 """
+
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -22,7 +24,7 @@ from jax import lax
 
 from . import row_logits as R
 
-NO_TOKEN = -1        # in a chunk's output: this row made no token at this step
+NO_TOKEN = -1  # in a chunk's output: this row made no token at this step
 
 
 def prompt_positions(mask):
@@ -35,35 +37,48 @@ class Slots(NamedTuple):
     # NOTE: one array per layer's keys and per layer's values, [B, H, S, D] each, not one [2L, B, H, S, D]:
     # an attention reads its layer's cache where it lies only if that is a whole buffer (XLA:CPU copies a
     # slice of a bigger one before a product reads it, 600 MB per step at 32 rows x 768 slots in fp32)
-    past: tuple             # 2L x [B, H, S, D]: layer i's keys at 2i, its values at 2i + 1
-    valid: jax.Array        # [B, S] int64: 1 where a slot holds a real token's K/V
-    cursor: jax.Array       # [B] int32: the slot the row's next K/V goes into
-    token: jax.Array        # [B] int64: the row's last token, not yet in the cache
-    position: jax.Array     # [B] int64: its position id
-    live: jax.Array         # [B] bool: the row holds a request that goes on
-    t: jax.Array            # [B] int32: tokens the row has generated
-    limit: jax.Array        # [B] int32: its max_new_tokens
-    scores: jax.Array       # [B] float32: the running mean of its score terms
-    seen: jax.Array         # [B, V] bool
-    keys: jax.Array         # [B, 2] uint32: each row's own random key
+    past: tuple  # 2L x [B, H, S, D]: layer i's keys at 2i, its values at 2i + 1
+    valid: jax.Array  # [B, S] int64: 1 where a slot holds a real token's K/V
+    cursor: jax.Array  # [B] int32: the slot the row's next K/V goes into
+    token: jax.Array  # [B] int64: the row's last token, not yet in the cache
+    position: jax.Array  # [B] int64: its position id
+    live: jax.Array  # [B] bool: the row holds a request that goes on
+    t: jax.Array  # [B] int32: tokens the row has generated
+    limit: jax.Array  # [B] int32: its max_new_tokens
+    scores: jax.Array  # [B] float32: the running mean of its score terms
+    seen: jax.Array  # [B, V] bool
+    keys: jax.Array  # [B, 2] uint32: each row's own random key
     params: R.RowParams
     # NOTE: the last step's K/V, written into `past` at the start of the next step (step() says why)
-    pending: jax.Array      # [B, 2L, H, D]
-    pending_at: jax.Array   # [B] int32: the slot they go into
-    pending_on: jax.Array   # [B] bool: whether they go in at all (the row was live when it made them)
+    pending: jax.Array  # [B, 2L, H, D]
+    pending_at: jax.Array  # [B] int32: the slot they go into
+    pending_on: jax.Array  # [B] bool: whether they go in at all (the row was live when it made them)
 
 
 def empty(cache_shape, cache_dtype, vocab: int) -> Slots:
     layers2, batch, heads, slots, dim = cache_shape
 
     def i32():
-        return jnp.zeros(batch, jnp.int32)      # NOTE: one buffer per field: the state is donated
+        return jnp.zeros(batch, jnp.int32)  # NOTE: one buffer per field: the state is donated
+
     past = tuple(jnp.zeros(cache_shape[1:], cache_dtype) for _ in range(layers2))
-    return Slots(past, jnp.zeros((batch, slots), jnp.int64), i32(),
-                 jnp.zeros(batch, jnp.int64), jnp.zeros(batch, jnp.int64), jnp.zeros(batch, bool), i32(), i32(),
-                 jnp.zeros(batch, jnp.float32), jnp.zeros((batch, vocab), bool), jnp.zeros((batch, 2), jnp.uint32),
-                 R.row_params(batch), jnp.zeros((batch, layers2, heads, dim), cache_dtype), i32(),
-                 jnp.zeros(batch, bool))
+    return Slots(
+        past,
+        jnp.zeros((batch, slots), jnp.int64),
+        i32(),
+        jnp.zeros(batch, jnp.int64),
+        jnp.zeros(batch, jnp.int64),
+        jnp.zeros(batch, bool),
+        i32(),
+        i32(),
+        jnp.zeros(batch, jnp.float32),
+        jnp.zeros((batch, vocab), bool),
+        jnp.zeros((batch, 2), jnp.uint32),
+        R.row_params(batch),
+        jnp.zeros((batch, layers2, heads, dim), cache_dtype),
+        i32(),
+        jnp.zeros(batch, bool),
+    )
 
 
 def _set_row(a, row, value):
@@ -81,15 +96,26 @@ def packed(kv, mask, slots: int):
     computes with it (its rotary position is in its value, and the mask says which slots count), so the
     padding a bucket adds costs no context."""
     p = mask.shape[1]
-    lead = jnp.argmax(mask != 0, axis=1).astype(jnp.int32)           # leading padding; 0 for an empty row
+    lead = jnp.argmax(mask != 0, axis=1).astype(jnp.int32)  # leading padding; 0 for an empty row
     shift = jax.vmap(lambda row, n: jnp.roll(row, -n, axis=2), in_axes=(1, 0), out_axes=1)
     kv = jnp.pad(shift(kv, lead), [(0, 0), (0, 0), (0, 0), (0, slots - p), (0, 0)])
     valid = jnp.pad(jax.vmap(lambda row, n: jnp.roll(row, -n))(mask, lead), [(0, 0), (0, slots - p)])
     return kv, valid, p - lead
 
 
-def start(prefill: Callable, weights, ids, mask, live, limit, params: R.RowParams, keys, slots: int,
-          cache_dtype, eos_ids: tuple[int, ...]) -> Slots:
+def start(
+    prefill: Callable,
+    weights,
+    ids,
+    mask,
+    live,
+    limit,
+    params: R.RowParams,
+    keys,
+    slots: int,
+    cache_dtype,
+    eos_ids: tuple[int, ...],
+) -> Slots:
     """Prefill a batch of prompts (ids, mask [B, P], left-padded) into fresh slots and choose their first
     tokens. live [B]: the rows that hold a prompt; limit [B]: their max_new_tokens; params: [B] arrays."""
     logits, kv = prefill(weights, *_prompt_feeds(ids, mask))
@@ -100,30 +126,52 @@ def _prompt_feeds(ids, mask):
     return ids, mask, prompt_positions(mask)
 
 
-def _started(logits, kv, ids, mask, live, limit, params: R.RowParams, keys, slots: int, cache_dtype,
-             eos_ids: tuple[int, ...]) -> Slots:
+def _started(
+    logits, kv, ids, mask, live, limit, params: R.RowParams, keys, slots: int, cache_dtype, eos_ids: tuple[int, ...]
+) -> Slots:
     """start's slots from its prefill's logits and K/V."""
     kv, valid, span = packed(kv, mask, slots)
     batch, (layers2, _, heads, _, dim) = ids.shape[0], kv.shape
-    s = Slots(tuple(kv.astype(cache_dtype)), valid.astype(jnp.int64), span.astype(jnp.int32), jnp.zeros(batch, jnp.int64),
-              jnp.sum(mask, axis=-1).astype(jnp.int64), jnp.zeros(batch, bool), jnp.zeros(batch, jnp.int32),
-              jnp.zeros(batch, jnp.int32), jnp.zeros(batch, jnp.float32),
-              R.seen_tokens(ids, logits.shape[-1]), keys, params,
-              jnp.zeros((batch, layers2, heads, dim), cache_dtype), jnp.zeros(batch, jnp.int32), jnp.zeros(batch, bool))
+    s = Slots(
+        tuple(kv.astype(cache_dtype)),
+        valid.astype(jnp.int64),
+        span.astype(jnp.int32),
+        jnp.zeros(batch, jnp.int64),
+        jnp.sum(mask, axis=-1).astype(jnp.int64),
+        jnp.zeros(batch, bool),
+        jnp.zeros(batch, jnp.int32),
+        jnp.zeros(batch, jnp.int32),
+        jnp.zeros(batch, jnp.float32),
+        R.seen_tokens(ids, logits.shape[-1]),
+        keys,
+        params,
+        jnp.zeros((batch, layers2, heads, dim), cache_dtype),
+        jnp.zeros(batch, jnp.int32),
+        jnp.zeros(batch, bool),
+    )
     return _first_tokens(s, logits, s.position, live, limit, params, keys, eos_ids)
 
 
-def _first_tokens(s: Slots, logits, position, live, limit, params: R.RowParams, keys,
-                  eos_ids: tuple[int, ...]) -> Slots:
+def _first_tokens(
+    s: Slots, logits, position, live, limit, params: R.RowParams, keys, eos_ids: tuple[int, ...]
+) -> Slots:
     """The rows' state once their prompt is in the cache (s.seen its ids; `position` the next token's): the
     first token chosen from the prompt's last logits, and the live rows set going."""
     split = jax.vmap(jax.random.split)(keys)
     batch = logits.shape[0]
     token, term = R.choose(logits, params, s.seen, jnp.zeros(batch, jnp.int32), split[:, 1], eos_ids)
     goes_on = live & ~_ended(token, eos_ids) & (limit > 1)
-    return s._replace(token=token.astype(jnp.int64), position=position.astype(jnp.int64), live=goes_on,
-                      t=live.astype(jnp.int32), limit=limit.astype(jnp.int32), scores=jnp.where(live, term, 0.0),
-                      seen=R.mark_seen(s.seen, token), keys=split[:, 0], params=params)
+    return s._replace(
+        token=token.astype(jnp.int64),
+        position=position.astype(jnp.int64),
+        live=goes_on,
+        t=live.astype(jnp.int32),
+        limit=limit.astype(jnp.int32),
+        scores=jnp.where(live, term, 0.0),
+        seen=R.mark_seen(s.seen, token),
+        keys=split[:, 0],
+        params=params,
+    )
 
 
 def chunk_positions(cursor, mask):
@@ -133,8 +181,20 @@ def chunk_positions(cursor, mask):
     return jnp.where(mask == 0, 1, pos)
 
 
-def absorb(extend: Callable, weights, s: Slots, ids, mask, fresh, last, live, limit, params: R.RowParams, keys,
-           eos_ids: tuple[int, ...]) -> tuple[Slots, jax.Array]:
+def absorb(
+    extend: Callable,
+    weights,
+    s: Slots,
+    ids,
+    mask,
+    fresh,
+    last,
+    live,
+    limit,
+    params: R.RowParams,
+    keys,
+    eos_ids: tuple[int, ...],
+) -> tuple[Slots, jax.Array]:
     """One chunk of every row's prompt (ids, mask [B, c]: left-padded prompts cut into chunks of c from the
     left) through the extend program against what the rows' cache holds; the chunk's real tokens' K/V go
     into the next slots (padding takes none). fresh [B]: the chunk is the row's first (its old cache and
@@ -150,36 +210,73 @@ def _chunk_feeds(s: Slots, ids, mask, fresh):
     valid = jnp.where(fresh[:, None], 0, s.valid)
     cursor = jnp.where(fresh, 0, s.cursor)
     seen = jnp.where(fresh[:, None], False, s.seen) | R.seen_tokens(ids, s.seen.shape[1])
-    feeds = (ids, jnp.concatenate([valid, mask.astype(valid.dtype)], axis=-1), chunk_positions(cursor, mask),
-             jnp.stack(s.past))
+    feeds = (
+        ids,
+        jnp.concatenate([valid, mask.astype(valid.dtype)], axis=-1),
+        chunk_positions(cursor, mask),
+        jnp.stack(s.past),
+    )
     return feeds, (valid, cursor, seen)
 
 
-def _absorbed(s: Slots, kept, logits, kv, mask, last, live, limit, params: R.RowParams, keys,
-              eos_ids: tuple[int, ...]) -> Slots:
+def _absorbed(
+    s: Slots, kept, logits, kv, mask, last, live, limit, params: R.RowParams, keys, eos_ids: tuple[int, ...]
+) -> Slots:
     """absorb's slots from its extend program's logits and the chunk's K/V."""
     valid, cursor, seen = kept
     batch, slots = s.valid.shape
     at = jnp.where(mask != 0, cursor[:, None] + jnp.cumsum(mask, axis=-1).astype(jnp.int32) - 1, slots)
     rows = jnp.arange(batch)[:, None]
-    past = tuple(layer.at[rows, :, at].set(jnp.transpose(new, (0, 2, 1, 3)).astype(layer.dtype), mode="drop")
-                 for layer, new in zip(s.past, kv))
+    past = tuple(
+        layer.at[rows, :, at].set(jnp.transpose(new, (0, 2, 1, 3)).astype(layer.dtype), mode="drop")
+        for layer, new in zip(s.past, kv)
+    )
     valid = valid.at[rows, at].set(1, mode="drop")
-    filled = s._replace(past=past, valid=valid, cursor=cursor + jnp.sum(mask, axis=-1).astype(jnp.int32), seen=seen,
-                        live=jnp.zeros(batch, bool), pending_on=jnp.zeros(batch, bool))
+    filled = s._replace(
+        past=past,
+        valid=valid,
+        cursor=cursor + jnp.sum(mask, axis=-1).astype(jnp.int32),
+        seen=seen,
+        live=jnp.zeros(batch, bool),
+        pending_on=jnp.zeros(batch, bool),
+    )
     begun = _first_tokens(filled, logits, filled.cursor, live, limit, params, keys, eos_ids)
     return jax.tree.map(lambda b, f: jnp.where(last, b, f), begun, filled)
 
 
-def absorb_row(extend: Callable, weights, s: Slots, row, ids, mask, fresh, last, limit, params: R.RowParams, key,
-               eos_ids: tuple[int, ...]) -> tuple[Slots, jax.Array, jax.Array]:
+def absorb_row(
+    extend: Callable,
+    weights,
+    s: Slots,
+    row,
+    ids,
+    mask,
+    fresh,
+    last,
+    limit,
+    params: R.RowParams,
+    key,
+    eos_ids: tuple[int, ...],
+) -> tuple[Slots, jax.Array, jax.Array]:
     """absorb for one request's chunk (ids, mask [1, c]) into `row`; params as [1] arrays. Returns (the row's
     new state as batch-1 Slots, the first token, whether the row goes on; the last two meaningful after the
     last chunk). `with_row` puts the state back, in a program of its own: read and written back in one
     program, the cache was copied whole twice per chunk by XLA:CPU (2 x 600 MB at 32 rows x 768 slots in
     fp32), as the row's slice was fused into its readers."""
-    view, _ = absorb(extend, weights, _row_of(s, row), ids, mask, jnp.reshape(fresh, (1,)), last, jnp.ones(1, bool),
-                     jnp.reshape(limit, (1,)), params, key[None], eos_ids)
+    view, _ = absorb(
+        extend,
+        weights,
+        _row_of(s, row),
+        ids,
+        mask,
+        jnp.reshape(fresh, (1,)),
+        last,
+        jnp.ones(1, bool),
+        jnp.reshape(limit, (1,)),
+        params,
+        key[None],
+        eos_ids,
+    )
     return view, view.token[0], view.live[0]
 
 
@@ -193,13 +290,25 @@ def with_row(s: Slots, row, view: Slots) -> Slots:
     return jax.tree.map(lambda a, v: lax.dynamic_update_slice_in_dim(a, v.astype(a.dtype), row, axis=0), s, view)
 
 
-def insert(prefill: Callable, weights, s: Slots, row, ids, mask, limit, params: R.RowParams, key,
-           eos_ids: tuple[int, ...]) -> tuple[Slots, jax.Array, jax.Array]:
+def insert(
+    prefill: Callable, weights, s: Slots, row, ids, mask, limit, params: R.RowParams, key, eos_ids: tuple[int, ...]
+) -> tuple[Slots, jax.Array, jax.Array]:
     """Prefill one prompt (ids, mask [1, P]) into `row` and choose its first token. `params` holds this
     request's decode arguments as [1] arrays. Returns (slots, first token, whether the row goes on). The
     row's pending K/V (its previous request's last) are dropped with the rest of its state."""
-    one = start(prefill, weights, ids, mask, jnp.ones(1, bool), jnp.reshape(limit, (1,)), params, key[None],
-                s.valid.shape[1], s.past[0].dtype, eos_ids)
+    one = start(
+        prefill,
+        weights,
+        ids,
+        mask,
+        jnp.ones(1, bool),
+        jnp.reshape(limit, (1,)),
+        params,
+        key[None],
+        s.valid.shape[1],
+        s.past[0].dtype,
+        eos_ids,
+    )
     return with_row(s, row, one), one.token[0], one.live[0]
 
 
@@ -225,7 +334,7 @@ def _with_pending_written(s: Slots) -> Slots:
     """The slots with the last step's K/V in their cache slots; a row that was not live writes nothing."""
     batch, slots = s.valid.shape
     rows = jnp.arange(batch)
-    at = jnp.where(s.pending_on, s.pending_at, slots)          # NOTE: out of range: dropped
+    at = jnp.where(s.pending_on, s.pending_at, slots)  # NOTE: out of range: dropped
     past = tuple(layer.at[rows, :, at].set(s.pending[:, i], mode="drop") for i, layer in enumerate(s.past))
     return s._replace(past=past, valid=s.valid.at[rows, at].set(1, mode="drop"))
 
@@ -246,13 +355,40 @@ def _stepped(s: Slots, logits, new, eos_ids: tuple[int, ...], pad: int) -> tuple
     token, scores, live = finish(token, term, s.scores, s.live, s.t, s.limit, eos_ids, pad)
     made = jnp.where(s.live, token, NO_TOKEN)
     seen = jnp.where(s.live[:, None], R.mark_seen(s.seen, token), s.seen)
-    return Slots(s.past, s.valid, s.cursor + s.live, token.astype(s.token.dtype), s.position + s.live, live,
-                 s.t + s.live, s.limit, scores, seen, split[:, 0], s.params,
-                 jnp.moveaxis(new, 1, 0).astype(s.past[0].dtype), s.cursor, s.live), made
+    return Slots(
+        s.past,
+        s.valid,
+        s.cursor + s.live,
+        token.astype(s.token.dtype),
+        s.position + s.live,
+        live,
+        s.t + s.live,
+        s.limit,
+        scores,
+        seen,
+        split[:, 0],
+        s.params,
+        jnp.moveaxis(new, 1, 0).astype(s.past[0].dtype),
+        s.cursor,
+        s.live,
+    ), made
 
 
-def step_beside_chunk(both: Callable, weights, s: Slots, row, ids, mask, fresh, last, limit, params: R.RowParams,
-                      key, eos_ids: tuple[int, ...], pad: int):
+def step_beside_chunk(
+    both: Callable,
+    weights,
+    s: Slots,
+    row,
+    ids,
+    mask,
+    fresh,
+    last,
+    limit,
+    params: R.RowParams,
+    key,
+    eos_ids: tuple[int, ...],
+    pad: int,
+):
     """step, and absorb_row's chunk into `row`, in one program: both(weights, step feeds, chunk feeds) runs the
     decode step and the batch-1 extend with their linear layers' products shared (engine.program_together).
     The row is not live in the step (its prompt is going in), so the step leaves it as it was. Returns (the
@@ -263,20 +399,53 @@ def step_beside_chunk(both: Callable, weights, s: Slots, row, ids, mask, fresh, 
     feeds, kept = _chunk_feeds(view, ids, mask, jnp.reshape(fresh, (1,)))
     (logits, new), (chunk_logits, kv) = both(weights, _step_feeds(s), feeds)
     stepped, made = _stepped(s, logits, new, eos_ids, pad)
-    view = _absorbed(view, kept, chunk_logits, kv, mask, last, jnp.ones(1, bool), jnp.reshape(limit, (1,)), params,
-                     key[None], eos_ids)
+    view = _absorbed(
+        view,
+        kept,
+        chunk_logits,
+        kv,
+        mask,
+        last,
+        jnp.ones(1, bool),
+        jnp.reshape(limit, (1,)),
+        params,
+        key[None],
+        eos_ids,
+    )
     return stepped, made, view, view.token[0], view.live[0]
 
 
-def step_beside_prompt(both: Callable, weights, s: Slots, row, ids, mask, limit, params: R.RowParams, key,
-                       eos_ids: tuple[int, ...], pad: int):
+def step_beside_prompt(
+    both: Callable,
+    weights,
+    s: Slots,
+    row,
+    ids,
+    mask,
+    limit,
+    params: R.RowParams,
+    key,
+    eos_ids: tuple[int, ...],
+    pad: int,
+):
     """step, and insert's prefill of a prompt within a bucket, in one program (as step_beside_chunk, with the
     batch-1 prefill of the bucket in place of the extend). Returns as step_beside_chunk."""
     s = _with_pending_written(s)
     (logits, new), (prompt_logits, kv) = both(weights, _step_feeds(s), _prompt_feeds(ids, mask))
     stepped, made = _stepped(s, logits, new, eos_ids, pad)
-    one = _started(prompt_logits, kv, ids, mask, jnp.ones(1, bool), jnp.reshape(limit, (1,)), params, key[None],
-                   s.valid.shape[1], s.past[0].dtype, eos_ids)
+    one = _started(
+        prompt_logits,
+        kv,
+        ids,
+        mask,
+        jnp.ones(1, bool),
+        jnp.reshape(limit, (1,)),
+        params,
+        key[None],
+        s.valid.shape[1],
+        s.past[0].dtype,
+        eos_ids,
+    )
     return stepped, made, one, one.token[0], one.live[0]
 
 
@@ -303,5 +472,6 @@ def run(decode: Callable, weights, s: Slots, chunk: int, eos_ids: tuple[int, ...
         i, s, out = c
         s, made = step(decode, weights, s, eos_ids, pad)
         return i + 1, s, lax.dynamic_update_index_in_dim(out, made.astype(out.dtype), i, axis=1)
+
     _, s, out = lax.while_loop(more, body, (jnp.asarray(0, jnp.int32), s, out))
     return s, out

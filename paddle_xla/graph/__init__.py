@@ -4,14 +4,16 @@ A Graph holds structure only; weights travel beside it as a dict name -> numpy a
 dataclasses and their JSON format (FORMAT_VERSION), this module answers data-flow questions (readers,
 read_counts, value_ids, op_reads); patterns.py holds op patterns that several rewrites look for.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -19,24 +21,24 @@ from ..errors import ModelLoadError
 
 # NOTE: (major, minor). A minor version only adds what older readers may ignore, so any minor of this
 # major reads; a newer major does not. Written as "1.0"; format 1 files before that wrote the int 1.
-FORMAT_VERSION = (1, 1)        # 1.1: Param.dims_mapping / mesh_axes / mesh_shape
+FORMAT_VERSION = (1, 1)  # 1.1: Param.dims_mapping / mesh_axes / mesh_shape
 
 
 @dataclass(frozen=True)
 class Op:
-    name: str                          # Paddle op name, e.g. "pd_op.matmul"
-    inputs: tuple[int | None, ...]     # value ids; None for an absent optional operand
+    name: str  # Paddle op name, e.g. "pd_op.matmul"
+    inputs: tuple[int | None, ...]  # value ids; None for an absent optional operand
     outputs: tuple[int, ...]
     attrs: Mapping[str, Any] = field(default_factory=dict)
-    scope: str = ""                    # layer path (Paddle's struct_name)
-    source: str = ""                   # the user's file:line that created the op
-    blocks: tuple["Block", ...] = ()   # sub-blocks of control-flow ops
-    index: int = 0                     # position in the program; seeds random ops
+    scope: str = ""  # layer path (Paddle's struct_name)
+    source: str = ""  # the user's file:line that created the op
+    blocks: tuple[Block, ...] = ()  # sub-blocks of control-flow ops
+    index: int = 0  # position in the program; seeds random ops
 
 
 @dataclass(frozen=True)
 class Block:
-    args: tuple[int, ...]              # block arguments (loop-carried values of a while body)
+    args: tuple[int, ...]  # block arguments (loop-carried values of a while body)
     ops: tuple[Op, ...]
 
     def walk(self) -> Iterator[Op]:
@@ -51,7 +53,7 @@ class Block:
 class Tensor:
     name: str
     value: int
-    shape: tuple[int, ...]             # -1 marks a dimension fixed only at call time
+    shape: tuple[int, ...]  # -1 marks a dimension fixed only at call time
     dtype: str
 
 
@@ -69,9 +71,9 @@ class Param(Tensor):
 class Graph:
     block: Block
     feeds: tuple[Tensor, ...]
-    params: tuple[Param, ...]          # every persistable: trainable weights and buffers
+    params: tuple[Param, ...]  # every persistable: trainable weights and buffers
     fetches: tuple[Tensor, ...]
-    buffer_updates: tuple[tuple[str, int], ...] = ()   # (param name, value id) written in place
+    buffer_updates: tuple[tuple[str, int], ...] = ()  # (param name, value id) written in place
     meta: Mapping[str, Any] = field(default_factory=dict)
 
     def ops(self) -> Iterator[Op]:
@@ -117,8 +119,11 @@ class Graph:
         layout or precision, since no one else sees it."""
         readers = self.readers()
         exposed = {f.value for f in self.fetches} | {v for _, v in self.buffer_updates}
-        return {p.name for p in self.params if p.value not in exposed and readers.get(p.value)
-                and all(accepts(name, i) for name, i in readers[p.value])}
+        return {
+            p.name
+            for p in self.params
+            if p.value not in exposed and readers.get(p.value) and all(accepts(name, i) for name, i in readers[p.value])
+        }
 
     def unused_by(self, fetch_index: int) -> list[str]:
         """Trainable parameters that fetch `fetch_index` (a loss) does not depend on: Paddle's backward
@@ -143,7 +148,7 @@ class Graph:
         return json.dumps({"format_version": f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}", "graph": _encode(self)})
 
     @staticmethod
-    def from_json(text: str) -> "Graph":
+    def from_json(text: str) -> Graph:
         data = json.loads(text)
         _check_version(data.get("format_version"))
         return _decode_graph(data["graph"])
@@ -156,11 +161,15 @@ def _check_version(version: object) -> None:
     except (TypeError, ValueError):
         raise ModelLoadError(f"The Graph has no readable format version ({version!r}); capture it again.") from None
     if major > FORMAT_VERSION[0]:
-        raise ModelLoadError(f"The Graph has format version {major}.{minor}, written by a newer paddle_xla; this one "
-                             f"reads {FORMAT_VERSION[0]}.x. Upgrade paddle_xla (pip install -U paddle_xla).")
+        raise ModelLoadError(
+            f"The Graph has format version {major}.{minor}, written by a newer paddle_xla; this one "
+            f"reads {FORMAT_VERSION[0]}.x. Upgrade paddle_xla (pip install -U paddle_xla)."
+        )
     if major < FORMAT_VERSION[0]:
-        raise ModelLoadError(f"The Graph has format version {major}.{minor}, older than this paddle_xla reads "
-                             f"({FORMAT_VERSION[0]}.x); capture the model again with this version.")
+        raise ModelLoadError(
+            f"The Graph has format version {major}.{minor}, older than this paddle_xla reads "
+            f"({FORMAT_VERSION[0]}.x); capture the model again with this version."
+        )
 
 
 def _encode(obj: Any) -> Any:
@@ -178,9 +187,16 @@ def _decode_block(d: dict[str, Any]) -> Block:
 
 
 def _decode_op(d: dict[str, Any]) -> Op:
-    return Op(name=d["name"], inputs=tuple(d["inputs"]), outputs=tuple(d["outputs"]),
-              attrs=d["attrs"], scope=d["scope"], source=d["source"],
-              blocks=tuple(_decode_block(b) for b in d["blocks"]), index=d["index"])
+    return Op(
+        name=d["name"],
+        inputs=tuple(d["inputs"]),
+        outputs=tuple(d["outputs"]),
+        attrs=d["attrs"],
+        scope=d["scope"],
+        source=d["source"],
+        blocks=tuple(_decode_block(b) for b in d["blocks"]),
+        index=d["index"],
+    )
 
 
 _T = TypeVar("_T", bound=Tensor)
@@ -197,18 +213,21 @@ _TUPLES = frozenset({"shape", "dims_mapping", "mesh_axes", "mesh_shape"})
 
 
 def _decode_graph(d: dict[str, Any]) -> Graph:
-    return Graph(block=_decode_block(d["block"]),
-                 feeds=tuple(_tensor(t) for t in d["feeds"]),
-                 params=tuple(_tensor(t, Param) for t in d["params"]),
-                 fetches=tuple(_tensor(t) for t in d["fetches"]),
-                 buffer_updates=tuple((n, v) for n, v in d["buffer_updates"]),
-                 meta=d.get("meta", {}))
+    return Graph(
+        block=_decode_block(d["block"]),
+        feeds=tuple(_tensor(t) for t in d["feeds"]),
+        params=tuple(_tensor(t, Param) for t in d["params"]),
+        fetches=tuple(_tensor(t) for t in d["fetches"]),
+        buffer_updates=tuple((n, v) for n, v in d["buffer_updates"]),
+        meta=d.get("meta", {}),
+    )
 
 
 # ---- graph + weights on disk ----------------------------------------------------------
 def save(path: str, graph: Graph, weights: Mapping[str, np.ndarray]) -> None:
     """Write `path/graph.json` and `path/weights.safetensors`, each atomically."""
     from ..files import atomic_write, save_weights
+
     os.makedirs(path, exist_ok=True)
     atomic_write(os.path.join(path, "graph.json"), graph.to_json().encode())
     save_weights(os.path.join(path, "weights.safetensors"), weights)
@@ -216,6 +235,7 @@ def save(path: str, graph: Graph, weights: Mapping[str, np.ndarray]) -> None:
 
 def load(path: str) -> tuple[Graph, dict[str, np.ndarray]]:
     from ..files import load_weights
+
     gpath = os.path.join(path, "graph.json")
     try:
         with open(gpath, encoding="utf-8") as f:

@@ -1,6 +1,7 @@
 """Patterns over a Graph's ops that more than one rewrite looks for. Paddle-free.
 
 `producer` maps a value id to the Op that makes it."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from . import Op
 
-SWAP_LAST_TWO = [0, 1, 3, 2]        # the transpose perm of k^T in q @ k^T, as Paddle code writes it
+SWAP_LAST_TWO = [0, 1, 3, 2]  # the transpose perm of k^T in q @ k^T, as Paddle code writes it
 
 
 def unrepeated_heads(value: int | None, producer: Mapping[Any, Op]) -> int | None:
@@ -26,8 +27,11 @@ def unrepeated_heads(value: int | None, producer: Mapping[Any, Op]) -> int | Non
     if unsqueeze is None or unsqueeze.name != "pd_op.unsqueeze":
         return None
     t = unsqueeze.inputs[0]
-    axes, big, merged = (_constant(unsqueeze.inputs[1], producer), _dims(expand.inputs[1], producer),
-                         _dims(reshape.inputs[1], producer))
+    axes, big, merged = (
+        _constant(unsqueeze.inputs[1], producer),
+        _dims(expand.inputs[1], producer),
+        _dims(reshape.inputs[1], producer),
+    )
     if axes not in ([2], [-3]) or big is None or merged is None or len(big) != 5 or len(merged) != 4:
         return None
     group, slots = big[2], big[3:]
@@ -36,8 +40,7 @@ def unrepeated_heads(value: int | None, producer: Mapping[Any, Op]) -> int | Non
     # NOTE: the batch and heads must be t's own (an expand may also broadcast a dimension of 1), and the
     # reshape must keep the batch (-1 there would let it fold the group into the batch instead); with
     # those, the element count leaves KV * G as the only merged heads
-    if not all(_is_dim_of(big[i], t, i, producer) for i in (0, 1)) or merged[0] not in (big[0], 0) \
-            or merged[0] == -1:
+    if not all(_is_dim_of(big[i], t, i, producer) for i in (0, 1)) or merged[0] not in (big[0], 0) or merged[0] == -1:
         return None
     if isinstance(merged[1], int) and isinstance(big[1], int) and merged[1] not in (big[1] * group, -1):
         return None
@@ -77,7 +80,7 @@ def _scalar(value: int | None, producer: Mapping[Any, Op]) -> int | str:
     op = producer.get(value)
     if op is not None and op.name == "pd_op.full" and float(op.attrs.get("value", 0.5)).is_integer():
         return int(op.attrs["value"])
-    return f"%{value}"                  # NOTE: a str, so no value id passes for a constant
+    return f"%{value}"  # NOTE: a str, so no value id passes for a constant
 
 
 def _is_dim_of(entry: int | str, t: int | None, axis: int, producer: Mapping[Any, Op]) -> bool:
@@ -91,8 +94,12 @@ def _is_dim_of(entry: int | str, t: int | None, axis: int, producer: Mapping[Any
         return False
     shape = producer.get(op.inputs[0])
     bounds = [_constant(v, producer) for v in op.inputs[1:3]]
-    return (shape is not None and shape.name in ("pd_op.shape", "pd_op.shape64") and shape.inputs[0] == t
-            and bounds == [[axis], [axis + 1]])
+    return (
+        shape is not None
+        and shape.name in ("pd_op.shape", "pd_op.shape64")
+        and shape.inputs[0] == t
+        and bounds == [[axis], [axis + 1]]
+    )
 
 
 def _constant(value: int | None, producer: Mapping[Any, Op]) -> list[int] | None:

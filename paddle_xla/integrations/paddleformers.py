@@ -11,6 +11,7 @@ The Paddle model and optimizer are brought up to date before every evaluation an
 training ends.
 
 An edge module: it imports paddle and paddleformers (which is not a paddle_xla dependency)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -28,14 +29,16 @@ try:
     from paddleformers.trainer import TrainingArguments as _TrainingArguments
     from paddleformers.utils.batch_sampler import MappingDistributedBatchSampler
     from paddleformers.utils.env import PREFIX_CHECKPOINT_DIR, SCALER_NAME
-except ImportError as e:        # pragma: no cover - the message is the point
-    raise ImportError("paddle_xla.integrations.paddleformers wraps PaddleFormers' Trainer: install PaddleFormers "
-                      "in this environment with `paddle-xla install paddleformers` (a plain pip install "
-                      "paddleformers pulls numpy 1.26, which breaks JAX).") from e
+except ImportError as e:  # pragma: no cover - the message is the point
+    raise ImportError(
+        "paddle_xla.integrations.paddleformers wraps PaddleFormers' Trainer: install PaddleFormers "
+        "in this environment with `paddle-xla install paddleformers` (a plain pip install "
+        "paddleformers pulls numpy 1.26, which breaks JAX)."
+    ) from e
 
+from ..api.training import TrainStep
 from ..errors import FeedError, TrainingError
 from ..parallel.group import paddle_sees_one_rank
-from ..api.training import TrainStep
 from .trainer_args import strategy_from
 from .trainer_batches import ProcessRows
 
@@ -61,8 +64,11 @@ def given_arguments(args) -> dict:
     """The arguments whose value differs from TrainingArguments' default, as the user set them."""
     given = {}
     for f in dataclasses.fields(_TrainingArguments):
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        )
         value = getattr(args, f.name, default)
         if default is dataclasses.MISSING or value != default:
             given[f.name] = value
@@ -79,20 +85,23 @@ class Trainer(_Trainer):
                 "paddle_xla's Trainer needs its own TrainingArguments (the same fields and defaults): "
                 "PaddleFormers' clears tensor_model_parallel_size, pipeline_model_parallel_size and sharding in a "
                 "single process before paddle_xla could read them. Build them with "
-                "`from paddle_xla.integrations.paddleformers import TrainingArguments`.")
+                "`from paddle_xla.integrations.paddleformers import TrainingArguments`."
+            )
         self.px_strategy = strategy_from(given, devices=jax.device_count(), processes=jax.process_count())
         if criterion is not None:
-            raise TrainingError("paddle_xla's Trainer trains on the model's own loss (model(**batch, labels=...)"
-                                "[0]); a criterion= is not supported: drop it, or use px.train_step with loss_fn.")
+            raise TrainingError(
+                "paddle_xla's Trainer trains on the model's own loss (model(**batch, labels=...)"
+                "[0]); a criterion= is not supported: drop it, or use px.train_step with loss_fn."
+            )
         with _one_paddle_rank():
             super().__init__(model, None, args, *pos, **kw)
         _undo_layer_recompute(self.model, given)
         self._px_step: TrainStep | None = None
         self._px_pending: list[dict] = []
         self._px_rows = ProcessRows.of(self.px_strategy.replicas, jax.process_count(), jax.process_index())
-        self._px_skipped = 0            # fp16: the compiled step's count of overflow steps it skipped
+        self._px_skipped = 0  # fp16: the compiled step's count of overflow steps it skipped
         self._px_scaler_resumed = None  # fp16: the loss scaler a resumed checkpoint held, for the next step built
-        self.px_skipped_steps = 0       # fp16: this Trainer's, over every compiled step it built
+        self.px_skipped_steps = 0  # fp16: this Trainer's, over every compiled step it built
 
     # ---- what PaddleFormers would do in Paddle, paddle_xla does in the compiled step ------------------
     def _wrap_amp_model(self, args, model):
@@ -124,7 +133,8 @@ class Trainer(_Trainer):
             raise TrainingError(
                 f"The epoch ended after {len(self._px_pending)} of gradient_accumulation_steps="
                 f"{args.gradient_accumulation_steps} micro-batches; paddle_xla runs whole optimizer steps: use "
-                "an epoch length divisible by it, dataloader_drop_last=True, or max_steps.")
+                "an epoch length divisible by it, dataloader_drop_last=True, or max_steps."
+            )
         # NOTE: fp16: a step the loss scaler skipped (overflow) leaves the schedule where it was, as
         # PaddleFormers does when its GradScaler finds an inf.
         if self._px_step.skipped_steps == self._px_skipped:
@@ -136,7 +146,7 @@ class Trainer(_Trainer):
 
     # ---- Paddle's model and optimizer brought up to date before Paddle code reads them -----------------
     def train(self, *a, **kw):
-        self._px_step, self._px_pending = None, []      # NOTE: a resumed run loads the checkpoint first
+        self._px_step, self._px_pending = None, []  # NOTE: a resumed run loads the checkpoint first
         self._px_scaler_resumed = None
         self._refuse_iterable_over_ranks()
         done = False
@@ -147,7 +157,7 @@ class Trainer(_Trainer):
             return out
         finally:
             if done and self.args.load_best_model_at_end and self.state.best_model_checkpoint is not None:
-                self._px_step = None        # NOTE: the model holds the best checkpoint now; keep it
+                self._px_step = None  # NOTE: the model holds the best checkpoint now; keep it
             self.sync_to_paddle()
 
     def _maybe_log_save_evaluate(self, *a, **kw):
@@ -155,8 +165,12 @@ class Trainer(_Trainer):
         retired before PaddleFormers' train() goes on to code that writes into the model (loading the best
         checkpoint for load_best_model_at_end), which a later sync would otherwise undo."""
         # NOTE: PaddleFormers counts consumed samples for the one rank it sees; its ranks are the replicas
-        self.state.consumed_samples = (self.state.global_step * self.args.per_device_train_batch_size
-                                       * self.args.gradient_accumulation_steps * self.px_strategy.replicas)
+        self.state.consumed_samples = (
+            self.state.global_step
+            * self.args.per_device_train_batch_size
+            * self.args.gradient_accumulation_steps
+            * self.px_strategy.replicas
+        )
         out = super()._maybe_log_save_evaluate(*a, **kw)
         if self.state.global_step >= self.state.max_steps or self.control.should_training_stop:
             self.sync_to_paddle()
@@ -169,7 +183,7 @@ class Trainer(_Trainer):
 
     def _save_checkpoint(self, model, metrics=None):
         self.sync_to_paddle()
-        if jax.process_index() == 0:        # NOTE: every process holds the same state; one writes it
+        if jax.process_index() == 0:  # NOTE: every process holds the same state; one writes it
             out = super()._save_checkpoint(model, metrics)
             self._save_loss_scaler()
             return out
@@ -184,10 +198,19 @@ class Trainer(_Trainer):
             return
         ls = self.px_strategy.loss_scale
         folder = os.path.join(self.args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-        paddle.save({"scale": np.asarray([state["scale"]], np.float32), "incr_ratio": ls.growth_factor,
-                     "decr_ratio": ls.backoff_factor, "incr_every_n_steps": ls.growth_interval,
-                     "decr_every_n_nan_or_inf": 1, "incr_count": int(state["good"]), "decr_count": 0,
-                     "use_dynamic_loss_scaling": ls.dynamic}, os.path.join(folder, SCALER_NAME))
+        paddle.save(
+            {
+                "scale": np.asarray([state["scale"]], np.float32),
+                "incr_ratio": ls.growth_factor,
+                "decr_ratio": ls.backoff_factor,
+                "incr_every_n_steps": ls.growth_interval,
+                "decr_every_n_nan_or_inf": 1,
+                "incr_count": int(state["good"]),
+                "decr_count": 0,
+                "use_dynamic_loss_scaling": ls.dynamic,
+            },
+            os.path.join(folder, SCALER_NAME),
+        )
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -196,8 +219,11 @@ class Trainer(_Trainer):
             return
         saved = paddle.load(path, return_numpy=True)
         # NOTE: the skipped count is this run's (PaddleFormers does not keep one either)
-        self._px_scaler_resumed = {"scale": float(np.asarray(saved["scale"]).reshape(-1)[0]),
-                                   "good": int(saved["incr_count"]), "skipped": 0}
+        self._px_scaler_resumed = {
+            "scale": float(np.asarray(saved["scale"]).reshape(-1)[0]),
+            "good": int(saved["incr_count"]),
+            "skipped": 0,
+        }
 
     def save_model(self, *a, **kw):
         self.sync_to_paddle()
@@ -220,7 +246,8 @@ class Trainer(_Trainer):
                 f"An iterable train_dataset under {self.px_strategy.replicas} data-parallel replicas and "
                 f"{jax.process_count()} processes: paddle_xla deals each replica the samples PaddleFormers' rank "
                 "would read, which needs a dataset with a length (a map-style paddle.io.Dataset). Use one, or "
-                "train on one replica in one process.")
+                "train on one replica in one process."
+            )
 
     def sync_to_paddle(self) -> None:
         """The trained weights into the model, the optimizer's state and schedule into its Paddle optimizer."""
@@ -233,11 +260,13 @@ class Trainer(_Trainer):
         if not any(n in batch for n in self.label_names):
             raise TrainingError(
                 f"The batches hold {names} but no labels ({self.label_names}): the model's first output would be "
-                "taken as the loss. Give the collator a 'labels' field (label_names= names others).")
+                "taken as the loss. Give the collator a 'labels' field (label_names= names others)."
+            )
         specs = [InputSpec([None, *v.shape[1:]], str(v.dtype), n) for n, v in batch.items()]
         self.model.train()
-        self._px_step = TrainStep(self.model, None, self.optimizer, specs, strategy=self.px_strategy,
-                                  inputs_by_name=True, seed=self.args.seed)
+        self._px_step = TrainStep(
+            self.model, None, self.optimizer, specs, strategy=self.px_strategy, inputs_by_name=True, seed=self.args.seed
+        )
         self._px_step.set_scaler_state(self._px_scaler_resumed)
         self._px_skipped = 0
         return self._px_step
@@ -249,6 +278,7 @@ def _one_paddle_rank():
     PADDLE_TRAINERS_NUM once, into paddle.distributed.parallel's global ParallelEnv, at the first call that
     asks for the world size."""
     from paddle.distributed import parallel as paddle_parallel
+
     cached = paddle_parallel._global_parallel_env
     with paddle_sees_one_rank():
         paddle_parallel._global_parallel_env = None
@@ -277,8 +307,10 @@ def _host_batch(inputs: dict) -> dict:
         if isinstance(value, paddle.Tensor):
             value = value.numpy()
         if not isinstance(value, np.ndarray):
-            raise FeedError(f"The batch's {name!r} is a {type(value).__name__}; paddle_xla's Trainer feeds tensors "
-                            "only: let the collator return arrays, or drop the field.")
+            raise FeedError(
+                f"The batch's {name!r} is a {type(value).__name__}; paddle_xla's Trainer feeds tensors "
+                "only: let the collator return arrays, or drop the field."
+            )
         batch[name] = value
     return batch
 
@@ -290,12 +322,13 @@ def _same_shapes(micro: list[dict]) -> None:
         raise FeedError(
             f"The micro-batches of one optimizer step differ in shape ({shapes}); paddle_xla runs them as one "
             "compiled step. Pad every batch to one length (e.g. the collator's padding='max_length', "
-            "max_length=...), which also spares a compile per length.")
+            "max_length=...), which also spares a compile per length."
+        )
 
 
 def _has_length(dataset) -> bool:
     if isinstance(dataset, paddle.io.IterableDataset):
-        return False            # NOTE: its __len__ raises RuntimeError
+        return False  # NOTE: its __len__ raises RuntimeError
     try:
         len(dataset)
     except TypeError:
@@ -308,9 +341,15 @@ class _RanksBatchSampler(MappingDistributedBatchSampler):
     the ranks [first, stop) this process feeds: each batch is those ranks' batches one after another."""
 
     def __init__(self, dataset, args, rows: ProcessRows):
-        super().__init__(dataset, batch_size=args.per_device_train_batch_size, num_replicas=rows.ranks,
-                         rank=rows.first, shuffle=args.dataloader_shuffle, drop_last=args.dataloader_drop_last,
-                         data_seed=args.seed)
+        super().__init__(
+            dataset,
+            batch_size=args.per_device_train_batch_size,
+            num_replicas=rows.ranks,
+            rank=rows.first,
+            shuffle=args.dataloader_shuffle,
+            drop_last=args.dataloader_drop_last,
+            data_seed=args.seed,
+        )
         self._ranks = range(rows.first, rows.stop)
 
     def __len__(self):
@@ -343,4 +382,5 @@ def _undo_layer_recompute(model, given) -> None:
     def off(layer):
         if getattr(layer, "enable_recompute", None) is True:
             layer.enable_recompute = False
+
     model.apply(off)

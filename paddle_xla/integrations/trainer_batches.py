@@ -7,6 +7,7 @@ the Strategy's replicas, whatever the number of processes: replica r trains on w
 read. The compiled step takes one global batch laid out replica by replica, and inside a replica micro-
 batch by micro-batch; under several processes each process feeds an equal block of those rows, in
 process order (parallel/shares.py), so each process reads the ranks its block covers."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,14 +20,15 @@ from ..errors import FeedError
 @dataclasses.dataclass(frozen=True)
 class ProcessRows:
     """The data ranks [first, stop) this process reads, and its block of the global rows."""
+
     first: int
     stop: int
-    ranks: int              # all the data ranks (the Strategy's replicas)
+    ranks: int  # all the data ranks (the Strategy's replicas)
     processes: int
-    index: int              # this process
+    index: int  # this process
 
     @staticmethod
-    def of(ranks: int, processes: int, index: int) -> "ProcessRows":
+    def of(ranks: int, processes: int, index: int) -> ProcessRows:
         """Ranks r0..r1 whose rows this process's block covers: its own ranks when they divide among the
         processes, else the one rank several processes share (each feeds a part of its rows)."""
         if ranks % processes == 0:
@@ -35,8 +37,10 @@ class ProcessRows:
         if processes % ranks == 0:
             rank = index // (processes // ranks)
             return ProcessRows(rank, rank + 1, ranks, processes, index)
-        raise FeedError(f"{ranks} data-parallel replicas cannot be dealt evenly over {processes} processes: "
-                        "use a replica count that divides the process count or is divided by it.")
+        raise FeedError(
+            f"{ranks} data-parallel replicas cannot be dealt evenly over {processes} processes: "
+            "use a replica count that divides the process count or is divided by it."
+        )
 
     def block(self, micro: list[dict]) -> dict:
         """One step's micro-batches (each holding the ranks r0..r1's batches one after another) -> this
@@ -47,16 +51,20 @@ class ProcessRows:
         if rows % here:
             raise FeedError(f"A micro-batch of {rows} rows does not hold {here} equal rank batches.")
         per_rank = rows // here
-        out = {n: np.concatenate([m[n][r * per_rank:(r + 1) * per_rank] for r in range(here) for m in micro])
-               for n in names}
+        out = {
+            n: np.concatenate([m[n][r * per_rank : (r + 1) * per_rank] for r in range(here) for m in micro])
+            for n in names
+        }
         if self.processes <= self.ranks:
             return out
         # NOTE: several processes share one rank: each feeds its part of the rank's rows, in process order
         sharing = self.processes // self.ranks
         total = per_rank * len(micro)
         if total % sharing:
-            raise FeedError(f"{sharing} processes share one data-parallel replica, whose step holds {total} "
-                            f"rows (per_device_train_batch_size x gradient_accumulation_steps): make it "
-                            f"divisible by {sharing}.")
+            raise FeedError(
+                f"{sharing} processes share one data-parallel replica, whose step holds {total} "
+                f"rows (per_device_train_batch_size x gradient_accumulation_steps): make it "
+                f"divisible by {sharing}."
+            )
         part, k = total // sharing, self.index % sharing
-        return {n: x[k * part:(k + 1) * part] for n, x in out.items()}
+        return {n: x[k * part : (k + 1) * part] for n, x in out.items()}

@@ -11,13 +11,15 @@ Everything Paddle decides per parameter on the host (optimize_attr learning rate
 stop_gradient, ParamAttr regularizers, AdamW's apply_decay_param_fun and lr_ratio, Lamb's
 exclude_from_weight_decay_fn, parameter groups) is evaluated here, once.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import inspect
 import re
 import warnings
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -35,31 +37,69 @@ from ..train import optim as optim_lib
 # NOTE: exact Paddle classes; a subclass is read as its nearest one here only if it leaves the
 # update alone (see _rule_of).
 _RULE_READERS = (
-    (popt.AdamW, lambda o: optim_lib.AdamW(beta1=_f(o._beta1), beta2=_f(o._beta2), epsilon=_f(o._epsilon),
-                                           amsgrad=bool(o._amsgrad), weight_decay=_f(o._weight_decay))),
-    (popt.Adam, lambda o: optim_lib.Adam(beta1=_f(o._beta1), beta2=_f(o._beta2), epsilon=_f(o._epsilon),
-                                         amsgrad=bool(o._amsgrad))),
-    (popt.Lamb, lambda o: optim_lib.Lamb(lamb_weight_decay=_f(o._lamb_weight_decay), beta1=_f(o._beta1),
-                                         beta2=_f(o._beta2), epsilon=_f(o._epsilon),
-                                         always_adapt=bool(o.always_adapt))),
-    (popt.Momentum, lambda o: optim_lib.Momentum(momentum=_f(o._momentum), use_nesterov=bool(o._use_nesterov),
-                                                 rescale_grad=_f(o._rescale_grad))),
-    (popt.Adagrad, lambda o: optim_lib.Adagrad(epsilon=_f(o._epsilon),
-                                               initial_accumulator_value=_f(o.initial_accumulator_value))),
-    (popt.RMSProp, lambda o: optim_lib.RMSProp(rho=_f(o._rho), epsilon=_f(o._epsilon), momentum=_f(o._momentum),
-                                               centered=bool(o._centered))),
+    (
+        popt.AdamW,
+        lambda o: optim_lib.AdamW(
+            beta1=_f(o._beta1),
+            beta2=_f(o._beta2),
+            epsilon=_f(o._epsilon),
+            amsgrad=bool(o._amsgrad),
+            weight_decay=_f(o._weight_decay),
+        ),
+    ),
+    (
+        popt.Adam,
+        lambda o: optim_lib.Adam(
+            beta1=_f(o._beta1), beta2=_f(o._beta2), epsilon=_f(o._epsilon), amsgrad=bool(o._amsgrad)
+        ),
+    ),
+    (
+        popt.Lamb,
+        lambda o: optim_lib.Lamb(
+            lamb_weight_decay=_f(o._lamb_weight_decay),
+            beta1=_f(o._beta1),
+            beta2=_f(o._beta2),
+            epsilon=_f(o._epsilon),
+            always_adapt=bool(o.always_adapt),
+        ),
+    ),
+    (
+        popt.Momentum,
+        lambda o: optim_lib.Momentum(
+            momentum=_f(o._momentum), use_nesterov=bool(o._use_nesterov), rescale_grad=_f(o._rescale_grad)
+        ),
+    ),
+    (
+        popt.Adagrad,
+        lambda o: optim_lib.Adagrad(epsilon=_f(o._epsilon), initial_accumulator_value=_f(o.initial_accumulator_value)),
+    ),
+    (
+        popt.RMSProp,
+        lambda o: optim_lib.RMSProp(
+            rho=_f(o._rho), epsilon=_f(o._epsilon), momentum=_f(o._momentum), centered=bool(o._centered)
+        ),
+    ),
     (popt.Adamax, lambda o: optim_lib.Adamax(beta1=_f(o._beta1), beta2=_f(o._beta2), epsilon=_f(o._epsilon))),
     (popt.SGD, lambda o: optim_lib.SGD()),
 )
 
 # A parameter group's keys that override the rule's hyper-parameters (AdamW's weight_decay is its
 # decoupled coefficient; for every other optimizer a group's weight_decay is a regularizer).
-_GROUP_RULE_KEYS = {"beta1", "beta2", "epsilon", "momentum", "use_nesterov", "rescale_grad", "rho",
-                    "centered", "initial_accumulator_value", "lamb_weight_decay"}
+_GROUP_RULE_KEYS = {
+    "beta1",
+    "beta2",
+    "epsilon",
+    "momentum",
+    "use_nesterov",
+    "rescale_grad",
+    "rho",
+    "centered",
+    "initial_accumulator_value",
+    "lamb_weight_decay",
+}
 
 
-def optimizer_config(opt: popt.Optimizer, names: Mapping[int | str, str] | None = None
-                     ) -> optim_lib.OptimizerConfig:
+def optimizer_config(opt: popt.Optimizer, names: Mapping[int | str, str] | None = None) -> optim_lib.OptimizerConfig:
     """The Paddle-free config of `opt`, keyed by `names[id(p)]`, `names[p.name]`, or `p.name`."""
     rule = _rule_of(opt)
     groups = _param_groups(opt)
@@ -71,12 +111,14 @@ def optimizer_config(opt: popt.Optimizer, names: Mapping[int | str, str] | None 
             params.append((_name_of(p, names), settings))
     group_dicts = [g for g, _ in groups if g is not None]
     return optim_lib.OptimizerConfig(
-        rule=rule, params=tuple(params),
+        rule=rule,
+        params=tuple(params),
         learning_rate=schedule_config(opt._learning_rate),
         regularizer=_global_regularizer(opt),
         grad_clip=_clip(opt._grad_clip),
         group_clips=tuple(_clip(g.get("grad_clip", opt._grad_clip)) for g in group_dicts),
-        name=opt._name)
+        name=opt._name,
+    )
 
 
 # The methods Paddle's optimizers compute an update with (Optimizer.step -> _apply_optimize -> regularization,
@@ -85,14 +127,33 @@ def optimizer_config(opt: popt.Optimizer, names: Mapping[int | str, str] | None 
 # AdamWMini keeps one moment2 per tensor; AdamWCustom quantizes): read as its Paddle base, it would train
 # with the base's numbers, silently. Other overrides (__init__, __str__, new methods) leave the rule alone.
 _UPDATE_METHODS = (
-    "step", "minimize", "apply_gradients", "_apply_optimize", "_declarative_step",
-    "_create_optimization_pass", "_pir_create_optimization_pass",
-    "append_regularization_ops", "_create_regularization_of_grad", "_update_regularization",
-    "_create_global_learning_rate", "_global_learning_rate", "_create_param_lr",
-    "_create_accumulators", "_add_moments_pows", "_add_accumulator", "_get_accumulator",
-    "_get_accumulator_master", "_create_master_weight", "_is_dtype_fp16_or_bf16",
-    "_append_optimize_op", "_multi_tensor_init", "_append_optimize_multi_tensor_op", "_finish_update",
-    "_add_param_group", "_update_param_group", "_get_parameter",
+    "step",
+    "minimize",
+    "apply_gradients",
+    "_apply_optimize",
+    "_declarative_step",
+    "_create_optimization_pass",
+    "_pir_create_optimization_pass",
+    "append_regularization_ops",
+    "_create_regularization_of_grad",
+    "_update_regularization",
+    "_create_global_learning_rate",
+    "_global_learning_rate",
+    "_create_param_lr",
+    "_create_accumulators",
+    "_add_moments_pows",
+    "_add_accumulator",
+    "_get_accumulator",
+    "_get_accumulator_master",
+    "_create_master_weight",
+    "_is_dtype_fp16_or_bf16",
+    "_append_optimize_op",
+    "_multi_tensor_init",
+    "_append_optimize_multi_tensor_op",
+    "_finish_update",
+    "_add_param_group",
+    "_update_param_group",
+    "_get_parameter",
 )
 
 
@@ -108,15 +169,15 @@ def _rule_of(opt):
             f"paddle_xla cannot train with {_where(type(opt))}: it subclasses paddle.optimizer.{base.__name__} but "
             f"overrides {', '.join(own)}, so its update is its own, and paddle_xla computes only the update rules "
             f"of Paddle's own optimizers (read as {base.__name__}, it would train with other numbers). Use one of "
-            f"{_supported()}{hint}, or a subclass that leaves those methods alone.")
+            f"{_supported()}{hint}, or a subclass that leaves those methods alone."
+        )
     return readers[base](opt)
 
 
 def _own_update_methods(opt, base) -> list[str]:
     """The update methods type(opt) (or opt itself) defines otherwise than the Paddle class `base`."""
     cls = type(opt)
-    return [m for m in _UPDATE_METHODS
-            if getattr(cls, m, None) is not getattr(base, m, None) or m in vars(opt)]
+    return [m for m in _UPDATE_METHODS if getattr(cls, m, None) is not getattr(base, m, None) or m in vars(opt)]
 
 
 def _supported() -> str:
@@ -151,8 +212,11 @@ def _group_rule(rule, group):
     if isinstance(rule, optim_lib.AdamW) and "weight_decay" in group:
         keys["weight_decay"] = group["weight_decay"]
     fields = {f.name for f in dataclasses.fields(rule)}
-    changes = {k: (_f(v) if isinstance(v, (int, float, paddle.Tensor)) and not isinstance(v, bool) else v)
-               for k, v in keys.items() if k in fields}
+    changes = {
+        k: (_f(v) if isinstance(v, (int, float, paddle.Tensor)) and not isinstance(v, bool) else v)
+        for k, v in keys.items()
+        if k in fields
+    }
     new = dataclasses.replace(rule, **changes)
     return None if new == rule else new
 
@@ -165,7 +229,10 @@ def _param_settings(opt, p, group, index, group_rule):
         regularizer=_param_regularizer(opt, p, group),
         apply_decay=_applies_decay(opt, p, group),
         lr_ratio=_f(opt._lr_ratio(p)) if isinstance(opt, popt.AdamW) and opt._lr_ratio is not None else 1.0,
-        group=index, rule=group_rule, paddle_name=p.name)
+        group=index,
+        rule=group_rule,
+        paddle_name=p.name,
+    )
 
 
 def _name_of(p, names):
@@ -197,8 +264,10 @@ def _param_regularizer(opt, p, group):
     fused = optim_lib.L2Decay(_f(coeff)) if method == "l2_decay" else None
     appended = _regularizer(opt.regularization)
     if fused is not None and appended is not None:
-        raise TrainingError(f"parameter {p.name} would get both a group L2Decay and the global {appended}; "
-                            "give the group and the optimizer the same kind of weight_decay")
+        raise TrainingError(
+            f"parameter {p.name} would get both a group L2Decay and the global {appended}; "
+            "give the group and the optimizer the same kind of weight_decay"
+        )
     return fused or appended
 
 
@@ -229,8 +298,10 @@ def _clip(clip):
         return clip_lib.ClipGradByNorm(clip_norm=float(clip.clip_norm))
     if isinstance(clip, pnn.ClipGradByValue):
         return clip_lib.ClipGradByValue(max=float(clip.max), min=float(clip.min))
-    raise TrainingError(f"unsupported gradient clip {type(clip).__name__}; use paddle.nn.ClipGradByGlobalNorm, "
-                        "ClipGradByNorm or ClipGradByValue")
+    raise TrainingError(
+        f"unsupported gradient clip {type(clip).__name__}; use paddle.nn.ClipGradByGlobalNorm, "
+        "ClipGradByNorm or ClipGradByValue"
+    )
 
 
 def _f(x) -> float:
@@ -241,6 +312,7 @@ def _f(x) -> float:
 
 # -- learning-rate schedules --------------------------------------------------------------------
 
+
 def schedule_config(lr: float | plr.LRScheduler) -> lr_lib.Schedule:
     """The train.lr schedule of a Paddle LRScheduler; a float learning rate becomes `lr.Constant`.
 
@@ -250,22 +322,30 @@ def schedule_config(lr: float | plr.LRScheduler) -> lr_lib.Schedule:
         return lr_lib.Constant(_f(lr))
     reader = _SCHEDULE_READERS.get(type(lr))
     if reader is None:
-        raise TrainingError(f"unsupported LRScheduler {type(lr).__name__}; supported: "
-                            f"{sorted(c.__name__ for c in _SCHEDULE_READERS)}")
+        raise TrainingError(
+            f"unsupported LRScheduler {type(lr).__name__}; supported: {sorted(c.__name__ for c in _SCHEDULE_READERS)}"
+        )
     return reader(lr)
 
 
 def schedule_state(lr: plr.LRScheduler) -> int | lr_lib.PlateauState:
     """The scheduler's position: `last_epoch`, or ReduceOnPlateau's whole state."""
     if isinstance(lr, plr.ReduceOnPlateau):
-        return lr_lib.PlateauState(cooldown_counter=lr.cooldown_counter, best=_maybe_f(lr.best),
-                                   num_bad_epochs=lr.num_bad_epochs, last_epoch=lr.last_epoch,
-                                   last_lr=float(lr.last_lr))
+        return lr_lib.PlateauState(
+            cooldown_counter=lr.cooldown_counter,
+            best=_maybe_f(lr.best),
+            num_bad_epochs=lr.num_bad_epochs,
+            last_epoch=lr.last_epoch,
+            last_lr=float(lr.last_lr),
+        )
     step = int(lr.last_epoch)
     ours = schedule_config(lr).lr_at(step)
     if ours != float(lr.last_lr):
-        warnings.warn(f"{type(lr).__name__} at last_epoch={step} has lr {lr.last_lr}, but replaying its "
-                      f"steps gives {ours}: was it stepped with an explicit epoch?", stacklevel=2)
+        warnings.warn(
+            f"{type(lr).__name__} at last_epoch={step} has lr {lr.last_lr}, but replaying its "
+            f"steps gives {ours}: was it stepped with an explicit epoch?",
+            stacklevel=2,
+        )
     return step
 
 
@@ -282,10 +362,15 @@ def _one_cycle(s):
     max_lr, initial = s._lr_config[1], s._lr_config[0]
     divide = _recover(max_lr / initial, lambda d: max_lr / float(d) == initial)
     pct = _recover((s._step_config[1] + 1) / s.total_steps, lambda q: q * s.total_steps - 1 == s._step_config[1])
-    return lr_lib.OneCycleLR(max_learning_rate=max_lr, total_steps=s.total_steps, divide_factor=divide,
-                             end_learning_rate=s._lr_config[-1], phase_pct=pct,
-                             anneal_strategy="cos" if s.anneal_func.__name__ == "_cos_annealing" else "linear",
-                             three_phase=len(s._lr_config) == 4)
+    return lr_lib.OneCycleLR(
+        max_learning_rate=max_lr,
+        total_steps=s.total_steps,
+        divide_factor=divide,
+        end_learning_rate=s._lr_config[-1],
+        phase_pct=pct,
+        anneal_strategy="cos" if s.anneal_func.__name__ == "_cos_annealing" else "linear",
+        three_phase=len(s._lr_config) == 4,
+    )
 
 
 def _recover(guess, exact):
@@ -301,8 +386,14 @@ def _cyclic(s):
         raise TrainingError("CyclicLR with a custom scale_fn is not supported; use one of its modes")
     up = round(s.cycle_size * s.step_up_pct)
     down = round(s.cycle_size - up)
-    return lr_lib.CyclicLR(base_learning_rate=s.base_lr, max_learning_rate=s.max_lr, step_size_up=up,
-                           step_size_down=None if down == up else down, mode=s.mode, exp_gamma=s.gamma)
+    return lr_lib.CyclicLR(
+        base_learning_rate=s.base_lr,
+        max_learning_rate=s.max_lr,
+        step_size_up=up,
+        step_size_down=None if down == up else down,
+        mode=s.mode,
+        exp_gamma=s.gamma,
+    )
 
 
 _SCHEDULE_READERS = {
@@ -310,30 +401,49 @@ _SCHEDULE_READERS = {
     plr.PiecewiseDecay: lambda s: lr_lib.PiecewiseDecay(boundaries=s.boundaries, values=s.values),
     plr.NaturalExpDecay: lambda s: lr_lib.NaturalExpDecay(learning_rate=s.base_lr, gamma=s.gamma),
     plr.InverseTimeDecay: lambda s: lr_lib.InverseTimeDecay(learning_rate=s.base_lr, gamma=s.gamma),
-    plr.PolynomialDecay: lambda s: lr_lib.PolynomialDecay(learning_rate=s.base_lr, decay_steps=s.decay_steps,
-                                                          end_lr=s.end_lr, power=s.power, cycle=bool(s.cycle)),
-    plr.LinearWarmup: lambda s: lr_lib.LinearWarmup(learning_rate=_inner_schedule(s.learning_rate),
-                                                    warmup_steps=s.warmup_steps, start_lr=s.start_lr, end_lr=s.end_lr),
+    plr.PolynomialDecay: lambda s: lr_lib.PolynomialDecay(
+        learning_rate=s.base_lr, decay_steps=s.decay_steps, end_lr=s.end_lr, power=s.power, cycle=bool(s.cycle)
+    ),
+    plr.LinearWarmup: lambda s: lr_lib.LinearWarmup(
+        learning_rate=_inner_schedule(s.learning_rate),
+        warmup_steps=s.warmup_steps,
+        start_lr=s.start_lr,
+        end_lr=s.end_lr,
+    ),
     plr.ExponentialDecay: lambda s: lr_lib.ExponentialDecay(learning_rate=s.base_lr, gamma=s.gamma),
-    plr.MultiStepDecay: lambda s: lr_lib.MultiStepDecay(learning_rate=s.base_lr, milestones=s.milestones, gamma=s.gamma),
+    plr.MultiStepDecay: lambda s: lr_lib.MultiStepDecay(
+        learning_rate=s.base_lr, milestones=s.milestones, gamma=s.gamma
+    ),
     plr.StepDecay: lambda s: lr_lib.StepDecay(learning_rate=s.base_lr, step_size=s.step_size, gamma=s.gamma),
     plr.LambdaDecay: lambda s: lr_lib.LambdaDecay(learning_rate=s.base_lr, lr_lambda=s.lr_lambda),
     plr.MultiplicativeDecay: lambda s: lr_lib.MultiplicativeDecay(learning_rate=s.base_lr, lr_lambda=s.lr_lambda),
     plr.ReduceOnPlateau: lambda s: lr_lib.ReduceOnPlateau(
-        learning_rate=s.base_lr, mode=s.mode, factor=s.factor, patience=s.patience, threshold=s.threshold,
-        threshold_mode=s.threshold_mode, cooldown=s.cooldown, min_lr=s.min_lr, epsilon=s.epsilon),
-    plr.CosineAnnealingDecay: lambda s: lr_lib.CosineAnnealingDecay(learning_rate=s.base_lr, T_max=s.T_max,
-                                                                    eta_min=s.eta_min),
+        learning_rate=s.base_lr,
+        mode=s.mode,
+        factor=s.factor,
+        patience=s.patience,
+        threshold=s.threshold,
+        threshold_mode=s.threshold_mode,
+        cooldown=s.cooldown,
+        min_lr=s.min_lr,
+        epsilon=s.epsilon,
+    ),
+    plr.CosineAnnealingDecay: lambda s: lr_lib.CosineAnnealingDecay(
+        learning_rate=s.base_lr, T_max=s.T_max, eta_min=s.eta_min
+    ),
     plr.OneCycleLR: _one_cycle,
     plr.CyclicLR: _cyclic,
-    plr.LinearLR: lambda s: lr_lib.LinearLR(learning_rate=s.base_lr, total_steps=s.total_steps,
-                                            start_factor=s.start_factor, end_factor=s.end_factor),
+    plr.LinearLR: lambda s: lr_lib.LinearLR(
+        learning_rate=s.base_lr, total_steps=s.total_steps, start_factor=s.start_factor, end_factor=s.end_factor
+    ),
     plr.CosineAnnealingWarmRestarts: lambda s: lr_lib.CosineAnnealingWarmRestarts(
-        learning_rate=s.base_lr, T_0=s.T_0, T_mult=s.T_mult, eta_min=s.eta_min),
+        learning_rate=s.base_lr, T_0=s.T_0, T_mult=s.T_mult, eta_min=s.eta_min
+    ),
 }
 
 
 # -- state both ways ----------------------------------------------------------------------------
+
 
 def accumulator_key(config: optim_lib.OptimizerConfig, name: str, acc: str, suffix: str = "_0") -> str:
     """Paddle's name of one accumulator: param.name + "_" + [opt name + "_"] + acc + unique suffix."""
@@ -341,9 +451,14 @@ def accumulator_key(config: optim_lib.OptimizerConfig, name: str, acc: str, suff
     return f"{config.settings(name).paddle_name or name}_{prefix}{acc}{suffix}"
 
 
-def to_paddle_state_dict(config: optim_lib.OptimizerConfig, state: Mapping[str, Mapping[str, Any]],
-                         params: Mapping[str, Any] | None = None, schedule_state: Any = None,
-                         *, suffix: str = "_0") -> dict[str, Any]:
+def to_paddle_state_dict(
+    config: optim_lib.OptimizerConfig,
+    state: Mapping[str, Mapping[str, Any]],
+    params: Mapping[str, Any] | None = None,
+    schedule_state: Any = None,
+    *,
+    suffix: str = "_0",
+) -> dict[str, Any]:
     """`state` in the layout of `paddle_opt.state_dict()`, for `paddle_opt.set_state_dict(d)`.
 
     Paddle suffixes accumulator names with a per-process counter ("_0" in a fresh process or a
@@ -366,8 +481,9 @@ def to_paddle_state_dict(config: optim_lib.OptimizerConfig, state: Mapping[str, 
 _SCALAR_ACCS = {"beta1_pow_acc", "beta2_pow_acc"}
 
 
-def from_paddle_state_dict(config: optim_lib.OptimizerConfig, state_dict: Mapping[str, Any],
-                           params: Mapping[str, Any] | None = None) -> tuple[dict, Any]:
+def from_paddle_state_dict(
+    config: optim_lib.OptimizerConfig, state_dict: Mapping[str, Any], params: Mapping[str, Any] | None = None
+) -> tuple[dict, Any]:
     """(state, schedule_state) from `paddle_opt.state_dict()`. A parameter with no accumulators yet
     (Paddle creates them at the first step) gets fresh ones from `params`.
 
@@ -384,7 +500,9 @@ def from_paddle_state_dict(config: optim_lib.OptimizerConfig, state_dict: Mappin
         found = keys[name]
         if rule.accumulators and all(k is None for k in found.values()):
             if params is None:
-                raise CheckpointError(f"the Paddle state has no accumulators for {name}; pass params to start fresh ones")
+                raise CheckpointError(
+                    f"the Paddle state has no accumulators for {name}; pass params to start fresh ones"
+                )
             fresh = fresh or optim_lib.init_state(config, params)
             state[name] = fresh[name]
             continue
@@ -399,7 +517,8 @@ def from_paddle_state_dict(config: optim_lib.OptimizerConfig, state_dict: Mappin
                     raise CheckpointError(
                         f"the Paddle state's {k} has shape {list(shape)}, but the parameter {name} has {list(want)}: "
                         "the state was saved from another model that names its parameters alike (or from this one "
-                        "built in another order); load the optimizer state saved with this model, built the same way")
+                        "built in another order); load the optimizer state saved with this model, built the same way"
+                    )
     return state, _schedule_state_of(config, state_dict.get("LR_Scheduler"))
 
 
@@ -442,8 +561,11 @@ def _refuse_foreign(config, state_dict, keys) -> None:
     step stops on them too. State for names this optimizer does not train (frozen parameters, parameters not
     given to it) is fine on its own: nothing of this model's is lost."""
     consumed = {k for found in keys.values() for k in found.values() if k is not None}
-    fresh = [name for name in config.trainable()
-             if config.rule_of(name).accumulators and all(k is None for k in keys[name].values())]
+    fresh = [
+        name
+        for name in config.trainable()
+        if config.rule_of(name).accumulators and all(k is None for k in keys[name].values())
+    ]
     if not fresh:
         return
     ours = {config.settings(name).paddle_name or name for name, _ in config.params}
@@ -457,15 +579,17 @@ def _refuse_foreign(config, state_dict, keys) -> None:
             f"parameters (e.g. {named[:3]}), which would start from fresh moments. It was saved from a model whose "
             "parameters were named otherwise, or by an optimizer of another name: build the model the same way, in "
             "a fresh process (or inside paddle.utils.unique_name.guard()), and give the optimizer the same name, "
-            "before loading it.")
+            "before loading it."
+        )
 
 
 def _schedule_state_of(config, lr_state):
     if lr_state is None:
         return None
     if isinstance(config.learning_rate, lr_lib.ReduceOnPlateau):
-        return lr_lib.PlateauState(**{k: lr_state[k] for k in
-                                      ("cooldown_counter", "best", "num_bad_epochs", "last_epoch", "last_lr")})
+        return lr_lib.PlateauState(
+            **{k: lr_state[k] for k in ("cooldown_counter", "best", "num_bad_epochs", "last_epoch", "last_lr")}
+        )
     return int(lr_state["last_epoch"])
 
 
@@ -473,5 +597,11 @@ def _numpy(v):
     return v.numpy() if isinstance(v, paddle.Tensor) else np.asarray(v)
 
 
-__all__ = ["optimizer_config", "schedule_config", "schedule_state", "to_paddle_state_dict",
-           "from_paddle_state_dict", "accumulator_key"]
+__all__ = [
+    "optimizer_config",
+    "schedule_config",
+    "schedule_state",
+    "to_paddle_state_dict",
+    "from_paddle_state_dict",
+    "accumulator_key",
+]

@@ -4,6 +4,7 @@ does not take, a capture error) is reported before the user compiles, with its l
 
 All failures at once: an op that fails poisons its outputs, and ops that read a poisoned value are
 skipped (they would fail only because of it); the rest of the program is still checked. Paddle-free."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -13,19 +14,21 @@ import jax
 from .. import x64
 from ..errors import LoweringError
 from ..graph import Graph, op_reads
+from ..ops.util import dtype as jax_dtype
 from .interpreter import Problem, bind, resolve
 from .lower import interpreter_factory
-from ..ops.util import dtype as jax_dtype
 from .policy import LoweringPolicy
 
-FREE_DIM = 4      # what an InputSpec's None dimension becomes while checking
+FREE_DIM = 4  # what an InputSpec's None dimension becomes while checking
 
 
 def lowering_problems(graph: Graph, precision: str = "fp32", free_dim: int = FREE_DIM) -> list[Problem]:
     """The ops of the top-level block whose lowering fails on abstract inputs (None dims = free_dim)."""
     weights = {p.name: jax.ShapeDtypeStruct(tuple(p.shape), jax_dtype(p.dtype)) for p in graph.params}
-    feeds = {f.name: jax.ShapeDtypeStruct(tuple(free_dim if d < 0 else d for d in f.shape), jax_dtype(f.dtype))
-             for f in graph.feeds}
+    feeds = {
+        f.name: jax.ShapeDtypeStruct(tuple(free_dim if d < 0 else d for d in f.shape), jax_dtype(f.dtype))
+        for f in graph.feeds
+    }
     problems: list[Problem] = []
     make = interpreter_factory(graph, LoweringPolicy.live(precision))
 
@@ -36,7 +39,7 @@ def lowering_problems(graph: Graph, precision: str = "fp32", free_dim: int = FRE
         for op in graph.block.ops:
             entry = resolve(op.name)
             if poisoned & op_reads(op) or entry is None or entry.attr_problems(op.attrs):
-                poisoned.update(op.outputs)        # NOTE: check_graph reports the op itself
+                poisoned.update(op.outputs)  # NOTE: check_graph reports the op itself
                 continue
             try:
                 results = interp.apply(op, [env[v] if v is not None else None for v in op.inputs], env)

@@ -9,6 +9,7 @@ The cast policy is Paddle AMP's level O1, applied op by op while the Graph is in
 - every other op runs in the dtype its inputs already have (JAX promotes half + float32 to float32).
 The weights stay float32 (the masters); a white-list op casts its own copy, so jax.grad returns
 float32 gradients through the cast, and the optimizer state stays float32. Paddle-free."""
+
 from __future__ import annotations
 
 from functools import partial
@@ -19,8 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..graph import Graph
 from .. import ops as _every_lowering  # noqa: F401  (the queries below read every declaration)
+from ..graph import Graph
 from ..ops.conv import from_nhwc, to_pixels
 from ..ops.registry import ops_where
 
@@ -37,8 +38,7 @@ def cast_floats(x: Any, to) -> Any:
     """Cast the traced floating-point arrays in x (a value or a list of values) to `to`."""
     if isinstance(x, (list, tuple)):
         return type(x)(cast_floats(v, to) for v in x)
-    if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != to \
-            and x.dtype != jnp.float64:
+    if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != to and x.dtype != jnp.float64:
         return x.astype(to)
     return x
 
@@ -120,8 +120,12 @@ _mm.defvjp(_mm_fwd, _mm_bwd)
 @partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _weight_mm(x, w, spec):
     transpose_w, half = spec[0], spec[1]
-    return lax.dot_general(x.astype(half), w.astype(half), (((x.ndim - 1,), (1 if transpose_w else 0,)), ((), ())),
-                           preferred_element_type=jnp.float32)
+    return lax.dot_general(
+        x.astype(half),
+        w.astype(half),
+        (((x.ndim - 1,), (1 if transpose_w else 0,)), ((), ())),
+        preferred_element_type=jnp.float32,
+    )
 
 
 def _weight_mm_fwd(x, w, spec):
@@ -136,7 +140,7 @@ def _weight_mm_bwd(spec, res, ct):
     lead = tuple(range(x.ndim - 1))
     f32 = jnp.float32
     dx = lax.dot_general(ct, w, (((ct.ndim - 1,), (0 if transpose_w else 1,)), ((), ())), preferred_element_type=f32)
-    pair = (ct, x) if transpose_w else (x, ct)                       # dw is [N, K] or [K, N]
+    pair = (ct, x) if transpose_w else (x, ct)  # dw is [N, K] or [K, N]
     dw = lax.dot_general(*pair, ((lead, lead), ((), ())), preferred_element_type=f32)
     return dx.astype(x_dtype), dw.astype(w_dtype)
 
@@ -186,9 +190,10 @@ def _batched_dot(spec: str, a, b, cpu: bool):
     if a.ndim != 4 or b.ndim != 4 or not cpu:
         return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
     ins, out = spec.split("->")
-    sa, sb = (f"b{s[3]}h{s[4]}" for s in ins.split(","))        # '...mk' over [B, M, H, K]
-    return jnp.einsum(f"{sa},{sb}->bh{out[3:]}", jnp.swapaxes(a, 1, 2), jnp.swapaxes(b, 1, 2),
-                      preferred_element_type=jnp.float32)
+    sa, sb = (f"b{s[3]}h{s[4]}" for s in ins.split(","))  # '...mk' over [B, M, H, K]
+    return jnp.einsum(
+        f"{sa},{sb}->bh{out[3:]}", jnp.swapaxes(a, 1, 2), jnp.swapaxes(b, 1, 2), preferred_element_type=jnp.float32
+    )
 
 
 _batched_mm.defvjp(_batched_mm_fwd, _batched_mm_bwd)

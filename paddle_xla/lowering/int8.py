@@ -8,6 +8,7 @@ x @ (q * scale) without materialising the dequantised weight in a separate pass.
 
 Only weights whose every reader is a matmul taking them as its second operand, untransposed, are held so:
 a runtime may change their representation because no other op sees them. Paddle-free."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -18,13 +19,13 @@ import numpy as np
 from jax import lax
 
 from ..graph import Graph
-from .layouts import matmul_weight_names
 from ..strategy import QUANT_TYPES  # noqa: F401  (the names a Strategy accepts)
+from .layouts import matmul_weight_names
 
 
 class Int8Weight(NamedTuple):
-    q: jax.Array          # [in, out] int8
-    scale: jax.Array      # [out], the compute dtype
+    q: jax.Array  # [in, out] int8
+    scale: jax.Array  # [out], the compute dtype
 
 
 # NOTE: so that a program taking Int8Weight leaves can be exported with jax.export (generator artifacts)
@@ -52,6 +53,7 @@ def int8_weight_names(graph: Graph) -> set[str]:
 def int8_matmul(x, w: Int8Weight, *, half=None, transpose_x=False, transpose_y=False):
     """x @ (w.q * w.scale): the products in the compute dtype, summed in float32, the columns scaled after."""
     dtype = half or jnp.float32
-    out = lax.dot_general(x.astype(dtype), w.q.astype(dtype), (((x.ndim - 1,), (0,)), ((), ())),
-                          preferred_element_type=jnp.float32)
+    out = lax.dot_general(
+        x.astype(dtype), w.q.astype(dtype), (((x.ndim - 1,), (0,)), ((), ())), preferred_element_type=jnp.float32
+    )
     return out * w.scale.astype(jnp.float32)

@@ -1,28 +1,29 @@
 """The Graph interpreter: runs a Graph's ops on JAX values while jax traces them, each op as one
 LoweringPolicy says (precision, kernel forms for the target, layouts), and the coverage check that
 finds every op it cannot run before anything is traced. Paddle-free."""
+
 from __future__ import annotations
 
 import copy
 import functools
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from . import kernels
-from .channels_last import Tracker
+from .. import ops as _every_lowering  # noqa: F401  (importing the package registers them all)
 from ..errors import CheckFailedError, LoweringError
 from ..graph import Block, Graph, Op
-from .half import HALF, cast_operands
-from .int8 import Int8Weight
-from .. import ops as _every_lowering  # noqa: F401  (importing the package registers them all)
 from ..ops.data_dependent import refusal
 from ..ops.registry import REGISTRY, properties
+from . import kernels
+from .channels_last import Tracker
+from .half import HALF, cast_operands
+from .int8 import Int8Weight
 from .policy import LoweringPolicy
-
 
 # ---- coverage -------------------------------------------------------------------------------
 NO_LOWERING = "no lowering"
@@ -56,17 +57,23 @@ class CoverageReport:
 
     def describe_missing(self) -> str:
         names = sorted({p.op for p in self.problems})
-        head = (f"{len(names)} op type(s) cannot be lowered to XLA ({len(self.problems)} place(s) in the "
-                f"program): {', '.join(names)}")
+        head = (
+            f"{len(names)} op type(s) cannot be lowered to XLA ({len(self.problems)} place(s) in the "
+            f"program): {', '.join(names)}"
+        )
         body = "\n".join(p.line() for p in self.problems)
-        tail = ("\nEvery op paddle_xla lowers is listed by paddle_xla.supported_ops(); "
-                "rewrite these calls with supported ones, or file an issue naming the op.")
+        tail = (
+            "\nEvery op paddle_xla lowers is listed by paddle_xla.supported_ops(); "
+            "rewrite these calls with supported ones, or file an issue naming the op."
+        )
         return f"{head}\n{body}{tail}"
 
     def describe(self) -> str:
         total = sum(self.counts.values())
-        lines = [f"{total} ops, {len(self.counts)} op types; "
-                 f"{len(self.counts) - len({p.op for p in self.problems})} supported"]
+        lines = [
+            f"{total} ops, {len(self.counts)} op types; "
+            f"{len(self.counts) - len({p.op for p in self.problems})} supported"
+        ]
         for name, n in sorted(self.counts.items()):
             mark = "MISSING" if any(p.op == name for p in self.problems) else "ok"
             lines.append(f"  {mark:7s} {name} x{n}")
@@ -135,20 +142,26 @@ def bind(graph: Graph, weights: Mapping[str, Any], feeds: Mapping[str, Any], par
 @dataclass(frozen=True)
 class GraphPlan:
     """What a policy decides for one Graph (lower.plan): the value ids it applies to."""
-    nhwc_filters: frozenset[int] | None = None     # convolutions that run channels-last (None: none)
-    hwio_filters: frozenset[int] = frozenset()     # filters that arrive as HWIO
-    nk_weights: frozenset[int] = frozenset()       # matmul weights that arrive as [N, K]
+
+    nhwc_filters: frozenset[int] | None = None  # convolutions that run channels-last (None: none)
+    hwio_filters: frozenset[int] = frozenset()  # filters that arrive as HWIO
+    nk_weights: frozenset[int] = frozenset()  # matmul weights that arrive as [N, K]
 
 
 class Interpreter:
     """Runs Blocks of a Graph on JAX values. Control-flow lowerings call back into `run_block`."""
 
-    def __init__(self, key, policy: LoweringPolicy = LoweringPolicy(), plan: GraphPlan = GraphPlan(),
-                 collect_checks: bool = False):
+    def __init__(
+        self,
+        key,
+        policy: LoweringPolicy = LoweringPolicy(),
+        plan: GraphPlan = GraphPlan(),
+        collect_checks: bool = False,
+    ):
         self.key = key
         self.policy = policy
         self.collect_checks = collect_checks
-        self.checks: list[tuple[Op, Any]] = []       # the top-level block's asserts, in program order
+        self.checks: list[tuple[Op, Any]] = []  # the top-level block's asserts, in program order
         self.depth = 0
         self.half = HALF.get(policy.precision)
         self.kernels = kernels.Context(policy, self.half, plan.hwio_filters, plan.nk_weights)
@@ -215,7 +228,7 @@ class Interpreter:
         # NOTE: keyed by the op's fixed position, so a run is reproducible from its seed.
         return jax.random.fold_in(self.key, op.index)
 
-    def with_key(self, key) -> "Interpreter":
+    def with_key(self, key) -> Interpreter:
         """This interpreter drawing from `key`: a loop body's random ops get a fresh key per iteration."""
         child = copy.copy(self)
         child.key = key
@@ -255,9 +268,10 @@ def _read(env: Mapping[int, Any], value: int | None, op: Op):
     try:
         return env[value]
     except KeyError:
-        raise LoweringError(f"Lowering {op.name}{_where(op)} failed: it reads value %{value}, which no op before "
-                            f"it defines (a capture error; please file an issue with this message){_source(op)}") \
-            from None
+        raise LoweringError(
+            f"Lowering {op.name}{_where(op)} failed: it reads value %{value}, which no op before "
+            f"it defines (a capture error; please file an issue with this message){_source(op)}"
+        ) from None
 
 
 def _where(op: Op) -> str:

@@ -6,37 +6,39 @@ the first that answers computes the op. A Kernel is called like the lowering it 
 op's validated attributes, inside the interpreter's error context. Every rule that depends on the
 target asks the policy, never the process's backend, so an export for another platform is tuned for
 that platform. Paddle-free."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import jax.numpy as jnp
 
-from .channels_last import CONV_OPS
-from .half import half_matmul, half_pointwise_conv, is_float
-from .int8 import Int8Weight, int8_matmul
-from .layouts import conv_hwio, matmul_nk
 from ..ops.activation import gelu_by_erf
 from ..ops.conv import is_pointwise_conv, pointwise_conv
 from ..ops.depthwise import depthwise_by_shifts, is_depthwise, is_narrow, narrow_conv_by_shifts
 from ..ops.pool import max_pool_by_shifts, shifted_max_pool
+from .channels_last import CONV_OPS
+from .half import half_matmul, half_pointwise_conv, is_float
+from .int8 import Int8Weight, int8_matmul
+from .layouts import conv_hwio, matmul_nk
 from .policy import LoweringPolicy
 
 
 @dataclass(frozen=True)
 class Kernel:
-    fn: Callable                # fn(*operands, **attributes)
-    cast: bool                  # whether the operands pass through the precision policy first
+    fn: Callable  # fn(*operands, **attributes)
+    cast: bool  # whether the operands pass through the precision policy first
 
 
 @dataclass(frozen=True)
 class Context:
     policy: LoweringPolicy
-    half: Any                   # the half dtype of a bf16/fp16 policy, else None
-    hwio_filters: frozenset     # value ids of the filters the runtime holds as HWIO
-    nk_weights: frozenset = frozenset()     # value ids of the matmul weights the runtime holds as [N, K]
+    half: Any  # the half dtype of a bf16/fp16 policy, else None
+    hwio_filters: frozenset  # value ids of the filters the runtime holds as HWIO
+    nk_weights: frozenset = frozenset()  # value ids of the matmul weights the runtime holds as [N, K]
 
 
 def _conv_by_shifts(op, args, attrs, ctx: Context):
@@ -69,8 +71,10 @@ def _on_half_values(form, x, w, *, half, **attrs):
     depthwise (8x72x56², 1 core) runs 2.6 -> 2.0 ms. In-process A/B, 2 cores, bf16 batch 8, two rounds:
     MobileNetV3-large 32.5 -> 27.7 ms, -small 15.5 -> 11.4, PP-LCNet 19.4 -> 15.4, CRNN 44.9 -> 38.9;
     MobileNetV3-large batch 1 8.0 -> 6.8."""
+
     def rounded(v):
         return v.astype(half).astype(jnp.float32)
+
     return form(rounded(x), rounded(w), **attrs).astype(half)
 
 
@@ -106,8 +110,13 @@ def _half_matmul(op, args, attrs, ctx: Context):
 def _half_pointwise_conv(op, args, attrs, ctx: Context):
     # NOTE: ResNet-50 bf16 training step on CPU, in-process A/B: 2.95 -> 1.78 s. Elsewhere the backend's
     # own convolutions (cuDNN, TPU) are the better kernels.
-    if ctx.half is not None and ctx.policy.on_cpu and op.name == "pd_op.conv2d" and is_float(args[0]) \
-            and is_pointwise_conv(args[1], **attrs):
+    if (
+        ctx.half is not None
+        and ctx.policy.on_cpu
+        and op.name == "pd_op.conv2d"
+        and is_float(args[0])
+        and is_pointwise_conv(args[1], **attrs)
+    ):
         return Kernel(partial(_half_1x1, half=ctx.half), cast=False)
     return None
 
@@ -126,8 +135,14 @@ def _half_gelu(op, args, attrs, ctx: Context):
 def _pointwise_conv(op, args, attrs, ctx: Context):
     # NOTE: on XLA:CPU a 1x1 convolution runs 1.5-3x faster as a GEMM over the pixels than through the
     # convolution emitter (ResNet-50's 8x256x56x56 -> 64: 27 -> 11 ms forward, 43 -> 21 ms backward).
-    if ctx.half is None and ctx.policy.on_cpu and op.name in CONV_OPS and getattr(args[0], "ndim", 0) == 4 \
-            and args[0].dtype == jnp.float32 and is_pointwise_conv(args[1], **attrs):
+    if (
+        ctx.half is None
+        and ctx.policy.on_cpu
+        and op.name in CONV_OPS
+        and getattr(args[0], "ndim", 0) == 4
+        and args[0].dtype == jnp.float32
+        and is_pointwise_conv(args[1], **attrs)
+    ):
         return Kernel(_fp32_1x1, cast=True)
     return None
 
@@ -139,8 +154,7 @@ def _fp32_1x1(x, w, *, strides, data_format="NCHW", **_same_as_is_pointwise):
 def _max_pool_by_shifts(op, args, attrs, ctx: Context):
     # NOTE: forward programs only: the shifted maxima's gradient would split ties, Paddle gives it to
     # the window's first maximum. (ResNet-50 b8 fp32 inference, in-process A/B on 2 cores: 215.5 -> 212.5 ms)
-    if ctx.policy.on_cpu and ctx.policy.forward_only and op.name == "pd_op.pool2d" \
-            and shifted_max_pool(*args, **attrs):
+    if ctx.policy.on_cpu and ctx.policy.forward_only and op.name == "pd_op.pool2d" and shifted_max_pool(*args, **attrs):
         return Kernel(max_pool_by_shifts, cast=True)
     return None
 
@@ -152,8 +166,17 @@ def _max_pool_by_shifts(op, args, attrs, ctx: Context):
 # policy's choice (target, precision, held layouts, operand shapes) and calls lowering/ code (half.py,
 # layouts.py), which ops/ may not import; the op classes they test are registry queries (CONV_OPS),
 # and every op a rule names is checked to be registered (tests/ops/test_op_properties.py).
-RULES = (_conv_by_shifts, _hwio_conv, _int8_matmul, _nk_matmul, _half_matmul, _half_pointwise_conv, _half_gelu,
-         _pointwise_conv, _max_pool_by_shifts)
+RULES = (
+    _conv_by_shifts,
+    _hwio_conv,
+    _int8_matmul,
+    _nk_matmul,
+    _half_matmul,
+    _half_pointwise_conv,
+    _half_gelu,
+    _pointwise_conv,
+    _max_pool_by_shifts,
+)
 
 
 def choose(op, args, attrs, ctx: Context) -> Kernel | None:

@@ -8,15 +8,16 @@ compiled, and the convolutions are told so (LoweringPolicy.hwio_filters; kernels
 Likewise a Linear's weight, [K, N] in Paddle: XLA:CPU's float32 dot runs faster when both operands are
 contracted along their minor dimension, so an inference program holds such weights as [N, K]
 (LoweringPolicy.nk_weights; kernels.py picks matmul_nk). Paddle-free."""
+
 from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .channels_last import CONV_OPS
 from ..graph import Graph
 from ..ops import conv as conv_ops
+from .channels_last import CONV_OPS
 
 OIHW_TO_HWIO = (2, 3, 1, 0)
 
@@ -30,8 +31,9 @@ def hwio_shaped(value):
 
 def hwio_filter_names(graph: Graph) -> set[str]:
     """Float 4-D parameters read only as the filter (operand 1) of a 2-D convolution."""
-    floats = {p.name for p in graph.params
-              if len(p.shape) == 4 and p.dtype in ("float32", "float16", "bfloat16", "float64")}
+    floats = {
+        p.name for p in graph.params if len(p.shape) == 4 and p.dtype in ("float32", "float16", "bfloat16", "float64")
+    }
     return floats & graph.params_read_only_by(lambda op, i: op in CONV_OPS and i == 1)
 
 
@@ -43,8 +45,12 @@ def matmul_weight_names(graph: Graph) -> set[str]:
     for op in graph.ops():
         for i, v in enumerate(op.inputs):
             name = by_value.get(v)
-            if name in ok and not (op.name == "pd_op.matmul" and i == 1 and not op.attrs.get("transpose_y")
-                                   and not op.attrs.get("transpose_x")):
+            if name in ok and not (
+                op.name == "pd_op.matmul"
+                and i == 1
+                and not op.attrs.get("transpose_y")
+                and not op.attrs.get("transpose_x")
+            ):
                 ok.discard(name)
     return ok & graph.params_read_only_by(lambda op, i: op == "pd_op.matmul" and i == 1)
 
@@ -70,25 +76,40 @@ def matmul_nk(x, w_nk, *, transpose_x=False, transpose_y=False):
     return lax.dot_general(x.astype(dtype), w_nk.astype(dtype), (((x.ndim - 1,), (1,)), ((), ())))
 
 
-def conv_hwio(x, w, *, strides, paddings, padding_algorithm="EXPLICIT", dilations=(), groups=1,
-              data_format="NCHW"):
+def conv_hwio(x, w, *, strides, paddings, padding_algorithm="EXPLICIT", dilations=(), groups=1, data_format="NCHW"):
     """conv_ops.conv with an HWIO filter (same padding rules, same data formats)."""
-    pads, dil = conv_ops.resolve_padding(paddings, dilations, padding_algorithm,
-                                         conv_ops.spatial_shape(x, data_format), strides, w.shape[:2])
+    pads, dil = conv_ops.resolve_padding(
+        paddings, dilations, padding_algorithm, conv_ops.spatial_shape(x, data_format), strides, w.shape[:2]
+    )
     io = conv_ops.dimension_numbers(2, data_format)[0]
-    if x.dtype == jnp.bfloat16 and (groups or 1) == 1 and data_format in ("NCHW", "NHWC") \
-            and all(lo >= 0 and hi >= 0 for lo, hi in pads):
+    if (
+        x.dtype == jnp.bfloat16
+        and (groups or 1) == 1
+        and data_format in ("NCHW", "NHWC")
+        and all(lo >= 0 and hi >= 0 for lo, hi in pads)
+    ):
         if _emitter_wins(w):
             # NOTE: float32 holds every bf16 value and product exactly, so this is the same bf16
             # convolution, accumulated in float32 like the GEMM's, on XLA's convolution emitter.
-            f32 = lax.conv_general_dilated(x.astype(jnp.float32), w.astype(x.dtype).astype(jnp.float32),
-                                           window_strides=tuple(strides), padding=pads, rhs_dilation=tuple(dil),
-                                           dimension_numbers=(io, "HWIO", io))
+            f32 = lax.conv_general_dilated(
+                x.astype(jnp.float32),
+                w.astype(x.dtype).astype(jnp.float32),
+                window_strides=tuple(strides),
+                padding=pads,
+                rhs_dilation=tuple(dil),
+                dimension_numbers=(io, "HWIO", io),
+            )
             return f32.astype(x.dtype)
         return _bf16_conv_as_gemm(x, w.astype(x.dtype), tuple(strides), pads, tuple(dil), data_format)
-    return lax.conv_general_dilated(x, w.astype(x.dtype), window_strides=tuple(strides), padding=pads,
-                                    rhs_dilation=tuple(dil), dimension_numbers=(io, "HWIO", io),
-                                    feature_group_count=groups or 1)
+    return lax.conv_general_dilated(
+        x,
+        w.astype(x.dtype),
+        window_strides=tuple(strides),
+        padding=pads,
+        rhs_dilation=tuple(dil),
+        dimension_numbers=(io, "HWIO", io),
+        feature_group_count=groups or 1,
+    )
 
 
 # NOTE: im2col copies every tap's pixels, and XLA:CPU's concatenate copies a run of a few bf16 channels
@@ -126,11 +147,22 @@ def _bf16_conv_as_gemm(x, w, strides, pads, dil, data_format):
     n, hp, wp, _ = bits.shape
     ho = (hp - dil[0] * (kh - 1) - 1) // strides[0] + 1
     wo = (wp - dil[1] * (kw - 1) - 1) // strides[1] + 1
-    cols = [lax.slice(bits, (0, i * dil[0], j * dil[1], 0),
-                      (n, i * dil[0] + (ho - 1) * strides[0] + 1, j * dil[1] + (wo - 1) * strides[1] + 1, c),
-                      (1, strides[0], strides[1], 1)) for i in range(kh) for j in range(kw)]
+    cols = [
+        lax.slice(
+            bits,
+            (0, i * dil[0], j * dil[1], 0),
+            (n, i * dil[0] + (ho - 1) * strides[0] + 1, j * dil[1] + (wo - 1) * strides[1] + 1, c),
+            (1, strides[0], strides[1], 1),
+        )
+        for i in range(kh)
+        for j in range(kw)
+    ]
     patches = lax.bitcast_convert_type(cols[0] if len(cols) == 1 else jnp.concatenate(cols, axis=-1), x.dtype)
     # NOTE: the HWIO filter flattens to rows (i, j, c), the order in which the patches were stacked.
-    out = lax.dot_general(patches.reshape(n * ho * wo, kh * kw * c), w.reshape(kh * kw * c, o),
-                          (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+    out = lax.dot_general(
+        patches.reshape(n * ho * wo, kh * kw * c),
+        w.reshape(kh * kw * c, o),
+        (((1,), (0,)), ((), ())),
+        preferred_element_type=jnp.float32,
+    )
     return conv_ops.from_nhwc(out.reshape(n, ho, wo, o).astype(x.dtype), data_format)

@@ -7,19 +7,20 @@ this is the one place that turns a policy into an interpreter. Paddle-free.
 
 JAX must keep 64-bit dtypes while the function is traced and run (x64.scope()); the public entry
 points (runtime, training, export, artifacts) do that."""
+
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import jax
 
-from .channels_last import can_hold_channels_last, conv_filters
 from ..errors import UnsupportedOpsError
 from ..graph import Graph, Op
+from .channels_last import can_hold_channels_last, conv_filters
 from .half import restore
-from .interpreter import (CoverageReport, GraphPlan, Interpreter, Problem, bind, check_graph,  # noqa: F401
-                          resolve)
+from .interpreter import CoverageReport, GraphPlan, Interpreter, Problem, bind, check_graph, resolve  # noqa: F401
 from .layouts import hwio_filter_names, nk_weight_names
 from .policy import LoweringPolicy
 
@@ -33,12 +34,16 @@ def plan(graph: Graph, policy: LoweringPolicy) -> GraphPlan:
     nhwc = conv_filters(graph) if policy.channels_last and can_hold_channels_last(graph) else None
     hwio = hwio_filter_names(graph) if policy.hwio_filters else set()
     nk = nk_weight_names(graph) if policy.nk_weights else set()
-    return GraphPlan(nhwc_filters=nhwc, hwio_filters=frozenset(p.value for p in graph.params if p.name in hwio),
-                     nk_weights=frozenset(p.value for p in graph.params if p.name in nk))
+    return GraphPlan(
+        nhwc_filters=nhwc,
+        hwio_filters=frozenset(p.value for p in graph.params if p.name in hwio),
+        nk_weights=frozenset(p.value for p in graph.params if p.name in nk),
+    )
 
 
-def interpreter_factory(graph: Graph, policy: LoweringPolicy = LoweringPolicy(),
-                        collect_checks: bool = False) -> InterpreterFactory:
+def interpreter_factory(
+    graph: Graph, policy: LoweringPolicy = LoweringPolicy(), collect_checks: bool = False
+) -> InterpreterFactory:
     """What runs `graph`'s blocks under `policy`, given a key."""
     return partial(Interpreter, policy=policy, plan=plan(graph, policy), collect_checks=collect_checks)
 

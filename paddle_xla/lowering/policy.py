@@ -12,11 +12,13 @@
 
 One object, given to lower() and written into every artifact with LOWERING_VERSION, so a
 re-lowered artifact can say when its numbers may have moved. Paddle-free."""
+
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import jax
 
@@ -25,8 +27,8 @@ from ..strategy import PRECISIONS
 
 # NOTE: bump whenever a lowering's numbers may change (a new kernel form, a new cast), so that an
 # artifact re-lowered by a later paddle_xla says its results may differ from the exported ones.
-LOWERING_VERSION = 5        # 5: float32 matmul weights held as [N, K] on CPU (layouts.matmul_nk)
-PLATFORMS = ("cpu", "cuda", "rocm", "tpu")   # jax.export's platform names
+LOWERING_VERSION = 5  # 5: float32 matmul weights held as [N, K] on CPU (layouts.matmul_nk)
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # jax.export's platform names
 
 
 def live_platform() -> str:
@@ -51,18 +53,24 @@ class LoweringPolicy:
             raise LoweringError(f"LoweringPolicy.target must be one of {PLATFORMS}, not {self.target!r}.")
 
     @classmethod
-    def tuned(cls, target: str, precision: str = "fp32", inference: bool = False) -> "LoweringPolicy":
+    def tuned(cls, target: str, precision: str = "fp32", inference: bool = False) -> LoweringPolicy:
         """The measured best for `target`. On XLA:CPU: CNN activations channels-last (ResNet-50 b8
         bf16 training step 1.81 -> 1.57 s) and, for inference (the runtime holds the weights between
         calls), convolution filters as HWIO (ResNet-50 b8 inference 512 -> 451 ms) and float32 matmul
         weights as [N, K] (layouts.py has the figures)."""
         cpu = target == "cpu"
         held = cpu and inference
-        return cls(precision, target, channels_last=cpu, hwio_filters=held, nk_weights=held and precision == "fp32",
-                   forward_only=inference)
+        return cls(
+            precision,
+            target,
+            channels_last=cpu,
+            hwio_filters=held,
+            nk_weights=held and precision == "fp32",
+            forward_only=inference,
+        )
 
     @classmethod
-    def live(cls, precision: str = "fp32", inference: bool = False) -> "LoweringPolicy":
+    def live(cls, precision: str = "fp32", inference: bool = False) -> LoweringPolicy:
         """tuned() for the platform this process compiles for."""
         return cls.tuned(live_platform(), precision, inference)
 
@@ -74,7 +82,7 @@ class LoweringPolicy:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "LoweringPolicy":
+    def from_dict(cls, d: Mapping[str, Any]) -> LoweringPolicy:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:

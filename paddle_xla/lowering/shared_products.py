@@ -10,9 +10,11 @@ held as [N, K] (layouts.matmul_nk), where XLA:CPU's float32 GEMM does (measured:
 equals the same row at M = 32 bit for bit; only M = 1, a matrix-vector product, differs). A weight held
 otherwise (int8, half, [K, N] with M >= 64 differs) keeps one product per Graph. Paddle-free.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -43,6 +45,7 @@ def lower_together(graphs: Sequence[Graph], policy: LoweringPolicy) -> Callable:
         interps = [make(jax.random.key(0)) for make in makes]
         _run(graphs, interps, envs, names)
         return [tuple(out(env[f.value], f.dtype) for f in g.fetches) for g, env in zip(graphs, envs)]
+
     return fn
 
 
@@ -86,15 +89,24 @@ def _advance(walk, value):
 
 
 def _may_stack(op: Op, interp: Interpreter, names: Mapping[int, str]) -> bool:
-    return (op.name == "pd_op.matmul" and not op.attrs.get("transpose_x") and op.inputs[1] in names
-            and op.inputs[1] in interp.kernels.nk_weights)
+    return (
+        op.name == "pd_op.matmul"
+        and not op.attrs.get("transpose_x")
+        and op.inputs[1] in names
+        and op.inputs[1] in interp.kernels.nk_weights
+    )
 
 
 def _stackable(asks, names) -> bool:
     """Whether these matmuls multiply the same weight, the same way, operands of one dtype and width."""
     (op0, args0), n0 = asks[0], names[0]
-    return all(n[op.inputs[1]] == n0[op0.inputs[1]] and op.attrs == op0.attrs and args[0].dtype == args0[0].dtype
-               and args[0].shape[-1] == args0[0].shape[-1] for (op, args), n in zip(asks, names))
+    return all(
+        n[op.inputs[1]] == n0[op0.inputs[1]]
+        and op.attrs == op0.attrs
+        and args[0].dtype == args0[0].dtype
+        and args[0].shape[-1] == args0[0].shape[-1]
+        for (op, args), n in zip(asks, names)
+    )
 
 
 def _stacked(asks, interp: Interpreter, env: dict) -> list[tuple[Any, ...]]:
@@ -105,6 +117,6 @@ def _stacked(asks, interp: Interpreter, env: dict) -> list[tuple[Any, ...]]:
     (product,) = interp.apply(op, [jnp.concatenate(rows, axis=0)] + list(args[1:]), env)[:1]
     out, at = [], 0
     for x, r in zip(xs, rows):
-        out.append((product[at:at + r.shape[0]].reshape(x.shape[:-1] + product.shape[-1:]),))
+        out.append((product[at : at + r.shape[0]].reshape(x.shape[:-1] + product.shape[-1:]),))
         at += r.shape[0]
     return out

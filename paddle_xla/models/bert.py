@@ -1,5 +1,6 @@
 """BERT in plain paddle.nn (the layout of PaddleNLP's BertModel), with pretraining and classification
 heads. Weights use Paddle's usual BERT init: normal(0, 0.02), LayerNorm 1/0."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,30 +27,55 @@ class BertConfig:
     layer_norm_eps: float = 1e-12
 
     @staticmethod
-    def base(**kw) -> "BertConfig":
+    def base(**kw) -> BertConfig:
         return BertConfig(**kw)
 
     @staticmethod
-    def small(**kw) -> "BertConfig":
-        return BertConfig(**{**dict(name="small", hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                                    intermediate_size=1024), **kw})
+    def small(**kw) -> BertConfig:
+        return BertConfig(
+            **{
+                **dict(
+                    name="small", hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024
+                ),
+                **kw,
+            }
+        )
 
     @staticmethod
-    def large(**kw) -> "BertConfig":
-        return BertConfig(**{**dict(name="large", hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
-                                    intermediate_size=4096), **kw})
+    def large(**kw) -> BertConfig:
+        return BertConfig(
+            **{
+                **dict(
+                    name="large", hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096
+                ),
+                **kw,
+            }
+        )
 
     @staticmethod
-    def tiny(**kw) -> "BertConfig":
-        return BertConfig(**{**dict(name="tiny", vocab_size=1000, hidden_size=64, num_hidden_layers=2,
-                                    num_attention_heads=2, intermediate_size=256, max_position_embeddings=128), **kw})
+    def tiny(**kw) -> BertConfig:
+        return BertConfig(
+            **{
+                **dict(
+                    name="tiny",
+                    vocab_size=1000,
+                    hidden_size=64,
+                    num_hidden_layers=2,
+                    num_attention_heads=2,
+                    intermediate_size=256,
+                    max_position_embeddings=128,
+                ),
+                **kw,
+            }
+        )
 
     @staticmethod
-    def named(name: str, **kw) -> "BertConfig":
-        return {"base": BertConfig.base, "large": BertConfig.large, "small": BertConfig.small,
-                "tiny": BertConfig.tiny}[name](**kw)
+    def named(name: str, **kw) -> BertConfig:
+        return {"base": BertConfig.base, "large": BertConfig.large, "small": BertConfig.small, "tiny": BertConfig.tiny}[
+            name
+        ](**kw)
 
-    def without_dropout(self) -> "BertConfig":
+    def without_dropout(self) -> BertConfig:
         return BertConfig(**{**self.__dict__, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})
 
 
@@ -86,9 +112,15 @@ class BertModel(nn.Layer):
         super().__init__()
         self.config = cfg
         self.embeddings = BertEmbeddings(cfg)
-        layer = nn.TransformerEncoderLayer(cfg.hidden_size, cfg.num_attention_heads, cfg.intermediate_size,
-                                           dropout=cfg.hidden_dropout_prob, activation="gelu",
-                                           attn_dropout=cfg.attention_probs_dropout_prob, act_dropout=0.0)
+        layer = nn.TransformerEncoderLayer(
+            cfg.hidden_size,
+            cfg.num_attention_heads,
+            cfg.intermediate_size,
+            dropout=cfg.hidden_dropout_prob,
+            activation="gelu",
+            attn_dropout=cfg.attention_probs_dropout_prob,
+            act_dropout=0.0,
+        )
         self.encoder = nn.TransformerEncoder(layer, cfg.num_hidden_layers)
         self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         _init_weights(self, cfg.initializer_range)
@@ -133,7 +165,7 @@ class BertForPretraining(nn.Layer):
             # broadcast=True spreads the [B, P, 1] positions over the hidden axis.
             seq = paddle.take_along_axis(seq, masked_positions.unsqueeze(-1), axis=1, broadcast=True)
         h = self.transform_norm(F.gelu(self.transform(seq)))
-        w = self.bert.embeddings.word_embeddings.weight     # tied decoder, as in BERT
+        w = self.bert.embeddings.word_embeddings.weight  # tied decoder, as in BERT
         mlm = paddle.matmul(h, w, transpose_y=True) + self.decoder_bias
         return mlm, self.nsp(pooled)
 
@@ -148,8 +180,10 @@ class BertForPretraining(nn.Layer):
         """Specs for forward's arguments; `max_predictions` adds masked_positions (and shapes
         mlm_labels [B, max_predictions])."""
         labelled = max_predictions if max_predictions else seq
-        specs = BertModel.input_spec(seq) + [InputSpec([None, labelled], "int64", "mlm_labels"),
-                                             InputSpec([None], "int64", "nsp_labels")]
+        specs = BertModel.input_spec(seq) + [
+            InputSpec([None, labelled], "int64", "mlm_labels"),
+            InputSpec([None], "int64", "nsp_labels"),
+        ]
         if max_predictions:
             specs.append(InputSpec([None, max_predictions], "int64", "masked_positions"))
         return specs

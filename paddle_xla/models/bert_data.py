@@ -1,6 +1,7 @@
 """Pretraining data for BERT, made locally: a text corpus that ships with Python (the pydoc topic
 pages), a WordPiece tokenizer trained on it with `tokenizers`, NSP sentence pairs, and MLM masking
 (15 % of tokens: 80 % [MASK], 10 % random, 10 % kept). Nothing is downloaded."""
+
 from __future__ import annotations
 
 import importlib
@@ -31,13 +32,15 @@ def import_validate_extra(module: str, needed_by: str):
         top = module.split(".")[0]
         if (e.name or "").split(".")[0] != top:
             raise
-        raise ModuleNotFoundError(f"{needed_by} needs {top!r}, which is not installed: {VALIDATE_EXTRA}",
-                                  name=e.name) from None
+        raise ModuleNotFoundError(
+            f"{needed_by} needs {top!r}, which is not installed: {VALIDATE_EXTRA}", name=e.name
+        ) from None
 
 
 def corpus_sentences() -> list[str]:
     """English sentences from Python's bundled documentation topics."""
     from pydoc_data.topics import topics
+
     text = "\n".join(topics[k] for k in sorted(topics))
     parts = re.split(r"(?<=[.!?])\s+|\n\s*\n", text)
     return [" ".join(p.split()) for p in parts if len(p.split()) >= 4]
@@ -69,17 +72,19 @@ def train_tokenizer(sentences: list[str], vocab_size: int):
 def check_vocab(tokenizer, vocab_size: int) -> None:
     n = tokenizer.get_vocab_size()
     if n > vocab_size:
-        raise DataError(f"The tokenizer has {n} tokens but the model's embedding has vocab_size={vocab_size}: "
-                        f"ids >= {vocab_size} would index past the table. Use a config with vocab_size >= {n} "
-                        "or train the tokenizer with a smaller vocabulary.")
+        raise DataError(
+            f"The tokenizer has {n} tokens but the model's embedding has vocab_size={vocab_size}: "
+            f"ids >= {vocab_size} would index past the table. Use a config with vocab_size >= {n} "
+            "or train the tokenizer with a smaller vocabulary."
+        )
 
 
 @dataclass
 class PretrainingBatch:
-    input_ids: np.ndarray       # [B, S] int64
+    input_ids: np.ndarray  # [B, S] int64
     token_type_ids: np.ndarray  # [B, S] int64
-    mlm_labels: np.ndarray      # [B, S] int64, IGNORE where not masked
-    nsp_labels: np.ndarray      # [B] int64, 1 = B follows A
+    mlm_labels: np.ndarray  # [B, S] int64, IGNORE where not masked
+    nsp_labels: np.ndarray  # [B] int64, 1 = B follows A
 
     def as_list(self) -> list[np.ndarray]:
         return [self.input_ids, self.token_type_ids, self.mlm_labels, self.nsp_labels]
@@ -99,8 +104,8 @@ def masked_positions(mlm_labels: np.ndarray, max_predictions: int) -> tuple[np.n
     labels = np.full((b, max_predictions), IGNORE, "int64")
     for row in range(b):
         where = np.flatnonzero(mlm_labels[row] != IGNORE)[:max_predictions]
-        positions[row, :len(where)] = where
-        labels[row, :len(where)] = mlm_labels[row, where]
+        positions[row, : len(where)] = where
+        labels[row, : len(where)] = mlm_labels[row, where]
     return positions, labels
 
 
@@ -111,8 +116,10 @@ class PretrainingData:
         if not sentences:
             raise DataError("The dataset is empty: no sentences to build pretraining pairs from.")
         if seq_len > max_positions:
-            raise DataError(f"seq_len={seq_len} is longer than the model's max_position_embeddings="
-                            f"{max_positions}; use seq_len <= {max_positions} or a config with more positions.")
+            raise DataError(
+                f"seq_len={seq_len} is longer than the model's max_position_embeddings="
+                f"{max_positions}; use seq_len <= {max_positions} or a config with more positions."
+            )
         self.vocab = tokenizer.get_vocab()
         self.ids = [e.ids for e in tokenizer.encode_batch(sentences, add_special_tokens=False)]
         self.ids = [i for i in self.ids if i]
@@ -154,6 +161,6 @@ def synthetic_batch(cfg, batch: int, seq: int, seed: int = 0) -> PretrainingBatc
     rng = np.random.default_rng(seed)
     ids = rng.integers(5, cfg.vocab_size, (batch, seq)).astype("int64")
     types = np.zeros_like(ids)
-    types[:, seq // 2:] = 1
+    types[:, seq // 2 :] = 1
     labels = np.where(rng.random((batch, seq)) < 0.15, ids, IGNORE).astype("int64")
     return PretrainingBatch(ids, types, labels, rng.integers(0, 2, (batch,)).astype("int64"))

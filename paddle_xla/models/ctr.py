@@ -1,6 +1,7 @@
 """Click-through-rate prediction: DeepFM (a factorisation machine and an MLP over shared embeddings)
 in plain paddle.nn, and a synthetic tabular task with a known answer (sparse categorical fields of
 power-law popularity, dense features, clicks drawn from a hidden FM-plus-nonlinearity model)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,15 +15,14 @@ from paddle.static import InputSpec
 @dataclass(frozen=True)
 class CTRConfig:
     name: str = "criteo-like"
-    field_sizes: tuple[int, ...] = (100,) * 20 + (2000,) * 6   # 26 categorical fields, as in Criteo
+    field_sizes: tuple[int, ...] = (100,) * 20 + (2000,) * 6  # 26 categorical fields, as in Criteo
     n_dense: int = 13
     embed_dim: int = 16
     hidden: tuple[int, ...] = (400, 400, 400)
 
     @staticmethod
-    def named(name: str) -> "CTRConfig":
-        return {"criteo-like": CTRConfig(),
-                "tiny": CTRConfig("tiny", (20,) * 6 + (100,) * 2, 4, 8, (64, 32))}[name]
+    def named(name: str) -> CTRConfig:
+        return {"criteo-like": CTRConfig(), "tiny": CTRConfig("tiny", (20,) * 6 + (100,) * 2, 4, 8, (64, 32))}[name]
 
     @property
     def n_ids(self) -> int:
@@ -35,8 +35,8 @@ class DeepFM(nn.Layer):
 
     def __init__(self, cfg: CTRConfig):
         super().__init__()
-        self.first_order = nn.Embedding(cfg.n_ids, 1)     # a weight per categorical value
-        self.dense_linear = nn.Linear(cfg.n_dense, 1)     # a weight per dense feature, and the bias
+        self.first_order = nn.Embedding(cfg.n_ids, 1)  # a weight per categorical value
+        self.dense_linear = nn.Linear(cfg.n_dense, 1)  # a weight per dense feature, and the bias
         self.embedding = nn.Embedding(cfg.n_ids, cfg.embed_dim, weight_attr=nn.initializer.Normal(0, 0.01))
         sizes = [len(cfg.field_sizes) * cfg.embed_dim + cfg.n_dense, *cfg.hidden]
         layers = []
@@ -45,8 +45,8 @@ class DeepFM(nn.Layer):
         self.deep = nn.Sequential(*layers, nn.Linear(sizes[-1], 1))
 
     def forward(self, ids, dense):
-        linear = self.first_order(ids).sum(axis=1) + self.dense_linear(dense)          # [B, 1]
-        e = self.embedding(ids)                                                         # [B, F, k]
+        linear = self.first_order(ids).sum(axis=1) + self.dense_linear(dense)  # [B, 1]
+        e = self.embedding(ids)  # [B, F, k]
         # NOTE: the FM identity: sum over pairs i<j of <e_i, e_j> = ((sum e)^2 - sum e^2) / 2, in O(F k).
         fm = 0.5 * (e.sum(axis=1).square() - e.square().sum(axis=1)).sum(axis=1, keepdim=True)
         deep = self.deep(paddle.concat([e.flatten(1), dense], axis=1))
@@ -56,8 +56,10 @@ class DeepFM(nn.Layer):
 
     @staticmethod
     def input_spec(cfg: CTRConfig, batch: int | None = None):
-        return [InputSpec([batch, len(cfg.field_sizes)], "int64", "ids"),
-                InputSpec([batch, cfg.n_dense], "float32", "dense")]
+        return [
+            InputSpec([batch, len(cfg.field_sizes)], "int64", "ids"),
+            InputSpec([batch, cfg.n_dense], "float32", "dense"),
+        ]
 
     @staticmethod
     def label_spec(batch: int | None = None):
@@ -86,7 +88,7 @@ class SyntheticCTR:
         ids = local + self.offsets
         dense = rng.standard_normal((n, self.cfg.n_dense)).astype("float32")
         v = self.latent[ids]
-        pairs = 0.5 * ((v.sum(1) ** 2) - (v ** 2).sum(1)).sum(1)
+        pairs = 0.5 * ((v.sum(1) ** 2) - (v**2).sum(1)).sum(1)
         score = self.weight[ids].sum(1) + pairs + dense @ self.beta + np.tanh(dense[:, 0] * dense[:, 1]) - 1.5
         prob = 1.0 / (1.0 + np.exp(-score))
         click = (rng.random(n) < prob).astype("float32")[:, None]

@@ -1,6 +1,7 @@
 """A GPT-2-style decoder in plain paddle.nn (pre-LayerNorm blocks, causal self-attention, tied LM
 head), and its data: a byte-level BPE tokenizer trained on a text corpus that ships with Python,
 cut into fixed-length next-token batches. Nothing is downloaded."""
+
 from __future__ import annotations
 
 import math
@@ -28,10 +29,10 @@ class GPTConfig:
     initializer_range: float = 0.02
 
     @staticmethod
-    def named(name: str, **kw) -> "GPTConfig":
+    def named(name: str, **kw) -> GPTConfig:
         presets = {
             "gpt2-small": GPTConfig(),
-            "gpt2-xl": GPTConfig("gpt2-xl", n_layer=48, n_head=25, n_embd=1600),     # GPT-2 1.5B
+            "gpt2-xl": GPTConfig("gpt2-xl", n_layer=48, n_head=25, n_embd=1600),  # GPT-2 1.5B
             "mini": GPTConfig("mini", vocab_size=4096, n_ctx=128, n_layer=4, n_head=4, n_embd=256),
             "tiny": GPTConfig("tiny", vocab_size=512, n_ctx=32, n_layer=2, n_head=2, n_embd=64),
         }
@@ -48,11 +49,13 @@ class CausalSelfAttention(nn.Layer):
 
     def forward(self, x, causal):
         b, t, c = x.shape
-        heads = [h.reshape([b, t, self.n_head, c // self.n_head]).transpose([0, 2, 1, 3])
-                 for h in paddle.split(self.qkv(x), 3, axis=-1)]
+        heads = [
+            h.reshape([b, t, self.n_head, c // self.n_head]).transpose([0, 2, 1, 3])
+            for h in paddle.split(self.qkv(x), 3, axis=-1)
+        ]
         q, k, v = heads
         att = paddle.matmul(q, k, transpose_y=True) * (1.0 / math.sqrt(c // self.n_head))
-        att = att + causal     # 0 on and below the diagonal, -1e4 above: no token sees the future
+        att = att + causal  # 0 on and below the diagonal, -1e4 above: no token sees the future
         att = self.drop(F.softmax(att, axis=-1))
         y = paddle.matmul(att, v).transpose([0, 2, 1, 3]).reshape([b, t, c])
         return self.drop(self.proj(y))
@@ -127,8 +130,13 @@ def train_tokenizer(vocab_size: int, sentences: list[str] | None = None):
     """A byte-level BPE tokenizer (GPT-2's scheme) trained on Python's bundled doc topics."""
     tokenizers = import_validate_extra("tokenizers", "the GPT byte-level BPE tokenizer (models/gpt.py)")
     tok = tokenizers.ByteLevelBPETokenizer()
-    tok.train_from_iterator(sentences or corpus_sentences(), vocab_size=vocab_size, min_frequency=2,
-                            special_tokens=["<|endoftext|>"], show_progress=False)
+    tok.train_from_iterator(
+        sentences or corpus_sentences(),
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=["<|endoftext|>"],
+        show_progress=False,
+    )
     return tok
 
 
@@ -138,8 +146,9 @@ class TokenStream:
 
     def __init__(self, tokenizer, cfg: GPTConfig, seq: int, seed: int = 0):
         if tokenizer.get_vocab_size() > cfg.vocab_size:
-            raise DataError(f"The tokenizer has {tokenizer.get_vocab_size()} tokens but the model's vocab_size "
-                            f"is {cfg.vocab_size}.")
+            raise DataError(
+                f"The tokenizer has {tokenizer.get_vocab_size()} tokens but the model's vocab_size is {cfg.vocab_size}."
+            )
         if seq > cfg.n_ctx:
             raise DataError(f"seq={seq} is longer than the model's context n_ctx={cfg.n_ctx}.")
         eot = tokenizer.token_to_id("<|endoftext|>")
@@ -154,8 +163,8 @@ class TokenStream:
     def batch(self, batch_size: int, split: str = "train") -> tuple[np.ndarray, np.ndarray]:
         data = self.train if split == "train" else self.val
         starts = self.rng.integers(0, len(data) - self.seq - 1, batch_size)
-        x = np.stack([data[s: s + self.seq] for s in starts])
-        y = np.stack([data[s + 1: s + 1 + self.seq] for s in starts])
+        x = np.stack([data[s : s + self.seq] for s in starts])
+        y = np.stack([data[s + 1 : s + 1 + self.seq] for s in starts])
         return x, y
 
 
@@ -167,7 +176,7 @@ def greedy_generate(model, prompt_ids: list[int], n_new: int, ctx: int) -> list[
     for _ in range(n_new):
         window = ids[-ctx:]
         buf = np.zeros((1, ctx), "int64")
-        buf[0, :len(window)] = window
+        buf[0, : len(window)] = window
         logits = model(buf)
         ids.append(int(np.argmax(logits[0, len(window) - 1])))
-    return ids[len(prompt_ids):]
+    return ids[len(prompt_ids) :]

@@ -2,6 +2,7 @@
 untied LM head, and the projection names of PaddleNLP's LlamaForCausalLM (q_proj/k_proj/v_proj/o_proj,
 gate_proj/up_proj/down_proj, embed_tokens). The planner sizes the 7B shape built under
 paddle.LazyGuard(); small configs train and match Paddle like the other models."""
+
 from __future__ import annotations
 
 import math
@@ -25,10 +26,18 @@ class LlamaConfig:
     rope_theta: float = 10000.0
 
     @staticmethod
-    def named(name: str, **kw) -> "LlamaConfig":
-        presets = {"llama-7b": LlamaConfig(),
-                   "tiny": LlamaConfig("tiny", vocab_size=256, hidden_size=64, intermediate_size=160,
-                                       num_hidden_layers=2, num_attention_heads=4)}
+    def named(name: str, **kw) -> LlamaConfig:
+        presets = {
+            "llama-7b": LlamaConfig(),
+            "tiny": LlamaConfig(
+                "tiny",
+                vocab_size=256,
+                hidden_size=64,
+                intermediate_size=160,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+            ),
+        }
         return replace(presets[name], **kw)
 
 

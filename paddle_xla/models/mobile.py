@@ -14,6 +14,7 @@ Paddle Inference and for parity tests. Weights are freshly (seeded) initialised;
 ``mobile_model(name, batch)`` builds one (eval mode) with its input specs and seeded inputs;
 ``MOBILE_MACS[name]`` is its multiply-add count per image, counted from the layers (``count_macs``).
 """
+
 from __future__ import annotations
 
 import math
@@ -25,8 +26,17 @@ import paddle.nn as nn
 import paddle.nn.functional as F
 from paddle.static import InputSpec
 
-__all__ = ["pp_lcnet", "picodet_s_head", "ppocr_db_det", "ppocr_crnn_rec", "mobile_model", "count_macs",
-           "calibrate_batchnorm", "MOBILE_MACS", "MOBILE_NAMES"]
+__all__ = [
+    "pp_lcnet",
+    "picodet_s_head",
+    "ppocr_db_det",
+    "ppocr_crnn_rec",
+    "mobile_model",
+    "count_macs",
+    "calibrate_batchnorm",
+    "MOBILE_MACS",
+    "MOBILE_NAMES",
+]
 
 
 def make_divisible(v, divisor=8):
@@ -43,6 +53,7 @@ def _act(name):
 # ---------------------------------------------------------------------------------------------------
 # Shared building blocks
 # ---------------------------------------------------------------------------------------------------
+
 
 class ConvBNLayer(nn.Layer):
     """Bias-free conv + BatchNorm + activation: the unit every model here is built from (the BN
@@ -109,8 +120,10 @@ class LCNetBackbone(nn.Layer):
         super().__init__()
         self.stem = ConvBNLayer(3, make_divisible(16 * scale), 3, stride=2)
         for name, cfg in LCNET_CONFIG.items():
-            blocks = [DepthwiseSeparable(make_divisible(cin * scale), make_divisible(cout * scale), k, s, se)
-                      for k, cin, cout, s, se in cfg]
+            blocks = [
+                DepthwiseSeparable(make_divisible(cin * scale), make_divisible(cout * scale), k, s, se)
+                for k, cin, cout, s, se in cfg
+            ]
             setattr(self, name, nn.Sequential(*blocks))
         self.out_channels = [make_divisible(LCNET_CONFIG[b][-1][2] * scale) for b in ("blocks4", "blocks5", "blocks6")]
 
@@ -150,6 +163,7 @@ def pp_lcnet(scale=1.0, num_classes=1000):
 # ---------------------------------------------------------------------------------------------------
 # 2. PicoDet-S (PaddleDetection), no post-processing
 # ---------------------------------------------------------------------------------------------------
+
 
 class DPModule(nn.Layer):
     """kxk conv with groups = cout (depthwise when cin == cout) + BN + act, then 1x1 conv + BN
@@ -216,8 +230,9 @@ class PicoLevelHead(nn.Layer):
 
     def __init__(self, ch, num_classes, reg_max, num_convs=2):
         super().__init__()
-        self.tower = nn.Sequential(*[m for _ in range(num_convs)
-                                     for m in (ConvBNLayer(ch, ch, 5, groups=ch), ConvBNLayer(ch, ch, 1))])
+        self.tower = nn.Sequential(
+            *[m for _ in range(num_convs) for m in (ConvBNLayer(ch, ch, 5, groups=ch), ConvBNLayer(ch, ch, 1))]
+        )
         self.se = PicoSE(ch)
         # GFL's predictor init: small weights, and a class bias so every score starts at the prior
         # probability 0.01 (keeps the untrained outputs out of sigmoid's saturated tails, too).
@@ -263,11 +278,21 @@ def picodet_s_head(num_classes=80, reg_max=7):
 # MobileNetV3-large: kernel, expansion, out channels, activation, stride. SE is disabled, as in the
 # PP-OCR mobile det student (SE's global pooling hurts on large, text-dense inputs and costs latency).
 MBV3_LARGE = [
-    (3, 16, 16, "relu", 1), (3, 64, 24, "relu", 2), (3, 72, 24, "relu", 1),
-    (5, 72, 40, "relu", 2), (5, 120, 40, "relu", 1), (5, 120, 40, "relu", 1),
-    (3, 240, 80, "hardswish", 2), (3, 200, 80, "hardswish", 1), (3, 184, 80, "hardswish", 1),
-    (3, 184, 80, "hardswish", 1), (3, 480, 112, "hardswish", 1), (3, 672, 112, "hardswish", 1),
-    (5, 672, 160, "hardswish", 2), (5, 960, 160, "hardswish", 1), (5, 960, 160, "hardswish", 1),
+    (3, 16, 16, "relu", 1),
+    (3, 64, 24, "relu", 2),
+    (3, 72, 24, "relu", 1),
+    (5, 72, 40, "relu", 2),
+    (5, 120, 40, "relu", 1),
+    (5, 120, 40, "relu", 1),
+    (3, 240, 80, "hardswish", 2),
+    (3, 200, 80, "hardswish", 1),
+    (3, 184, 80, "hardswish", 1),
+    (3, 184, 80, "hardswish", 1),
+    (3, 480, 112, "hardswish", 1),
+    (3, 672, 112, "hardswish", 1),
+    (5, 672, 160, "hardswish", 2),
+    (5, 960, 160, "hardswish", 1),
+    (5, 960, 160, "hardswish", 1),
 ]
 
 
@@ -334,7 +359,7 @@ class DBFPN(nn.Layer):
         outs = []
         for i, (conv, f) in enumerate(zip(self.smooth, lat)):
             p = conv(f)
-            outs.append(F.interpolate(p, scale_factor=2 ** i, mode="nearest") if i else p)
+            outs.append(F.interpolate(p, scale_factor=2**i, mode="nearest") if i else p)
         return paddle.concat(outs[::-1], axis=1)  # coarsest first, as PaddleOCR orders them
 
 
@@ -375,14 +400,21 @@ def ppocr_db_det(scale=0.5):
 
 # MobileNetV1Enhance blocks at x1.0 widths: pointwise out channels, depthwise kernel, stride, SE.
 # Strides (2, 1) halve only the height, so a 320-wide line keeps enough columns for the CTC time steps.
-MV1E_CONFIG = [
-    (64, 3, 1, False), (128, 3, 1, False),
-    (128, 3, 1, False), (256, 3, (2, 1), False),
-    (256, 3, 1, False), (512, 3, (2, 1), False),
-] + [(512, 5, 1, False)] * 5 + [
-    (1024, 5, (2, 1), True),
-    (1024, 5, (1, 2), True),  # PP-OCRv3's last_conv_stride [1, 2]: halve the width instead
-]
+MV1E_CONFIG = (
+    [
+        (64, 3, 1, False),
+        (128, 3, 1, False),
+        (128, 3, 1, False),
+        (256, 3, (2, 1), False),
+        (256, 3, 1, False),
+        (512, 3, (2, 1), False),
+    ]
+    + [(512, 5, 1, False)] * 5
+    + [
+        (1024, 5, (2, 1), True),
+        (1024, 5, (1, 2), True),  # PP-OCRv3's last_conv_stride [1, 2]: halve the width instead
+    ]
+)
 
 
 class MobileNetV1Enhance(nn.Layer):
@@ -449,6 +481,7 @@ def calibrate_batchnorm(net: nn.Layer, x: np.ndarray) -> None:
     variance per layer: a per-channel variance from a small batch is ~0 for channels hard-swish nearly
     kills, and dividing by it amplifies fp32 rounding ~300x (PicoDet then differs from its own float64
     run by ~1e-3); a shared variance restores the scale without making the net ill-conditioned."""
+
     def set_stats(layer, inputs):
         h = inputs[0]
         mean = h.mean(axis=[0, 2, 3])

@@ -1,6 +1,7 @@
 """Speech recognition, small: a BiLSTM acoustic model trained with CTC on log-mel features, and a
 synthetic "spoken" task generated locally: each symbol is a short tone of its own pitch, an utterance
 is a few symbols with silences between, in noise. Nothing is downloaded."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ import paddle.nn as nn
 import paddle.nn.functional as F
 from paddle.static import InputSpec
 
-BLANK = 0   # CTC's blank; symbol k is class k + 1
+BLANK = 0  # CTC's blank; symbol k is class k + 1
 
 
 @dataclass(frozen=True)
@@ -21,17 +22,18 @@ class SpeechConfig:
     sample_rate: int = 8000
     seconds: float = 1.5
     max_symbols: int = 6
-    hop: int = 80               # 10 ms frames
+    hop: int = 80  # 10 ms frames
     n_fft: int = 256
     n_mels: int = 40
     hidden: int = 128
     layers: int = 2
 
     @staticmethod
-    def named(name: str) -> "SpeechConfig":
-        return {"small": SpeechConfig(),
-                "tiny": SpeechConfig("tiny", n_symbols=6, seconds=0.8, max_symbols=4, n_mels=24, hidden=64,
-                                     layers=1)}[name]
+    def named(name: str) -> SpeechConfig:
+        return {
+            "small": SpeechConfig(),
+            "tiny": SpeechConfig("tiny", n_symbols=6, seconds=0.8, max_symbols=4, n_mels=24, hidden=64, layers=1),
+        }[name]
 
     @property
     def n_samples(self) -> int:
@@ -39,11 +41,12 @@ class SpeechConfig:
 
     @property
     def n_frames(self) -> int:
-        return self.n_samples // self.hop + 1      # LogMelSpectrogram pads (center=True)
+        return self.n_samples // self.hop + 1  # LogMelSpectrogram pads (center=True)
 
     def log_mel(self) -> nn.Layer:
-        return paddle.audio.features.LogMelSpectrogram(sr=self.sample_rate, n_fft=self.n_fft, hop_length=self.hop,
-                                                       n_mels=self.n_mels, f_min=50.0, top_db=80.0)
+        return paddle.audio.features.LogMelSpectrogram(
+            sr=self.sample_rate, n_fft=self.n_fft, hop_length=self.hop, n_mels=self.n_mels, f_min=50.0, top_db=80.0
+        )
 
 
 class LSTMCTC(nn.Layer):
@@ -65,8 +68,11 @@ class LSTMCTC(nn.Layer):
 
     @staticmethod
     def label_spec(cfg: SpeechConfig, batch: int | None = None):
-        return [InputSpec([batch, cfg.max_symbols], "int32", "labels"),
-                InputSpec([batch], "int64", "input_lengths"), InputSpec([batch], "int64", "label_lengths")]
+        return [
+            InputSpec([batch, cfg.max_symbols], "int32", "labels"),
+            InputSpec([batch], "int64", "input_lengths"),
+            InputSpec([batch], "int64", "label_lengths"),
+        ]
 
 
 def ctc_loss(logits, labels, input_lengths, label_lengths):
@@ -95,12 +101,12 @@ def edit_distance(a: list[int], b: list[int]) -> int:
 # ---- synthetic audio ---------------------------------------------------------------------------------
 @dataclass
 class Utterances:
-    audio: np.ndarray          # [N, n_samples] float32
-    labels: np.ndarray         # [N, max_symbols] int32, symbol + 1, padded with 0
+    audio: np.ndarray  # [N, n_samples] float32
+    labels: np.ndarray  # [N, max_symbols] int32, symbol + 1, padded with 0
     label_lengths: np.ndarray  # [N] int64
 
     def symbols(self, i: int) -> list[int]:
-        return [int(k) - 1 for k in self.labels[i, :self.label_lengths[i]]]
+        return [int(k) - 1 for k in self.labels[i, : self.label_lengths[i]]]
 
 
 def tones(cfg: SpeechConfig, n: int, seed: int) -> Utterances:
@@ -121,7 +127,7 @@ def tones(cfg: SpeechConfig, n: int, seed: int) -> Utterances:
             k = int(rng.integers(cfg.n_symbols))
             ts = np.arange(dur) / sr
             env = np.minimum(1.0, np.minimum(ts, ts[::-1]) / 0.01)
-            audio[i, t:t + dur] += rng.uniform(0.3, 1.0) * env * np.sin(2 * np.pi * 300 * 2 ** (k / 3) * ts)
+            audio[i, t : t + dur] += rng.uniform(0.3, 1.0) * env * np.sin(2 * np.pi * 300 * 2 ** (k / 3) * ts)
             labels[i, j] = k + 1
             t += dur + int(rng.uniform(0.04, 0.1) * sr)
     return Utterances(audio, labels, lengths.astype("int64"))

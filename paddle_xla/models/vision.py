@@ -1,5 +1,6 @@
 """Image classification: paddle.vision's ResNets, and scikit-learn's bundled handwritten digits
 (1,797 8x8 grey images, installed with the package, never downloaded) shaped for them."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,6 +28,7 @@ class Digits(paddle.io.Dataset):
     def __init__(self, split: str = "train", size: int = 32, n_test: int = 360, seed: int = 0):
         super().__init__()
         from sklearn.datasets import load_digits
+
         digits = load_digits()
         if size % 8:
             raise ValueError(f"size={size} must be a multiple of 8 (the digits are 8x8).")

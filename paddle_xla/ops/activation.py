@@ -1,5 +1,6 @@
 """Activation functions. Where Paddle's gradient at a kink differs from the plain derivative, the
 forward is written as a `where` whose branches give Paddle's gradient (its *GradFunctor masks)."""
+
 from __future__ import annotations
 
 import inspect
@@ -190,7 +191,7 @@ def prelu(x, alpha, *, data_format="NCHW", mode="all"):
 def maxout(x, *, groups, axis=1):
     axis = axis % x.ndim
     c = x.shape[axis]
-    shape = x.shape[:axis] + (c // groups, groups) + x.shape[axis + 1:]
+    shape = x.shape[:axis] + (c // groups, groups) + x.shape[axis + 1 :]
     g = x.reshape(shape)
     # NOTE: the gradient goes to the first maximum of each group, as Paddle's MaxOutGradFunctor.
     idx = jnp.argmax(g, axis=axis + 1, keepdims=True)

@@ -1,4 +1,5 @@
 """Comparisons, logic and bitwise ops (no gradients: their results are bool or integer)."""
+
 from __future__ import annotations
 
 import jax
@@ -21,14 +22,22 @@ def _binary(name, np_name):
                 # NOTE: a symbolic dimension against a constant (batch > 2) is decided when it runs.
                 x, y = as_traced(x), as_traced(y)
         return getattr(xp(x, y), np_name)(x, y)
+
     binary.__name__ = name.split(".")[-1]
     return binary
 
 
-for _op, _fn in [("equal", "equal"), ("not_equal", "not_equal"), ("less_than", "less"),
-                 ("less_equal", "less_equal"), ("greater_than", "greater"),
-                 ("greater_equal", "greater_equal"), ("bitwise_and", "bitwise_and"),
-                 ("bitwise_or", "bitwise_or"), ("bitwise_xor", "bitwise_xor")]:
+for _op, _fn in [
+    ("equal", "equal"),
+    ("not_equal", "not_equal"),
+    ("less_than", "less"),
+    ("less_equal", "less_equal"),
+    ("greater_than", "greater"),
+    ("greater_equal", "greater_equal"),
+    ("bitwise_and", "bitwise_and"),
+    ("bitwise_or", "bitwise_or"),
+    ("bitwise_xor", "bitwise_xor"),
+]:
     _binary(f"pd_op.{_op}", _fn)
 
 
@@ -41,6 +50,7 @@ def _logical(name, np_name):
     @lowering(name)
     def logical(x, y):
         return getattr(xp(x, y), np_name)(_truth(x), _truth(y))
+
     logical.__name__ = name.split(".")[-1]
     return logical
 

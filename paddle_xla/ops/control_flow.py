@@ -2,6 +2,7 @@
 
 A control lowering receives the interpreter, the Op (with its sub-blocks) and the environment, so
 values defined outside a block are read by closure, as PIR blocks read them."""
+
 from __future__ import annotations
 
 import jax

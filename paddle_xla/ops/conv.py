@@ -3,6 +3,7 @@
 Paddle's filter layout is always [out, in/groups, *k] for convolutions and [in, out/groups, *k] for
 transposed ones, whatever the data_format; only the input/output layout follows data_format.
 """
+
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -11,9 +12,22 @@ from jax import lax
 from .registry import lowering
 from .util import static_ints
 
-_IGNORED = ("use_cudnn", "use_mkldnn", "fuse_relu", "force_fp32_output", "exhaustive_search",
-            "workspace_size_MB", "is_test", "use_addto", "mkldnn_data_type", "fuse_activation",
-            "fuse_alpha", "fuse_beta", "fuse_residual_connection", "fuse_relu_before_depthwise_conv")
+_IGNORED = (
+    "use_cudnn",
+    "use_mkldnn",
+    "fuse_relu",
+    "force_fp32_output",
+    "exhaustive_search",
+    "workspace_size_MB",
+    "is_test",
+    "use_addto",
+    "mkldnn_data_type",
+    "fuse_activation",
+    "fuse_alpha",
+    "fuse_beta",
+    "fuse_residual_connection",
+    "fuse_relu_before_depthwise_conv",
+)
 
 
 def channel_last(data_format: str) -> bool:
@@ -25,7 +39,7 @@ def spatial_shape(x, data_format):
 
 
 def dimension_numbers(nd: int, data_format: str):
-    sp = "DHW"[3 - nd:]
+    sp = "DHW"[3 - nd :]
     io = f"N{sp}C" if channel_last(data_format) else f"NC{sp}"
     return (io, "OI" + sp, io)
 
@@ -59,25 +73,30 @@ def resolve_padding(paddings, dilations, algorithm, in_sizes, strides, ksize):
 
 def conv_nd(x, w, strides, paddings, padding_algorithm, dilations, groups, data_format):
     nd = w.ndim - 2
-    pads, dil = resolve_padding(paddings, dilations, padding_algorithm, spatial_shape(x, data_format),
-                                strides, w.shape[2:])
+    pads, dil = resolve_padding(
+        paddings, dilations, padding_algorithm, spatial_shape(x, data_format), strides, w.shape[2:]
+    )
     return lax.conv_general_dilated(
-        x, w.astype(x.dtype), window_strides=tuple(strides), padding=pads, rhs_dilation=tuple(dil),
-        dimension_numbers=dimension_numbers(nd, data_format), feature_group_count=groups)
+        x,
+        w.astype(x.dtype),
+        window_strides=tuple(strides),
+        padding=pads,
+        rhs_dilation=tuple(dil),
+        dimension_numbers=dimension_numbers(nd, data_format),
+        feature_group_count=groups,
+    )
 
 
 @lowering("pd_op.conv2d", "pd_op.depthwise_conv2d", ignore=_IGNORED, amp="white", layout="conv")
 @lowering("pd_op.conv3d", ignore=_IGNORED, amp="white")
-def conv(x, w, *, strides, paddings, padding_algorithm="EXPLICIT", dilations=(), groups=1,
-         data_format="NCHW"):
+def conv(x, w, *, strides, paddings, padding_algorithm="EXPLICIT", dilations=(), groups=1, data_format="NCHW"):
     return conv_nd(x, w, strides, paddings, padding_algorithm, dilations, groups or 1, data_format)
 
 
 def is_pointwise_conv(w, *, paddings, padding_algorithm="EXPLICIT", groups=1, data_format="NCHW", **_ignored) -> bool:
     """A 2-D 1x1 convolution of one group and no padding (OIHW filter), as ResNet's bottlenecks use."""
     no_pads = padding_algorithm == "VALID" or (padding_algorithm != "SAME" and not any(paddings))
-    return w.ndim == 4 and w.shape[2:] == (1, 1) and (groups or 1) == 1 and no_pads \
-        and data_format in ("NCHW", "NHWC")
+    return w.ndim == 4 and w.shape[2:] == (1, 1) and (groups or 1) == 1 and no_pads and data_format in ("NCHW", "NHWC")
 
 
 def pointwise_conv(x, w, strides, data_format):
@@ -89,7 +108,7 @@ def pointwise_conv(x, w, strides, data_format):
 def to_pixels(x, strides, data_format):
     """The pixels a 1x1 convolution with `strides` reads, channels last."""
     nhwc = to_nhwc(x, data_format)
-    return nhwc[:, ::strides[0], ::strides[1], :] if tuple(strides) != (1, 1) else nhwc
+    return nhwc[:, :: strides[0], :: strides[1], :] if tuple(strides) != (1, 1) else nhwc
 
 
 def to_nhwc(x, data_format):
@@ -111,8 +130,9 @@ def transposed_filter(w, groups):
     return jnp.flip(w, axis=tuple(range(2, w.ndim)))
 
 
-def conv_transpose_nd(x, w, strides, paddings, output_padding, output_size, padding_algorithm, groups,
-                      dilations, data_format):
+def conv_transpose_nd(
+    x, w, strides, paddings, output_padding, output_size, padding_algorithm, groups, dilations, data_format
+):
     nd = w.ndim - 2
     in_sizes = spatial_shape(x, data_format)
     pads, dil = resolve_padding(paddings, dilations, padding_algorithm, in_sizes, strides, w.shape[2:])
@@ -130,25 +150,64 @@ def conv_transpose_nd(x, w, strides, paddings, output_padding, output_size, padd
         hi = size - 1 - (in_sizes[i] - 1) * strides[i] - lo + extent
         lo_hi.append((lo, hi))
     return lax.conv_general_dilated(
-        x, transposed_filter(w.astype(x.dtype), groups), window_strides=(1,) * nd, padding=lo_hi,
-        lhs_dilation=tuple(strides), rhs_dilation=tuple(dil),
-        dimension_numbers=dimension_numbers(nd, data_format), feature_group_count=groups)
+        x,
+        transposed_filter(w.astype(x.dtype), groups),
+        window_strides=(1,) * nd,
+        padding=lo_hi,
+        lhs_dilation=tuple(strides),
+        rhs_dilation=tuple(dil),
+        dimension_numbers=dimension_numbers(nd, data_format),
+        feature_group_count=groups,
+    )
 
 
 @lowering("pd_op.conv2d_transpose", ignore=_IGNORED, amp="white")
 @lowering("pd_op.depthwise_conv2d_transpose", ignore=_IGNORED)
-def conv2d_transpose(x, w, output_size=None, *, strides, paddings, output_padding=(),
-                     padding_algorithm="EXPLICIT", groups=1, dilations=(), data_format="NCHW"):
+def conv2d_transpose(
+    x,
+    w,
+    output_size=None,
+    *,
+    strides,
+    paddings,
+    output_padding=(),
+    padding_algorithm="EXPLICIT",
+    groups=1,
+    dilations=(),
+    data_format="NCHW",
+):
     size = static_ints(output_size) if output_size is not None else []
-    return conv_transpose_nd(x, w, strides, paddings, output_padding, size, padding_algorithm, groups or 1,
-                             dilations, data_format)
+    return conv_transpose_nd(
+        x, w, strides, paddings, output_padding, size, padding_algorithm, groups or 1, dilations, data_format
+    )
 
 
 @lowering("pd_op.conv3d_transpose", ignore=_IGNORED)
-def conv3d_transpose(x, w, *, strides, paddings, output_padding=(), output_size=(),
-                     padding_algorithm="EXPLICIT", groups=1, dilations=(), data_format="NCHW"):
-    return conv_transpose_nd(x, w, strides, paddings, output_padding, list(output_size), padding_algorithm,
-                             groups or 1, dilations, data_format)
+def conv3d_transpose(
+    x,
+    w,
+    *,
+    strides,
+    paddings,
+    output_padding=(),
+    output_size=(),
+    padding_algorithm="EXPLICIT",
+    groups=1,
+    dilations=(),
+    data_format="NCHW",
+):
+    return conv_transpose_nd(
+        x,
+        w,
+        strides,
+        paddings,
+        output_padding,
+        list(output_size),
+        padding_algorithm,
+        groups or 1,
+        dilations,
+        data_format,
+    )
 
 
 # ---- deformable convolution (DCN v1 without mask, v2 with) -------------------------------------
@@ -171,8 +230,7 @@ def _bilinear_zero(img, y, x):
 
 
 @lowering("pd_op.deformable_conv")
-def deformable_conv(x, offset, w, mask=None, *, strides, paddings, dilations, deformable_groups, groups,
-                    im2col_step=1):
+def deformable_conv(x, offset, w, mask=None, *, strides, paddings, dilations, deformable_groups, groups, im2col_step=1):
     # NOTE: im2col_step only batches Paddle's own im2col; it does not change the result.
     n, c, _, _ = x.shape
     m, _, kh, kw = w.shape
@@ -184,7 +242,7 @@ def deformable_conv(x, offset, w, mask=None, *, strides, paddings, dilations, de
     base_x = (jnp.arange(wo) * strides[1] - paddings[1])[None, None, :] + (kj * dilations[1])[:, None, None]
     y = base_y.astype(x.dtype) + off[:, :, :, 0]
     xx = base_x.astype(x.dtype) + off[:, :, :, 1]
-    cols = _bilinear_zero(x.reshape(n, dg, c // dg, *x.shape[2:]), y, xx)   # N, dg, C/dg, K, Ho, Wo
+    cols = _bilinear_zero(x.reshape(n, dg, c // dg, *x.shape[2:]), y, xx)  # N, dg, C/dg, K, Ho, Wo
     if mask is not None:
         cols = cols * mask.reshape(n, dg, 1, k, ho, wo)
     cols = cols.reshape(n, groups, c // groups, k, ho, wo)

@@ -1,14 +1,16 @@
 """Constants, shapes and PIR's builtin plumbing ops.
 
 Shape-like results stay NumPy, so later shape arithmetic is static under jit."""
+
 from __future__ import annotations
 
 import jax.numpy as jnp
-from jax import lax
 import numpy as np
+from jax import lax
 
 from .registry import lowering
-from .util import dims_array, dtype as jax_dtype, is_static, is_symbol, static_ints, static_scalar, xp, xp_for_shape
+from .util import dims_array, is_static, is_symbol, static_ints, static_scalar, xp, xp_for_shape
+from .util import dtype as jax_dtype
 
 
 def _np_dtype(name):
@@ -84,16 +86,19 @@ def arange(start, end, step, *, dtype):
         if any(is_symbol(b) for b in bounds):
             return _symbolic_arange(bounds, _np_dtype(dtype))
         return np.arange(*bounds, dtype=_np_dtype(dtype))
-    raise ValueError("paddle.arange with bounds computed from input values gives a data-dependent shape; "
-                     "XLA needs static shapes. Use bounds from .shape or constants.")
+    raise ValueError(
+        "paddle.arange with bounds computed from input values gives a data-dependent shape; "
+        "XLA needs static shapes. Use bounds from .shape or constants."
+    )
 
 
 def _symbolic_arange(bounds, dtype):
     """paddle.arange(ids.shape[1]) exported with a free sequence length. The length is a symbol only
     for whole-number bounds (a float start or step would need a symbolic ceil)."""
     if any(not is_symbol(b) and float(b) != int(b) for b in bounds):
-        raise ValueError(f"paddle.arange{tuple(bounds)} with a symbolic bound and a fractional start or step "
-                         "has no symbolic length")
+        raise ValueError(
+            f"paddle.arange{tuple(bounds)} with a symbolic bound and a fractional start or step has no symbolic length"
+        )
     ints = [b if is_symbol(b) else int(b) for b in bounds]
     return jnp.arange(*ints).astype(dtype)
 

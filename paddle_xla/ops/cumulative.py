@@ -1,11 +1,13 @@
 """Running reductions along an axis: cumsum, cumprod, logcumsumexp, cummax, cummin."""
+
 from __future__ import annotations
 
 import jax.numpy as jnp
 from jax import lax
 
 from .registry import lowering
-from .util import dtype as jax_dtype, static_scalar
+from .util import dtype as jax_dtype
+from .util import static_scalar
 
 
 def _scan(fn, x, axis, flatten, exclusive, reverse, identity):

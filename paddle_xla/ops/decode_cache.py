@@ -1,6 +1,7 @@
 """paddle_xla's own ops, found only in programs generation/derive.py derives from a plain decoder's
 forward (a KV cache for a model that has no cache API). Paddle has no such ops; their numbers are
 tested through the derived programs against the model's own forward (tests/generation). Paddle-free."""
+
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -9,8 +10,11 @@ from .registry import lowering
 
 # NOTE: the lowest finite float, not -inf: a masked key's exp() is exactly 0 either way, and a query
 # row whose keys are all masked (a padding row, never read) stays finite
-_MASKED = {jnp.dtype(jnp.float32): jnp.finfo(jnp.float32).min, jnp.dtype(jnp.bfloat16): jnp.finfo(jnp.bfloat16).min,
-           jnp.dtype(jnp.float16): jnp.finfo(jnp.float16).min}
+_MASKED = {
+    jnp.dtype(jnp.float32): jnp.finfo(jnp.float32).min,
+    jnp.dtype(jnp.bfloat16): jnp.finfo(jnp.bfloat16).min,
+    jnp.dtype(jnp.float16): jnp.finfo(jnp.float16).min,
+}
 
 
 @lowering("paddle_xla.cache_concat")

@@ -13,6 +13,7 @@ fused loop over the channels-last output beats XLA:CPU's convolution emitter 2-4
 stride 2 into 16 channels, 1 core: 4.1 -> 1.7 ms; into 8: 3.7 -> 0.9 ms; into 32: 5.6 -> 2.6 ms). With
 64 output channels or a 7x7 window (ResNet's stem) the emitter wins (7.9 ms against 68), hence the
 bounds. Paddle-free."""
+
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -30,10 +31,11 @@ def is_depthwise(x, w, *, groups=1, data_format="NCHW", hwio=False, **_other_att
     return (groups or 1) == channels > 1 and per_group_in == 1
 
 
-def depthwise_by_shifts(x, w, *, hwio=False, strides, paddings, padding_algorithm="EXPLICIT", dilations=(),
-                        groups=1, data_format="NCHW"):
+def depthwise_by_shifts(
+    x, w, *, hwio=False, strides, paddings, padding_algorithm="EXPLICIT", dilations=(), groups=1, data_format="NCHW"
+):
     """conv(x, w) for a depthwise filter, OIHW [C*m, 1, kh, kw] (or HWIO [kh, kw, 1, C*m] when hwio)."""
-    taps = w[:, :, 0, :] if hwio else jnp.transpose(w[:, 0], (1, 2, 0))      # [kh, kw, C*m]
+    taps = w[:, :, 0, :] if hwio else jnp.transpose(w[:, 0], (1, 2, 0))  # [kh, kw, C*m]
     kh, kw, out_channels = taps.shape
     c_axis = _channel_axis(data_format)
     multiplier = out_channels // x.shape[c_axis]
@@ -62,10 +64,11 @@ def is_narrow(x, w, *, groups=1, data_format="NCHW", hwio=False, **_other_attrs)
     return (groups or 1) == 1 and kh * kw > 1 and cin * kh * kw <= NARROW_PRODUCTS and cout <= NARROW_OUT_CHANNELS
 
 
-def narrow_conv_by_shifts(x, w, *, hwio=False, strides, paddings, padding_algorithm="EXPLICIT", dilations=(),
-                          groups=1, data_format="NCHW"):
+def narrow_conv_by_shifts(
+    x, w, *, hwio=False, strides, paddings, padding_algorithm="EXPLICIT", dilations=(), groups=1, data_format="NCHW"
+):
     """conv(x, w) for a narrow filter (is_narrow), OIHW [O, C, kh, kw] (or HWIO when hwio)."""
-    taps = w if hwio else jnp.transpose(w, (2, 3, 1, 0))                       # [kh, kw, C, O]
+    taps = w if hwio else jnp.transpose(w, (2, 3, 1, 0))  # [kh, kw, C, O]
     kh, kw, channels, _ = taps.shape
     c_axis = _channel_axis(data_format)
     acc = jnp.promote_types(x.dtype, jnp.float32)
@@ -74,7 +77,8 @@ def narrow_conv_by_shifts(x, w, *, hwio=False, strides, paddings, padding_algori
     for c in range(channels):
         for (i, j), window in windows:
             term = lax.slice_in_dim(window, c, c + 1, axis=c_axis).astype(acc) * _per_channel(
-                taps[i, j, c].astype(acc), c_axis)
+                taps[i, j, c].astype(acc), c_axis
+            )
             total = term if total is None else total + term
     return total.astype(jnp.result_type(x.dtype, w.dtype))
 
@@ -87,13 +91,18 @@ def _tap_windows(x, kh, kw, strides, paddings, padding_algorithm, dilations, dat
     """[((i, j), the input pixels tap (i, j) meets at every output position)] in row-major tap order,
     after the convolution's padding."""
     h_axis, w_axis = (1, 2) if channel_last(data_format) else (2, 3)
-    pads, dil = resolve_padding(paddings, dilations, padding_algorithm, spatial_shape(x, data_format),
-                                strides, (kh, kw))
+    pads, dil = resolve_padding(
+        paddings, dilations, padding_algorithm, spatial_shape(x, data_format), strides, (kh, kw)
+    )
     padded = _pad_spatial(x, pads, h_axis, w_axis)
-    out_hw = [(padded.shape[a] - d * (k - 1) - 1) // s + 1
-              for a, k, d, s in zip((h_axis, w_axis), (kh, kw), dil, strides)]
-    return [((i, j), _window(padded, (i * dil[0], j * dil[1]), out_hw, strides, h_axis, w_axis))
-            for i in range(kh) for j in range(kw)]
+    out_hw = [
+        (padded.shape[a] - d * (k - 1) - 1) // s + 1 for a, k, d, s in zip((h_axis, w_axis), (kh, kw), dil, strides)
+    ]
+    return [
+        ((i, j), _window(padded, (i * dil[0], j * dil[1]), out_hw, strides, h_axis, w_axis))
+        for i in range(kh)
+        for j in range(kw)
+    ]
 
 
 def _pad_spatial(x, pads, h_axis, w_axis):

@@ -10,6 +10,7 @@ image. RoI tensors that feed other ops with their rois_num (generate_proposals' 
 instead hold Paddle's exact tensor as a prefix with the padding after it, so a consumer that splits rows by
 rois_num, as Paddle's kernels and roi_align here do, finds each image's RoIs where Paddle would.
 """
+
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -33,8 +34,7 @@ def _area(b, normalized):
 def _jaccard(a, b, normalized):
     """Paddle's JaccardOverlap of boxes a and b (x1, y1, x2, y2; broadcast against each other)."""
     one = 0 if normalized else 1
-    disjoint = ((b[..., 0] > a[..., 2]) | (b[..., 2] < a[..., 0]) | (b[..., 1] > a[..., 3])
-                | (b[..., 3] < a[..., 1]))
+    disjoint = (b[..., 0] > a[..., 2]) | (b[..., 2] < a[..., 0]) | (b[..., 1] > a[..., 3]) | (b[..., 3] < a[..., 1])
     inter_w = jnp.minimum(a[..., 2], b[..., 2]) - jnp.maximum(a[..., 0], b[..., 0]) + one
     inter_h = jnp.minimum(a[..., 3], b[..., 3]) - jnp.maximum(a[..., 1], b[..., 1]) + one
     inter = inter_w * inter_h
@@ -120,14 +120,14 @@ def _pack(selected, labels, scores, boxes, ids, rows, key=None):
     # NOTE: XLA needs a static shape, so every image gets `rows` rows, its valid ones first and padding after
     # (label -1, score 0, box 0, index -1), with the valid count per image in the third output, as
     # TensorFlow's combined_non_max_suppression does. Paddle returns only the valid rows.
-    selected, labels, scores, ids = (_pad_to(a, rows, f) for a, f in
-                                     ((selected, False), (labels, -1), (scores, 0), (ids, -1)))
+    selected, labels, scores, ids = (
+        _pad_to(a, rows, f) for a, f in ((selected, False), (labels, -1), (scores, 0), (ids, -1))
+    )
     boxes = _pad_to(boxes, rows, 0)
     if key is None:
         order = jnp.argsort(~selected, axis=1, stable=True)
     else:
-        order = jnp.argsort(jnp.where(selected, _pad_to(key, rows, 0), -jnp.inf), axis=1, descending=True,
-                            stable=True)
+        order = jnp.argsort(jnp.where(selected, _pad_to(key, rows, 0), -jnp.inf), axis=1, descending=True, stable=True)
     order = order[:, :rows]
     valid = jnp.take_along_axis(selected, order, axis=1)
 
@@ -137,8 +137,7 @@ def _pack(selected, labels, scores, boxes, ids, rows, key=None):
         return jnp.where(mask, got, jnp.asarray(fill, a.dtype))
 
     dt = scores.dtype
-    out = jnp.concatenate([take(labels, -1).astype(dt)[..., None], take(scores, 0)[..., None],
-                           take(boxes, 0)], axis=-1)
+    out = jnp.concatenate([take(labels, -1).astype(dt)[..., None], take(scores, 0)[..., None], take(boxes, 0)], axis=-1)
     index = take(ids, -1).astype(jnp.int32)
     count = jnp.minimum(jnp.sum(selected, axis=1, dtype=jnp.int32), rows)
     return out.reshape(n * rows, 6), index.reshape(n * rows, 1), count
@@ -160,8 +159,10 @@ def _check_nms_inputs(op, bboxes, scores, rois_num=None, two_stage=False):
         if np.ndim(bboxes) != 3 or np.shape(bboxes)[:2] != np.shape(scores):
             raise ValueError(f"{op} with 2-D scores [M, C] needs boxes [M, C, 4], got {np.shape(bboxes)}")
     elif np.ndim(scores) != 3 or (rois_num is not None and not two_stage):
-        raise ValueError(f"{op} with 2-D scores and rois_num (two-stage detectors' per-RoI boxes) is not "
-                         "supported; only batched boxes [N, M, 4] with scores [N, C, M]")
+        raise ValueError(
+            f"{op} with 2-D scores and rois_num (two-stage detectors' per-RoI boxes) is not "
+            "supported; only batched boxes [N, M, 4] with scores [N, C, M]"
+        )
     if np.shape(bboxes)[-1] != 4:
         raise ValueError(f"{op} with polygon boxes ({np.shape(bboxes)[-1]} coordinates) is not supported")
 
@@ -177,13 +178,34 @@ def _keep_best(kept, top, keep_top_k):
 
 
 @lowering("pd_op.multiclass_nms3")
-def multiclass_nms3(bboxes, scores, rois_num=None, *, score_threshold, nms_top_k, keep_top_k,
-                    nms_threshold=0.3, normalized=True, nms_eta=1.0, background_label=0):
+def multiclass_nms3(
+    bboxes,
+    scores,
+    rois_num=None,
+    *,
+    score_threshold,
+    nms_top_k,
+    keep_top_k,
+    nms_threshold=0.3,
+    normalized=True,
+    nms_eta=1.0,
+    background_label=0,
+):
     _check_nms_inputs("multiclass_nms3", bboxes, scores, rois_num, two_stage=True)
     # NOTE: Paddle reads rois_num only with 2-D scores; batched 3-D scores carry their images in axis 0.
     if np.ndim(scores) == 2:
-        return _multiclass_nms3_per_roi(bboxes, scores, rois_num, score_threshold, nms_top_k, keep_top_k,
-                                        nms_threshold, normalized, nms_eta, background_label)
+        return _multiclass_nms3_per_roi(
+            bboxes,
+            scores,
+            rois_num,
+            score_threshold,
+            nms_top_k,
+            keep_top_k,
+            nms_threshold,
+            normalized,
+            nms_eta,
+            background_label,
+        )
     n, c, m = scores.shape
     top, ids, boxes, valid = _candidates(bboxes, scores, score_threshold, nms_top_k, background_label)
     kept = _greedy_nms(boxes, valid, nms_threshold, nms_eta, normalized)
@@ -215,20 +237,32 @@ def _by_roi_order(kept, top, ids, boxes):
 
     def take(a):
         return jnp.take_along_axis(a, order.reshape(order.shape + (1,) * (a.ndim - 3)), axis=2)
+
     return take(kept), take(top), take(ids), take(boxes)
 
 
-def _multiclass_nms3_per_roi(bboxes, scores, rois_num, score_threshold, nms_top_k, keep_top_k, nms_threshold,
-                             normalized, nms_eta, background_label):
+def _multiclass_nms3_per_roi(
+    bboxes,
+    scores,
+    rois_num,
+    score_threshold,
+    nms_top_k,
+    keep_top_k,
+    nms_threshold,
+    normalized,
+    nms_eta,
+    background_label,
+):
     """Two-stage detectors' form: a box per RoI and class, bboxes [M, C, 4] and scores [M, C], and rois_num
     splitting the M RoIs into images. Rows past sum(rois_num) belong to no image."""
     m, c = scores.shape
     n = rois_num.shape[0]
     starts, rows, own = _rois_by_image(rois_num, m)
-    image_scores = jnp.moveaxis(scores[rows], 2, 1)                  # [N, C, M]
-    image_boxes = jnp.moveaxis(bboxes[rows], 2, 1)                   # [N, C, M, 4]
-    top, ids, boxes, valid = _candidates(image_boxes, image_scores, score_threshold, nms_top_k,
-                                         background_label, real=own)
+    image_scores = jnp.moveaxis(scores[rows], 2, 1)  # [N, C, M]
+    image_boxes = jnp.moveaxis(bboxes[rows], 2, 1)  # [N, C, M, 4]
+    top, ids, boxes, valid = _candidates(
+        image_boxes, image_scores, score_threshold, nms_top_k, background_label, real=own
+    )
     kept = _greedy_nms(boxes, valid, nms_threshold, nms_eta, normalized)
     # NOTE: in this form Paddle sorts each class's kept RoIs by RoI index (std::stable_sort of the indices
     # in MultiClassNMS), so an image's rows are by class, then RoI, and keep_top_k breaks equal scores that
@@ -270,8 +304,19 @@ def _matrix_decay(boxes, valid, scores, use_gaussian, gaussian_sigma, normalized
 
 
 @lowering("pd_op.matrix_nms")
-def matrix_nms(bboxes, scores, *, score_threshold, nms_top_k, keep_top_k, post_threshold=0.0,
-               use_gaussian=False, gaussian_sigma=2.0, background_label=0, normalized=True):
+def matrix_nms(
+    bboxes,
+    scores,
+    *,
+    score_threshold,
+    nms_top_k,
+    keep_top_k,
+    post_threshold=0.0,
+    use_gaussian=False,
+    gaussian_sigma=2.0,
+    background_label=0,
+    normalized=True,
+):
     _check_nms_inputs("matrix_nms", bboxes, scores)
     n, c, m = scores.shape
     top, ids, boxes, valid = _candidates(bboxes, scores, score_threshold, nms_top_k, background_label)
@@ -295,8 +340,19 @@ def _sigmoid(x):
 
 
 @lowering("pd_op.yolo_box")
-def yolo_box(x, img_size, *, anchors, class_num, conf_thresh, downsample_ratio, clip_bbox=True,
-             scale_x_y=1.0, iou_aware=False, iou_aware_factor=0.5):
+def yolo_box(
+    x,
+    img_size,
+    *,
+    anchors,
+    class_num,
+    conf_thresh,
+    downsample_ratio,
+    clip_bbox=True,
+    scale_x_y=1.0,
+    iou_aware=False,
+    iou_aware_factor=0.5,
+):
     n, _, h, w = x.shape
     dt = x.dtype
     an = len(anchors) // 2
@@ -368,8 +424,21 @@ def _prior_sizes(min_sizes, max_sizes, aspect_ratios, flip, min_max_aspect_ratio
 
 
 @lowering("pd_op.prior_box")
-def prior_box(input, image, *, min_sizes, max_sizes=(), aspect_ratios=(), variances=(), flip=False,
-              clip=False, step_w=0.0, step_h=0.0, offset=0.5, min_max_aspect_ratios_order=False):
+def prior_box(
+    input,
+    image,
+    *,
+    min_sizes,
+    max_sizes=(),
+    aspect_ratios=(),
+    variances=(),
+    flip=False,
+    clip=False,
+    step_w=0.0,
+    step_h=0.0,
+    offset=0.5,
+    min_max_aspect_ratios_order=False,
+):
     # NOTE: the priors depend only on the two inputs' shapes, so they are a NumPy constant.
     dt = np.dtype(input.dtype)
     fh, fw = np.shape(input)[2:]
@@ -399,8 +468,9 @@ def _center_size(b, one):
 
 
 @lowering("pd_op.box_coder")
-def box_coder(prior_box, prior_box_var, target_box, *, code_type="encode_center_size", box_normalized=True,
-              axis=0, variance=()):
+def box_coder(
+    prior_box, prior_box_var, target_box, *, code_type="encode_center_size", box_normalized=True, axis=0, variance=()
+):
     one = 0 if box_normalized else 1
     dt = target_box.dtype
     if code_type == "encode_center_size":
@@ -416,8 +486,7 @@ def _encode_center_size(prior_box, prior_box_var, target_box, one, variance, dt)
     t = target_box[:, None, :]
     tcx, tcy = (t[..., 2] + t[..., 0]) / 2, (t[..., 3] + t[..., 1]) / 2
     tw, th = t[..., 2] - t[..., 0] + one, t[..., 3] - t[..., 1] + one
-    out = jnp.stack([(tcx - pcx) / pw, (tcy - pcy) / ph, jnp.log(jnp.abs(tw / pw)),
-                     jnp.log(jnp.abs(th / ph))], axis=-1)
+    out = jnp.stack([(tcx - pcx) / pw, (tcy - pcy) / ph, jnp.log(jnp.abs(tw / pw)), jnp.log(jnp.abs(th / ph))], axis=-1)
     if prior_box_var is not None:
         return out / prior_box_var[None, :, :4]
     if len(variance):
@@ -453,8 +522,7 @@ def _roi_batch_ids(boxes_num, rois, batch):
     """Which image each RoI belongs to: boxes_num counts RoIs per image, in order."""
     if boxes_num is None:
         if batch != 1:
-            raise ValueError("roi_align without boxes_num (a LoD tensor in Paddle) needs a batch of one "
-                             "image")
+            raise ValueError("roi_align without boxes_num (a LoD tensor in Paddle) needs a batch of one image")
         return jnp.zeros((rois,), jnp.int32)
     ends = jnp.cumsum(boxes_num.astype(jnp.int32))
     return jnp.searchsorted(ends, jnp.arange(rois, dtype=jnp.int32), side="right").astype(jnp.int32)
@@ -485,8 +553,7 @@ def _bilinear(feat, y, x):
     rois = jnp.arange(feat.shape[0])[:, None, None]
     # NOTE: Paddle's weights and summation order: (x low, y low), (x high, y low), (x low, y high),
     # (x high, y high); float sums in another order round differently.
-    taps = [(wx * wy, yl, xl), ((1 - wx) * wy, yl, xh), (wx * (1 - wy), yh, xl),
-            ((1 - wx) * (1 - wy), yh, xh)]
+    taps = [(wx * wy, yl, xl), ((1 - wx) * wy, yl, xh), (wx * (1 - wy), yh, xl), ((1 - wx) * (1 - wy), yh, xh)]
     val = None
     for weight, yi, xi in taps:
         v = weight[..., None] * feat[rois, yi, xi]
@@ -495,8 +562,9 @@ def _bilinear(feat, y, x):
 
 
 @lowering("pd_op.roi_align")
-def roi_align(x, boxes, boxes_num=None, *, pooled_height, pooled_width, spatial_scale=1.0, sampling_ratio=-1,
-              aligned=False):
+def roi_align(
+    x, boxes, boxes_num=None, *, pooled_height, pooled_width, spatial_scale=1.0, sampling_ratio=-1, aligned=False
+):
     n, c, h, w = x.shape
     dt = x.dtype
     r = boxes.shape[0]
@@ -514,7 +582,7 @@ def roi_align(x, boxes, boxes_num=None, *, pooled_height, pooled_width, spatial_
         # to the largest and mask the rest, so each bin still sums its own samples in Paddle's order.
         grid_h = jnp.maximum(jnp.ceil(roi_h / ph), 0).astype(jnp.int32)
         grid_w = jnp.maximum(jnp.ceil(roi_w / pw), 0).astype(jnp.int32)
-    feat = jnp.moveaxis(x, 1, -1)[_roi_batch_ids(boxes_num, r, n)]          # [R, H, W, C]
+    feat = jnp.moveaxis(x, 1, -1)[_roi_batch_ids(boxes_num, r, n)]  # [R, H, W, C]
 
     bin_h, bin_w = roi_h / ph, roi_w / pw
 
@@ -523,6 +591,7 @@ def roi_align(x, boxes, boxes_num=None, *, pooled_height, pooled_width, spatial_
 
         def add_sample(ix, t):
             return t + _bilinear(feat, y, _grid_axis(x0, bin_w, grid_w, pooled_width, ix, w))
+
         return lax.fori_loop(0, jnp.max(grid_w, initial=0), add_sample, total)
 
     total = jnp.zeros((r, pooled_height, pooled_width, c), dt)
@@ -557,10 +626,12 @@ def _decode_proposals(anchors, deltas, variances, offset):
 
 def _clip_to_image(boxes, im_h, im_w, offset):
     """Paddle's ClipTiledBoxes: x in [0, width - offset], y in [0, height - offset]. im_h, im_w [N, 1]."""
+
     def clamp(v, high):
         # NOTE: std::max(std::min(v, high), 0) written out, so a NaN coordinate stays NaN as in Paddle.
         v = jnp.where(high < v, high, v)
         return jnp.where(v < 0, jnp.zeros_like(v), v)
+
     x_high, y_high = im_w - offset, im_h - offset
     highs = (x_high, y_high, x_high, y_high)
     return jnp.stack([clamp(boxes[..., i], high) for i, high in enumerate(highs)], axis=-1)
@@ -583,8 +654,7 @@ def _big_enough(boxes, im_h, im_w, min_size, offset, pixel_offset):
 def _first(flags, *arrays):
     """Reorder axis 1 of each array so the rows where flags [N, K] is true come first, in order."""
     order = jnp.argsort(~flags, axis=1, stable=True)
-    return [jnp.take_along_axis(a, order.reshape(order.shape + (1,) * (a.ndim - 2)), axis=1)
-            for a in (flags,) + arrays]
+    return [jnp.take_along_axis(a, order.reshape(order.shape + (1,) * (a.ndim - 2)), axis=1) for a in (flags,) + arrays]
 
 
 def _concat_images(per_image, counts):
@@ -602,8 +672,20 @@ def _concat_images(per_image, counts):
 
 
 @lowering("pd_op.generate_proposals")
-def generate_proposals(scores, bbox_deltas, im_shape, anchors, variances, *, pre_nms_top_n=6000,
-                       post_nms_top_n=1000, nms_thresh=0.5, min_size=0.1, eta=1.0, pixel_offset=True):
+def generate_proposals(
+    scores,
+    bbox_deltas,
+    im_shape,
+    anchors,
+    variances,
+    *,
+    pre_nms_top_n=6000,
+    post_nms_top_n=1000,
+    nms_thresh=0.5,
+    min_size=0.1,
+    eta=1.0,
+    pixel_offset=True,
+):
     n = scores.shape[0]
     dt = scores.dtype
     # NOTE: Paddle lists an image's anchors row, then column, then anchor: scores [N, A, H, W] and deltas
@@ -646,14 +728,16 @@ def _fpn_levels(rois, min_level, max_level, refer_level, refer_scale, pixel_offs
     """Paddle's level of each RoI: floor(log2(sqrt(area) / refer_scale + 1e-6) + refer_level), clamped."""
     dt = rois.dtype
     scale = jnp.sqrt(_area(rois, normalized=not pixel_offset))
-    level = jnp.floor(jnp.log2(scale / np.asarray(refer_scale, dt) + np.asarray(1e-6, dt))
-                      + np.asarray(refer_level, dt))
+    level = jnp.floor(
+        jnp.log2(scale / np.asarray(refer_scale, dt) + np.asarray(1e-6, dt)) + np.asarray(refer_level, dt)
+    )
     return jnp.clip(level, min_level, max_level).astype(jnp.int32) - min_level
 
 
 @lowering("pd_op.distribute_fpn_proposals")
-def distribute_fpn_proposals(fpn_rois, rois_num=None, *, min_level, max_level, refer_level, refer_scale,
-                             pixel_offset=False):
+def distribute_fpn_proposals(
+    fpn_rois, rois_num=None, *, min_level, max_level, refer_level, refer_scale, pixel_offset=False
+):
     r = fpn_rois.shape[0]
     levels = max_level - min_level + 1
     if rois_num is None:
@@ -666,8 +750,7 @@ def distribute_fpn_proposals(fpn_rois, rois_num=None, *, min_level, max_level, r
     # padding from generate_proposals here, go to no level.
     image = jnp.searchsorted(jnp.cumsum(counts), row, side="right").astype(jnp.int32)
     real = image < n
-    level = jnp.where(real, _fpn_levels(fpn_rois, min_level, max_level, refer_level, refer_scale,
-                                        pixel_offset), levels)
+    level = jnp.where(real, _fpn_levels(fpn_rois, min_level, max_level, refer_level, refer_scale, pixel_offset), levels)
     # NOTE: padding rows of restore_index point into the last level's padding ((levels - 1) * R + row is
     # past that level's valid rows, since they number at most sum(rois_num) <= row).
     restore = (levels - 1) * r + row
@@ -677,8 +760,7 @@ def distribute_fpn_proposals(fpn_rois, rois_num=None, *, min_level, max_level, r
         _, rois = _first(here[None], fpn_rois[None])
         # NOTE: a level's rows keep the input order (image by image), as Paddle appends them.
         multi_rois.append(jnp.where((row < jnp.sum(here))[:, None], rois[0], jnp.zeros_like(rois[0])))
-        multi_num.append(jnp.sum(here[None, :] & (image[None, :] == jnp.arange(n)[:, None]), axis=1,
-                                 dtype=jnp.int32))
+        multi_num.append(jnp.sum(here[None, :] & (image[None, :] == jnp.arange(n)[:, None]), axis=1, dtype=jnp.int32))
         # NOTE: Paddle's restore_index[row] is the RoI's row in the levels' outputs concatenated, which is how
         # its graphs use it: gather(concat(per-level roi features), restore_index). The levels are padded
         # to R rows each here, so that row is level * R + place in level, not Paddle's value (Paddle's

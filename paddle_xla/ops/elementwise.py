@@ -1,5 +1,6 @@
 """Elementwise arithmetic with NumPy-style broadcasting: add ... pow, fmax/fmin, scale, cast, clip,
 sign, increment, heaviside, copysign, nextafter, lerp, add_n."""
+
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -7,7 +8,8 @@ import numpy as np
 from jax import lax
 
 from .registry import lowering
-from .util import dtype as jax_dtype, is_static, is_symbolic, static_scalar, traced_where_symbols_meet_arrays, xp
+from .util import dtype as jax_dtype
+from .util import is_static, is_symbolic, static_scalar, traced_where_symbols_meet_arrays, xp
 
 
 def _kind(a) -> str:
@@ -39,6 +41,7 @@ def _binary(name, fn, **declared):
     def binary(x, y):
         x, y = align(x, y)
         return fn(xp(x, y), x, y)
+
     binary.__name__ = name.split(".")[-1]
     return binary
 
@@ -166,7 +169,7 @@ def scale(x, s, *, bias, bias_after_scale):
 def cast(x, *, dtype):
     dt = jax_dtype(dtype)
     if is_symbolic(x):
-        return x                  # NOTE: symbolic dimensions stay symbols; their run-time values are ints
+        return x  # NOTE: symbolic dimensions stay symbols; their run-time values are ints
     if is_static(x):
         return np.asarray(x).astype(np.dtype(dt))
     if _kind(x) == "f" and np.dtype(dt).kind in "iu":
@@ -184,7 +187,7 @@ def _float_to_int(x, dt):
     """
     wide = jnp.int64 if dt.itemsize == 8 else jnp.int32
     limit = float(2 ** (np.iinfo(wide).bits - 1))
-    xf = x.astype(jnp.float32) if x.dtype.itemsize < 4 else x   # NOTE: half can't hold the limits
+    xf = x.astype(jnp.float32) if x.dtype.itemsize < 4 else x  # NOTE: half can't hold the limits
     fits = (xf >= -limit) & (xf < limit)
     converted = jnp.where(fits, xf, 0).astype(wide)
     return jnp.where(fits, converted, np.iinfo(wide).min).astype(dt)

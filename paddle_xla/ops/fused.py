@@ -7,6 +7,7 @@ Paddle's GPU kernels (paddle/phi/kernels/fusion/gpu, paddle/phi/kernels/gpu/flas
 PaddlePaddle/flash-attention fork), whose notes below say which detail comes from where. Statistics and RNG
 state Paddle returns beside the outputs leave through lax.stop_gradient, as no Paddle gradient reads them.
 """
+
 from __future__ import annotations
 
 import math
@@ -68,8 +69,20 @@ def rms_norm(x, scale, *, normalized_shape, epsilon):
 
 
 @lowering("pd_op.fused_rms_norm_quant")
-def fused_rms_norm_quant(x, bias, residual, norm_weight, norm_bias, *, epsilon, begin_norm_axis, quant_scale,
-                         quant_round_type, quant_max_bound, quant_min_bound):
+def fused_rms_norm_quant(
+    x,
+    bias,
+    residual,
+    norm_weight,
+    norm_bias,
+    *,
+    epsilon,
+    begin_norm_axis,
+    quant_scale,
+    quant_round_type,
+    quant_max_bound,
+    quant_min_bound,
+):
     """paddle.incubate.nn.functional.fused_rms_norm: RMSNorm(x + bias + residual) * weight + norm_bias."""
     residual_out = None
     h = x
@@ -84,16 +97,31 @@ def fused_rms_norm_quant(x, bias, residual, norm_weight, norm_bias, *, epsilon, 
         y = y * norm_weight.astype(ct).reshape(normed_shape)
     if norm_bias is not None:
         y = y + norm_bias.astype(ct).reshape(normed_shape)
-    out = (quantize_int8(y, quant_scale, quant_round_type, quant_max_bound, quant_min_bound)
-           if quant_scale > 0 else y.astype(x.dtype))
+    out = (
+        quantize_int8(y, quant_scale, quant_round_type, quant_max_bound, quant_min_bound)
+        if quant_scale > 0
+        else y.astype(x.dtype)
+    )
     return out, residual_out, _stat(inv, x.shape[:begin_norm_axis])
 
 
 # ---- layer norm with residual (paddle.incubate.nn.functional.fused_layer_norm) --------------------------
 @lowering("pd_op.fused_bias_residual_layernorm")
-def fused_bias_residual_layernorm(x, bias, residual, norm_weight, norm_bias, *, epsilon, residual_alpha,
-                                  begin_norm_axis, quant_scale, quant_round_type, quant_max_bound,
-                                  quant_min_bound):
+def fused_bias_residual_layernorm(
+    x,
+    bias,
+    residual,
+    norm_weight,
+    norm_bias,
+    *,
+    epsilon,
+    residual_alpha,
+    begin_norm_axis,
+    quant_scale,
+    quant_round_type,
+    quant_max_bound,
+    quant_min_bound,
+):
     h = x
     if residual is not None:
         # NOTE: as FusedLayerNormKernel: bias joins only with a residual, which is scaled by residual_alpha.
@@ -149,8 +177,9 @@ def _rotated(x, every_two):
 
 
 @lowering("pd_op.fused_rotary_position_embedding")
-def fused_rotary_position_embedding(q, k, v, sin, cos, position_ids, *, use_neox_rotary_style=True,
-                                    time_major=False, rotary_emb_base=10000.0):
+def fused_rotary_position_embedding(
+    q, k, v, sin, cos, position_ids, *, use_neox_rotary_style=True, time_major=False, rotary_emb_base=10000.0
+):
     # NOTE: Paddle's naming is the reverse of HuggingFace's: use_neox_rotary_style=True rotates adjacent pairs
     # (x[2i], x[2i+1]); False rotates the halves (x[i], x[i + d/2]) (FusedRopeKernelImpl).
     seq_axis = 0 if time_major else 1
@@ -229,24 +258,54 @@ def _flash_dropout(dropout, is_test):
 
 
 @lowering("pd_op.flash_attn", kind="random", ignore=_FLASH_IGNORED)
-def flash_attn(key, q, k, v, fixed_seed_offset=None, attn_mask=None, *, dropout=0.0, causal=False,
-               return_softmax=False, is_test=False):
+def flash_attn(
+    key,
+    q,
+    k,
+    v,
+    fixed_seed_offset=None,
+    attn_mask=None,
+    *,
+    dropout=0.0,
+    causal=False,
+    return_softmax=False,
+    is_test=False,
+):
     # NOTE: attn_mask is additive (the fork adds mask * unscale to the unscaled q k^T); scale is 1/sqrt(dim).
     bias = None if attn_mask is None else _mask_4d(attn_mask)
-    out, probs, lse = _attention(key, q, k, v, scale=1.0 / math.sqrt(q.shape[-1]), causal=causal, bias=bias,
-                                 dropout=_flash_dropout(dropout, is_test))
+    out, probs, lse = _attention(
+        key,
+        q,
+        k,
+        v,
+        scale=1.0 / math.sqrt(q.shape[-1]),
+        causal=causal,
+        bias=bias,
+        dropout=_flash_dropout(dropout, is_test),
+    )
     return out, _padded_probs(probs, q.dtype), lax.stop_gradient(lse), _rng_state()
 
 
 @lowering("pd_op.flash_attn_qkvpacked", kind="random", ignore=_FLASH_IGNORED)
-def flash_attn_qkvpacked(key, qkv, fixed_seed_offset=None, attn_mask=None, *, dropout=0.0, causal=False,
-                         return_softmax=False, is_test=False):
+def flash_attn_qkvpacked(
+    key, qkv, fixed_seed_offset=None, attn_mask=None, *, dropout=0.0, causal=False, return_softmax=False, is_test=False
+):
     # NOTE: qkv is [batch, seq, heads / key_heads + 2, key_heads, dim]; the query heads flatten the first two
     # (FlashAttnQKVPackedInferMeta), so query head j still reads key head j // (heads / key_heads).
     b, s, groups, hk, d = qkv.shape
-    q = qkv[:, :, :groups - 2].reshape(b, s, (groups - 2) * hk, d)
-    return flash_attn(key, q, qkv[:, :, groups - 2], qkv[:, :, groups - 1], fixed_seed_offset, attn_mask,
-                      dropout=dropout, causal=causal, return_softmax=return_softmax, is_test=is_test)
+    q = qkv[:, :, : groups - 2].reshape(b, s, (groups - 2) * hk, d)
+    return flash_attn(
+        key,
+        q,
+        qkv[:, :, groups - 2],
+        qkv[:, :, groups - 1],
+        fixed_seed_offset,
+        attn_mask,
+        dropout=dropout,
+        causal=causal,
+        return_softmax=return_softmax,
+        is_test=is_test,
+    )
 
 
 def _token_segments(cu_seqlens, total):
@@ -259,9 +318,24 @@ def _token_segments(cu_seqlens, total):
 
 
 @lowering("pd_op.flash_attn_unpadded", kind="random", ignore=_FLASH_IGNORED)
-def flash_attn_unpadded(key, q, k, v, cu_seqlens_q, cu_seqlens_k, fixed_seed_offset=None, attn_mask=None,
-                        max_seqlen_q=None, max_seqlen_k=None, *, scale, dropout=0.0, causal=False,
-                        return_softmax=False, is_test=False):
+def flash_attn_unpadded(
+    key,
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    fixed_seed_offset=None,
+    attn_mask=None,
+    max_seqlen_q=None,
+    max_seqlen_k=None,
+    *,
+    scale,
+    dropout=0.0,
+    causal=False,
+    return_softmax=False,
+    is_test=False,
+):
     """Variable-length attention over packed [total_tokens, heads, dim] operands, sequence i holding tokens
     cu_seqlens[i]:cu_seqlens[i + 1]. NOTE: computed as one masked [total_q, total_k] attention (static
     shapes), so its cost grows with the square of the whole batch's token count."""
@@ -279,8 +353,17 @@ def flash_attn_unpadded(key, q, k, v, cu_seqlens_q, cu_seqlens_k, fixed_seed_off
         rows = jnp.minimum(seg_q, m.shape[0] - 1) if m.shape[0] > 1 else jnp.zeros_like(seg_q)
         bias = m[rows[:, None], :, jnp.clip(pos_q, 0, sq - 1)[:, None], jnp.clip(pos_k, 0, sk - 1)[None, :]]
         bias = jnp.moveaxis(bias, -1, 0)[None]
-    out, probs, lse = _attention(key, q[None], k[None], v[None], scale=scale, causal=False, bias=bias,
-                                 allowed=allowed[None, None], dropout=_flash_dropout(dropout, is_test))
+    out, probs, lse = _attention(
+        key,
+        q[None],
+        k[None],
+        v[None],
+        scale=scale,
+        causal=False,
+        bias=bias,
+        allowed=allowed[None, None],
+        dropout=_flash_dropout(dropout, is_test),
+    )
     # NOTE: softmax_lse is unpadded, [heads, total_q], and softmax [heads, total_q, total_k] rounded to 128.
     return out[0], _padded_probs(probs[0], q.dtype), lax.stop_gradient(lse[0]), _rng_state()
 
@@ -295,9 +378,20 @@ _COMPUTE_DTYPES = {"bf16": jnp.bfloat16, "fp16": jnp.float16, "fp32": jnp.float3
 
 
 @lowering("pd_op.fused_bias_act")
-def fused_bias_act(x, bias=None, dequant_scales=None, shift=None, smooth=None, *, act_method="gelu",
-                   compute_dtype="default", quant_scale=-1.0, quant_round_type=1, quant_max_bound=127.0,
-                   quant_min_bound=-127.0):
+def fused_bias_act(
+    x,
+    bias=None,
+    dequant_scales=None,
+    shift=None,
+    smooth=None,
+    *,
+    act_method="gelu",
+    compute_dtype="default",
+    quant_scale=-1.0,
+    quant_round_type=1,
+    quant_max_bound=127.0,
+    quant_min_bound=-127.0,
+):
     if act_method not in _ACTS:
         raise ValueError(f"fused_bias_act: act_method {act_method!r} is not one of Paddle's {sorted(_ACTS)}")
     dtype = x.dtype

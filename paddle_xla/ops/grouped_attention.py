@@ -9,6 +9,7 @@ The keys and values may come in parts along the slots axis: the cache as it is a
 which the model concatenates (generation/gqa_rewrite.py points the products at the parts). Each
 part is multiplied where it lies, so the step reads the cache in place instead of copying it whole into
 the concatenation first (600 MB per step at 32 rows x 768 slots in fp32). Paddle-free."""
+
 from __future__ import annotations
 
 import jax.numpy as jnp

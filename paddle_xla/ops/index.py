@@ -1,6 +1,7 @@
 """Gathers and scatters: integer-array indexing in both directions, and selection by mask.
 
 Negative indices count from the end, as Paddle's CPU kernels do (and jnp's indexing does)."""
+
 from __future__ import annotations
 
 import functools
@@ -27,7 +28,7 @@ def _along(axis, index):
 @lowering("pd_op.gather")
 def gather(x, index, axis):
     if np.ndim(index) == 2 and np.shape(index)[1] == 1:
-        index = xp(index).reshape(index, (-1,))   # NOTE: Paddle reads an [R, 1] index as [R] (restore_index)
+        index = xp(index).reshape(index, (-1,))  # NOTE: Paddle reads an [R, 1] index as [R] (restore_index)
     return xp(x, index).take(x, index, axis=_axis(axis, np.ndim(x)))
 
 
@@ -55,8 +56,10 @@ def nonzero(condition):
     # NOTE: only a constant condition (x[mask] with a constant mask) has a shape known before running;
     # masked_select has no lowering at all, so it is reported before compiling.
     if not is_static(condition):
-        raise ValueError("nonzero (x[bool_mask], paddle.nonzero) has a data-dependent shape; XLA needs "
-                         "static shapes. Use paddle.where(mask, x, fill) or x * mask instead")
+        raise ValueError(
+            "nonzero (x[bool_mask], paddle.nonzero) has a data-dependent shape; XLA needs "
+            "static shapes. Use paddle.where(mask, x, fill) or x * mask instead"
+        )
     return np.argwhere(np.asarray(condition)).astype(np.int64)
 
 
@@ -189,7 +192,7 @@ def put_along_axis(arr, indices, values, *, axis, reduce="assign", include_self=
 # ---- index_put (x[idx] = v with tensor indices) ----------------------------------------------
 def _mask_put(x, mask, value, accumulate):
     """x[mask] = value with a static shape: the k-th True position takes the k-th value row."""
-    trailing = x.shape[mask.ndim:]
+    trailing = x.shape[mask.ndim :]
     value = jnp.asarray(value, dtype=x.dtype)
     rowwise = value.ndim == len(trailing) + 1 and value.shape[0] != 1
     if rowwise:
@@ -199,7 +202,7 @@ def _mask_put(x, mask, value, accumulate):
     else:
         # NOTE: otherwise one value row serves every True position; a leading 1 is that row.
         if value.ndim > len(trailing):
-            value = value.reshape(value.shape[value.ndim - len(trailing):])
+            value = value.reshape(value.shape[value.ndim - len(trailing) :])
         value = jnp.broadcast_to(value, x.shape)
     mask = mask.reshape(mask.shape + (1,) * len(trailing))
     if accumulate:

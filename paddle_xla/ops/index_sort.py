@@ -1,4 +1,5 @@
 """Ordering: topk, argsort (also paddle.sort), searchsorted, and one_hot."""
+
 from __future__ import annotations
 
 import jax

@@ -6,6 +6,7 @@ are truncated toward zero, align_mode=1 maps out*ratio, and a scale factor (not 
 the step. All sizes are static, so each axis becomes a gather with NumPy-computed taps and weights;
 separable methods are applied one axis at a time.
 """
+
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -59,11 +60,11 @@ def ratio(n_in, n_out, scale, align_corners, single_output_step=False):
 def linear_taps(n_in, n_out, r, align_corners, align_mode):
     k = np.arange(n_out)
     if align_mode == 0 and not align_corners:
-        src = np.float64(r) * (k + 0.5) - 0.5                  # NOTE: C++ promotes to double here
+        src = np.float64(r) * (k + 0.5) - 0.5  # NOTE: C++ promotes to double here
         lo = np.maximum(np.trunc(src).astype(np.int64), 0)
         frac = np.maximum(src.astype(F32), F32(0)) - lo.astype(F32)
     else:
-        prod = r * k.astype(F32)                                # float * int stays float32
+        prod = r * k.astype(F32)  # float * int stays float32
         lo = np.maximum(np.trunc(prod).astype(np.int64), 0)
         frac = prod - lo.astype(F32)
     hi = np.minimum(lo + 1, n_in - 1)
@@ -80,11 +81,12 @@ def _cubic_weights(t, dt):
     a = dt(-0.75)
     one = dt(1)
 
-    def near(x):   # |x| <= 1
+    def near(x):  # |x| <= 1
         return ((a + 2) * x - (a + 3)) * x * x + one
 
-    def far(x):    # 1 < |x| < 2
+    def far(x):  # 1 < |x| < 2
         return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
     return np.stack([far(t + one), near(t), near(one - t), far(one - t + one)], 1)
 
 
@@ -103,17 +105,18 @@ def apply_taps(x, axis, idx, weights):
     g = jnp.take(x, jnp.asarray(idx.reshape(-1)), axis=axis)
     if taps == 1:
         return g
-    g = g.reshape(x.shape[:axis] + (n_out, taps) + x.shape[axis + 1:])
+    g = g.reshape(x.shape[:axis] + (n_out, taps) + x.shape[axis + 1 :])
     w = weights.reshape((n_out, taps) + (1,) * (x.ndim - axis - 1))
     return jnp.sum(g * jnp.asarray(w, x.dtype), axis=axis + 1)
 
 
 # ---- the interp ops ----------------------------------------------------------------------------------
-def interpolate(x, out_size, size_tensor, scale_tensor, data_format, attr_sizes, scale, method, align_corners,
-                align_mode):
+def interpolate(
+    x, out_size, size_tensor, scale_tensor, data_format, attr_sizes, scale, method, align_corners, align_mode
+):
     axes = list(range(1, x.ndim - 1)) if channel_last(data_format) else list(range(2, x.ndim))
     in_sizes = [x.shape[a] for a in axes]
-    sizes, scales = output_sizes(in_sizes, out_size, size_tensor, scale_tensor, attr_sizes[-len(axes):], scale)
+    sizes, scales = output_sizes(in_sizes, out_size, size_tensor, scale_tensor, attr_sizes[-len(axes) :], scale)
     if list(sizes) == in_sizes:
         return x
     # NOTE: half precision is interpolated in float32, like Paddle's CPU kernel does its weights.
@@ -145,10 +148,34 @@ def interpolate(x, out_size, size_tensor, scale_tensor, data_format, attr_sizes,
 
 def _interp_lowering(name):
     @lowering(name)
-    def interp(x, out_size=None, size_tensor=None, scale_tensor=None, *, data_format="NCHW", out_d=-1, out_h=-1,
-               out_w=-1, scale=(), interp_method, align_corners=False, align_mode=1):
-        return interpolate(x, out_size, size_tensor, scale_tensor, data_format, [out_d, out_h, out_w], list(scale),
-                           interp_method, align_corners, align_mode)
+    def interp(
+        x,
+        out_size=None,
+        size_tensor=None,
+        scale_tensor=None,
+        *,
+        data_format="NCHW",
+        out_d=-1,
+        out_h=-1,
+        out_w=-1,
+        scale=(),
+        interp_method,
+        align_corners=False,
+        align_mode=1,
+    ):
+        return interpolate(
+            x,
+            out_size,
+            size_tensor,
+            scale_tensor,
+            data_format,
+            [out_d, out_h, out_w],
+            list(scale),
+            interp_method,
+            align_corners,
+            align_mode,
+        )
+
     interp.__name__ = name.split(".")[-1]
     return interp
 
@@ -169,9 +196,9 @@ def _base_coords(n, align_corners, dt):
 def affine_grid(theta, output_shape, *, align_corners=True):
     shape = static_ints(output_shape)
     dt = np.dtype(theta.dtype)
-    spatial = shape[2:]                                   # (H, W) or (D, H, W)
+    spatial = shape[2:]  # (H, W) or (D, H, W)
     coords = [_base_coords(n, align_corners, dt) for n in spatial]
-    mesh = np.meshgrid(*coords, indexing="ij")           # each of shape spatial
+    mesh = np.meshgrid(*coords, indexing="ij")  # each of shape spatial
     # NOTE: the last coordinate is x (width), then y, then z, then the homogeneous 1.
     base = np.stack(list(mesh)[::-1] + [np.ones(spatial, dt)], axis=-1).reshape(-1, len(spatial) + 1)
     grid = jnp.einsum("pk,nik->npi", jnp.asarray(base), theta)
@@ -219,7 +246,7 @@ def _gather(x, idx):
         inside = inside & (i >= 0) & (i < n)
     clipped = [jnp.clip(i, 0, n - 1) for i, n in zip(idx, sizes)]
     batch = jnp.arange(x.shape[0]).reshape((-1,) + (1,) * (idx[0].ndim - 1))
-    vals = x[(batch, slice(None)) + tuple(clipped)]       # (N, *O, C)
+    vals = x[(batch, slice(None)) + tuple(clipped)]  # (N, *O, C)
     vals = jnp.where(inside[..., None], vals, jnp.zeros((), x.dtype))
     return jnp.moveaxis(vals, -1, 1)
 
@@ -228,7 +255,7 @@ def _sample_linear(x, coords):
     lows = [jnp.floor(c) for c in coords]
     out = 0
     nd = len(coords)
-    for corner in range(2 ** nd):
+    for corner in range(2**nd):
         idx, weight = [], 1
         for d in range(nd):
             up = (corner >> (nd - 1 - d)) & 1

@@ -5,6 +5,7 @@ Paddle's backward of these ops differentiates only the prediction input; labels,
 side outputs (the softmax of cross_entropy_with_softmax, Huber's residual) get no gradient, so they
 pass through lax.stop_gradient here.
 """
+
 from __future__ import annotations
 
 import jax
@@ -27,8 +28,9 @@ declare("pd_op.margin_cross_entropy", where=__name__, amp="black")
 
 
 @lowering("pd_op.cross_entropy_with_softmax", amp="black", inplace=True)
-def cross_entropy_with_softmax(logits, label, *, soft_label, use_softmax, numeric_stable_mode=True,
-                               ignore_index=-100, axis=-1):
+def cross_entropy_with_softmax(
+    logits, label, *, soft_label, use_softmax, numeric_stable_mode=True, ignore_index=-100, axis=-1
+):
     axis = axis % logits.ndim
     if use_softmax:
         log_p = jax.nn.log_softmax(logits, axis=axis)
@@ -91,7 +93,7 @@ def bce_loss(x, label):
 @lowering("pd_op.sigmoid_cross_entropy_with_logits", amp="black")
 def sigmoid_cross_entropy_with_logits(x, label, pos_weight=None, *, normalize=False, ignore_index=-100):
     label = sg(label).astype(x.dtype)
-    softplus_neg = jnp.log1p(jnp.exp(-jnp.abs(x))) + jnp.maximum(-x, 0)      # log(1 + e^-x), stable
+    softplus_neg = jnp.log1p(jnp.exp(-jnp.abs(x))) + jnp.maximum(-x, 0)  # log(1 + e^-x), stable
     if pos_weight is None:
         loss = (1 - label) * x + softplus_neg
     else:
@@ -150,12 +152,12 @@ def identity_loss(x, *, reduction=1):
 
 
 # ---- CTC ------------------------------------------------------------------------------------------
-_NEG = -1e30   # NOTE: a finite "log 0": -inf would give NaN gradients through logaddexp.
+_NEG = -1e30  # NOTE: a finite "log 0": -inf would give NaN gradients through logaddexp.
 
 
 def _ctc_alphas_step(ext_lp_fn, skip_ok, alpha, t_inputs):
     lp_t, active = t_inputs
-    ext_lp = ext_lp_fn(lp_t)                                 # (B, S)
+    ext_lp = ext_lp_fn(lp_t)  # (B, S)
     shift1 = jnp.pad(alpha[:, :-1], ((0, 0), (1, 0)), constant_values=_NEG)
     shift2 = jnp.pad(alpha[:, :-2], ((0, 0), (2, 0)), constant_values=_NEG)
     shift2 = jnp.where(skip_ok, shift2, _NEG)
@@ -173,13 +175,13 @@ def ctc_nll(logits, label, logits_length, labels_length, blank):
     ext = jnp.full((b, s), blank, jnp.int32).at[:, 1::2].set(label.astype(jnp.int32))
     prev2 = jnp.pad(ext[:, :-2], ((0, 0), (2, 0)), constant_values=blank)
     skip_ok = (ext != blank) & (ext != prev2) & (jnp.arange(s) >= 2)
-    gather = lambda lp_t: jnp.take_along_axis(lp_t, ext, axis=1)   # noqa: E731
+    gather = lambda lp_t: jnp.take_along_axis(lp_t, ext, axis=1)  # noqa: E731
     alpha0 = jnp.full((b, s), _NEG, ct)
     first = gather(lp[0])
     alpha0 = alpha0.at[:, 0].set(first[:, 0]).at[:, 1].set(jnp.where(lmax > 0, first[:, 1], _NEG))
     steps = jnp.arange(1, t_max)
     active = steps[:, None] < logits_length.reshape(1, b)
-    step = lambda a, xs: _ctc_alphas_step(gather, skip_ok, a, xs)   # noqa: E731
+    step = lambda a, xs: _ctc_alphas_step(gather, skip_ok, a, xs)  # noqa: E731
     alpha, _ = lax.scan(step, alpha0, (lp[1:], active))
     end = 2 * labels_length.astype(jnp.int32)
     last = jnp.take_along_axis(alpha, end[:, None], axis=1)[:, 0]

@@ -1,4 +1,5 @@
 """Matrix and tensor products: matmul, bmm, dot, mv, einsum, kron, addmm, baddbmm, cross, trace."""
+
 from __future__ import annotations
 
 import jax.numpy as jnp

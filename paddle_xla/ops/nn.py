@@ -2,6 +2,7 @@
 (unfold/fold), label smoothing, temporal shift, gumbel softmax. (affine_grid and grid_sample
 live with the other resampling ops in interpolate.py.)
 """
+
 from __future__ import annotations
 
 import jax
@@ -57,14 +58,14 @@ def _inverse_keep(keep, dtype):
 @lowering("pd_op.softmax", ignore=("use_cudnn",), amp="black")
 def softmax(x, *, axis=-1):
     if x.ndim == 0:
-        return jnp.ones_like(x)       # NOTE: Paddle's kernel fills a 0-d output with 1 (even for NaN)
+        return jnp.ones_like(x)  # NOTE: Paddle's kernel fills a 0-d output with 1 (even for NaN)
     return jax.nn.softmax(x, axis=axis)
 
 
 @lowering("pd_op.log_softmax", amp="black")
 def log_softmax(x, *, axis=-1):
     if x.ndim == 0:
-        return jnp.zeros_like(x)      # NOTE: as softmax: Paddle's 0-d log_softmax is 0
+        return jnp.zeros_like(x)  # NOTE: as softmax: Paddle's 0-d log_softmax is 0
     return jax.nn.log_softmax(x, axis=axis)
 
 
@@ -135,8 +136,14 @@ def temporal_shift(x, *, seg_num, shift_ratio=0.25, data_format="NCHW"):
 def _unfold(x, kernel_sizes, strides, paddings, dilations):
     top, left, bottom, right = paddings
     patches = lax.conv_general_dilated_patches(
-        x, tuple(kernel_sizes), tuple(strides), [(top, bottom), (left, right)], rhs_dilation=tuple(dilations),
-        dimension_numbers=("NCHW", "OIHW", "NCHW"), precision=lax.Precision.HIGHEST)
+        x,
+        tuple(kernel_sizes),
+        tuple(strides),
+        [(top, bottom), (left, right)],
+        rhs_dilation=tuple(dilations),
+        dimension_numbers=("NCHW", "OIHW", "NCHW"),
+        precision=lax.Precision.HIGHEST,
+    )
     n, ckk = patches.shape[:2]
     return patches.reshape(n, ckk, -1)
 

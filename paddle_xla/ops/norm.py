@@ -3,6 +3,7 @@
 Statistics Paddle returns beside the output (running/saved mean and variance) are not
 differentiable in Paddle, so they leave these lowerings through lax.stop_gradient.
 """
+
 from __future__ import annotations
 
 import jax
@@ -32,8 +33,9 @@ def _bcast(v, ndim, axis):
 
 
 # ---- batch norm -------------------------------------------------------------------------------
-def batch_norm_impl(x, mean, variance, scale, bias, is_test, momentum, epsilon, data_format, use_global_stats,
-                    trainable_statistics):
+def batch_norm_impl(
+    x, mean, variance, scale, bias, is_test, momentum, epsilon, data_format, use_global_stats, trainable_statistics
+):
     axis = _channel_axis(x, data_format)
     c = x.shape[axis]
     ct = compute_dtype(x)
@@ -83,10 +85,12 @@ declare("pd_op.sync_batch_norm_", where=__name__, amp="black")
 
 
 @lowering("pd_op.batch_norm_", "pd_op.batch_norm", ignore=_IGNORED, amp="black", layout="data_format")
-def batch_norm(x, mean, variance, scale, bias, *, is_test, momentum, epsilon, data_format, use_global_stats,
-               trainable_statistics):
-    return batch_norm_impl(x, mean, variance, scale, bias, is_test, momentum, epsilon, data_format,
-                           use_global_stats, trainable_statistics)
+def batch_norm(
+    x, mean, variance, scale, bias, *, is_test, momentum, epsilon, data_format, use_global_stats, trainable_statistics
+):
+    return batch_norm_impl(
+        x, mean, variance, scale, bias, is_test, momentum, epsilon, data_format, use_global_stats, trainable_statistics
+    )
 
 
 # ---- layer / group / instance norm ------------------------------------------------------------------
@@ -107,8 +111,7 @@ def layer_norm(x, scale, bias, *, epsilon, begin_norm_axis):
         y = y * scale.astype(ct).reshape(normed_shape)
     if bias is not None:
         y = y + bias.astype(ct).reshape(normed_shape)
-    return (y.astype(x.dtype), lax.stop_gradient(mean.reshape(left)),
-            lax.stop_gradient(var.reshape(left)))
+    return (y.astype(x.dtype), lax.stop_gradient(mean.reshape(left)), lax.stop_gradient(var.reshape(left)))
 
 
 @lowering("pd_op.group_norm", ignore=_IGNORED, amp="black")
@@ -158,12 +161,13 @@ def _p_norm_fwd_value(x, porder, axis, keepdim):
     if porder == 2:
         return jnp.sqrt(jnp.sum(x * x, axis=axis, keepdims=keepdim))
     p = jnp.asarray(porder, x.dtype)
-    return jnp.sum(ax ** p, axis=axis, keepdims=keepdim) ** (1 / p)
+    return jnp.sum(ax**p, axis=axis, keepdims=keepdim) ** (1 / p)
 
 
 def p_norm_impl(x, porder, axis, epsilon, keepdim):
     """Paddle's p_norm with Paddle's gradient: |x|^(p-1) sign(x) / (norm^(p-1) + eps), so a zero
     vector gets a zero gradient rather than NaN."""
+
     @jax.custom_vjp
     def f(x):
         return _p_norm_fwd_value(x, porder, axis, keepdim)
@@ -181,7 +185,7 @@ def p_norm_impl(x, porder, axis, epsilon, keepdim):
         if porder in (np.inf, -np.inf):
             return ((jnp.abs(x) == norm).astype(x.dtype) * jnp.sign(x) * g,)
         p1 = jnp.asarray(porder - 1.0, x.dtype)
-        dx = jnp.abs(x) ** p1 / (norm ** p1 + jnp.asarray(epsilon, x.dtype))
+        dx = jnp.abs(x) ** p1 / (norm**p1 + jnp.asarray(epsilon, x.dtype))
         return (dx * g * jnp.sign(x),)
 
     f.defvjp(fwd, bwd)

@@ -1,5 +1,6 @@
 """Order statistics along an axis: kthvalue, mode, median, nanmedian. Each also returns indices;
 the gradient flows to the chosen elements through a gather, as Paddle's kernels scatter it."""
+
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -13,7 +14,7 @@ def _to_last(x, axes):
     """Move `axes` to the end and merge them into one axis."""
     rest = [a for a in range(x.ndim) if a not in axes]
     moved = jnp.transpose(x, rest + list(axes))
-    return moved.reshape(moved.shape[:len(rest)] + (-1,))
+    return moved.reshape(moved.shape[: len(rest)] + (-1,))
 
 
 def _keep(out, x_ndim, axes, keepdim):

@@ -5,6 +5,7 @@ o*stride - pad_lo; only the low pad places windows, the high pad only adds outpu
 "inclusive" average divides by the window clipped to [-pad_lo, in + pad_lo), an exclusive one by the
 part inside the input. All window bounds are static, so divisors and indices are NumPy constants.
 """
+
 from __future__ import annotations
 
 import jax
@@ -35,8 +36,10 @@ def out_size(n, k, lo, hi, s, ceil_mode):
     span = n - k + lo + hi + (s - 1 if ceil_mode else 0)
     count = (span // s if span >= 0 else -(-span // s)) + 1
     if count < 0:
-        raise LoweringError(f"pooling a length-{n} dimension with kernel {k}, stride {s} and pads ({lo}, {hi}) "
-                            f"gives {count} outputs; Paddle refuses it too")
+        raise LoweringError(
+            f"pooling a length-{n} dimension with kernel {k}, stride {s} and pads ({lo}, {hi}) "
+            f"gives {count} outputs; Paddle refuses it too"
+        )
     return count
 
 
@@ -72,13 +75,37 @@ def window_bounds(n, k, s, lo, o_count, adaptive):
 
 
 # ---- max / avg / lp pooling -----------------------------------------------------------------
-def pool_nd(x, ksize, strides, paddings, ceil_mode, exclusive, data_format, pooling_type, global_pooling,
-            adaptive, padding_algorithm, norm_type=None):
+def pool_nd(
+    x,
+    ksize,
+    strides,
+    paddings,
+    ceil_mode,
+    exclusive,
+    data_format,
+    pooling_type,
+    global_pooling,
+    adaptive,
+    padding_algorithm,
+    norm_type=None,
+):
     if pooling_type == "avg" and x.dtype in (jnp.float16, jnp.bfloat16):
         # NOTE: Paddle sums half-precision windows in float32 (its MPType) and rounds the mean once;
         # a float16 sum of a few -6e4s would overflow to -inf first.
-        out = pool_nd(x.astype(jnp.float32), ksize, strides, paddings, ceil_mode, exclusive, data_format,
-                      pooling_type, global_pooling, adaptive, padding_algorithm, norm_type)
+        out = pool_nd(
+            x.astype(jnp.float32),
+            ksize,
+            strides,
+            paddings,
+            ceil_mode,
+            exclusive,
+            data_format,
+            pooling_type,
+            global_pooling,
+            adaptive,
+            padding_algorithm,
+            norm_type,
+        )
         return out.astype(x.dtype)
     axes = spatial_axes(x.ndim, data_format)
     sizes = [x.shape[a] for a in axes]
@@ -124,16 +151,38 @@ def _padded_windows(x, axes, ksize, strides, pads, counts, init):
 SHIFTED_POOL_TAPS = 16
 
 
-def shifted_max_pool(x, kernel_size, *, strides, paddings, ceil_mode, data_format, pooling_type, global_pooling,
-                     adaptive, padding_algorithm, **_exclusive) -> bool:
+def shifted_max_pool(
+    x,
+    kernel_size,
+    *,
+    strides,
+    paddings,
+    ceil_mode,
+    data_format,
+    pooling_type,
+    global_pooling,
+    adaptive,
+    padding_algorithm,
+    **_exclusive,
+) -> bool:
     """Whether pool2d(x, ...) is a small-window max pool that max_pool_by_shifts computes."""
     if pooling_type != "max" or adaptive or global_pooling or getattr(x, "ndim", 0) != 4:
         return False
     return dim_product(static_ints(kernel_size)) <= SHIFTED_POOL_TAPS
 
 
-def max_pool_by_shifts(x, kernel_size, *, strides, paddings, ceil_mode, data_format, padding_algorithm,
-                       global_pooling=False, **_other_attrs):
+def max_pool_by_shifts(
+    x,
+    kernel_size,
+    *,
+    strides,
+    paddings,
+    ceil_mode,
+    data_format,
+    padding_algorithm,
+    global_pooling=False,
+    **_other_attrs,
+):
     """pool2d's max pool as the elementwise maximum of one strided slice per tap, which XLA fuses into one
     loop with the op before it. Forward only: the maximum's gradient splits ties, Paddle's goes to
     the window's first maximum.
@@ -143,8 +192,7 @@ def max_pool_by_shifts(x, kernel_size, *, strides, paddings, ceil_mode, data_for
     axes = spatial_axes(x.ndim, data_format)
     sizes = [x.shape[a] for a in axes]
     strides = list(strides) if strides else [1] * len(axes)
-    ksize, pads = resolve(sizes, static_ints(kernel_size), strides, paddings, padding_algorithm, global_pooling,
-                          False)
+    ksize, pads = resolve(sizes, static_ints(kernel_size), strides, paddings, padding_algorithm, global_pooling, False)
     counts = [out_size(n, k, lo, hi, s, ceil_mode) for n, k, (lo, hi), s in zip(sizes, ksize, pads, strides)]
     padded, _, _ = _padded_windows(x, axes, ksize, strides, pads, counts, -jnp.inf)
     out = None
@@ -183,7 +231,7 @@ def adaptive_axis(x, axis, o, pooling_type, norm_type):
     idx = np.minimum(start[:, None] + np.arange(width)[None, :], n - 1)
     valid = (start[:, None] + np.arange(width)[None, :]) < end[:, None]
     g = jnp.take(x, idx.reshape(-1), axis=axis)
-    g = g.reshape(x.shape[:axis] + (o, width) + x.shape[axis + 1:])
+    g = g.reshape(x.shape[:axis] + (o, width) + x.shape[axis + 1 :])
     mask = valid.reshape((1,) * axis + (o, width) + (1,) * (x.ndim - axis - 1))
     if pooling_type == "max":
         return jnp.max(jnp.where(mask, g, -jnp.inf), axis=axis + 1)
@@ -195,24 +243,95 @@ def adaptive_axis(x, axis, o, pooling_type, norm_type):
 
 
 @lowering("pd_op.pool2d", ignore=_IGNORED, layout="data_format")
-def pool2d(x, kernel_size, *, strides, paddings, ceil_mode, exclusive, data_format, pooling_type,
-           global_pooling, adaptive, padding_algorithm):
-    return pool_nd(x, static_ints(kernel_size), strides, paddings, ceil_mode, exclusive, data_format, pooling_type,
-                   global_pooling, adaptive, padding_algorithm)
+def pool2d(
+    x,
+    kernel_size,
+    *,
+    strides,
+    paddings,
+    ceil_mode,
+    exclusive,
+    data_format,
+    pooling_type,
+    global_pooling,
+    adaptive,
+    padding_algorithm,
+):
+    return pool_nd(
+        x,
+        static_ints(kernel_size),
+        strides,
+        paddings,
+        ceil_mode,
+        exclusive,
+        data_format,
+        pooling_type,
+        global_pooling,
+        adaptive,
+        padding_algorithm,
+    )
 
 
 @lowering("pd_op.pool3d", ignore=_IGNORED)
-def pool3d(x, *, kernel_size, strides, paddings, ceil_mode, exclusive, data_format, pooling_type, global_pooling,
-           adaptive, padding_algorithm):
-    return pool_nd(x, kernel_size, strides, paddings, ceil_mode, exclusive, data_format, pooling_type,
-                   global_pooling, adaptive, padding_algorithm)
+def pool3d(
+    x,
+    *,
+    kernel_size,
+    strides,
+    paddings,
+    ceil_mode,
+    exclusive,
+    data_format,
+    pooling_type,
+    global_pooling,
+    adaptive,
+    padding_algorithm,
+):
+    return pool_nd(
+        x,
+        kernel_size,
+        strides,
+        paddings,
+        ceil_mode,
+        exclusive,
+        data_format,
+        pooling_type,
+        global_pooling,
+        adaptive,
+        padding_algorithm,
+    )
 
 
 @lowering("pd_op.lp_pool2d", ignore=_IGNORED)
-def lp_pool2d(x, *, kernel_size, strides, paddings, ceil_mode, exclusive, data_format, pooling_type,
-              global_pooling, adaptive, padding_algorithm, norm_type):
-    return pool_nd(x, kernel_size, strides, paddings, ceil_mode, exclusive, data_format, "lp", global_pooling,
-                   adaptive, padding_algorithm, norm_type)
+def lp_pool2d(
+    x,
+    *,
+    kernel_size,
+    strides,
+    paddings,
+    ceil_mode,
+    exclusive,
+    data_format,
+    pooling_type,
+    global_pooling,
+    adaptive,
+    padding_algorithm,
+    norm_type,
+):
+    return pool_nd(
+        x,
+        kernel_size,
+        strides,
+        paddings,
+        ceil_mode,
+        exclusive,
+        data_format,
+        "lp",
+        global_pooling,
+        adaptive,
+        padding_algorithm,
+        norm_type,
+    )
 
 
 # ---- max pooling that also returns the argmax (flat index in each input plane) -----------------
@@ -232,10 +351,14 @@ def max_pool_with_index(x, ksize, strides, paddings, global_pooling, adaptive, c
     if global_pooling:
         ksize, paddings = sizes, [0] * nd
     pads = [(0, 0)] * nd if adaptive else pad_pairs(paddings, nd)
-    counts = list(ksize) if adaptive else [
-        out_size(n, k, lo, hi, s, ceil_mode) for n, k, (lo, hi), s in zip(sizes, ksize, pads, strides)]
-    per_dim = [window_indices(n, k, s, lo, c, adaptive)
-               for n, k, s, (lo, _), c in zip(sizes, ksize, strides, pads, counts)]
+    counts = (
+        list(ksize)
+        if adaptive
+        else [out_size(n, k, lo, hi, s, ceil_mode) for n, k, (lo, hi), s in zip(sizes, ksize, pads, strides)]
+    )
+    per_dim = [
+        window_indices(n, k, s, lo, c, adaptive) for n, k, s, (lo, _), c in zip(sizes, ksize, strides, pads, counts)
+    ]
     return windowed_argmax(x, per_dim)
 
 
@@ -244,7 +367,7 @@ def windowed_argmax(x, per_dim):
     each spatial dim's (indices, valid) arrays of shape (outputs, window width)."""
     counts = tuple(ix.shape[0] for ix, _ in per_dim)
     idx, valid, flat = _window_grid(per_dim, x.shape[2:])
-    patches = x[(slice(None), slice(None)) + idx]             # N, C, o1..on, w1..wn
+    patches = x[(slice(None), slice(None)) + idx]  # N, C, o1..on, w1..wn
     patches = patches.reshape(x.shape[:2] + counts + (-1,))
     patches = jnp.where(valid.reshape(counts + (-1,)), patches, -jnp.inf)
     # NOTE: argmax takes the first maximum in scan order, as Paddle's kernel does; gathering the
@@ -253,7 +376,7 @@ def windowed_argmax(x, per_dim):
     out = jnp.take_along_axis(patches, arg, axis=-1)[..., 0]
     mask = jnp.take_along_axis(jnp.broadcast_to(flat.reshape(counts + (-1,)), patches.shape), arg, -1)[..., 0]
     # NOTE: a window that is all padding is Paddle's -FLT_MAX at index -1.
-    if isinstance(valid, np.ndarray):      # static windows (fractional pools' may be traced)
+    if isinstance(valid, np.ndarray):  # static windows (fractional pools' may be traced)
         widths = tuple(ix.shape[1] for ix, _ in per_dim)
         empty = ~np.broadcast_to(valid, counts + widths).reshape(counts + (-1,)).any(axis=-1)
         mask = jnp.where(empty, -1, mask) if empty.any() else mask

@@ -3,6 +3,7 @@
 They cannot match Paddle's numbers, only its distributions: tests/ops/test_random.py checks shapes,
 dtypes and sample statistics. A nonzero `seed` attribute pins the op to its own fixed stream, as a
 seeded Paddle op repeats its numbers on every run."""
+
 from __future__ import annotations
 
 import jax
@@ -10,7 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .registry import lowering
-from .util import dtype as jax_dtype, static_ints, static_scalar
+from .util import dtype as jax_dtype
+from .util import static_ints, static_scalar
 
 
 def _key(key, seed):
@@ -18,15 +20,13 @@ def _key(key, seed):
 
 
 def _scalar(v, dt):
-    return jnp.asarray(static_scalar(v) if isinstance(v, (np.ndarray, np.generic)) else v,
-                       dtype=dt).reshape(())
+    return jnp.asarray(static_scalar(v) if isinstance(v, (np.ndarray, np.generic)) else v, dtype=dt).reshape(())
 
 
 @lowering("pd_op.uniform", kind="random")
 def uniform(key, shape, low, high, *, dtype, seed=0):
     dt = jax_dtype(dtype)
-    return jax.random.uniform(_key(key, seed), tuple(static_ints(shape)), dt,
-                              _scalar(low, dt), _scalar(high, dt))
+    return jax.random.uniform(_key(key, seed), tuple(static_ints(shape)), dt, _scalar(low, dt), _scalar(high, dt))
 
 
 @lowering("pd_op.gaussian", kind="random")
@@ -40,8 +40,7 @@ def gaussian(key, shape, *, mean, std, seed=0, dtype):
 def truncated_gaussian_random(key, *, shape, mean, std, seed=0, a=-2.0, b=2.0, dtype="float32"):
     # NOTE: a and b bound the sample itself (not in units of std), as Paddle's kernel clamps it.
     dt = jax_dtype(dtype)
-    z = jax.random.truncated_normal(_key(key, seed), (a - mean) / std, (b - mean) / std,
-                                    tuple(shape), jnp.float32)
+    z = jax.random.truncated_normal(_key(key, seed), (a - mean) / std, (b - mean) / std, tuple(shape), jnp.float32)
     return jnp.clip(z * std + mean, a, b).astype(dt)
 
 

@@ -1,5 +1,6 @@
 """Reductions over axes: sum, mean, max, min, prod, all, any, logsumexp, argmax/argmin, and the
 Frobenius / squared L2 norms (p_norm lives with the normalisations in norm.py)."""
+
 from __future__ import annotations
 
 import jax
@@ -8,7 +9,8 @@ import numpy as np
 from jax import lax
 
 from .registry import lowering
-from .util import axis_list, dim_product, dtype as jax_dtype, is_static
+from .util import axis_list, dim_product, is_static
+from .util import dtype as jax_dtype
 
 
 def _axes(x, axis, reduce_all=False):
@@ -135,13 +137,11 @@ def squared_l2_norm(x):
     return jnp.sum(jnp.square(x)).reshape((1,))
 
 
-
 @lowering("pd_op.reduce_as")
 def reduce_as(x, target):
     """Sum x down to target's shape (the reverse of broadcasting)."""
     lead = x.ndim - target.ndim
-    axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(target.shape)
-                                      if d == 1 and x.shape[lead + i] != 1)
+    axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(target.shape) if d == 1 and x.shape[lead + i] != 1)
     return jnp.sum(x, axis=axes).reshape(target.shape)
 
 

@@ -11,11 +11,12 @@ The properties an op declares (`@lowering(..., amp=, layout=, draws_unless=, inp
 this registry (`ops_where`, `properties`): lowering/half.py's AMP lists, lowering/channels_last.py's
 NHWC classes, interpreter.draws_random and data_dependent.refusal. ops/ never imports lowering/.
 """
+
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 # NOTE: Paddle AMP O1's lists (paddle.static.amp.fp16_lists): white runs in half, black in float32,
 # gray (every other op) in the dtype its inputs already have.
@@ -32,11 +33,12 @@ LAYOUT_CLASSES = ("conv", "data_format", "unary", "binary", None)
 @dataclass(frozen=True)
 class Properties:
     """What an op declares besides its lowering. The defaults are what an op without a declaration gets."""
-    amp: str = "gray"                    # one of AMP_CLASSES
-    layout: str | None = None            # one of LAYOUT_CLASSES
-    draws_unless: str | None = None      # a random op draws no key when this attribute is true (is_test)
-    data_dependent: str | None = None    # why the op is refused and the way round it (no lowering on purpose)
-    inplace: bool = False                # these properties hold for the in-place twin name + "_" as well
+
+    amp: str = "gray"  # one of AMP_CLASSES
+    layout: str | None = None  # one of LAYOUT_CLASSES
+    draws_unless: str | None = None  # a random op draws no key when this attribute is true (is_test)
+    data_dependent: str | None = None  # why the op is refused and the way round it (no lowering on purpose)
+    inplace: bool = False  # these properties hold for the in-place twin name + "_" as well
 
     @property
     def random(self) -> bool:
@@ -50,10 +52,10 @@ DEFAULT = Properties()
 class Lowering(Properties):
     name: str = ""
     fn: Callable | None = None
-    kind: str = "plain"                  # "plain" | "random" | "control"
-    accepted: frozenset[str] = frozenset()   # attribute names the function takes
-    required: frozenset[str] = frozenset()   # attribute names without a default
-    ignored: frozenset[str] = frozenset()    # attributes known to carry no meaning for XLA
+    kind: str = "plain"  # "plain" | "random" | "control"
+    accepted: frozenset[str] = frozenset()  # attribute names the function takes
+    required: frozenset[str] = frozenset()  # attribute names without a default
+    ignored: frozenset[str] = frozenset()  # attributes known to carry no meaning for XLA
 
     @property
     def random(self) -> bool:
@@ -75,8 +77,9 @@ class Lowering(Properties):
 class Unlowered(Properties):
     """An op with properties and no lowering: refused on purpose (data_dependent), or named by a list
     Paddle keeps (AMP) without paddle_xla lowering it yet."""
+
     name: str = ""
-    where: str = ""                      # the module that declared it
+    where: str = ""  # the module that declared it
 
 
 REGISTRY: dict[str, Lowering] = {}
@@ -95,8 +98,10 @@ def _check_names(names, where, inplace) -> None:
         if name in REGISTRY:
             raise RuntimeError(f"{name} is lowered twice ({REGISTRY[name].fn.__module__} and {where})")
         if name in UNLOWERED:
-            raise RuntimeError(f"{name} is declared without a lowering in {UNLOWERED[name].where}; "
-                               f"move that declaration onto its lowering in {where}")
+            raise RuntimeError(
+                f"{name} is declared without a lowering in {UNLOWERED[name].where}; "
+                f"move that declaration onto its lowering in {where}"
+            )
         if inplace and (name + "_" in REGISTRY or name + "_" in UNLOWERED):
             raise RuntimeError(f"{name} declares inplace=True, but {name}_ has its own entry")
         twin = REGISTRY.get(name[:-1]) or UNLOWERED.get(name[:-1]) if name.endswith("_") else None
@@ -104,8 +109,15 @@ def _check_names(names, where, inplace) -> None:
             raise RuntimeError(f"{name[:-1]} declares inplace=True, so {name} has its own entry already")
 
 
-def lowering(*names: str, kind: str = "plain", ignore: tuple[str, ...] = (), amp: str = "gray",
-             layout: str | None = None, draws_unless: str | None = None, inplace: bool = False):
+def lowering(
+    *names: str,
+    kind: str = "plain",
+    ignore: tuple[str, ...] = (),
+    amp: str = "gray",
+    layout: str | None = None,
+    draws_unless: str | None = None,
+    inplace: bool = False,
+):
     """Register `fn` as the lowering of each Paddle op in `names`, with the op's properties.
 
     `ignore` lists attributes that only steer Paddle's own kernels (e.g. `use_cudnn`). `amp`: the op's
@@ -123,10 +135,20 @@ def lowering(*names: str, kind: str = "plain", ignore: tuple[str, ...] = (), amp
         accepted = frozenset(p.name for p in kw)
         required = frozenset(p.name for p in kw if p.default is p.empty)
         for name in names:
-            REGISTRY[name] = Lowering(amp=amp, layout=layout, draws_unless=draws_unless, inplace=inplace,
-                                      name=name, fn=fn, kind=kind, accepted=accepted, required=required,
-                                      ignored=frozenset(ignore))
+            REGISTRY[name] = Lowering(
+                amp=amp,
+                layout=layout,
+                draws_unless=draws_unless,
+                inplace=inplace,
+                name=name,
+                fn=fn,
+                kind=kind,
+                accepted=accepted,
+                required=required,
+                ignored=frozenset(ignore),
+            )
         return fn
+
     return register
 
 
@@ -165,7 +187,7 @@ def ops_where(**wanted) -> frozenset[str]:
     return frozenset(names)
 
 
-OWN = "paddle_xla."     # paddle_xla's own ops (decode_cache.py): only in programs it derives, never Paddle's
+OWN = "paddle_xla."  # paddle_xla's own ops (decode_cache.py): only in programs it derives, never Paddle's
 
 
 def supported_ops() -> list[str]:

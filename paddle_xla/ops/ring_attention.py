@@ -13,6 +13,7 @@ are taken in another order).
 
 Where the split does not apply (one device, a sequence the devices do not divide, keys of another
 length than the queries) the op computes the attention as the program wrote it. Paddle-free."""
+
 from __future__ import annotations
 
 import jax
@@ -29,8 +30,9 @@ def ring_attention(interp, op, env, q, k, v, *outer, axis, size, mesh, scores, e
     products = _Products(interp.half, jnp.result_type(q.dtype, k.dtype))
     # NOTE: keys and values of one batch row shared by every row (the model's repeat broadcast a batch of
     # 1 with its heads): each row gets them, and their gradients sum back over the rows
-    k, v = (jnp.broadcast_to(t, q.shape[:1] + t.shape[1:]) if t.ndim == q.ndim and t.shape[0] == 1 else t
-            for t in (k, v))
+    k, v = (
+        jnp.broadcast_to(t, q.shape[:1] + t.shape[1:]) if t.ndim == q.ndim and t.shape[0] == 1 else t for t in (k, v)
+    )
     length = q.shape[2] if q.ndim == 4 else 0
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         return _as_written(q, k, v, outer, epilogue, products)
@@ -40,9 +42,14 @@ def ring_attention(interp, op, env, q, k, v, *outer, axis, size, mesh, scores, e
     split = P(None, None, axis, None)
     specs = tuple(_outer_spec(x, length, axis) for x in outer)
     ring = _ring(axis, size, length, epilogue, products)
-    mapped = jax.shard_map(lambda q, k, v, *outer: ring(q, k, v, tuple(outer)),
-                           mesh=mesh if here.empty else here, in_specs=(split, split, split, *specs),
-                           out_specs=split, axis_names={axis}, check_vma=False)
+    mapped = jax.shard_map(
+        lambda q, k, v, *outer: ring(q, k, v, tuple(outer)),
+        mesh=mesh if here.empty else here,
+        in_specs=(split, split, split, *specs),
+        out_specs=split,
+        axis_names={axis},
+        check_vma=False,
+    )
     return mapped(q, k, v, *outer)
 
 
@@ -80,13 +87,13 @@ class _Products:
         out = self._dot(equation, split(a), split(b))
         return out.reshape((out.shape[0], h) + out.shape[3:]) if heads_out else out
 
-    def scores(self, q, k):                  # [B, H, T, D] x [B, KV, S, D] -> [B, H, T, S]
+    def scores(self, q, k):  # [B, H, T, D] x [B, KV, S, D] -> [B, H, T, S]
         return self._grouped("bkgqd,bksd->bkgqs", q, k, k.shape[1])
 
-    def values(self, p, v):                  # [B, H, T, S] x [B, KV, S, D] -> [B, H, T, D]
+    def values(self, p, v):  # [B, H, T, S] x [B, KV, S, D] -> [B, H, T, D]
         return self._grouped("bkgqs,bksd->bkgqd", p, v, v.shape[1])
 
-    def key_grad(self, ds, q, kv: int):      # [B, H, T, S] x [B, H, T, D] -> [B, KV, S, D], summed over groups
+    def key_grad(self, ds, q, kv: int):  # [B, H, T, S] x [B, H, T, D] -> [B, KV, S, D], summed over groups
         return self._grouped("bkgqs,bkgqd->bksd", ds, q, kv, heads_out=False)
 
 
@@ -99,6 +106,7 @@ def _epilogue(interp, op, scores: int, out: int):
         local = {scores: s, **dict(zip(names, outer))}
         interp.run_block(block, local)
         return local[out]
+
     return run
 
 
@@ -126,8 +134,10 @@ def _outer_spec(x, length: int, axis: str):
 
 def _key_block(outer, source, block: int, length: int):
     """Each operand's columns for the key block from device `source` (those with the keys' length)."""
-    return tuple(jax.lax.dynamic_slice_in_dim(x, source * block, block, axis=x.ndim - 1)
-                 if _by_key(x, length) else x for x in outer)
+    return tuple(
+        jax.lax.dynamic_slice_in_dim(x, source * block, block, axis=x.ndim - 1) if _by_key(x, length) else x
+        for x in outer
+    )
 
 
 def _by_key(x, length: int) -> bool:
@@ -176,7 +186,7 @@ def _ring(axis: str, n: int, length: int, epilogue, products):
         acc = lse.dtype
         d_out = d_out.astype(acc)
         rowdot = jnp.sum(d_out * out, -1, keepdims=True)
-        zeros = lambda x: jnp.zeros(x.shape, acc)       # noqa: E731
+        zeros = lambda x: jnp.zeros(x.shape, acc)  # noqa: E731
         d_outer = tuple(zeros(x) if _is_float(x) else None for x in outer)
 
         def step(j, carry):
@@ -194,8 +204,12 @@ def _ring(axis: str, n: int, length: int, epilogue, products):
             return dq, k, v, dk, dv, d_outer
 
         dq, _, _, dk, dv, d_outer = jax.lax.fori_loop(0, n, step, (zeros(q), k, v, zeros(k), zeros(v), d_outer))
-        return (dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype),
-                tuple(_cotangent(x, d) for x, d in zip(outer, d_outer)))
+        return (
+            dq.astype(q.dtype),
+            dk.astype(k.dtype),
+            dv.astype(v.dtype),
+            tuple(_cotangent(x, d) for x, d in zip(outer, d_outer)),
+        )
 
     @jax.custom_vjp
     def ring(q, k, v, outer):
@@ -228,4 +242,3 @@ def _cotangent(x, d):
     if d is None:
         return np.zeros(jnp.shape(x), jax.dtypes.float0)
     return d.astype(jnp.result_type(x))
-

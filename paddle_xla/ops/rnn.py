@@ -6,6 +6,7 @@ every (layer, direction)'s weight_ih, weight_hh in order, then every bias_ih, bi
 order; states are [L * D, B, H]. Gate order: LSTM i, f, g, o; GRU r, z, c with the reset gate applied
 after the hidden matmul (h_c * r), as in GRUCell.
 """
+
 from __future__ import annotations
 
 import jax
@@ -61,8 +62,23 @@ def _dropout(key, x, p):
 
 
 @lowering("pd_op.rnn", kind="random")
-def rnn(key, x, pre_state, weight_list, sequence_length=None, dropout_state_in=None, *, dropout_prob=0.0,
-        is_bidirec=False, input_size=None, hidden_size, num_layers=1, mode, seed=0, is_test=False):
+def rnn(
+    key,
+    x,
+    pre_state,
+    weight_list,
+    sequence_length=None,
+    dropout_state_in=None,
+    *,
+    dropout_prob=0.0,
+    is_bidirec=False,
+    input_size=None,
+    hidden_size,
+    num_layers=1,
+    mode,
+    seed=0,
+    is_test=False,
+):
     # NOTE: seed and the dropout state only drive Paddle's own generator; randomness comes from the key.
     cell = _cell(mode)
     dirs = 2 if is_bidirec else 1
@@ -71,8 +87,9 @@ def rnn(key, x, pre_state, weight_list, sequence_length=None, dropout_state_in=N
     c_all = pre_state[1] if mode == "LSTM" else jnp.zeros_like(h_all)
     t_len, batch = x.shape[:2]
     steps = jnp.arange(t_len)[:, None]
-    mask = (steps < sequence_length.reshape(1, batch)) if sequence_length is not None else \
-        jnp.ones((t_len, batch), bool)
+    mask = (
+        (steps < sequence_length.reshape(1, batch)) if sequence_length is not None else jnp.ones((t_len, batch), bool)
+    )
     layer_in, hs, cs = x, [], []
     for layer in range(num_layers):
         if layer > 0 and dropout_prob > 0 and not is_test:

@@ -2,6 +2,7 @@
 
 Every lowering here picks NumPy or jax.numpy by its inputs (`xp`): shape arithmetic
 (`shape64 -> slice -> stack -> reshape`) must stay NumPy so jit sees constants, not tracers."""
+
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -75,7 +76,7 @@ def flatten(x, *, start_axis=1, stop_axis=1):
     if not shape:
         return xp(x).reshape(x, (1,))
     start, stop = start_axis % len(shape), stop_axis % len(shape)
-    new = shape[:start] + (dim_product(shape[start:stop + 1]),) + shape[stop + 1:]
+    new = shape[:start] + (dim_product(shape[start : stop + 1]),) + shape[stop + 1 :]
     return xp(x).reshape(x, new)
 
 
@@ -206,6 +207,8 @@ def repeat_interleave_with_tensor_index(x, repeats, *, axis, output_size=-1):
     if xp(repeats) is np:
         return xp(x).repeat(x, np.asarray(repeats).reshape(-1), axis=ax)
     if output_size is None or output_size < 0:
-        raise ValueError("repeat_interleave with repeats computed from the inputs has a data-dependent "
-                         "shape; give output_size=, or make repeats a constant")
+        raise ValueError(
+            "repeat_interleave with repeats computed from the inputs has a data-dependent "
+            "shape; give output_size=, or make repeats a constant"
+        )
     return jnp.repeat(x, repeats.reshape(-1), axis=ax, total_repeat_length=output_size)

@@ -1,4 +1,5 @@
 """Matrix-shaped ops: triangles, diagonals, eye, and evenly spaced ranges (linspace, logspace)."""
+
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -6,7 +7,8 @@ import numpy as np
 from jax import lax
 
 from .registry import lowering
-from .util import dtype as jax_dtype, is_static, static_scalar, xp
+from .util import dtype as jax_dtype
+from .util import is_static, static_scalar, xp
 
 
 @lowering("pd_op.tril", "pd_op.tril_")

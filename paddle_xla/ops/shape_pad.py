@@ -1,4 +1,5 @@
 """Padding: pd_op.pad (constant, every dimension) and pd_op.pad3d (F.pad on 3-D/4-D/5-D input)."""
+
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -28,9 +29,8 @@ def pad(x, pad_value, *, paddings):
 @lowering("pd_op.pad3d")
 def pad3d(x, paddings, *, mode="constant", pad_value=0.0, data_format="NCDHW"):
     left, right, top, bottom, front, back = static_ints(paddings)
-    spatial = [(front, back), (top, bottom), (left, right)]            # D, H, W
-    pairs = ([(0, 0), (0, 0)] + spatial if data_format == "NCDHW"
-             else [(0, 0)] + spatial + [(0, 0)])
+    spatial = [(front, back), (top, bottom), (left, right)]  # D, H, W
+    pairs = [(0, 0), (0, 0)] + spatial if data_format == "NCDHW" else [(0, 0)] + spatial + [(0, 0)]
     if mode == "constant":
         return _constant_pad(x, pairs, pad_value)
     if mode not in _MODES:

@@ -1,6 +1,7 @@
 """Basic indexing: `x[1:3, ::2]` reads (slice, strided_slice) and `x[1:3] = v` writes (set_value).
 
 Reads of constants stay NumPy (`paddle.shape(x)[0]` is shape arithmetic)."""
+
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -39,8 +40,10 @@ def _positions(shape, starts, ends, steps, axes, decrease):
     dynamic = {}
     for k, a in enumerate(axes):
         if a % ndim not in {d % ndim for d in decrease} or steps[k] != 1:
-            raise ValueError("slice bounds computed from the inputs give a data-dependent shape; only a "
-                             "single index (x[i] with a tensor i) may be computed, not a range")
+            raise ValueError(
+                "slice bounds computed from the inputs give a data-dependent shape; only a "
+                "single index (x[i] with a tensor i) may be computed, not a range"
+            )
         dim = shape[a % ndim]
         dynamic[a % ndim] = jnp.where(starts[k] < 0, starts[k] + dim, starts[k])
     return (slice(None),) * ndim, dynamic
@@ -58,8 +61,7 @@ def slice_(x, starts, ends, *, axes, infer_flags=(), decrease_axis=()):
 @lowering("pd_op.strided_slice")
 def strided_slice(x, starts, ends, strides, *, axes):
     # NOTE: checked against Paddle over a grid of bounds and strides: Python slice semantics.
-    slices = [slice(s, e, st) for s, e, st in
-              zip(static_ints(starts), static_ints(ends), static_ints(strides))]
+    slices = [slice(s, e, st) for s, e, st in zip(static_ints(starts), static_ints(ends), static_ints(strides))]
     return x[_index(np.ndim(x), axes, slices)]
 
 
@@ -67,8 +69,7 @@ def strided_slice(x, starts, ends, strides, *, axes):
 def crop(x, shape, offsets):
     offs = static_ints(offsets) or [0] * np.ndim(x)
     sizes = static_ints(shape)
-    slices = [slice(o, np.shape(x)[i] if n == -1 else o + n)
-              for i, (o, n) in enumerate(zip(offs, sizes))]
+    slices = [slice(o, np.shape(x)[i] if n == -1 else o + n) for i, (o, n) in enumerate(zip(offs, sizes))]
     return x[_index(np.ndim(x), range(len(slices)), slices)]
 
 
@@ -96,11 +97,9 @@ def _fit(value, layout, slice_shape, m):
 def set_slices(x, value, starts, ends, steps, axes, decrease_axes, none_axes):
     shape = np.shape(x)
     idx, dynamic = _positions(shape, starts, ends, steps, axes, decrease_axes)
-    slice_shape = tuple(1 if i in dynamic else d
-                        for i, d in enumerate(np.empty(shape, dtype=np.bool_)[idx].shape))
+    slice_shape = tuple(1 if i in dynamic else d for i, d in enumerate(np.empty(shape, dtype=np.bool_)[idx].shape))
     m = xp(x, value) if not dynamic else jnp
-    value = _fit(m.asarray(value).astype(x.dtype), _value_layout(slice_shape, decrease_axes, none_axes),
-                 slice_shape, m)
+    value = _fit(m.asarray(value).astype(x.dtype), _value_layout(slice_shape, decrease_axes, none_axes), slice_shape, m)
     if m is np:
         out = np.array(x)
         out[idx] = value

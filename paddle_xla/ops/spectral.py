@@ -4,6 +4,7 @@
 Paddle's FFT ops carry numpy's `norm` ("backward", "ortho", "forward") and a `forward` flag; the
 inverse-direction variants (ihfft as r2c, hfft as c2r) are numpy's identities: a conjugate and the
 norm's direction swapped."""
+
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -18,7 +19,7 @@ def frame(x, *, frame_length, hop_length, axis=-1):
     """Overlapping frames: axis=-1: [..., L] -> [..., frame_length, n]; axis=0: [L, ...] -> [n, frame_length, ...]."""
     length = x.shape[-1] if axis == -1 else x.shape[0]
     n = 1 + (length - frame_length) // hop_length
-    idx = jnp.arange(frame_length)[:, None] + hop_length * jnp.arange(n)[None, :]   # [frame_length, n]
+    idx = jnp.arange(frame_length)[:, None] + hop_length * jnp.arange(n)[None, :]  # [frame_length, n]
     return x[..., idx] if axis == -1 else x[idx.T]
 
 
@@ -30,7 +31,7 @@ def fft_r2c(x, *, axes, normalization, forward, onesided):
         return full(x.astype(_complex(x.dtype)), axes=axes, norm=normalization)
     if forward:
         return jnp.fft.rfftn(x, axes=axes, norm=normalization)
-    return jnp.conj(jnp.fft.rfftn(x, axes=axes, norm=_SWAP[normalization]))       # ihfft
+    return jnp.conj(jnp.fft.rfftn(x, axes=axes, norm=_SWAP[normalization]))  # ihfft
 
 
 @lowering("pd_op.fft_c2c")
@@ -43,7 +44,7 @@ def fft_c2r(x, *, axes, normalization, forward, last_dim_size=0):
     axes = tuple(axes)
     last = last_dim_size or 2 * (x.shape[axes[-1]] - 1)
     sizes = [x.shape[a] for a in axes[:-1]] + [last]
-    if forward:                                                                       # hfft
+    if forward:  # hfft
         return jnp.fft.irfftn(jnp.conj(x), s=sizes, axes=axes, norm=_SWAP[normalization])
     return jnp.fft.irfftn(x, s=sizes, axes=axes, norm=normalization)
 

@@ -1,4 +1,5 @@
 """Elementwise math of one tensor: exponentials, logs, roots, trigonometry, special functions."""
+
 from __future__ import annotations
 
 import math
@@ -20,16 +21,29 @@ def _float_unary(name, fn, **declared):
     @lowering(name, **declared)
     def unary(x):
         return fn(_floating(x))
+
     unary.__name__ = name.split(".")[-1]
     return unary
 
 
 for _name, _fn in {
     "sqrt": jnp.sqrt,
-    "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan, "asin": jnp.arcsin, "acos": jnp.arccos,
-    "atan": jnp.arctan, "sinh": jnp.sinh, "cosh": jnp.cosh, "asinh": jnp.arcsinh,
-    "acosh": jnp.arccosh, "atanh": jnp.arctanh, "erf": lax.erf,
-    "i0": jsp.i0, "i0e": jsp.i0e, "i1": jsp.i1, "i1e": jsp.i1e,
+    "sin": jnp.sin,
+    "cos": jnp.cos,
+    "tan": jnp.tan,
+    "asin": jnp.arcsin,
+    "acos": jnp.arccos,
+    "atan": jnp.arctan,
+    "sinh": jnp.sinh,
+    "cosh": jnp.cosh,
+    "asinh": jnp.arcsinh,
+    "acosh": jnp.arccosh,
+    "atanh": jnp.arctanh,
+    "erf": lax.erf,
+    "i0": jsp.i0,
+    "i0e": jsp.i0e,
+    "i1": jsp.i1,
+    "i1e": jsp.i1e,
 }.items():
     _float_unary(f"pd_op.{_name}", _fn)
 
@@ -45,7 +59,7 @@ def _erfinv(x):
 def _erfinv_jvp(primals, tangents):
     (x,), (t,) = primals, tangents
     y = _erfinv(x)
-    return y, t * (math.sqrt(math.pi) / 2) * jnp.exp(y * y)     # Paddle's gradient: inf out there
+    return y, t * (math.sqrt(math.pi) / 2) * jnp.exp(y * y)  # Paddle's gradient: inf out there
 
 
 @jax.custom_jvp
@@ -54,8 +68,12 @@ def _digamma(x):
     return jnp.where(x == 0, -jnp.copysign(jnp.asarray(jnp.inf, x.dtype), x), lax.digamma(x))
 
 
-_digamma.defjvp(lambda primals, tangents: (_digamma(primals[0]), tangents[0] * lax.polygamma(
-    jnp.ones((), primals[0].dtype), primals[0])))
+_digamma.defjvp(
+    lambda primals, tangents: (
+        _digamma(primals[0]),
+        tangents[0] * lax.polygamma(jnp.ones((), primals[0].dtype), primals[0]),
+    )
+)
 
 
 @jax.custom_jvp
@@ -70,8 +88,14 @@ for _name, _fn in {"erfinv": _erfinv, "digamma": _digamma, "lgamma": _lgamma, "g
     _float_unary(f"pd_op.{_name}", _fn)
 # NOTE: in Paddle AMP's black list (they run in float32 under O1).
 for _name, _fn in {
-    "exp": jnp.exp, "expm1": jnp.expm1, "log": jnp.log, "log1p": jnp.log1p, "log2": jnp.log2,
-    "log10": jnp.log10, "rsqrt": lax.rsqrt, "reciprocal": jnp.reciprocal,
+    "exp": jnp.exp,
+    "expm1": jnp.expm1,
+    "log": jnp.log,
+    "log1p": jnp.log1p,
+    "log2": jnp.log2,
+    "log10": jnp.log10,
+    "rsqrt": lax.rsqrt,
+    "reciprocal": jnp.reciprocal,
 }.items():
     _float_unary(f"pd_op.{_name}", _fn, amp="black")
 _float_unary("pd_op.tanh", jnp.tanh, layout="unary")
@@ -80,7 +104,7 @@ _float_unary("pd_op.tanh", jnp.tanh, layout="unary")
 @lowering("pd_op.abs")
 def abs_(x):
     if not jnp.issubdtype(x.dtype, jnp.inexact) or jnp.issubdtype(x.dtype, jnp.complexfloating):
-        return jnp.abs(x)                     # a complex input gives its magnitude, as Paddle's does
+        return jnp.abs(x)  # a complex input gives its magnitude, as Paddle's does
     # NOTE: d|x|/dx at 0 is 0 in Paddle (sign(x)); jnp.abs's is 1 there.
     return jnp.where(x > 0, x, jnp.where(x < 0, -x, lax.stop_gradient(jnp.abs(x))))
 

@@ -1,4 +1,5 @@
 """Small helpers shared by the lowerings."""
+
 from __future__ import annotations
 
 import jax
@@ -6,9 +7,18 @@ import jax.numpy as jnp
 import numpy as np
 
 _DTYPES = {
-    "float32": jnp.float32, "float64": jnp.float64, "float16": jnp.float16, "bfloat16": jnp.bfloat16,
-    "int8": jnp.int8, "int16": jnp.int16, "int32": jnp.int32, "int64": jnp.int64, "uint8": jnp.uint8,
-    "bool": jnp.bool_, "complex64": jnp.complex64, "complex128": jnp.complex128,
+    "float32": jnp.float32,
+    "float64": jnp.float64,
+    "float16": jnp.float16,
+    "bfloat16": jnp.bfloat16,
+    "int8": jnp.int8,
+    "int16": jnp.int16,
+    "int32": jnp.int32,
+    "int64": jnp.int64,
+    "uint8": jnp.uint8,
+    "bool": jnp.bool_,
+    "complex64": jnp.complex64,
+    "complex128": jnp.complex128,
 }
 
 
@@ -94,8 +104,10 @@ def static_ints(x) -> list[int]:
     if is_symbol(x):
         return [x]
     if not is_static(x):
-        raise ValueError("this operand must be known before running (a constant or a shape), "
-                         "but it is computed from the inputs' values")
+        raise ValueError(
+            "this operand must be known before running (a constant or a shape), "
+            "but it is computed from the inputs' values"
+        )
     return [v if is_symbol(v) else int(v) for v in np.asarray(x).reshape(-1)]
 
 

@@ -1,10 +1,12 @@
 """What the per-device step functions share: the stages, how weights are packed, the precision and
 recomputation choices. Built on the host once per input shape; read inside shard_map. Built by keyword
 only (14 fields, several of the same type: a positional slip would go unnoticed)."""
+
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -18,20 +20,20 @@ from .program import SubProgram, run
 @dataclass(frozen=True, kw_only=True)
 class Context:
     graph: Graph
-    subs: tuple[SubProgram, ...]          # one per stage
-    params: tuple[Packing, ...]            # per stage: its trainable weights
-    buffers: tuple[Packing, ...]           # per stage: its buffers
-    opt: tuple[Packing, ...]               # per stage: its optimizer state
-    widths: Mapping[str, Mapping[str, int]]   # "params" | "buffers" | "opt" | "box" -> dtype -> width
-    sends: tuple[Packing, ...]             # boundary k -> k+1
+    subs: tuple[SubProgram, ...]  # one per stage
+    params: tuple[Packing, ...]  # per stage: its trainable weights
+    buffers: tuple[Packing, ...]  # per stage: its buffers
+    opt: tuple[Packing, ...]  # per stage: its optimizer state
+    widths: Mapping[str, Mapping[str, int]]  # "params" | "buffers" | "opt" | "box" -> dtype -> width
+    sends: tuple[Packing, ...]  # boundary k -> k+1
     replicas: int
     stages: int
     micro_batches: int
-    loss_weight: float                    # 1/groups for a mean loss, 1 for a sum
+    loss_weight: float  # 1/groups for a mean loss, 1 for a sum
     interpreter: InterpreterFactory
     recompute: str | None
-    weights_in: Callable | None = None    # P as this device holds it -> P as the program reads it (sharding=3)
-    feeds_in: Callable | None = None      # a micro-batch's feeds -> the same, split along the sequence
+    weights_in: Callable | None = None  # P as this device holds it -> P as the program reads it (sharding=3)
+    feeds_in: Callable | None = None  # a micro-batch's feeds -> the same, split along the sequence
 
     @property
     def groups(self) -> int:
@@ -82,15 +84,24 @@ def axis_index(ctx: Context, axis: str):
     return jax.lax.axis_index(axis) if ctx.size(axis) > 1 else jnp.int32(0)
 
 
-def stage_forward(ctx: Context, s: int, P: Mapping, Sh: Mapping, B: Mapping, feeds: Mapping, key,
-                  received: Sequence = ()) -> tuple[list, dict]:
+def stage_forward(
+    ctx: Context, s: int, P: Mapping, Sh: Mapping, B: Mapping, feeds: Mapping, key, received: Sequence = ()
+) -> tuple[list, dict]:
     """Stage s on one micro-batch: (its outputs, its buffers packed after the update)."""
     old = ctx.buffers[s].unpack(B)
     weights = {**ctx.params[s].unpack(P), **Sh, **old}
     if ctx.feeds_in is not None:
         feeds = ctx.feeds_in(feeds)
-    outs, new = run(ctx.graph, ctx.subs[s], weights, feeds, received, key,
-                    interpreter=ctx.interpreter, remat_layers=ctx.recompute == "layer")
+    outs, new = run(
+        ctx.graph,
+        ctx.subs[s],
+        weights,
+        feeds,
+        received,
+        key,
+        interpreter=ctx.interpreter,
+        remat_layers=ctx.recompute == "layer",
+    )
     return outs, ctx.buffers[s].pack({**old, **new}, ctx.widths["buffers"])
 
 
@@ -112,6 +123,7 @@ def zeros_of(templates):
 
 def loss_of(fetch) -> jax.Array:
     from ..train.step import loss_value
+
     return loss_value(fetch)
 
 

@@ -10,6 +10,7 @@ BatchNorm in train mode normalises each micro-batch with its own statistics, as 
 replica; the running statistics written back are the mean of each group's update from the step's
 starting values. A layout therefore depends only on the number of groups: replicas=4 with
 micro_batches=2 computes what one device computes with micro_batches=8."""
+
 from __future__ import annotations
 
 import jax
@@ -17,7 +18,7 @@ import jax.numpy as jnp
 
 from .context import Context, loss_of, scan, stage_forward, zeros_like_tree
 
-GATHERED = "px_gathered_weight"     # checkpoint_name of a weight gathered from its sharding=3 slices
+GATHERED = "px_gathered_weight"  # checkpoint_name of a weight gathered from its sharding=3 slices
 
 
 def accumulate(ctx: Context, P, Sh, B, feeds, keys, scale):
@@ -38,8 +39,9 @@ def accumulate(ctx: Context, P, Sh, B, feeds, keys, scale):
         loss_fn = jax.checkpoint(loss_fn, prevent_cse=False)
     if ctx.weights_in is not None:
         # NOTE: the gathered weights are not kept for the backward pass; it gathers them again (FSDP).
-        loss_fn = jax.checkpoint(loss_fn, prevent_cse=False,
-                                 policy=jax.checkpoint_policies.save_anything_except_these_names(GATHERED))
+        loss_fn = jax.checkpoint(
+            loss_fn, prevent_cse=False, policy=jax.checkpoint_policies.save_anything_except_these_names(GATHERED)
+        )
     grad = jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)
 
     def micro(carry, xs):
@@ -60,5 +62,4 @@ def add_buffers(acc, new):
 
 
 def mean_buffers(total, n: int):
-    return {dt: x / jnp.asarray(n, x.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x
-            for dt, x in total.items()}
+    return {dt: x / jnp.asarray(n, x.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x for dt, x in total.items()}

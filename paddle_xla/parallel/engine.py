@@ -7,36 +7,37 @@ Per step and device: forward/backward over the replica's micro-batches in the St
 schedule, one all-reduce of the gradients over replicas, loss unscaling and the finite check, then
 the optimizer on the device's stage (update.apply). Weights, buffers and optimizer state stay packed
 and sharded on the devices between calls (state.PackedView shows them to the host). Paddle-free."""
+
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from dataclasses import replace
-
 from .. import x64
+from ..errors import StrategyError
 from ..graph import Graph
 from ..lowering.lower import interpreter_factory
 from ..lowering.policy import LoweringPolicy
 from ..strategy import Strategy
 from ..train import optim
-from ..errors import StrategyError
 from ..train.precision import ScalerConfig, scaler_init, scaler_update
 from ..train.reduction import loss_reduction
-from . import profile, stages as stages_lib, update
-from .context import Context, axis_index, group_keys, pmean, pmin, psum, scan
-from .mesh import make_mesh, put as mesh_put, sharding, to_host
-from .pack import SPLIT, Packing, dtype_of, split_dim, stack, tensor_spec, widths
 from ..train.step import STEP_COMPILER_OPTIONS
-from . import pipeline, pipeline_1f1b
+from . import pipeline, pipeline_1f1b, profile, update
+from . import stages as stages_lib
+from .context import Context, axis_index, group_keys, pmean, pmin, psum, scan
+from .mesh import make_mesh, sharding, to_host
+from .mesh import put as mesh_put
+from .pack import SPLIT, Packing, dtype_of, split_dim, stack, tensor_spec, widths
 from .placement import Placement
-from .tensor_interpreter import whole_before_split
 from .state import PackedView
+from .tensor_interpreter import whole_before_split
 
 
 def reduction_for(graph: Graph, strategy: Strategy) -> str:
@@ -52,18 +53,21 @@ def reduction_for(graph: Graph, strategy: Strategy) -> str:
         f"This Strategy splits each batch into {strategy.groups} groups (replicas x micro_batches), and paddle_xla "
         f"cannot tell whether the loss is a mean or a sum over the batch: reading it back from the output, it "
         f"stops at {where}. Say which: Strategy(loss_reduction='mean') averages the groups' losses and gradients, "
-        "loss_reduction='sum' adds them.")
+        "loss_reduction='sum' adds them."
+    )
 
 
 @dataclass(frozen=True)
 class Schedule:
-    run: Any                                   # (ctx, P, Sh, B, feeds, keys, scale, templates) -> gpipe's tuple
-    bubble_fraction: Any                       # (stages, micro_batches) -> float
+    run: Any  # (ctx, P, Sh, B, feeds, keys, scale, templates) -> gpipe's tuple
+    bubble_fraction: Any  # (stages, micro_batches) -> float
 
 
 # NOTE: Strategy.schedule -> its pipeline; strategy.SCHEDULES lists the same names.
-SCHEDULES = {"gpipe": Schedule(pipeline.gpipe, pipeline.bubble_fraction),
-             "1f1b": Schedule(pipeline_1f1b.one_f_one_b, pipeline_1f1b.bubble_fraction)}
+SCHEDULES = {
+    "gpipe": Schedule(pipeline.gpipe, pipeline.bubble_fraction),
+    "1f1b": Schedule(pipeline_1f1b.one_f_one_b, pipeline_1f1b.bubble_fraction),
+}
 
 
 @dataclass
@@ -81,15 +85,19 @@ class EngineBase:
     """What both SPMD engines share: the mesh, how group losses combine, the fp16 loss scaler, one
     compiled program per input shape, and the call that runs `steps_per_call` steps."""
 
-    def __init__(self, graph: Graph, config: optim.OptimizerConfig, strategy: Strategy,
-                 placement: Placement | None = None):
+    def __init__(
+        self, graph: Graph, config: optim.OptimizerConfig, strategy: Strategy, placement: Placement | None = None
+    ):
         self.graph, self.config, self.strategy = graph, config, strategy
         self.placement = placement
         self.mesh = make_mesh(strategy)
         self.reduction = reduction_for(graph, strategy)
         ls = strategy.loss_scale
-        self.scaler_cfg = ScalerConfig(ls.init, ls.growth_factor, ls.backoff_factor, ls.growth_interval,
-                                       ls.dynamic) if ls is not None else None
+        self.scaler_cfg = (
+            ScalerConfig(ls.init, ls.growth_factor, ls.backoff_factor, ls.growth_interval, ls.dynamic)
+            if ls is not None
+            else None
+        )
         self.scaler = {k: mesh_put(v, sharding(self.mesh)) for k, v in scaler_init(self.scaler_cfg).items()}
         self._layouts(strategy.replicas)
         self._compiled: dict[tuple, Any] = {}
@@ -141,8 +149,10 @@ class EngineBase:
 
     def set_scaler_state(self, state: Mapping[str, float | int]) -> None:
         """Restore what scaler_state returned; every field keeps its dtype and placement."""
-        self.scaler = {k: mesh_put(np.asarray(state[k], dtype=np.asarray(to_host(v)).dtype), sharding(self.mesh))
-                       for k, v in self.scaler.items()}
+        self.scaler = {
+            k: mesh_put(np.asarray(state[k], dtype=np.asarray(to_host(v)).dtype), sharding(self.mesh))
+            for k, v in self.scaler.items()
+        }
 
     def bubble_fraction(self) -> float:
         return SCHEDULES[self.strategy.schedule].bubble_fraction(self.strategy.stages, self.strategy.micro_batches)
@@ -152,8 +162,14 @@ class EngineBase:
 class Engine(EngineBase):
     """Pipelines: stages > 1, each stage's weights, buffers and optimizer state packed per dtype."""
 
-    def __init__(self, graph: Graph, config: optim.OptimizerConfig, strategy: Strategy,
-                 placement: Placement | None = None, tensor_plan=None):
+    def __init__(
+        self,
+        graph: Graph,
+        config: optim.OptimizerConfig,
+        strategy: Strategy,
+        placement: Placement | None = None,
+        tensor_plan=None,
+    ):
         self.own = stages_lib.ownership(graph, placement)
         self.configs = update.stage_configs(config, self.own.trainable, self.own.shared)
         self.zero = strategy.shard_optimizer_state
@@ -166,8 +182,9 @@ class Engine(EngineBase):
     # ---- packing ------------------------------------------------------------------------------
     def _layouts(self, R: int):
         shapes = {p.name: jax.ShapeDtypeStruct(tuple(p.shape), p.dtype) for p in self.graph.params}
-        opt_tpl = jax.eval_shape(lambda ps: optim.init_state(self.config, ps),
-                                 {n: shapes[n] for n in self.config.trainable()})
+        opt_tpl = jax.eval_shape(
+            lambda ps: optim.init_state(self.config, ps), {n: shapes[n] for n in self.config.trainable()}
+        )
         opt_names = [tuple(n for n in names if n in opt_tpl) for names in self.own.trainable]
         T = self.strategy.tensor
         split = dict(split_dims=self.tdim, tensor=T, constrain=self._constrain) if self.tdim else {}
@@ -175,11 +192,15 @@ class Engine(EngineBase):
         self.buffer_layouts = tuple(Packing.of({n: shapes[n] for n in names}) for names in self.own.buffers)
         self.opt_layouts = tuple(Packing.of({n: opt_tpl[n] for n in names}, **split) for names in opt_names)
         self.opt_shared = tuple(n for n in self.own.shared if n in opt_tpl)
-        self.widths = {"params": widths(self.param_layouts), "buffers": widths(self.buffer_layouts),
-                       "opt": widths(self.opt_layouts, R if self.zero else 1)}
+        self.widths = {
+            "params": widths(self.param_layouts),
+            "buffers": widths(self.buffer_layouts),
+            "opt": widths(self.opt_layouts, R if self.zero else 1),
+        }
         self.shared_specs = {n: self._tensor_spec(n, shapes[n].shape) for n in self.own.shared}
-        self.opt_shared_specs = {n: {acc: self._tensor_spec(n, leaf.shape) for acc, leaf in opt_tpl[n].items()}
-                                 for n in self.opt_shared}
+        self.opt_shared_specs = {
+            n: {acc: self._tensor_spec(n, leaf.shape) for acc, leaf in opt_tpl[n].items()} for n in self.opt_shared
+        }
 
     def _tensor_spec(self, name: str, shape: tuple) -> P:
         """A whole (unpacked) weight's spec: "tensor" on its split dimension, if the plan splits it."""
@@ -212,15 +233,24 @@ class Engine(EngineBase):
             return {key: mesh_put(x, at(self._spec(kind, key))) for key, x in packed.items()}
 
         shared = {n: mesh_put(x, at(self.shared_specs[n])) for n, x in _pick(params, own.shared).items()}
-        opt_shared = {n: {acc: mesh_put(x, at(self.opt_shared_specs[n][acc])) for acc, x in accs.items()}
-                      for n, accs in _pick(opt_state, self.opt_shared).items()}
-        return (arrange("P", self.param_layouts, params, own.trainable), shared,
-                arrange("B", self.buffer_layouts, buffers, own.buffers),
-                arrange("O", self.opt_layouts, opt_state, opt_names), opt_shared)
+        opt_shared = {
+            n: {acc: mesh_put(x, at(self.opt_shared_specs[n][acc])) for acc, x in accs.items()}
+            for n, accs in _pick(opt_state, self.opt_shared).items()
+        }
+        return (
+            arrange("P", self.param_layouts, params, own.trainable),
+            shared,
+            arrange("B", self.buffer_layouts, buffers, own.buffers),
+            arrange("O", self.opt_layouts, opt_state, opt_names),
+            opt_shared,
+        )
 
     def views(self, P_, Sh, B, O, Osh):
-        return (PackedView(P_, self.param_layouts, Sh, self), PackedView(B, self.buffer_layouts, {}, self),
-                PackedView(O, self.opt_layouts, Osh, self))
+        return (
+            PackedView(P_, self.param_layouts, Sh, self),
+            PackedView(B, self.buffer_layouts, {}, self),
+            PackedView(O, self.opt_layouts, Osh, self),
+        )
 
     # ---- compiling --------------------------------------------------------------------------------
     def _context(self, feeds: Mapping[str, np.ndarray]) -> tuple[Context, tuple]:
@@ -231,17 +261,27 @@ class Engine(EngineBase):
         if self.tdim:
             interp = whole_before_split(interp, self.mesh)
         weight = 1.0 / st.groups if self.reduction == "mean" else 1.0
-        micro = {n: jax.ShapeDtypeStruct((x.shape[1] // st.groups,) + x.shape[2:], x.dtype)
-                 for n, x in feeds.items()}
+        micro = {n: jax.ShapeDtypeStruct((x.shape[1] // st.groups,) + x.shape[2:], x.dtype) for n, x in feeds.items()}
         shapes = {p.name: jax.ShapeDtypeStruct(tuple(p.shape), p.dtype) for p in self.graph.params}
         values = profile.trace_values(self.graph, shapes, micro, interp)
         info = stages_lib.build(self.graph, self.placement, values)
         self.stage_info[_signature(feeds)] = info
         templates = tuple(_template(values[f.value]) for f in self.graph.fetches[1:])
-        ctx = Context(graph=self.graph, subs=info.subs, params=self.param_layouts, buffers=self.buffer_layouts,
-                      opt=self.opt_layouts, widths={**self.widths, "box": dict(info.box)}, sends=info.sends,
-                      replicas=st.replicas, stages=st.stages, micro_batches=st.micro_batches, loss_weight=weight,
-                      interpreter=interp, recompute=st.recompute)
+        ctx = Context(
+            graph=self.graph,
+            subs=info.subs,
+            params=self.param_layouts,
+            buffers=self.buffer_layouts,
+            opt=self.opt_layouts,
+            widths={**self.widths, "box": dict(info.box)},
+            sends=info.sends,
+            replicas=st.replicas,
+            stages=st.stages,
+            micro_batches=st.micro_batches,
+            loss_weight=weight,
+            interpreter=interp,
+            recompute=st.recompute,
+        )
         return ctx, templates
 
     def _body(self, ctx: Context, templates):
@@ -260,15 +300,17 @@ class Engine(EngineBase):
             gP = psum(ctx, gP, "replica")
             gSh = psum(ctx, gSh, ("replica", "stage"))
             loss = psum(ctx, loss, ("replica", "stage"))
-            newB = {dt: pmean(ctx, x, "replica") if jnp.issubdtype(x.dtype, jnp.floating) else x
-                    for dt, x in newB.items()}
+            newB = {
+                dt: pmean(ctx, x, "replica") if jnp.issubdtype(x.dtype, jnp.floating) else x for dt, x in newB.items()
+            }
             inv = 1.0 / scale
             gP, gSh = jax.tree.map(lambda g: g * inv.astype(g.dtype), (gP, gSh))
             ok = jnp.isfinite(loss) & update.finite(gP, gSh)
             ok = pmin(ctx, ok.astype(jnp.int32), ("replica", "stage")) > 0
             go = ok & ~stopped
-            nP, nSh, nO, nOsh = update.apply(ctx, self.config, self.configs, self.own.shared,
-                                             P_, Sh, O, Osh, gP, gSh, lr, zero, go)
+            nP, nSh, nO, nOsh = update.apply(
+                ctx, self.config, self.configs, self.own.shared, P_, Sh, O, Osh, gP, gSh, lr, zero, go
+            )
             new = update.select(go, (nP, nSh, newB, nO, nOsh), (P_, Sh, B, O, Osh))
             scaler = update.select(stopped, scaler, scaler_update(cfg, scaler, ok))
             stopped = stopped | (~ok & stop_on_nan)
@@ -293,8 +335,7 @@ class Engine(EngineBase):
         # explicit psums, as with pmap, so no implicit cross-device sums must be added. With a tensor
         # axis, only replicas and stages are manual: GSPMD splits each layer over "tensor" inside.
         manual = {"axis_names": {"replica", "stage"}} if self.strategy.tensor > 1 else {}
-        mapped = jax.shard_map(body, mesh=self.mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False,
-                               **manual)
+        mapped = jax.shard_map(body, mesh=self.mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False, **manual)
         # NOTE: XLA's CPU pipeline drops optimization barriers early (cse_barrier_expander): CSE would
         # merge jax.checkpoint's recomputation back into the forward pass (no memory saved), and the
         # optimizer's in-place moments (optim._select_early) would cost copies. The pass stays off.
@@ -306,8 +347,11 @@ class Engine(EngineBase):
         nbytes = lambda w: sum(n * np.dtype(dtype_of(dt)).itemsize for dt, n in w.items())  # noqa: E731
         size = {p.name: int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize for p in self.graph.params}
         shared = sum(size[n] // (self.strategy.tensor if self.shared_specs[n] != P() else 1) for n in self.own.shared)
-        return {"params": nbytes(self.widths["params"]) + shared, "buffers": nbytes(self.widths["buffers"]),
-                "optimizer": nbytes(self.widths["opt"]) // (self.strategy.replicas if self.zero else 1)}
+        return {
+            "params": nbytes(self.widths["params"]) + shared,
+            "buffers": nbytes(self.widths["buffers"]),
+            "optimizer": nbytes(self.widths["opt"]) // (self.strategy.replicas if self.zero else 1),
+        }
 
 
 def _pick(tree: Mapping, names) -> dict:
@@ -341,10 +385,12 @@ def sequence_split(feeds: Mapping[str, np.ndarray], sequence: int, first_dim: in
     """The feeds that splits_sequence splits; none is a StrategyError naming the shapes."""
     names = frozenset(n for n, x in feeds.items() if splits_sequence(x, sequence, first_dim))
     if not names:
-        shapes = {n: tuple(x.shape[first_dim - 1:]) for n, x in feeds.items()}
-        raise StrategyError(f"Strategy(sequence={sequence}) splits each input's dimension 1 (the sequence), but no "
-                            f"input has one that {sequence} divides: {shapes}. Pad the sequence to a multiple of "
-                            f"{sequence}, or lower sequence.")
+        shapes = {n: tuple(x.shape[first_dim - 1 :]) for n, x in feeds.items()}
+        raise StrategyError(
+            f"Strategy(sequence={sequence}) splits each input's dimension 1 (the sequence), but no "
+            f"input has one that {sequence} divides: {shapes}. Pad the sequence to a multiple of "
+            f"{sequence}, or lower sequence."
+        )
     return names
 
 
@@ -361,5 +407,9 @@ def compiled_step(engine: Engine, params, buffers, opt_state, feeds: Mapping[str
 def memory_analysis(engine: Engine, params, buffers, opt_state, feeds: Mapping[str, np.ndarray]) -> dict:
     """XLA's compiled memory analysis of one call (bytes per device): arguments, outputs, temporaries."""
     m = compiled_step(engine, params, buffers, opt_state, feeds).memory_analysis()
-    return {"argument_bytes": int(m.argument_size_in_bytes), "output_bytes": int(m.output_size_in_bytes),
-            "temp_bytes": int(m.temp_size_in_bytes), "generated_code_bytes": int(m.generated_code_size_in_bytes)}
+    return {
+        "argument_bytes": int(m.argument_size_in_bytes),
+        "output_bytes": int(m.output_size_in_bytes),
+        "temp_bytes": int(m.temp_size_in_bytes),
+        "generated_code_bytes": int(m.generated_code_size_in_bytes),
+    }

@@ -1,10 +1,11 @@
 """Reading a Graph as data flow: which values an op reads, which values are free of weights, and
 which top-level ops form a layer. Paddle-free; shared by placement, pipelines and recomputation."""
+
 from __future__ import annotations
 
 import re
 from collections import defaultdict
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from ..graph import Graph, Op, op_reads
 
@@ -71,8 +72,12 @@ def repeated_layers(scopes: Sequence[str]) -> set[str]:
         for d, part in enumerate(parts):
             parent = "/".join(parts[:d])
             siblings[(parent, _INDEX.match(part)["base"])].add(part)  # type: ignore[index]  # NOTE: matches any string
-    return {f"{parent}/{name}" if parent else name
-            for (parent, _), names in siblings.items() if len(names) > 1 for name in names}
+    return {
+        f"{parent}/{name}" if parent else name
+        for (parent, _), names in siblings.items()
+        if len(names) > 1
+        for name in names
+    }
 
 
 def layer_key(scope: str, layers: set[str]) -> str:
@@ -96,4 +101,3 @@ def layer_runs(ops: Sequence[Op]) -> list[tuple[str, list[int]]]:
         else:
             runs.append((key, [i]))
     return runs
-

@@ -11,13 +11,14 @@ binds when the script calls paddle.distributed.init_parallel_env(). JAX's coordi
 another port there, the same on every rank without talking: the one just past the block Paddle's
 launcher took for itself (the master, then one endpoint per rank, in ascending order from a free
 port), unless PADDLE_XLA_COORDINATOR_PORT names one."""
+
 from __future__ import annotations
 
 import contextlib
 import os
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 from ..errors import DistributedError
 
@@ -26,16 +27,16 @@ OFF = ("0", "off", "false", "no")
 
 @dataclass(frozen=True)
 class Group:
-    launcher: str                   # who set the environment, for messages
+    launcher: str  # who set the environment, for messages
     num_processes: int
     process_id: int
-    coordinator: str | None         # host:port of process 0; None: JAX's own cluster detection finds it
-    variables: Mapping[str, str] = field(default_factory=dict)   # what it was read from, for messages
+    coordinator: str | None  # host:port of process 0; None: JAX's own cluster detection finds it
+    variables: Mapping[str, str] = field(default_factory=dict)  # what it was read from, for messages
     local_device_ids: tuple[int, ...] | None = None
 
     @property
     def host(self) -> str:
-        assert self.coordinator is not None           # NOTE: asked only where one was given
+        assert self.coordinator is not None  # NOTE: asked only where one was given
         return self.coordinator.rsplit(":", 1)[0].strip("[]")
 
     @property
@@ -45,8 +46,10 @@ class Group:
 
     def describe(self) -> str:
         names = ", ".join(f"{k}={v}" for k, v in self.variables.items())
-        return (f"process {self.process_id} of {self.num_processes} (from {self.launcher}: {names}; "
-                f"coordinator {self.coordinator or 'found by jax.distributed'})")
+        return (
+            f"process {self.process_id} of {self.num_processes} (from {self.launcher}: {names}; "
+            f"coordinator {self.coordinator or 'found by jax.distributed'})"
+        )
 
 
 def detect(env: Mapping[str, str] = os.environ) -> Group | None:
@@ -66,8 +69,10 @@ def _int(env: Mapping[str, str], name: str, launcher: str) -> int:
     try:
         return int(env[name])
     except KeyError:
-        raise DistributedError(f"{launcher}'s environment has no {name}; every process of a job needs it "
-                               "(start the script through the launcher, or set it on each process).") from None
+        raise DistributedError(
+            f"{launcher}'s environment has no {name}; every process of a job needs it "
+            "(start the script through the launcher, or set it on each process)."
+        ) from None
     except ValueError:
         raise DistributedError(f"{name}={env[name]!r} is not a whole number (set by {launcher}).") from None
 
@@ -78,11 +83,14 @@ def _first(env: Mapping[str, str], *names: str) -> str | None:
 
 def _check(group: Group) -> None:
     if not 0 <= group.process_id < group.num_processes:
-        raise DistributedError(f"This process says it is rank {group.process_id} of {group.num_processes} "
-                               f"({group.describe()}); a rank runs from 0 to {group.num_processes - 1}.")
+        raise DistributedError(
+            f"This process says it is rank {group.process_id} of {group.num_processes} "
+            f"({group.describe()}); a rank runs from 0 to {group.num_processes - 1}."
+        )
     if group.coordinator is not None and ":" not in group.coordinator:
-        raise DistributedError(f"The coordinator address {group.coordinator!r} has no port ({group.describe()}); "
-                               "write it as host:port.")
+        raise DistributedError(
+            f"The coordinator address {group.coordinator!r} has no port ({group.describe()}); write it as host:port."
+        )
 
 
 def _override_port(env: Mapping[str, str], host: str, port: int) -> str:
@@ -95,8 +103,13 @@ def _paddle_xla(env):
         return None
     launcher = "PADDLE_XLA_* (paddle-xla launch)"
     names = ("PADDLE_XLA_COORDINATOR", "PADDLE_XLA_NUM_PROCESSES", "PADDLE_XLA_PROCESS_ID")
-    return Group(launcher, _int(env, names[1], launcher), _int(env, names[2], launcher), env[names[0]],
-                 {n: env.get(n, "") for n in names})
+    return Group(
+        launcher,
+        _int(env, names[1], launcher),
+        _int(env, names[2], launcher),
+        env[names[0]],
+        {n: env.get(n, "") for n in names},
+    )
 
 
 def _paddle_launch(env):
@@ -111,17 +124,25 @@ def _paddle_launch(env):
     endpoints = [e for e in env.get("PADDLE_TRAINER_ENDPOINTS", "").split(",") if e]
     master = env.get("PADDLE_MASTER") or (endpoints[0] if endpoints else None)
     if master is None:
-        raise DistributedError(f"{count}={n} says this is one of {n} processes, but neither PADDLE_MASTER nor "
-                               "PADDLE_TRAINER_ENDPOINTS says where process 0 is. Start the script with "
-                               "`python -m paddle.distributed.launch`, or set PADDLE_MASTER=host:port on every rank.")
+        raise DistributedError(
+            f"{count}={n} says this is one of {n} processes, but neither PADDLE_MASTER nor "
+            "PADDLE_TRAINER_ENDPOINTS says where process 0 is. Start the script with "
+            "`python -m paddle.distributed.launch`, or set PADDLE_MASTER=host:port on every rank."
+        )
     host, port = master.rsplit(":", 1)
     # NOTE: past Paddle's own block on node 0 (master, then one endpoint per rank of that node)
     port = int(port) + n + 1
     if port > 65535:
         port -= 2 * (n + 1)
     read = ("PADDLE_MASTER", "PADDLE_TRAINER_ENDPOINTS", rank, count, "PADDLE_NNODES")
-    return Group(launcher, n, _int(env, rank, launcher), _override_port(env, host, port),
-                 {k: env[k] for k in read if k in env}, _selected_devices(env))
+    return Group(
+        launcher,
+        n,
+        _int(env, rank, launcher),
+        _override_port(env, host, port),
+        {k: env[k] for k in read if k in env},
+        _selected_devices(env),
+    )
 
 
 def _selected_devices(env) -> tuple[int, ...] | None:
@@ -140,8 +161,13 @@ def _torchrun(env):
     n = _int(env, "WORLD_SIZE", launcher)
     read = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
     port = int(env.get("MASTER_PORT") or 29500)
-    return Group(launcher, n, _int(env, "RANK", launcher) if n > 1 else 0,
-                 _override_port(env, env["MASTER_ADDR"], port), {k: env[k] for k in read if k in env})
+    return Group(
+        launcher,
+        n,
+        _int(env, "RANK", launcher) if n > 1 else 0,
+        _override_port(env, env["MASTER_ADDR"], port),
+        {k: env[k] for k in read if k in env},
+    )
 
 
 def _slurm(env):
@@ -158,14 +184,19 @@ def _slurm(env):
     # in another library of the same job agrees
     port = int(env["SLURM_JOB_ID"]) % 4096 + 61440
     read = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID")
-    return Group(launcher, n, _int(env, "SLURM_PROCID", launcher),
-                 _override_port(env, _first_host(nodes), port), {k: env[k] for k in read if k in env})
+    return Group(
+        launcher,
+        n,
+        _int(env, "SLURM_PROCID", launcher),
+        _override_port(env, _first_host(nodes), port),
+        {k: env[k] for k in read if k in env},
+    )
 
 
 def _first_host(nodelist: str) -> str:
     """The first host of a SLURM node list: "gpu[003-005,9],cpu1" -> "gpu003"."""
     match = re.match(r"([^,\[]*)(?:\[([^\]]*)\])?", nodelist)
-    assert match is not None                          # NOTE: the pattern matches any string (maybe empty)
+    assert match is not None  # NOTE: the pattern matches any string (maybe empty)
     prefix, ranges = match.groups()
     return prefix if ranges is None else prefix + re.split(r"[,-]", ranges)[0]
 
@@ -178,8 +209,13 @@ def _open_mpi(env):
     if n <= 1:
         return Group(launcher, n, 0, None)
     read = ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_MCA_orte_hnp_uri")
-    return Group(launcher, n, _int(env, "OMPI_COMM_WORLD_RANK", launcher), _ompi_coordinator(env),
-                 {k: env[k] for k in read if k in env})
+    return Group(
+        launcher,
+        n,
+        _int(env, "OMPI_COMM_WORLD_RANK", launcher),
+        _ompi_coordinator(env),
+        {k: env[k] for k in read if k in env},
+    )
 
 
 def _ompi_coordinator(env) -> str:
@@ -188,9 +224,11 @@ def _ompi_coordinator(env) -> str:
     uri = env.get("OMPI_MCA_orte_hnp_uri") or env.get("PMIX_SERVER_URI2", "")
     found = re.search(r"tcp://(.+?)[,:]|tcp6://\[(.+?)[,\]]", uri)
     if found is None:
-        raise DistributedError(f"OMPI_COMM_WORLD_SIZE={env['OMPI_COMM_WORLD_SIZE']} says this is one of several "
-                               "processes, but OMPI_MCA_orte_hnp_uri does not say where mpirun runs. Set "
-                               "PADDLE_XLA_COORDINATOR=host:port on every process.")
+        raise DistributedError(
+            f"OMPI_COMM_WORLD_SIZE={env['OMPI_COMM_WORLD_SIZE']} says this is one of several "
+            "processes, but OMPI_MCA_orte_hnp_uri does not say where mpirun runs. Set "
+            "PADDLE_XLA_COORDINATOR=host:port on every process."
+        )
     port = int(uri.split(".", 1)[0]) // 4096 % 4096 + 61440 if uri.split(".", 1)[0].isdigit() else 61440
     return _override_port(env, next(g for g in found.groups() if g), port)
 
@@ -201,12 +239,23 @@ def _tpu_pod(env):
     if len(hosts) <= 1:
         return None
     launcher = "Cloud TPU (GKE)"
-    return Group(launcher, len(hosts), _int(env, "TPU_WORKER_ID", launcher), None,
-                 {k: env[k] for k in ("TPU_WORKER_HOSTNAMES", "TPU_WORKER_ID") if k in env})
+    return Group(
+        launcher,
+        len(hosts),
+        _int(env, "TPU_WORKER_ID", launcher),
+        None,
+        {k: env[k] for k in ("TPU_WORKER_HOSTNAMES", "TPU_WORKER_ID") if k in env},
+    )
 
 
 READERS: tuple[Callable[[Mapping[str, str]], Group | None], ...] = (
-    _paddle_xla, _paddle_launch, _slurm, _open_mpi, _torchrun, _tpu_pod)
+    _paddle_xla,
+    _paddle_launch,
+    _slurm,
+    _open_mpi,
+    _torchrun,
+    _tpu_pod,
+)
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ Environment (set by `launch`, or by hand on each host):
   PADDLE_XLA_PROCESS_ID   0 .. N-1                  PADDLE_XLA_CPU_DEVICES    virtual CPU devices each
 On CPU the processes talk through gloo (jax_cpu_collectives_implementation). Other launchers'
 variables (Paddle's own, SLURM, Open MPI, torchrun) are read by group.py and joined by join.py."""
+
 from __future__ import annotations
 
 import os
@@ -20,9 +21,11 @@ import sys
 import time
 from collections.abc import Sequence
 
+
 def initialize() -> bool:
     """Join the process group named by the environment; False (and nothing done) without one."""
     from .join import join_from_environment
+
     return join_from_environment() is not None
 
 
@@ -36,9 +39,15 @@ def child_env(rank: int, nproc: int, coordinator: str, cpu_devices: int | None) 
     # NOTE: Paddle's rank variables too, so that a script written for paddle.distributed.launch sees its
     # rank (dist.shard_tensor keeps this rank's slice; capture joins them). No endpoints: nothing of
     # Paddle's own communication is started.
-    env = dict(os.environ, PADDLE_XLA_COORDINATOR=coordinator, PADDLE_XLA_NUM_PROCESSES=str(nproc),
-               PADDLE_XLA_PROCESS_ID=str(rank), PADDLE_TRAINER_ID=str(rank), PADDLE_TRAINERS_NUM=str(nproc),
-               PADDLE_RANK_IN_NODE=str(rank))
+    env = dict(
+        os.environ,
+        PADDLE_XLA_COORDINATOR=coordinator,
+        PADDLE_XLA_NUM_PROCESSES=str(nproc),
+        PADDLE_XLA_PROCESS_ID=str(rank),
+        PADDLE_TRAINER_ID=str(rank),
+        PADDLE_TRAINERS_NUM=str(nproc),
+        PADDLE_RANK_IN_NODE=str(rank),
+    )
     if cpu_devices:
         flags = [f for f in env.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
         env["XLA_FLAGS"] = " ".join(flags + [f"--xla_force_host_platform_device_count={cpu_devices}"])
@@ -46,13 +55,24 @@ def child_env(rank: int, nproc: int, coordinator: str, cpu_devices: int | None) 
     return env
 
 
-def launch(script: str, args: Sequence[str] = (), nproc: int = 2, cpu_devices: int | None = None,
-           port: int | None = None, timeout: float | None = None) -> int:
+def launch(
+    script: str,
+    args: Sequence[str] = (),
+    nproc: int = 2,
+    cpu_devices: int | None = None,
+    port: int | None = None,
+    timeout: float | None = None,
+) -> int:
     """Run `script` in `nproc` processes on this host; the first failing exit code, else 0. When one
     process fails the others are stopped, since they would wait for it forever."""
     coordinator = f"127.0.0.1:{port or _free_port()}"
-    procs = [subprocess.Popen([sys.executable, "-m", "paddle_xla.parallel.launch", script, *args],
-                              env=child_env(rank, nproc, coordinator, cpu_devices)) for rank in range(nproc)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "paddle_xla.parallel.launch", script, *args],
+            env=child_env(rank, nproc, coordinator, cpu_devices),
+        )
+        for rank in range(nproc)
+    ]
     deadline = None if timeout is None else time.monotonic() + timeout
     code = 0
     try:

@@ -11,6 +11,7 @@ on purpose says "bye" first, one that fails in Python says "fail". Process 0 tel
 rank was lost, and each survivor prints that and ends (exit status 1) without waiting on anything.
 A checkpoint half-written at that moment is never the one read back (checkpoints are written to a
 temporary file and renamed). TCP keepalive covers a host that vanishes without closing anything."""
+
 from __future__ import annotations
 
 import atexit
@@ -27,18 +28,19 @@ LOST_EXIT_STATUS = 1
 
 
 class _State:
-    failing = False                    # this process is ending with an uncaught exception
-    verdict: str | None = None         # why this process is stopping, once a peer is lost
-    peers: dict[int, socket.socket] = {}   # process 0: rank -> connection; others: {0: connection}
-    last_error = ""                    # how the last connection ended, for the message
-    leaving = False                    # this process said goodbye: what its peers do now is not its concern
-    finished: list[socket.socket] = []   # process 0: connections of ranks that said goodbye
+    failing = False  # this process is ending with an uncaught exception
+    verdict: str | None = None  # why this process is stopping, once a peer is lost
+    peers: dict[int, socket.socket] = {}  # process 0: rank -> connection; others: {0: connection}
+    last_error = ""  # how the last connection ended, for the message
+    leaving = False  # this process said goodbye: what its peers do now is not its concern
+    finished: list[socket.socket] = []  # process 0: connections of ranks that said goodbye
 
 
 def watch(group) -> None:
     """Start watching the group (after jax.distributed.initialize); a no-op for one process."""
     import jax
     from jax._src import distributed
+
     n, rank = jax.process_count(), jax.process_index()
     if n <= 1:
         return
@@ -49,8 +51,11 @@ def watch(group) -> None:
         threading.Thread(target=_serve, args=(server, n), name="paddle_xla-liveness", daemon=True).start()
     else:
         port = int(client.blocking_key_value_get(KEY, 60_000))
-        host = (group.host if group is not None and group.coordinator else
-                distributed.global_state.coordinator_address.rsplit(":", 1)[0].strip("[]"))
+        host = (
+            group.host
+            if group is not None and group.coordinator
+            else distributed.global_state.coordinator_address.rsplit(":", 1)[0].strip("[]")
+        )
         conn = _keepalive(socket.create_connection((host, port), timeout=30))
         conn.settimeout(None)
         conn.sendall(f"hello {rank} {socket.gethostname()}\n".encode())
@@ -124,11 +129,13 @@ def _tell_others(message: str) -> None:
 
 def _stop(me: int, lost: int, host: str, failed: bool) -> None:
     import jax
+
     how = "failed with an error" if failed else "was lost (its process ended without finishing)"
     _State.verdict = (
         f"rank {lost} of {jax.process_count()} (on {host}) {how}. This process (rank {me}) stops now: its "
         f"collectives would wait for rank {lost} forever. Checkpoints are written atomically, so the last one "
-        "saved is complete; restart the whole job (every rank) to resume from it.")
+        "saved is complete; restart the whole job (every rank) to resume from it."
+    )
     seen = f" [{_State.last_error}]" if _State.last_error else ""
     print(f"paddle_xla: DistributedError: {_State.verdict}{seen}", file=sys.stderr, flush=True)
     os._exit(LOST_EXIT_STATUS)

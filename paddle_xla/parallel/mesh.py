@@ -7,11 +7,13 @@ split one layer (the chattiest collectives) sit next to each other in jax.device
 replica's stages, so on a multi-host run both stay within a host where they can. The axes are Auto (GSPMD
 places the tensor axis's collectives; jax.make_mesh's default, Explicit, would refuse sharding constraints
 inside a shard_map)."""
+
 from __future__ import annotations
 
 import jax
 import numpy as np
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from ..strategy import Strategy
 
@@ -20,7 +22,7 @@ AXES = ("replica", "stage", "sequence", "tensor")
 
 def make_mesh(strategy: Strategy, devices=None) -> Mesh:
     if devices is None:
-        strategy.check_devices()        # NOTE: a Strategy planned for another machine may ask for more
+        strategy.check_devices()  # NOTE: a Strategy planned for another machine may ask for more
     devices = list(devices if devices is not None else jax.devices())[: strategy.devices]
     grid = np.array(devices).reshape(strategy.replicas, strategy.stages, strategy.sequence, strategy.tensor)
     return Mesh(grid, AXES, axis_types=(AxisType.Auto,) * len(AXES))
@@ -48,4 +50,5 @@ def to_host(x) -> np.ndarray:
     if getattr(x, "is_fully_addressable", True) or x.is_fully_replicated:
         return np.asarray(x)
     from jax.experimental import multihost_utils
+
     return np.asarray(multihost_utils.process_allgather(x, tiled=True))

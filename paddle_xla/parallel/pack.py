@@ -10,15 +10,16 @@ key "<dtype>|tensor" holds a [T, width] array, row t the flattened slice t, so t
 array's first dimension over "tensor" leaves each device its own slices of every split weight of its
 stage (per-parameter shardings cannot survive packing otherwise). Unpacking turns the slices back
 into the whole weight along d, a reshape GSPMD keeps local."""
+
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 
 SPLIT = "|tensor"
 
@@ -44,18 +45,20 @@ def tensor_spec(ndim: int, d: int | None) -> tuple:
 @dataclass(frozen=True)
 class Packing:
     """Where each leaf of a pytree lives in the per-dtype flat vectors."""
+
     tree: Any
     shapes: tuple[tuple[int, ...], ...]
     dtypes: tuple[str, ...]
     offsets: tuple[int, ...]
-    sizes: Mapping[str, int]          # key -> elements used (per slice for a split key)
-    splits: tuple[int | None, ...] = ()   # per leaf: the tensor-split dimension, or None
+    sizes: Mapping[str, int]  # key -> elements used (per slice for a split key)
+    splits: tuple[int | None, ...] = ()  # per leaf: the tensor-split dimension, or None
     tensor: int = 1
     constrain: Callable | None = None  # (array, spec tuple) -> array: a sharding constraint, inside jit
 
     @staticmethod
-    def of(template, split_dims: Mapping[str, int] | None = None, tensor: int = 1,
-           constrain: Callable | None = None) -> "Packing":
+    def of(
+        template, split_dims: Mapping[str, int] | None = None, tensor: int = 1, constrain: Callable | None = None
+    ) -> Packing:
         """`split_dims`: top-level name -> dimension the tensor axis splits (leaves of that name whose
         rank reaches it and whose size there `tensor` divides; others, e.g. a scalar accumulator, stay whole)."""
         paths, tree = jax.tree_util.tree_flatten_with_path(template)
@@ -82,15 +85,20 @@ class Packing:
             x = xp.asarray(leaf).astype(self.dtypes[i])
             d = self.splits[i] if self.splits else None
             if d is None and xp is not np:
-                x = self._keep(x, ())   # NOTE: whole on every tensor device, gathered by group collectives
+                x = self._keep(x, ())  # NOTE: whole on every tensor device, gathered by group collectives
             parts[self._key(i)].append(xp.reshape(x, (-1,)) if d is None else self._slices(x, d, xp))
         out = {}
         for key, width in widths.items():
             lead = (self.tensor,) if key.endswith(SPLIT) else ()
             pad = width - self.sizes.get(key, 0)
             chunks = parts[key] + ([xp.zeros(lead + (pad,), dtype_of(key))] if pad else [])
-            out[key] = (xp.concatenate(chunks, axis=-1) if len(chunks) > 1 else chunks[0] if chunks
-                        else xp.zeros(lead + (0,), dtype_of(key)))
+            out[key] = (
+                xp.concatenate(chunks, axis=-1)
+                if len(chunks) > 1
+                else chunks[0]
+                if chunks
+                else xp.zeros(lead + (0,), dtype_of(key))
+            )
             if lead and xp is not np:
                 out[key] = self._keep(out[key], ("tensor", None))
         return out
@@ -101,16 +109,16 @@ class Packing:
             d = self.splits[i] if self.splits else None
             flat = flats[self._key(i)]
             if d is None:
-                leaf = flat[off:off + int(np.prod(shape))].reshape(shape)
+                leaf = flat[off : off + int(np.prod(shape))].reshape(shape)
                 leaves.append(self._keep(leaf, ()) if not isinstance(leaf, np.ndarray) else leaf)
             else:
-                leaves.append(self._whole(flat[:, off:off + int(np.prod(shape)) // self.tensor], shape, d))
+                leaves.append(self._whole(flat[:, off : off + int(np.prod(shape)) // self.tensor], shape, d))
         return jax.tree.unflatten(self.tree, leaves)
 
     # ---- a split leaf: its T slices along d <-> [T, elements per slice] ----
     def _slices(self, x, d: int, xp):
         T, shape = self.tensor, x.shape
-        x = xp.reshape(x, shape[:d] + (T, shape[d] // T) + shape[d + 1:])
+        x = xp.reshape(x, shape[:d] + (T, shape[d] // T) + shape[d + 1 :])
         x = xp.moveaxis(x, d, 0)
         return xp.reshape(x, (T, -1))
 
@@ -118,7 +126,7 @@ class Packing:
         T = self.tensor
         xp = np if isinstance(rows, np.ndarray) else jnp
         rows = self._keep(rows, ("tensor", None)) if xp is jnp else rows
-        x = xp.reshape(rows, (T,) + shape[:d] + (shape[d] // T,) + shape[d + 1:])
+        x = xp.reshape(rows, (T,) + shape[:d] + (shape[d] // T,) + shape[d + 1 :])
         x = xp.reshape(xp.moveaxis(x, 0, d), shape)
         return self._keep(x, tensor_spec(len(shape), d)) if xp is jnp else x
 
@@ -138,6 +146,7 @@ def _split_of(path, shape: tuple, split_dims: Mapping[str, int], tensor: int) ->
 class Natural:
     """No packing: the dict stays as it is. One stage has nothing unlike to pack, and packing costs
     copies (on CPU a packed one-device step ran ~45% slower than the plain one)."""
+
     keys: tuple[str, ...]
     sizes: Mapping[str, int] | None = None
 

@@ -18,6 +18,7 @@ recompute="stage". In lock-step ticks a gradient needs a tick per hop back, so t
 
 Buffers (BatchNorm statistics) update in the forward tick, as with GPipe; the last stage, whose
 forward is its backward's, takes them from there."""
+
 from __future__ import annotations
 
 import jax
@@ -50,6 +51,7 @@ def _forward_branches(ctx: Context, box_zero, buffers_zero):
             received = ctx.sends[k - 1].unpack(inbox) if k else ()
             outs, newB = stage_forward(ctx, k, P, Sh, B, feeds, key, received)
             return ctx.sends[k].pack(outs, box), newB
+
         return run
 
     def idle(inbox, feeds, key, P, Sh, B):
@@ -75,19 +77,28 @@ def _backward_branches(ctx: Context, fetch_templates, box_zero, buffers_zero):
                 outs, newB = stage_forward(ctx, k, P, Sh, B, feeds, key, received)
                 if not last:
                     return _floating(ctx.sends[k].pack(outs, box)), (zeros_of(fetch_templates), newB)
-                fetches = tuple(jax.tree.map(lambda v, t: jnp.asarray(v).astype(t.dtype), o, t)
-                                for o, t in zip(outs[1:], fetch_templates))
+                fetches = tuple(
+                    jax.tree.map(lambda v, t: jnp.asarray(v).astype(t.dtype), o, t)
+                    for o, t in zip(outs[1:], fetch_templates)
+                )
                 return loss_of(outs[0]) * jnp.float32(ctx.loss_weight), (fetches, newB)
 
             out, pull, (fetches, newB) = jax.vjp(forward, P, Sh, _floating(inbox), has_aux=True)
             dP, dSh, dIn = pull(scale.astype(out.dtype) if last else _floating(gbox))
             dIn = dIn if k else zeros_of(_floating(box_zero))
             return dIn, dP, dSh, out if last else jnp.float32(0.0), fetches, newB
+
         return run
 
     def idle(inbox, gbox, feeds, key, P, Sh, B, scale):
-        return (zeros_of(_floating(box_zero)), zeros_like_tree(P), zeros_like_tree(Sh), jnp.float32(0.0),
-                zeros_of(fetch_templates), zeros_of(buffers_zero))
+        return (
+            zeros_of(_floating(box_zero)),
+            zeros_like_tree(P),
+            zeros_like_tree(Sh),
+            jnp.float32(0.0),
+            zeros_of(fetch_templates),
+            zeros_of(buffers_zero),
+        )
 
     fns = [stage(k) for k in range(S)] + [idle]
     if ctx.recompute == "full":
@@ -118,8 +129,9 @@ def one_f_one_b(ctx: Context, P, Sh, B, feeds, keys, scale, fetch_templates):
         stash = jax.tree.map(lambda st, x: st.at[fi % K].set(jnp.where(keep, x, st[fi % K])), stash, inbox)
         out, newB_f = jax.lax.switch(jnp.where(run_f, s, S - 1), fwd, inbox, pick(fi), keys[fi], P, Sh, B)
         stashed = jax.tree.map(lambda st: st[bi % K], stash)
-        dIn, dP, dSh, step_loss, fetch, newB_b = jax.lax.switch(jnp.where(run_b, s, S), bwd, stashed, gin,
-                                                                pick(bi), keys[bi], P, Sh, B, scale)
+        dIn, dP, dSh, step_loss, fetch, newB_b = jax.lax.switch(
+            jnp.where(run_b, s, S), bwd, stashed, gin, pick(bi), keys[bi], P, Sh, B, scale
+        )
         add = lambda a, c: jax.tree.map(jnp.add, a, c)  # noqa: E731
         bsum = jax.tree.map(lambda a, c: jnp.where(run_f, a, c), add_buffers(bsum, newB_f), bsum)
         last_b = run_b & (s == S - 1)
@@ -129,11 +141,18 @@ def one_f_one_b(ctx: Context, P, Sh, B, feeds, keys, scale, fetch_templates):
         return (nxt, back, stash, add(gP, dP), add(gSh, dSh), loss + step_loss, bsum), fetch
 
     stash0 = {dt: jnp.zeros((K,) + x.shape, x.dtype) for dt, x in box0.items()}
-    init = (box0, _floating(box0), stash0, zeros_like_tree(P), zeros_like_tree(Sh), jnp.float32(0.0),
-            zeros_like_tree(B))
+    init = (
+        box0,
+        _floating(box0),
+        stash0,
+        zeros_like_tree(P),
+        zeros_like_tree(Sh),
+        jnp.float32(0.0),
+        zeros_like_tree(B),
+    )
     (_, _, _, gP, gSh, loss, bsum), fetches = jax.lax.scan(tick, init, jnp.arange(M + 2 * S - 2))
     # NOTE: the last stage ran the backward (and so the fetches) of micro-batch m at tick m + S - 1.
     last = s == S - 1
-    ran = lambda x: x[S - 1:S - 1 + M]  # noqa: E731
+    ran = lambda x: x[S - 1 : S - 1 + M]  # noqa: E731
     fetches = jax.tree.map(lambda x: jax.lax.psum(jnp.where(last, ran(x), jnp.zeros_like(ran(x))), "stage"), fetches)
     return loss, (gP, gSh), fetches, mean_buffers(bsum, M)

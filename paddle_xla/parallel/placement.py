@@ -4,10 +4,11 @@ automatically ("auto"). Paddle-free.
 Only ops that depend on weights get a stage. The others (masks, position ids, shape arithmetic, label
 reshapes) compute from feeds and constants, so each stage that needs one recomputes it instead of
 receiving it. Stages run in order, so an op's stage is never below the stage of a value it reads."""
+
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -20,10 +21,10 @@ from .rules import stages_of_weights
 @dataclass
 class Placement:
     stages: int
-    stage_of: list[int | None]          # per top-level op; None: weight-free, recomputed where needed
-    how: str                            # "markers" | "rules" | "auto"
-    cost: list[float] = field(default_factory=list)   # per op, for the printed plan
-    plan: str = ""                                    # the printed plan
+    stage_of: list[int | None]  # per top-level op; None: weight-free, recomputed where needed
+    how: str  # "markers" | "rules" | "auto"
+    cost: list[float] = field(default_factory=list)  # per op, for the printed plan
+    plan: str = ""  # the printed plan
 
     def ops_of(self, s: int) -> list[int]:
         return [i for i, k in enumerate(self.stage_of) if k == s]
@@ -52,7 +53,8 @@ def _propagate(flow: DataFlow, given: Mapping[int, int], strict: bool) -> list[i
                 raise StrategyError(
                     f"Pipeline stages run in order, but {_where(flow, i)} is on stage {given[i]} and reads a value "
                     f"from stage {low} ({_where(flow, p)}). Move the px.stage({given[i]}) block before that "
-                    f"code, or give it stage {low} or later.")
+                    f"code, or give it stage {low} or later."
+                )
             out.append(max(given[i], low))
         else:
             out.append(low)
@@ -62,14 +64,15 @@ def _propagate(flow: DataFlow, given: Mapping[int, int], strict: bool) -> list[i
 def from_markers(flow: DataFlow, stages: int, markers: Mapping[int, int]) -> Placement:
     bad = sorted({k for k in markers.values() if k >= stages})
     if bad:
-        raise StrategyError(f"The model code uses px.stage({bad[0]}), but Strategy.stages={stages}; set "
-                            f"stages={max(bad) + 1} or renumber the px.stage blocks 0..{stages - 1}.")
+        raise StrategyError(
+            f"The model code uses px.stage({bad[0]}), but Strategy.stages={stages}; set "
+            f"stages={max(bad) + 1} or renumber the px.stage blocks 0..{stages - 1}."
+        )
     return Placement(stages, _propagate(flow, markers, strict=True), "markers")
 
 
 def from_rules(flow: DataFlow, stages: int, rules: Mapping[str, int], keys: Mapping[str, str]) -> Placement:
-    by_weight = stages_of_weights(rules, {n: _strip_wrapper(k) for n, k in keys.items()
-                                          if n in flow.param_of.values()})
+    by_weight = stages_of_weights(rules, {n: _strip_wrapper(k) for n, k in keys.items() if n in flow.param_of.values()})
     given = {}
     for i in range(len(flow.ops)):
         ruled = [by_weight[n] for n in flow.params_read(i) if n in by_weight]
@@ -88,8 +91,10 @@ def auto(flow: DataFlow, stages: int, cost: Sequence[float], cut_bytes: Sequence
     then moves to the nearby position (within 10% of that cost) that sends the fewest bytes."""
     idx = [i for i in range(len(flow.ops)) if flow.weighted[i]]
     if len(idx) < stages:
-        raise StrategyError(f"The program has {len(idx)} ops that use weights, fewer than stages={stages}; "
-                            f"lower stages to at most {len(idx)}.")
+        raise StrategyError(
+            f"The program has {len(idx)} ops that use weights, fewer than stages={stages}; "
+            f"lower stages to at most {len(idx)}."
+        )
     c = np.array([max(float(cost[i]), 1e-9) for i in idx])
     cuts = _balanced_cuts(c, stages)
     if cut_bytes is not None:
@@ -99,7 +104,7 @@ def auto(flow: DataFlow, stages: int, cost: Sequence[float], cut_bytes: Sequence
     for s in range(stages):
         for j in range(bounds[s], bounds[s + 1]):
             stage_of[idx[j]] = s
-    given = {i: st for i in idx if (st := stage_of[i]) is not None}    # NOTE: every index in idx has its stage
+    given = {i: st for i in idx if (st := stage_of[i]) is not None}  # NOTE: every index in idx has its stage
     return Placement(stages, _propagate(flow, given, strict=False), "auto", list(cost))
 
 
@@ -107,13 +112,13 @@ def _balanced_cuts(c: np.ndarray, stages: int) -> list[int]:
     """Cut positions (into the op list) minimising the largest group sum: DP over prefix sums."""
     n = len(c)
     pre = np.concatenate([[0.0], np.cumsum(c)])
-    best = pre[1:].copy()                      # best[j]: max group cost of ops[:j+1] in 1 group
+    best = pre[1:].copy()  # best[j]: max group cost of ops[:j+1] in 1 group
     choice = [np.zeros(n, int)]
     for _ in range(1, stages):
         nxt = np.full(n, np.inf)
         arg = np.zeros(n, int)
         for j in range(n):
-            i = np.arange(j)                   # previous groups end at i, this one is ops[i+1:j+1]
+            i = np.arange(j)  # previous groups end at i, this one is ops[i+1:j+1]
             if not len(i):
                 continue
             v = np.maximum(best[i], pre[j + 1] - pre[i + 1])
@@ -134,8 +139,11 @@ def _cheaper_cuts(c: np.ndarray, cuts: list[int], send: np.ndarray) -> list[int]
     limit = max(pre[bounds[k + 1]] - pre[bounds[k]] for k in range(len(bounds) - 1)) * 1.10
     for k in range(1, len(bounds) - 1):
         lo, hi = bounds[k - 1] + 1, bounds[k + 1] - 1
-        ok = [p for p in range(lo, hi + 1)
-              if pre[p] - pre[bounds[k - 1]] <= limit and pre[bounds[k + 1]] - pre[p] <= limit]
+        ok = [
+            p
+            for p in range(lo, hi + 1)
+            if pre[p] - pre[bounds[k - 1]] <= limit and pre[bounds[k + 1]] - pre[p] <= limit
+        ]
         if ok:
             bounds[k] = min(ok, key=lambda p: (send[p - 1], abs(p - bounds[k])))
     return bounds[1:-1]
@@ -146,29 +154,43 @@ def check(flow: DataFlow, placement: Placement) -> None:
     empty = [s for s in range(placement.stages) if not placement.ops_of(s)]
     if empty:
         counts = [len(placement.ops_of(s)) for s in range(placement.stages)]
-        hint = {"markers": "add a px.stage(k) block for each stage k",
-                "rules": "add a rule that sends some layers to each stage",
-                "auto": "lower stages"}[placement.how]
-        raise StrategyError(f"Pipeline stage(s) {empty} have no ops (ops per stage: {counts}); {hint}, or "
-                            f"set stages={placement.stages - len(empty)}.")
+        hint = {
+            "markers": "add a px.stage(k) block for each stage k",
+            "rules": "add a rule that sends some layers to each stage",
+            "auto": "lower stages",
+        }[placement.how]
+        raise StrategyError(
+            f"Pipeline stage(s) {empty} have no ops (ops per stage: {counts}); {hint}, or "
+            f"set stages={placement.stages - len(empty)}."
+        )
     buffers = {p.name for p in flow.graph.buffers()}
     seen: dict[str, int] = {}
     for i, s in enumerate(placement.stage_of):
         for name in flow.params_read(i) & buffers:
             if s is not None and seen.setdefault(name, s) != s:
-                raise StrategyError(f"The buffer {name!r} is used on stages {seen[name]} and {s}; a buffer "
-                                    "(e.g. BatchNorm statistics) must stay on one stage. Put its layer's ops on "
-                                    "one stage.")
+                raise StrategyError(
+                    f"The buffer {name!r} is used on stages {seen[name]} and {s}; a buffer "
+                    "(e.g. BatchNorm statistics) must stay on one stage. Put its layer's ops on "
+                    "one stage."
+                )
 
 
-def place(graph: Graph, stages: int, placement, markers: Mapping[int, int], keys: Mapping[str, str],
-          cost: Sequence[float], cut_bytes: Sequence[float] | None = None) -> Placement:
+def place(
+    graph: Graph,
+    stages: int,
+    placement,
+    markers: Mapping[int, int],
+    keys: Mapping[str, str],
+    cost: Sequence[float],
+    cut_bytes: Sequence[float] | None = None,
+) -> Placement:
     """The stage of every op, by px.stage markers, rules, or balance ("auto", the default)."""
     flow = DataFlow(graph)
     if isinstance(placement, Mapping):
         if markers:
-            raise StrategyError("The model code has px.stage blocks and the Strategy has placement rules; "
-                                "use one of the two.")
+            raise StrategyError(
+                "The model code has px.stage blocks and the Strategy has placement rules; use one of the two."
+            )
         result = from_rules(flow, stages, placement, keys)
     elif markers and placement is None:
         result = from_markers(flow, stages, markers)

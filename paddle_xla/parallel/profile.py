@@ -1,10 +1,12 @@
 """What each top-level value of a Graph looks like for one input shape, found by tracing it
 abstractly (jax.eval_shape): shape and dtype, or the value itself when it is known at trace time
 (shape arithmetic stays NumPy). Also a per-op cost model for balancing pipeline stages."""
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import jax
 import numpy as np
@@ -16,9 +18,9 @@ from ..ops.util import is_static
 
 @dataclass(frozen=True)
 class ValueInfo:
-    tree: Any            # jax.tree structure of the value (an array, or a list of arrays)
-    leaves: tuple        # ShapeDtypeStruct per leaf
-    static: Any = None   # the value itself when known at trace time (then leaves is empty)
+    tree: Any  # jax.tree structure of the value (an array, or a list of arrays)
+    leaves: tuple  # ShapeDtypeStruct per leaf
+    static: Any = None  # the value itself when known at trace time (then leaves is empty)
 
     @property
     def is_static(self) -> bool:
@@ -36,8 +38,9 @@ def _info(value) -> ValueInfo:
     return ValueInfo(tree, tuple(jax.ShapeDtypeStruct(np.shape(x), x.dtype) for x in leaves))
 
 
-def trace_values(graph: Graph, weights: Mapping[str, Any], feeds: Mapping[str, Any],
-                 interpreter: InterpreterFactory | None = None) -> dict[int, ValueInfo]:
+def trace_values(
+    graph: Graph, weights: Mapping[str, Any], feeds: Mapping[str, Any], interpreter: InterpreterFactory | None = None
+) -> dict[int, ValueInfo]:
     """ValueInfo for every feed, weight and top-level op result, for these (abstract) inputs."""
     out: dict[int, ValueInfo] = {}
     interpreter = interpreter or interpreter_factory(graph)

@@ -1,41 +1,55 @@
 """A piece of a Graph that runs on its own: the whole program, or one pipeline stage. Runs under any
 lowering policy (lower.interpreter_factory) and, on request, rematerialises each layer
 (`jax.checkpoint` per repeated layer, e.g. per TransformerEncoderLayer). Paddle-free."""
+
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import jax
 
-from ..graph import Block, Graph, Op
+from ..graph import Block, Graph, Op, op_reads
 from ..lowering.lower import InterpreterFactory, bind, interpreter_factory
 from ..ops.util import is_static
-from ..graph import op_reads
 from .graphs import layer_runs
 
 
 @dataclass(frozen=True)
 class SubProgram:
     ops: tuple[Op, ...]
-    inputs: tuple[int, ...] = ()                     # values received from the previous stage
-    outputs: tuple[int, ...] = ()                    # values returned (to the next stage, or fetches)
-    weights: tuple[str, ...] = ()                    # params and buffers it reads
+    inputs: tuple[int, ...] = ()  # values received from the previous stage
+    outputs: tuple[int, ...] = ()  # values returned (to the next stage, or fetches)
+    weights: tuple[str, ...] = ()  # params and buffers it reads
     buffer_updates: tuple[tuple[str, int], ...] = ()
-    statics: Mapping[int, Any] = field(default_factory=dict)   # trace-time constants it reads
+    statics: Mapping[int, Any] = field(default_factory=dict)  # trace-time constants it reads
 
 
 def whole(graph: Graph) -> SubProgram:
-    return SubProgram(ops=graph.block.ops, outputs=tuple(f.value for f in graph.fetches),
-                      weights=tuple(p.name for p in graph.params), buffer_updates=graph.buffer_updates)
+    return SubProgram(
+        ops=graph.block.ops,
+        outputs=tuple(f.value for f in graph.fetches),
+        weights=tuple(p.name for p in graph.params),
+        buffer_updates=graph.buffer_updates,
+    )
 
 
 def _static(value) -> bool:
     return all(is_static(x) for x in jax.tree.leaves(value))
 
 
-def run(graph: Graph, sub: SubProgram, weights: Mapping, feeds: Mapping, received: Sequence, key, *,
-        interpreter: InterpreterFactory | None = None, remat_layers: bool = False):
+def run(
+    graph: Graph,
+    sub: SubProgram,
+    weights: Mapping,
+    feeds: Mapping,
+    received: Sequence,
+    key,
+    *,
+    interpreter: InterpreterFactory | None = None,
+    remat_layers: bool = False,
+):
     """(outputs in sub.outputs order, {buffer name: new value})."""
     interpreter = interpreter or interpreter_factory(graph)
     env = bind(graph, weights, feeds, partial=True)

@@ -2,9 +2,10 @@
 
 Shapes are not known until the first batch, so costs are measured on a stand-in micro-batch (each
 unknown dimension set to `PLACEHOLDER`); only their ratios matter for balancing."""
+
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import jax
 import numpy as np
@@ -21,8 +22,9 @@ PLACEHOLDER = 8
 
 def stand_in_values(graph: Graph, precision: str = "fp32") -> dict[int, ValueInfo] | None:
     """Abstract values for a stand-in micro-batch; None when the program needs other shapes."""
-    feeds = {f.name: jax.ShapeDtypeStruct(tuple(PLACEHOLDER if d < 0 else d for d in f.shape), f.dtype)
-             for f in graph.feeds}
+    feeds = {
+        f.name: jax.ShapeDtypeStruct(tuple(PLACEHOLDER if d < 0 else d for d in f.shape), f.dtype) for f in graph.feeds
+    }
     weights = {p.name: jax.ShapeDtypeStruct(tuple(p.shape), p.dtype) for p in graph.params}
     try:
         return trace_values(graph, weights, feeds, interpreter_factory(graph, LoweringPolicy.live(precision)))
@@ -54,15 +56,18 @@ def costs(graph: Graph, values: Mapping[int, ValueInfo] | None) -> tuple[list[fl
 def describe(graph: Graph, placement: Placement, values: Mapping[int, ValueInfo] | None) -> str:
     flow = DataFlow(graph)
     sizes = {p.name: int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize for p in graph.params}
-    lines = [f"pipeline plan ({placement.how}, {placement.stages} stages; FLOPs per stand-in micro-batch "
-             f"of {PLACEHOLDER}):"]
+    lines = [
+        f"pipeline plan ({placement.how}, {placement.stages} stages; FLOPs per stand-in micro-batch of {PLACEHOLDER}):"
+    ]
     for s in range(placement.stages):
         ops = placement.ops_of(s)
         weights = set().union(*(flow.params_read(i) for i in ops)) if ops else set()
         flops = sum(op_flops(flow.ops[i], values) for i in ops) if values else float("nan")
         layers = _layers([flow.ops[i].scope for i in ops])
-        lines.append(f"  stage {s}: {len(ops):4d} ops, {flops / 1e6:9.2f} MFLOP, "
-                     f"{sum(sizes[n] for n in weights) / 2**20:8.2f} MiB weights  {layers}")
+        lines.append(
+            f"  stage {s}: {len(ops):4d} ops, {flops / 1e6:9.2f} MFLOP, "
+            f"{sum(sizes[n] for n in weights) / 2**20:8.2f} MiB weights  {layers}"
+        )
     return "\n".join(lines)
 
 

@@ -16,6 +16,7 @@ Every value made on the way must be read only on the way (a model that returns i
 or reads its scaled scores elsewhere, keeps its attention as captured). The whole becomes one
 `paddle_xla.ring_attention` op whose sub-block holds the epilogue ops, so each block of scores goes
 through the model's own epilogue (its mask, scaling and casts, whatever they are). Paddle-free."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,9 +27,22 @@ from ..graph.patterns import SWAP_LAST_TWO, unrepeated_heads
 
 # NOTE: elementwise ops only: the ring runs them on one [T/N, T/N] block of scores at a time, with each
 # operand's block (a mask's rows and columns) cut to match, which is exact for nothing else
-EPILOGUE_OPS = frozenset({"pd_op.scale", "pd_op.add", "pd_op.cast", "pd_op.multiply", "pd_op.divide",
-                          "pd_op.subtract", "pd_op.where", "pd_op.masked_fill", "pd_op.maximum",
-                          "pd_op.minimum", "pd_op.tanh", "pd_op.full_like"})
+EPILOGUE_OPS = frozenset(
+    {
+        "pd_op.scale",
+        "pd_op.add",
+        "pd_op.cast",
+        "pd_op.multiply",
+        "pd_op.divide",
+        "pd_op.subtract",
+        "pd_op.where",
+        "pd_op.masked_fill",
+        "pd_op.maximum",
+        "pd_op.minimum",
+        "pd_op.tanh",
+        "pd_op.full_like",
+    }
+)
 
 
 def rewrite(graph: Graph, *, axis: str, size: int, mesh) -> Graph:
@@ -56,11 +70,11 @@ class _Found:
     q: int
     k: int
     v: int
-    scores: int                 # the value the epilogue starts from
+    scores: int  # the value the epilogue starts from
     epilogue: list[Op]
-    chain: set[int]             # positions of the ops the ring replaces (not the final matmul's own)
+    chain: set[int]  # positions of the ops the ring replaces (not the final matmul's own)
 
-    def grouped(self, op_of: dict) -> "_Found":
+    def grouped(self, op_of: dict) -> _Found:
         """Grouped-query attention: the keys and values before the model repeats each head for its group of
         query heads, when both are repeated so (the ring passes 1/group of the bytes round)."""
         k, v = unrepeated_heads(self.k, op_of), unrepeated_heads(self.v, op_of)
@@ -70,10 +84,16 @@ class _Found:
         made = {v for op in self.epilogue for v in op.outputs} | {self.scores}
         outer = sorted({v for op in self.epilogue for v in op.inputs if v is not None and v not in made})
         last = self.epilogue[-1].outputs[0] if self.epilogue else self.scores
-        return Op("paddle_xla.ring_attention", (self.q, self.k, self.v, *outer), final.outputs,
-                  attrs={"axis": axis, "size": size, "mesh": mesh, "scores": self.scores, "epilogue_out": last},
-                  scope=final.scope, source=final.source, blocks=(Block((self.scores,), tuple(self.epilogue)),),
-                  index=final.index)
+        return Op(
+            "paddle_xla.ring_attention",
+            (self.q, self.k, self.v, *outer),
+            final.outputs,
+            attrs={"axis": axis, "size": size, "mesh": mesh, "scores": self.scores, "epilogue_out": last},
+            scope=final.scope,
+            source=final.source,
+            blocks=(Block((self.scores,), tuple(self.epilogue)),),
+            index=final.index,
+        )
 
 
 def _attention(i: int, ops: list[Op], producer: dict, readers: Counter) -> _Found | None:
@@ -108,7 +128,7 @@ def _epilogue(x: int, ops: list[Op], producer: dict, readers: Counter) -> tuple[
     a chain: paddle.where in a static program broadcasts its operands through full_like(scores) + adds."""
     if readers[x] != 1 or x not in producer:
         return None
-    reach: dict[int, int | None] = {}          # value -> the scores matmul it descends from, or None
+    reach: dict[int, int | None] = {}  # value -> the scores matmul it descends from, or None
 
     def scores_of(value: int, depth: int = 0):
         if value in reach:
@@ -124,6 +144,7 @@ def _epilogue(x: int, ops: list[Op], producer: dict, readers: Counter) -> tuple[
             found = {scores_of(u, depth + 1) for u in op.inputs if u is not None} - {None}
             reach[value] = found.pop() if len(found) == 1 else (-1 if found else None)
         return reach[value]
+
     j = scores_of(x)
     if j is None or j < 0:
         return None

@@ -5,9 +5,10 @@ matches a weight when its parts match consecutive parts of the weight's key, any
 "encoder.layers.0-3" matches "bert.encoder.layers.2.linear1.weight". A part is a name, `*` (any one
 part), an index `N`, or an index range `N-M` (inclusive; `N-*` is open-ended). When several rules
 match one weight, the one with the most parts wins. The syntax is parsed by strategy.parse_rule."""
+
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..errors import StrategyError
 from ..strategy import parse_rule
@@ -27,8 +28,10 @@ def stages_of_weights(rules: Mapping[str, int], keys: Mapping[str, str]) -> dict
         top = [(r, s) for n, r, s in hits if n == best]
         if len({s for _, s in top}) > 1:
             raise StrategyError(
-                f"The weight {key!r} matches placement rules " + ", ".join(f"{r.text!r} -> {s}" for r, s in top)
-                + " equally; make one of them more specific (more path parts).")
+                f"The weight {key!r} matches placement rules "
+                + ", ".join(f"{r.text!r} -> {s}" for r, s in top)
+                + " equally; make one of them more specific (more path parts)."
+            )
         used |= {r.text for r, _ in top}
         out[name] = top[0][1]
     unused = [t for t in rules if t not in used]
@@ -36,5 +39,6 @@ def stages_of_weights(rules: Mapping[str, int], keys: Mapping[str, str]) -> dict
         sample = ", ".join(sorted(keys.values())[:6])
         raise StrategyError(
             f"The placement rule(s) {unused} match no weight of the model. Rules are paths of the "
-            f"model's layer attributes as in net.state_dict() keys, e.g. {sample} ...")
+            f"model's layer attributes as in net.state_dict() keys, e.g. {sample} ..."
+        )
     return out

@@ -11,12 +11,14 @@ sequence 256 on 16 sequence devices held 21.0 MiB a device, 2.5x its 4-device la
 the gathered logits). So where N divides B, the merged dimension is asked to stay split over the sequence
 devices, each holding B * T / N rows (B / N whole samples): GSPMD moves the rows there (an all-to-all of
 1/N of the tensor) instead of gathering all of them. A layout only: the values are those of one device."""
+
 from __future__ import annotations
 
 import functools
 
 import jax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from ..lowering.interpreter import Interpreter
 from ..lowering.lower import InterpreterFactory
@@ -44,11 +46,18 @@ class MergedRowsStaySplit(Interpreter):
         GSPMD cannot move the rows with an all-to-all: it gathers them whole and slices them, and logs an
         "involuntary full rematerialization" warning, so those are left as they were (gathered)."""
         xs, ys = getattr(x, "shape", ()), getattr(y, "shape", ())
-        return (len(xs) >= 2 and len(ys) >= 1 and xs[0] > 1 and xs[0] % self.size == 0 and xs[1] in self.lengths
-                and ys[0] == xs[0] * xs[1])
+        return (
+            len(xs) >= 2
+            and len(ys) >= 1
+            and xs[0] > 1
+            and xs[0] % self.size == 0
+            and xs[1] in self.lengths
+            and ys[0] == xs[0] * xs[1]
+        )
 
 
-def merged_rows_stay_split(factory: InterpreterFactory, mesh: Mesh, lengths: frozenset,
-                           size: int) -> InterpreterFactory:
+def merged_rows_stay_split(
+    factory: InterpreterFactory, mesh: Mesh, lengths: frozenset, size: int
+) -> InterpreterFactory:
     """`factory` (lower.interpreter_factory's partial) with batch-into-sequence merges kept split."""
     return functools.partial(MergedRowsStaySplit, mesh=mesh, lengths=lengths, size=size, **factory.keywords)

@@ -17,16 +17,18 @@ dimension that divides evenly and is not the tensor split; a weight with none st
   2  also the gradients (reduce-scatter instead of all-reduce);
   3  also the weights themselves, gathered inside the forward and gathered again for the backward
      (FSDP), their gradients reduce-scattered as the gathers' transposes. Paddle-free."""
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Mapping
 
 import jax
 import jax.numpy as jnp
-from jax.ad_checkpoint import checkpoint_name
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.ad_checkpoint import checkpoint_name
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from .. import x64
 from ..lowering.lower import interpreter_factory
@@ -34,15 +36,14 @@ from ..lowering.policy import LoweringPolicy
 from ..train import optim
 from ..train.precision import scaler_update
 from ..train.step import STEP_COMPILER_OPTIONS
-from . import update
+from . import ring_rewrite, update
 from .context import Context, all_gather, axis_index, group_keys, pmean, psum, psum_scatter, scan
 from .data import GATHERED, accumulate
-from . import ring_rewrite
-from .sequence_interpreter import merged_rows_stay_split
 from .engine import EngineBase, sequence_split
 from .mesh import put as mesh_put
 from .pack import Natural
 from .program import whole
+from .sequence_interpreter import merged_rows_stay_split
 from .state import PackedView
 from .tensor_plan import TensorPlan
 
@@ -63,8 +64,9 @@ class ShardedEngine(EngineBase):
         self.trainable = tuple(p.name for p in self.graph.trainable())
         self.buffer_names = tuple(p.name for p in self.graph.buffers())
         sds = {n: jax.ShapeDtypeStruct(shapes[n], p.dtype) for p in self.graph.params for n in [p.name]}
-        self.opt_tpl = jax.eval_shape(lambda ps: optim.init_state(self.config, ps),
-                                      {n: sds[n] for n in self.config.trainable()})
+        self.opt_tpl = jax.eval_shape(
+            lambda ps: optim.init_state(self.config, ps), {n: sds[n] for n in self.config.trainable()}
+        )
         self.param_layouts = (Natural(self.trainable),)
         self.buffer_layouts = (Natural(self.buffer_names),)
         self.opt_layouts = (Natural(tuple(self.opt_tpl)),)
@@ -73,9 +75,15 @@ class ShardedEngine(EngineBase):
         s3 = st.sharding >= 3
         self.shard_P = {n: self._sharding(shapes[n], n, replica=s3) for n in self.trainable}
         self.shard_B = {n: self._sharding(shapes[n], n, replica=False) for n in self.buffer_names}
-        self.shard_O = {n: {acc: self._sharding(shapes[n], n, replica=st.sharding >= 1)
-                            if tuple(leaf.shape) == shapes[n] else self._sharding((), n, replica=False)
-                            for acc, leaf in accs.items()} for n, accs in self.opt_tpl.items()}
+        self.shard_O = {
+            n: {
+                acc: self._sharding(shapes[n], n, replica=st.sharding >= 1)
+                if tuple(leaf.shape) == shapes[n]
+                else self._sharding((), n, replica=False)
+                for acc, leaf in accs.items()
+            }
+            for n, accs in self.opt_tpl.items()
+        }
 
     def _sharding(self, shape, name: str, replica: bool) -> NamedSharding:
         spec = [None] * len(shape)
@@ -94,13 +102,18 @@ class ShardedEngine(EngineBase):
         if all(isinstance(t, PackedView) and t.owner is self for t in (params, buffers, opt_state)):
             return params.arrays, buffers.arrays, opt_state.arrays
         put = lambda tree, where: jax.tree.map(lambda x, w: mesh_put(np.asarray(x), w), tree, where)  # noqa: E731
-        return (put({n: params[n] for n in self.trainable}, self.shard_P),
-                put({n: buffers[n] for n in self.buffer_names}, self.shard_B),
-                put({n: dict(opt_state[n]) for n in self.opt_tpl}, self.shard_O))
+        return (
+            put({n: params[n] for n in self.trainable}, self.shard_P),
+            put({n: buffers[n] for n in self.buffer_names}, self.shard_B),
+            put({n: dict(opt_state[n]) for n in self.opt_tpl}, self.shard_O),
+        )
 
     def views(self, P_, B, O):
-        return (PackedView(P_, self.param_layouts, {}, self), PackedView(B, self.buffer_layouts, {}, self),
-                PackedView(O, self.opt_layouts, {}, self))
+        return (
+            PackedView(P_, self.param_layouts, {}, self),
+            PackedView(B, self.buffer_layouts, {}, self),
+            PackedView(O, self.opt_layouts, {}, self),
+        )
 
     # ---- compiling ----------------------------------------------------------------------------------
     def _context(self, feeds: Mapping[str, np.ndarray]) -> tuple[Context, tuple]:
@@ -108,17 +121,31 @@ class ShardedEngine(EngineBase):
         graph = self._attention_graph()
         interp = interpreter_factory(graph, LoweringPolicy.live(st.precision))
         weight = 1.0 / st.groups if self.reduction == "mean" else 1.0
-        ctx = Context(graph=graph, subs=(whole(graph),), params=self.param_layouts,
-                      buffers=self.buffer_layouts, opt=self.opt_layouts, widths={**self.widths, "box": {}}, sends=(),
-                      replicas=st.replicas, stages=1, micro_batches=st.micro_batches, loss_weight=weight,
-                      interpreter=interp, recompute=st.recompute)
+        ctx = Context(
+            graph=graph,
+            subs=(whole(graph),),
+            params=self.param_layouts,
+            buffers=self.buffer_layouts,
+            opt=self.opt_layouts,
+            widths={**self.widths, "box": {}},
+            sends=(),
+            replicas=st.replicas,
+            stages=1,
+            micro_batches=st.micro_batches,
+            loss_weight=weight,
+            interpreter=interp,
+            recompute=st.recompute,
+        )
         if st.sharding >= 3:
             ctx = replace(ctx, weights_in=self._gather(ctx))
         if st.sequence > 1:
             names = sequence_split(feeds, st.sequence, first_dim=2)
             lengths = frozenset(np.shape(feeds[n])[2] for n in names)
-            ctx = replace(ctx, feeds_in=self._split_sequence(names),
-                          interpreter=merged_rows_stay_split(interp, self.mesh, lengths, st.sequence))
+            ctx = replace(
+                ctx,
+                feeds_in=self._split_sequence(names),
+                interpreter=merged_rows_stay_split(interp, self.mesh, lengths, st.sequence),
+            )
         return ctx, ()
 
     def _attention_graph(self):
@@ -139,6 +166,7 @@ class ShardedEngine(EngineBase):
 
         def feeds_in(feeds):
             return {n: jax.lax.with_sharding_constraint(x, split) if n in names else x for n, x in feeds.items()}
+
         return feeds_in
 
     def _gather(self, ctx: Context):
@@ -149,6 +177,7 @@ class ShardedEngine(EngineBase):
                     x = checkpoint_name(all_gather(ctx, x, "replica", self.rdim[n]), GATHERED)
                 out[n] = self._keep_tensor_split(n, x)
             return out
+
         return weights_in
 
     def _keep_tensor_split(self, name: str, x):
@@ -173,13 +202,14 @@ class ShardedEngine(EngineBase):
             for n, g in grads.items():
                 d = self.rdim[n]
                 if d is not None and s3:
-                    out[n] = g                               # NOTE: already reduce-scattered (the gather's transpose)
+                    out[n] = g  # NOTE: already reduce-scattered (the gather's transpose)
                 elif d is not None and s2:
                     out[n] = psum_scatter(ctx, g, "replica", d)
                 else:
                     out[n] = psum(ctx, g, "replica")
-            newB = {n: pmean(ctx, x, "replica") if jnp.issubdtype(x.dtype, jnp.floating) else x
-                    for n, x in newB.items()}
+            newB = {
+                n: pmean(ctx, x, "replica") if jnp.issubdtype(x.dtype, jnp.floating) else x for n, x in newB.items()
+            }
             return psum(ctx, loss, "replica"), out, fetches, newB
 
         if st.replicas == 1:
@@ -188,8 +218,9 @@ class ShardedEngine(EngineBase):
         out_specs = (P(), {n: self._manual(n, s2) for n in self.trainable}, P("replica"), P())
         # NOTE: manual over "replica" only: the tensor axis stays automatic inside (GSPMD), and
         # check_vma=False because gradients are summed with explicit collectives, as with pmap.
-        return jax.shard_map(per_replica, mesh=self.mesh, in_specs=in_specs, out_specs=out_specs,
-                             axis_names={"replica"}, check_vma=False)
+        return jax.shard_map(
+            per_replica, mesh=self.mesh, in_specs=in_specs, out_specs=out_specs, axis_names={"replica"}, check_vma=False
+        )
 
     def _body(self, ctx: Context, templates):
         cfg = self.scaler_cfg
@@ -226,14 +257,18 @@ class ShardedEngine(EngineBase):
     # ---- reporting ------------------------------------------------------------------------------
     def param_bytes_per_device(self) -> dict[str, int]:
         """Bytes each device holds between steps for weights, buffers and optimizer state."""
+
         def local(x, sh: NamedSharding) -> int:
             return int(np.prod(sh.shard_shape(tuple(x.shape)))) * np.dtype(x.dtype).itemsize
-        sds = {p.name: jax.ShapeDtypeStruct(tuple(p.shape), p.dtype) for p in self.graph.params}
-        return {"params": sum(local(sds[n], self.shard_P[n]) for n in self.trainable),
-                "buffers": sum(local(sds[n], self.shard_B[n]) for n in self.buffer_names),
-                "optimizer": sum(local(leaf, self.shard_O[n][acc]) for n, accs in self.opt_tpl.items()
-                                 for acc, leaf in accs.items())}
 
+        sds = {p.name: jax.ShapeDtypeStruct(tuple(p.shape), p.dtype) for p in self.graph.params}
+        return {
+            "params": sum(local(sds[n], self.shard_P[n]) for n in self.trainable),
+            "buffers": sum(local(sds[n], self.shard_B[n]) for n in self.buffer_names),
+            "optimizer": sum(
+                local(leaf, self.shard_O[n][acc]) for n, accs in self.opt_tpl.items() for acc, leaf in accs.items()
+            ),
+        }
 
 
 def _replica_dim(shape: tuple, tdim: int | None, replicas: int) -> int | None:

@@ -5,9 +5,11 @@ host as plain {name: array} mappings.
 gathered from the devices) on first access. It is also a pytree with dict keys, so checkpoint code
 that flattens `state.params` by path sees exactly what a plain dict would give; unflattening gives a
 plain dict, which the engine packs again on its next call."""
+
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import jax
 
@@ -17,13 +19,14 @@ from .pack import Packing
 
 
 class PackedView(Mapping):
-    def __init__(self, arrays: Mapping[str, jax.Array], layouts: Sequence[Packing], extra: Mapping[str, Any],
-                 owner: object):
-        self.arrays = dict(arrays)      # dtype -> global [stages, width] array (or name -> array: Natural)
+    def __init__(
+        self, arrays: Mapping[str, jax.Array], layouts: Sequence[Packing], extra: Mapping[str, Any], owner: object
+    ):
+        self.arrays = dict(arrays)  # dtype -> global [stages, width] array (or name -> array: Natural)
         self.layouts = tuple(layouts)
         self.packed = all(isinstance(lay, Packing) for lay in self.layouts)
-        self.extra = dict(extra)        # replicated entries (shared weights and their state)
-        self.owner = owner              # the engine that packed it
+        self.extra = dict(extra)  # replicated entries (shared weights and their state)
+        self.owner = owner  # the engine that packed it
         self._natural: dict | None = None
         self._keys = sorted({*(k for lay in self.layouts for k in lay.names()), *self.extra})
 
@@ -58,9 +61,11 @@ def _check_alive(view: PackedView) -> None:
     # NOTE: the engine donates its state to the next step (one copy of the weights on the devices), so
     # a view read only after a later step finds its buffers gone; say so instead of JAX's "deleted".
     if any(getattr(a, "is_deleted", lambda: False)() for a in jax.tree.leaves((view.arrays, view.extra))):
-        raise TrainingError("This view of the training state is from before a later step, which took over its "
-                            "device buffers (they are donated, so the weights live on the devices once). Read what "
-                            "you need (step.weights(), step.state.params[name]) before calling the step again.")
+        raise TrainingError(
+            "This view of the training state is from before a later step, which took over its "
+            "device buffers (they are donated, so the weights live on the devices once). Read what "
+            "you need (step.weights(), step.state.params[name]) before calling the step again."
+        )
 
 
 def _flatten(view: PackedView):

@@ -5,12 +5,14 @@ waits for every device of the program, also those running another stage's branch
 returns; all-reduces and all-gathers wait only for their own group of devices. GSPMD cuts a
 tensor-split activation into misaligned pieces (a fused q/k/v output split in three) with
 collective-permutes, so a split's operand and pieces are kept whole: an all-gather, then local slices."""
+
 from __future__ import annotations
 
 import functools
 
 import jax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from ..lowering.interpreter import Interpreter
 from ..lowering.lower import InterpreterFactory
@@ -33,8 +35,9 @@ class WholeBeforeSplit(Interpreter):
 
     def _whole(self, tree):
         whole = NamedSharding(self.mesh, P())
-        return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, whole)
-                            if isinstance(x, jax.Array) else x, tree)   # NOTE: tracers are jax.Arrays too
+        return jax.tree.map(
+            lambda x: jax.lax.with_sharding_constraint(x, whole) if isinstance(x, jax.Array) else x, tree
+        )  # NOTE: tracers are jax.Arrays too
 
 
 def whole_before_split(factory: InterpreterFactory, mesh: Mesh) -> InterpreterFactory:

@@ -12,29 +12,32 @@ A plan comes from the model's own dist.shard_tensor annotations when it has them
 names no rules, from `Strategy.tensor_plan` rules on layer paths, or, with "auto" (the default), from
 the program itself: each weight matmul is paired with the weight matmuls that feed it through
 activations and attention, and embeddings split their vocab. Paddle-free."""
+
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from ..errors import StrategyError
 from ..graph import Graph
-from .graphs import DataFlow
 from ..strategy import parse_rule
+from .graphs import DataFlow
 
 # NOTE: ops that normalise or mix the hidden dimension as a whole: a colwise output must not cross them.
-_STOP = frozenset(f"pd_op.{n}" for n in ("layer_norm", "rms_norm", "batch_norm", "batch_norm_", "group_norm",
-                                          "embedding", "fused_rms_norm"))
+_STOP = frozenset(
+    f"pd_op.{n}"
+    for n in ("layer_norm", "rms_norm", "batch_norm", "batch_norm_", "group_norm", "embedding", "fused_rms_norm")
+)
 # NOTE: ops that read only their operand's shape (a reshape's target computed from x.shape).
 _SHAPE_ONLY = frozenset({"pd_op.shape", "pd_op.shape64"})
 
 
 @dataclass(frozen=True)
 class TensorPlan:
-    dims: Mapping[str, int]            # weight name -> the dimension split over the tensor axis
-    layers: Mapping[str, str]          # layer path -> "colwise" | "rowwise" | "vocab"
-    how: str                           # "rules" | "auto" | "annotations" (dist.shard_tensor in the model)
+    dims: Mapping[str, int]  # weight name -> the dimension split over the tensor axis
+    layers: Mapping[str, str]  # layer path -> "colwise" | "rowwise" | "vocab"
+    how: str  # "rules" | "auto" | "annotations" (dist.shard_tensor in the model)
 
     def describe(self, tensor: int) -> str:
         lines = [f"tensor plan ({self.how}, {len(self.layers)} layers split over tensor={tensor}):"]
@@ -51,8 +54,7 @@ def tensor_plan_for(graph: Graph, keys: Mapping[str, str], strategy, verbose: bo
     note = ""
     if keeps_vocab_whole(strategy) and "vocab" in plan.layers.values():
         plan = without_vocab(plan, graph, keys, strategy.tensor)
-        note = ("\n  (vocab splits kept whole: with replicas and sequence together XLA's partitioner cannot split "
-                "them)")
+        note = "\n  (vocab splits kept whole: with replicas and sequence together XLA's partitioner cannot split them)"
     if verbose:
         print(plan.describe(strategy.tensor) + note)
     return plan
@@ -119,14 +121,18 @@ def _ruled_layers(rules: Mapping[str, str], keys: Mapping[str, str]) -> dict[str
                     if best is None or len(rule.parts) > best[0]:
                         out[layer] = (len(rule.parts), kind, alt)
                     elif len(rule.parts) == best[0] and best[1] != kind:
-                        raise StrategyError(f"The layer {layer!r} matches tensor_plan rules {best[2]!r} -> {best[1]} "
-                                            f"and {alt!r} -> {kind} equally; make one of them more specific.")
+                        raise StrategyError(
+                            f"The layer {layer!r} matches tensor_plan rules {best[2]!r} -> {best[1]} "
+                            f"and {alt!r} -> {kind} equally; make one of them more specific."
+                        )
         if not hit:
             unused.append(text)
     if unused:
         sample = ", ".join(layers[:6])
-        raise StrategyError(f"The tensor_plan rule(s) {unused} match no layer of the model. A rule names layers "
-                            f"by their paths as in net.state_dict() keys, '*' for any one part, e.g. {sample} ...")
+        raise StrategyError(
+            f"The tensor_plan rule(s) {unused} match no layer of the model. A rule names layers "
+            f"by their paths as in net.state_dict() keys, '*' for any one part, e.g. {sample} ..."
+        )
     return {layer: kind for layer, (_, kind, _) in out.items()}
 
 
@@ -154,7 +160,8 @@ def _dims(layers: Mapping[str, str], keys: Mapping[str, str], shapes, tensor: in
             raise StrategyError(
                 f"tensor={tensor} does not divide dimension {dim} ({size}) of {key!r}, which tensor_plan splits "
                 f"{kind}; degrees that divide it: {divisors(size)}. Choose one of those, or leave {layer!r} out "
-                "of the plan.")
+                "of the plan."
+            )
         out[name] = dim
     return out
 
@@ -185,8 +192,10 @@ def _from_annotations(graph: Graph, keys, dims: Mapping[str, int], shapes, tenso
     bad = [(keys.get(n, n), d, shapes[n][d]) for n, d in dims.items() if shapes[n][d] % tensor]
     if bad:
         key, d, size = bad[0]
-        raise StrategyError(f"tensor={tensor} does not divide dimension {d} ({size}) of {key!r}, which its "
-                            f"dist.shard_tensor annotation splits; degrees that divide it: {divisors(size)}.")
+        raise StrategyError(
+            f"tensor={tensor} does not divide dimension {d} ({size}) of {key!r}, which its "
+            f"dist.shard_tensor annotation splits; degrees that divide it: {divisors(size)}."
+        )
     layers = {_layer_of(keys.get(n, n))[0]: f"dim {d}" for n, d in dims.items()}
     return TensorPlan(dict(dims), layers, "annotations")
 
@@ -207,7 +216,8 @@ def _check_heads(graph: Graph, keys: Mapping[str, str], layers: Mapping[str, str
                 layer = _layer_of(keys[name])[0]
                 raise StrategyError(
                     f"{layer!r} (colwise) is reshaped into {target[-2]} attention heads, which tensor={tensor} "
-                    f"does not split evenly; degrees that divide the heads: {divisors(target[-2])}.")
+                    f"does not split evenly; degrees that divide the heads: {divisors(target[-2])}."
+                )
 
 
 def _downstream(flow: DataFlow, i: int, through: tuple[str, ...]) -> list[int]:
@@ -227,10 +237,15 @@ def _auto_layers(graph: Graph, keys: Mapping[str, str], shapes, tensor: int) -> 
     """Pairs of weight matmuls (colwise feeding rowwise through activations and attention), and
     embeddings split over their vocab, where `tensor` divides the dimensions."""
     flow = DataFlow(graph)
-    weight_of = {i: flow.param_of[op.inputs[1]] for i, op in enumerate(flow.ops)
-                 if op.name == "pd_op.matmul" and op.inputs[1] in flow.param_of
-                 and len(shapes[flow.param_of[op.inputs[1]]]) == 2
-                 and not op.attrs.get("transpose_y") and not op.attrs.get("transpose_x")}
+    weight_of = {
+        i: flow.param_of[op.inputs[1]]
+        for i, op in enumerate(flow.ops)
+        if op.name == "pd_op.matmul"
+        and op.inputs[1] in flow.param_of
+        and len(shapes[flow.param_of[op.inputs[1]]]) == 2
+        and not op.attrs.get("transpose_y")
+        and not op.attrs.get("transpose_x")
+    }
     layers: dict[str, str] = {}
     for i, w in weight_of.items():
         feeders = _feeding_matmuls(flow, i, weight_of)
@@ -240,14 +255,18 @@ def _auto_layers(graph: Graph, keys: Mapping[str, str], shapes, tensor: int) -> 
         if shapes[w][0] % tensor or any(shapes[c][1] % tensor for c in col):
             continue
         names = [_layer_of(keys[n])[0] for n in (w, *col) if n in keys]
-        if len(names) != len(col) + 1 or any(layers.get(n, k) != k for n, k in
-                                              zip(names, ["rowwise"] + ["colwise"] * len(col))):
+        if len(names) != len(col) + 1 or any(
+            layers.get(n, k) != k for n, k in zip(names, ["rowwise"] + ["colwise"] * len(col))
+        ):
             continue
         layers[names[0]] = "rowwise"
         layers.update({n: "colwise" for n in names[1:]})
     # NOTE: the word embedding, the largest table: position and type tables are too small to pay.
-    tables = [flow.param_of[op.inputs[1]] for op in flow.ops
-              if op.name == "pd_op.embedding" and op.inputs[1] in flow.param_of and flow.param_of[op.inputs[1]] in keys]
+    tables = [
+        flow.param_of[op.inputs[1]]
+        for op in flow.ops
+        if op.name == "pd_op.embedding" and op.inputs[1] in flow.param_of and flow.param_of[op.inputs[1]] in keys
+    ]
     if tables:
         word = max(tables, key=lambda n: shapes[n][0])
         if shapes[word][0] % tensor == 0:

@@ -8,10 +8,11 @@ ZeRO-1 (shard_optimizer_state): each replica keeps 1/replicas of its stage's pac
 For the update it all-gathers the state, runs the rule on whole tensors, and keeps its own slice.
 NOTE: gathering, rather than updating a slice of each tensor, keeps every rule exact, including
 Lamb's per-tensor trust ratio; what ZeRO-1 saves is the state held between steps."""
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
@@ -59,13 +60,22 @@ def global_clip(ctx: Context, config, shared, grads_of) -> dict[str, jax.Array]:
             g = grads_of(k)
             sums = []
             for group, _ in groups:
-                names = [n for n in g if n in config._by_name and config.settings(n).group == group
-                         and config.settings(n).need_clip and config.settings(n).trainable]
+                names = [
+                    n
+                    for n in g
+                    if n in config._by_name
+                    and config.settings(n).group == group
+                    and config.settings(n).need_clip
+                    and config.settings(n).trainable
+                ]
                 # NOTE: a shared weight's gradient is on every stage; count it on stage 0 only.
-                terms = [jnp.sum(jnp.square(g[n].astype(jnp.float32))) * (1.0 if n not in shared else (s == 0))
-                         for n in names]
+                terms = [
+                    jnp.sum(jnp.square(g[n].astype(jnp.float32))) * (1.0 if n not in shared else (s == 0))
+                    for n in names
+                ]
                 sums.append(jnp.sum(jnp.stack(terms)) if terms else jnp.float32(0.0))
             return jnp.stack(sums)
+
         return f
 
     total = psum(ctx, by_stage(ctx, [squares(k) for k in range(ctx.stages)], s), "stage")
@@ -102,22 +112,31 @@ def apply(ctx: Context, config, configs, shared, P, Sh, O, Osh, gP, gSh, lr, zer
             new_p, new_s = optim.apply(cfg, params, grads, state, lr, accept)
             own_p = {n: new_p[n] for n in ctx.params[k].names()}
             own_s = {n: new_s[n] for n in ctx.opt[k].names()}
-            return (ctx.params[k].pack(own_p, ctx.widths["params"]), {n: new_p[n] for n in Sh},
-                    ctx.opt[k].pack(own_s, ctx.widths["opt"]), {n: new_s[n] for n in Osh})
+            return (
+                ctx.params[k].pack(own_p, ctx.widths["params"]),
+                {n: new_p[n] for n in Sh},
+                ctx.opt[k].pack(own_s, ctx.widths["opt"]),
+                {n: new_s[n] for n in Osh},
+            )
+
         return f
 
     P, Sh, O, Osh = by_stage(ctx, [step(k) for k in range(ctx.stages)], s, P, Sh, O, Osh, gP, gSh)
     if zero:
         r = axis_index(ctx, "replica")
-        O = {dt: jax.lax.dynamic_slice_in_dim(x, r * (x.shape[-1] // ctx.replicas), x.shape[-1] // ctx.replicas,
-                                              axis=x.ndim - 1)
-             for dt, x in O.items()}
+        O = {
+            dt: jax.lax.dynamic_slice_in_dim(
+                x, r * (x.shape[-1] // ctx.replicas), x.shape[-1] // ctx.replicas, axis=x.ndim - 1
+            )
+            for dt, x in O.items()
+        }
     return P, Sh, O, Osh
 
 
 def finite(*trees) -> jax.Array:
-    leaves = [jnp.all(jnp.isfinite(x)) for t in trees for x in jax.tree.leaves(t)
-              if jnp.issubdtype(x.dtype, jnp.inexact)]
+    leaves = [
+        jnp.all(jnp.isfinite(x)) for t in trees for x in jax.tree.leaves(t) if jnp.issubdtype(x.dtype, jnp.inexact)
+    ]
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
 
 

@@ -2,10 +2,11 @@
 bytes per weight, forward FLOPs per sample, and the activations the backward pass keeps per sample
 (JAX's own account of the residuals autodiff saves, from an abstract trace), for each precision and
 recomputation the planner may choose. Paddle-free."""
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import jax
 import numpy as np
@@ -14,32 +15,32 @@ from jax._src.ad_checkpoint import saved_residuals
 from .. import x64
 from ..graph import Graph
 from ..lowering.lower import interpreter_factory
+from ..lowering.policy import LoweringPolicy
 from ..parallel.profile import op_flops, trace_values
 from ..parallel.program import run, whole
-from ..lowering.policy import LoweringPolicy
 from ..train import optim
 from ..train.step import loss_value
 
-STAND_IN = 2          # samples per traced micro-batch (and twice that, to tell per-sample from fixed costs)
+STAND_IN = 2  # samples per traced micro-batch (and twice that, to tell per-sample from fixed costs)
 
 
 @dataclass(frozen=True)
 class Activations:
-    per_sample: float     # bytes kept for the backward pass per sample of a micro-batch
-    fixed: float          # bytes kept whatever the batch (half copies of the weights, constants)
-    scores_per_sample: float = 0.0   # of per_sample, in [.., T, T] tensors (attention's scores; T a sequence)
+    per_sample: float  # bytes kept for the backward pass per sample of a micro-batch
+    fixed: float  # bytes kept whatever the batch (half copies of the weights, constants)
+    scores_per_sample: float = 0.0  # of per_sample, in [.., T, T] tensors (attention's scores; T a sequence)
 
 
 @dataclass
 class ModelCosts:
     graph: Graph
-    weight_bytes: Mapping[str, int]             # trainable and buffer, fp32 as held
+    weight_bytes: Mapping[str, int]  # trainable and buffer, fp32 as held
     trainable: frozenset[str]
-    opt_bytes: Mapping[str, tuple[int, int]]    # weight -> (bytes shaped like it, scalar bytes)
-    flops_per_sample: float                     # forward
+    opt_bytes: Mapping[str, tuple[int, int]]  # weight -> (bytes shaped like it, scalar bytes)
+    flops_per_sample: float  # forward
     feed_bytes_per_sample: float
     value_bytes_per_sample: Mapping[int, float]  # top-level value id -> bytes per sample
-    acts: dict = field(default_factory=dict)    # (precision, remat) -> Activations
+    acts: dict = field(default_factory=dict)  # (precision, remat) -> Activations
 
     @property
     def params(self) -> int:
@@ -51,14 +52,25 @@ def model_costs(graph: Graph, config: optim.OptimizerConfig) -> ModelCosts:
     shapes = {p.name: jax.ShapeDtypeStruct(tuple(p.shape), p.dtype) for p in graph.params}
     trainable = frozenset(p.name for p in graph.trainable())
     opt = jax.eval_shape(lambda ps: optim.init_state(config, ps), {n: shapes[n] for n in config.trainable()})
-    opt_bytes = {n: (sum(_nbytes(x) for x in accs.values() if x.shape == shapes[n].shape),
-                     sum(_nbytes(x) for x in accs.values() if x.shape != shapes[n].shape)) for n, accs in opt.items()}
+    opt_bytes = {
+        n: (
+            sum(_nbytes(x) for x in accs.values() if x.shape == shapes[n].shape),
+            sum(_nbytes(x) for x in accs.values() if x.shape != shapes[n].shape),
+        )
+        for n, accs in opt.items()
+    }
     feeds = _feeds(graph, STAND_IN)
     values = trace_values(graph, shapes, feeds)
     flops = sum(op_flops(op, values) for op in graph.block.ops) / STAND_IN
-    return ModelCosts(graph, {n: _nbytes(s) for n, s in shapes.items()}, trainable, opt_bytes, flops,
-                      sum(_nbytes(x) for x in feeds.values()) / STAND_IN,
-                      {v: info.nbytes / STAND_IN for v, info in values.items()})
+    return ModelCosts(
+        graph,
+        {n: _nbytes(s) for n, s in shapes.items()},
+        trainable,
+        opt_bytes,
+        flops,
+        sum(_nbytes(x) for x in feeds.values()) / STAND_IN,
+        {v: info.nbytes / STAND_IN for v, info in values.items()},
+    )
 
 
 def activations(costs: ModelCosts, precision: str, remat: bool) -> Activations:
@@ -81,14 +93,18 @@ def _residual_bytes(graph: Graph, precision: str, remat: bool, batch: int) -> tu
     sub = whole(graph)
 
     def loss(params, buffers, feeds):
-        outs, _ = run(graph, sub, {**buffers, **params}, feeds, (), jax.random.key(0), interpreter=make,
-                      remat_layers=remat)
+        outs, _ = run(
+            graph, sub, {**buffers, **params}, feeds, (), jax.random.key(0), interpreter=make, remat_layers=remat
+        )
         return loss_value(outs[0])
 
     params = {n: w for n, w in weights.items() if n in trainable}
     buffers = {n: w for n, w in weights.items() if n not in trainable}
-    saved = [aval for aval, why in saved_residuals(loss, params, buffers, _feeds(graph, batch))
-             if not why.startswith("from the argument")]   # NOTE: weights and inputs are held anyway
+    saved = [
+        aval
+        for aval, why in saved_residuals(loss, params, buffers, _feeds(graph, batch))
+        if not why.startswith("from the argument")
+    ]  # NOTE: weights and inputs are held anyway
     lengths = {f.shape[1] for f in graph.feeds if is_token_input(f) and f.shape[1] > 1}
     # NOTE: [.., heads, T, T]: 4-D or more with both last dimensions one length, so a [B, T, hidden] state
     # whose hidden size happens to equal T is not taken for scores
@@ -100,8 +116,7 @@ def is_token_input(feed) -> bool:
     """An integer input with a dimension 1: token ids (or labels, a mask) along a sequence. A float input
     [batch, n] is a sample's features, whose n the engine would split as readily, but splitting it carries
     no sequence through the model, so the planner never offers a split for it alone."""
-    return (len(feed.shape) >= 2 and isinstance(feed.shape[1], int)
-            and np.issubdtype(np.dtype(feed.dtype), np.integer))
+    return len(feed.shape) >= 2 and isinstance(feed.shape[1], int) and np.issubdtype(np.dtype(feed.dtype), np.integer)
 
 
 def _feeds(graph: Graph, batch: int) -> dict[str, jax.ShapeDtypeStruct]:
@@ -110,13 +125,16 @@ def _feeds(graph: Graph, batch: int) -> dict[str, jax.ShapeDtypeStruct]:
         shape = tuple(batch if (i == 0 and d < 0) else d for i, d in enumerate(f.shape))
         if any(d < 0 for d in shape):
             from ..errors import StrategyError
-            raise StrategyError(f"The planner needs every dimension of input {f.name!r} but the batch: give its "
-                                f"InputSpec a concrete shape (got {list(f.shape)}, e.g. the sequence length).")
+
+            raise StrategyError(
+                f"The planner needs every dimension of input {f.name!r} but the batch: give its "
+                f"InputSpec a concrete shape (got {list(f.shape)}, e.g. the sequence length)."
+            )
         out[f.name] = jax.ShapeDtypeStruct(shape, f.dtype)
     return out
 
 
 def _nbytes(x) -> int:
     if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-        return 0           # NOTE: a random key (dropout's), a few bytes
+        return 0  # NOTE: a random key (dropout's), a few bytes
     return int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize

@@ -1,10 +1,12 @@
 """What the machine can do and what a model needs: the measured matmul peak and analytic BERT FLOPs.
 
 Shared by `paddle-xla bench` and benchmarks/; imports neither paddle nor (at module level) jax."""
+
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 
 def matmul_rate(n: int, dtype: str, out_dtype: str | None, repeats: int) -> tuple[float, float]:
@@ -12,6 +14,7 @@ def matmul_rate(n: int, dtype: str, out_dtype: str | None, repeats: int) -> tupl
     each the best of `repeats` calls after a compiling one."""
     import jax
     import jax.numpy as jnp
+
     a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32).astype(dtype)
     b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32).astype(dtype)
     f = jax.jit(lambda a, b: jnp.matmul(a, b, preferred_element_type=out_dtype))
@@ -36,14 +39,17 @@ def matmul_peak(sizes: Sequence[int] = (2048, 4096), repeats: int = 5) -> dict[s
     with other work the wall clock is stretched, while the work per CPU-second barely moves."""
     f32 = {n: matmul_rate(n, "float32", None, repeats) for n in sizes}
     bf16 = {n: matmul_rate(n, "bfloat16", "float32", repeats) for n in sizes}
-    return {"fp32_gflops": round(max(w for w, _ in f32.values()), 2),
-            "bf16_f32acc_gflops": round(max(w for w, _ in bf16.values()), 2),
-            "fp32_gflops_per_cpu_second": round(max(c for _, c in f32.values()), 2),
-            "bf16_gflops_per_cpu_second": round(max(c for _, c in bf16.values()), 2),
-            "fp32_by_size": {str(n): round(w, 2) for n, (w, _) in f32.items()},
-            "bf16_by_size": {str(n): round(w, 2) for n, (w, _) in bf16.items()},
-            "sizes": list(sizes), "repeats": repeats,
-            "how": "jax.jit(jnp.matmul), block_until_ready, best of `repeats` after a warm-up call"}
+    return {
+        "fp32_gflops": round(max(w for w, _ in f32.values()), 2),
+        "bf16_f32acc_gflops": round(max(w for w, _ in bf16.values()), 2),
+        "fp32_gflops_per_cpu_second": round(max(c for _, c in f32.values()), 2),
+        "bf16_gflops_per_cpu_second": round(max(c for _, c in bf16.values()), 2),
+        "fp32_by_size": {str(n): round(w, 2) for n, (w, _) in f32.items()},
+        "bf16_by_size": {str(n): round(w, 2) for n, (w, _) in bf16.items()},
+        "sizes": list(sizes),
+        "repeats": repeats,
+        "how": "jax.jit(jnp.matmul), block_until_ready, best of `repeats` after a warm-up call",
+    }
 
 
 def bert_flops(*, layers: int, hidden: int, intermediate: int, batch: int, seq: int, pooler: bool = True) -> float:
@@ -54,8 +60,9 @@ def bert_flops(*, layers: int, hidden: int, intermediate: int, batch: int, seq: 
     return float(layers * per_layer + (2 * hidden * hidden * batch if pooler else 0))
 
 
-def bert_pretraining_flops(*, layers: int, hidden: int, intermediate: int, vocab: int, batch: int,
-                           seq: int, head_tokens: int | None = None) -> float:
+def bert_pretraining_flops(
+    *, layers: int, hidden: int, intermediate: int, vocab: int, batch: int, seq: int, head_tokens: int | None = None
+) -> float:
     """FLOPs of one BERT pretraining step: 3 x forward (backward = 2 x forward), the forward being the
     encoder (bert_flops) plus the MLM head (transform H x H, tied decoder H x vocab) over `head_tokens`
     (default every token; batch x max_predictions when the head scores only the masked positions).

@@ -25,12 +25,13 @@ divided over the devices that share the work, stretched by the pipeline bubble, 
 layout moves (the gradient all-reduce over every device holding a whole copy of a weight, replicas x
 sequence, sharding's gathers, tensor all-reduces, the sequence split's gathers of attention's keys and
 values (or their ring), stage sends) over the profile's links, none of it overlapped."""
+
 from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import numpy as np
 
@@ -52,8 +53,9 @@ def planned(tensor_plan=None, **fields) -> Strategy:
     this process need not have): the "auto" placement with pipeline stages, `tensor_plan` with tensor > 1."""
     stages, tensor = fields.get("stages", 1), fields.get("tensor", 1)
     with planned_elsewhere():
-        return Strategy(**fields, placement="auto" if stages > 1 else None,
-                        tensor_plan=tensor_plan if tensor > 1 else None)
+        return Strategy(
+            **fields, placement="auto" if stages > 1 else None, tensor_plan=tensor_plan if tensor > 1 else None
+        )
 
 
 def describe(layout: Strategy) -> str:
@@ -75,8 +77,8 @@ def describe(layout: Strategy) -> str:
 
 @dataclass
 class Prediction:
-    layout: Strategy                      # as planned() builds it (no tensor_plan rules: Plan.best adds them)
-    bytes: dict[str, float]               # per device: weights, gradients, optimizer, activations, other
+    layout: Strategy  # as planned() builds it (no tensor_plan rules: Plan.best adds them)
+    bytes: dict[str, float]  # per device: weights, gradients, optimizer, activations, other
     step_seconds: float
     samples_per_second: float
     fits: bool
@@ -104,7 +106,8 @@ class Plan:
                 f"No layout of {self.devices} x {self.profile.name} fits a global batch of {self.global_batch}: the "
                 f"smallest needs {need.total_bytes / GB:.2f} GB per device ({describe(need.layout)}), and a "
                 f"{self.profile.name} has {self.profile.memory_bytes / GB:.2f} GB. Use more devices, a smaller "
-                "batch, or a device with more memory.")
+                "batch, or a device with more memory."
+            )
         best = fitting[0].layout
         if self.rules is None or best.tensor == 1:
             return best
@@ -112,15 +115,22 @@ class Plan:
             return dataclasses.replace(best, tensor_plan=self.rules)
 
     def table(self, top: int = 12) -> str:
-        head = (f"{'layout (replicas x stages x tensor)':44s} {'GB/device':>9s} {'weights':>8s} {'grads':>7s} "
-                f"{'optim':>7s} {'activ':>7s} {'step s':>8s} {'samples/s':>10s}  fits")
-        lines = [f"plan: {self.devices} x {self.profile.name} ({self.profile.memory_bytes / GB:.1f} GB each), "
-                 f"global batch {self.global_batch}", head]
+        head = (
+            f"{'layout (replicas x stages x tensor)':44s} {'GB/device':>9s} {'weights':>8s} {'grads':>7s} "
+            f"{'optim':>7s} {'activ':>7s} {'step s':>8s} {'samples/s':>10s}  fits"
+        )
+        lines = [
+            f"plan: {self.devices} x {self.profile.name} ({self.profile.memory_bytes / GB:.1f} GB each), "
+            f"global batch {self.global_batch}",
+            head,
+        ]
         for r in self.rows[:top]:
             b = r.bytes
-            lines.append(f"{describe(r.layout):44s} {r.total_bytes / GB:9.3f} {b['weights'] / GB:8.3f} "
-                         f"{b['gradients'] / GB:7.3f} {b['optimizer'] / GB:7.3f} {b['activations'] / GB:7.3f} "
-                         f"{r.step_seconds:8.4f} {r.samples_per_second:10.1f}  {'yes' if r.fits else 'NO'}")
+            lines.append(
+                f"{describe(r.layout):44s} {r.total_bytes / GB:9.3f} {b['weights'] / GB:8.3f} "
+                f"{b['gradients'] / GB:7.3f} {b['optimizer'] / GB:7.3f} {b['activations'] / GB:7.3f} "
+                f"{r.step_seconds:8.4f} {r.samples_per_second:10.1f}  {'yes' if r.fits else 'NO'}"
+            )
         return "\n".join(lines)
 
 
@@ -131,10 +141,20 @@ def layouts(devices: int, global_batch: int, precisions=("bf16", "fp32"), sequen
     whose groups split the batch. `sequences`: the sequence splits the model's inputs allow."""
     for r, s, q, t in _factorizations(devices, sequences):
         for sharding, m, recompute, schedule, precision in itertools.product(
-                (0, 1, 2, 3), _micro_batches(global_batch // r), (None, "layer"), ("gpipe", "1f1b"), precisions):
+            (0, 1, 2, 3), _micro_batches(global_batch // r), (None, "layer"), ("gpipe", "1f1b"), precisions
+        ):
             try:
-                layout = planned(replicas=r, stages=s, sequence=q, tensor=t, sharding=sharding, micro_batches=m,
-                                 recompute=recompute, schedule=schedule, precision=precision)
+                layout = planned(
+                    replicas=r,
+                    stages=s,
+                    sequence=q,
+                    tensor=t,
+                    sharding=sharding,
+                    micro_batches=m,
+                    recompute=recompute,
+                    schedule=schedule,
+                    precision=precision,
+                )
                 layout.check_batch(global_batch)
             except StrategyError:
                 continue
@@ -155,8 +175,11 @@ def sequence_splits(costs: ModelCosts, devices: int) -> tuple[int, ...]:
     """The sequence splits the planner offers: the degrees that divide a token input's dimension 1 (the
     sequence, 2 or more per device) and the devices."""
     lengths = [f.shape[1] for f in costs.graph.feeds if is_token_input(f)]
-    return tuple(q for q in range(1, devices + 1) if devices % q == 0
-                 and (q == 1 or any(n > 0 and n % q == 0 and n // q >= 2 for n in lengths)))
+    return tuple(
+        q
+        for q in range(1, devices + 1)
+        if devices % q == 0 and (q == 1 or any(n > 0 and n % q == 0 and n // q >= 2 for n in lengths))
+    )
 
 
 def _batch_bytes_per_sample(costs: ModelCosts, sequence: int) -> float:
@@ -178,11 +201,19 @@ def _micro_batches(per_replica: int):
         m *= 2
 
 
-def plan(costs: ModelCosts, keys: Mapping[str, str], profile: DeviceProfile, devices: int, global_batch: int,
-         rules=None, precisions=("bf16", "fp32"), stage_bytes=None) -> Plan:
+def plan(
+    costs: ModelCosts,
+    keys: Mapping[str, str],
+    profile: DeviceProfile,
+    devices: int,
+    global_batch: int,
+    rules=None,
+    precisions=("bf16", "fp32"),
+    stage_bytes=None,
+) -> Plan:
     """Every runnable layout predicted and ranked: those that fit first, fastest first."""
     tplans: dict[int, TensorPlan | None] = {}
-    whole_vocab: dict[int, TensorPlan] = {}        # NOTE: the plans of layouts that keep the vocab whole
+    whole_vocab: dict[int, TensorPlan] = {}  # NOTE: the plans of layouts that keep the vocab whole
     rows = []
     for lay in layouts(devices, global_batch, precisions, sequence_splits(costs, devices)):
         if lay.tensor not in tplans:
@@ -205,11 +236,17 @@ def _tensor_plan(costs: ModelCosts, keys, rules, tensor: int) -> TensorPlan | No
     try:
         return make_plan(costs.graph, keys, rules, tensor)
     except StrategyError:
-        return None          # NOTE: this degree splits no head or dimension evenly; the layout is not offered
+        return None  # NOTE: this degree splits no head or dimension evenly; the layout is not offered
 
 
-def predict(costs: ModelCosts, lay: Strategy, profile: DeviceProfile, global_batch: int,
-            tplan: TensorPlan | None = None, stage_bytes=None) -> Prediction:
+def predict(
+    costs: ModelCosts,
+    lay: Strategy,
+    profile: DeviceProfile,
+    global_batch: int,
+    tplan: TensorPlan | None = None,
+    stage_bytes=None,
+) -> Prediction:
     R, S, T, M, Q = lay.replicas, lay.stages, lay.tensor, lay.micro_batches, lay.sequence
     dims = dict(tplan.dims) if tplan is not None else {}
     weights = grads = opt = 0.0
@@ -224,7 +261,7 @@ def predict(costs: ModelCosts, lay: Strategy, profile: DeviceProfile, global_bat
         grads += w / (by_r if lay.sharding >= 2 else 1)
         shaped, scalars = costs.opt_bytes.get(name, (0, 0))
         opt += shaped / split / (by_r if lay.sharding >= 1 else 1) + scalars
-    share = 1.0                                         # of the weights, on the widest stage
+    share = 1.0  # of the weights, on the widest stage
     if S > 1:
         share = max(stage_bytes(S)) / sum(stage_bytes(S)) if stage_bytes is not None else 1.0 / S
         weights, grads, opt = weights * share, grads * share, opt * share
@@ -233,7 +270,7 @@ def predict(costs: ModelCosts, lay: Strategy, profile: DeviceProfile, global_bat
     acts = activations(costs, lay.precision, lay.recompute == "layer")
     micro = global_batch / (R * M)
     split = _activation_split(tplan, T)
-    one = acts.per_sample * micro + acts.fixed         # the whole model's, for one micro-batch
+    one = acts.per_sample * micro + acts.fixed  # the whole model's, for one micro-batch
     if S > 1:
         one = acts.per_sample * micro * split + acts.fixed
         # NOTE: a pipeline's scan over a switch keeps residual slots for every stage's branch, unfused
@@ -255,9 +292,14 @@ def predict(costs: ModelCosts, lay: Strategy, profile: DeviceProfile, global_bat
     # NOTE: sharding 3 gathers each weight whole for the forward and again for the backward; XLA:CPU held
     # one whole copy over replicas alone, two when the gathered weights are split over tensor as well.
     gathered = full_weights * (2 if T > 1 else 1) if lay.sharding >= 3 and R > 1 else 0.0
-    whole_grads = full_weights * share                  # a device's gradients before sharding splits them
-    by = {"weights": weights, "gradients": _gradient_bytes(grads, whole_grads, kept, lay), "optimizer": opt,
-          "activations": kept, "other": buffers + batch + gathered}
+    whole_grads = full_weights * share  # a device's gradients before sharding splits them
+    by = {
+        "weights": weights,
+        "gradients": _gradient_bytes(grads, whole_grads, kept, lay),
+        "optimizer": opt,
+        "activations": kept,
+        "other": buffers + batch + gathered,
+    }
     seconds = step_seconds(costs, lay, profile, global_batch, whole_grads, tplan)
     fits = sum(by.values()) <= profile.memory_bytes
     return Prediction(lay, by, seconds, global_batch / seconds, fits)
@@ -268,7 +310,7 @@ def _gradient_bytes(grads: float, whole_grads: float, kept: float, lay: Strategy
     gradients are whole until they are reduce-scattered."""
     temporaries = whole_grads if lay.sharding == 2 else grads
     if lay.stages > 1:
-        return grads + temporaries       # NOTE: the pipelines' activation factors were fitted with this sum
+        return grads + temporaries  # NOTE: the pipelines' activation factors were fitted with this sum
     # NOTE: one stage's update runs after its backward has freed the activations, and XLA reuses their
     # memory for the update's temporaries: the peak holds the larger of the two, not their sum.
     return grads + max(temporaries - kept, 0.0)
@@ -288,15 +330,16 @@ def _activation_split(tplan: TensorPlan | None, tensor: int) -> float:
     return 0.12 + 0.88 / tensor
 
 
-def step_seconds(costs: ModelCosts, lay: Strategy, profile: DeviceProfile, global_batch: int, grads: float,
-                 tplan: TensorPlan | None) -> float:
+def step_seconds(
+    costs: ModelCosts, lay: Strategy, profile: DeviceProfile, global_batch: int, grads: float, tplan: TensorPlan | None
+) -> float:
     """`grads`: the bytes of the gradients of the weights one device computes, whole (before sharding
     splits them), that is its stage's weights, split by T."""
     R, S, T, M, Q = lay.replicas, lay.stages, lay.tensor, lay.micro_batches, lay.sequence
     passes = 4 if lay.recompute else 3
     compute = passes * costs.flops_per_sample * global_batch / (R * S * T * Q) / profile.rate(lay.precision)
     bubble = (S - 1) / (M + S - 1) if S > 1 else 0.0
-    compute /= (1 - bubble)
+    compute /= 1 - bubble
     bw = profile.link_gbytes * 1e9
     moved = 0.0
     moved += gradient_bytes_moved(grads, R, Q, lay.sharding)
@@ -328,8 +371,11 @@ def gradient_bytes_moved(grads: float, replicas: int, sequence: int, sharding: i
 def _attention_operand_bytes_per_sample(costs: ModelCosts) -> float:
     """Bytes per sample of the second operands of matmuls between activations (attention's keys and values)."""
     params = {p.value for p in costs.graph.params}
-    return sum(costs.value_bytes_per_sample.get(op.inputs[1], 0.0) for op in costs.graph.block.ops
-               if op.name == "pd_op.matmul" and op.inputs[0] not in params and op.inputs[1] not in params)
+    return sum(
+        costs.value_bytes_per_sample.get(op.inputs[1], 0.0)
+        for op in costs.graph.block.ops
+        if op.name == "pd_op.matmul" and op.inputs[0] not in params and op.inputs[1] not in params
+    )
 
 
 def _rowwise_bytes_per_sample(costs: ModelCosts, tplan: TensorPlan | None) -> float:
@@ -338,5 +384,8 @@ def _rowwise_bytes_per_sample(costs: ModelCosts, tplan: TensorPlan | None) -> fl
         return 0.0
     rowwise = {n for n, d in tplan.dims.items() if d == 0}
     params = {p.value: p.name for p in costs.graph.params}
-    return sum(costs.value_bytes_per_sample.get(op.outputs[0], 0.0) for op in costs.graph.block.ops
-               if op.name == "pd_op.matmul" and params.get(op.inputs[1]) in rowwise)
+    return sum(
+        costs.value_bytes_per_sample.get(op.outputs[0], 0.0)
+        for op in costs.graph.block.ops
+        if op.name == "pd_op.matmul" and params.get(op.inputs[1]) in rowwise
+    )

@@ -12,6 +12,7 @@ Environment:
   PADDLE_XLA_PROGRESS_DELAY=S  in a log (not a terminal), announce a compile once it has taken S seconds
                             (default 2)
 """
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,9 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator, TextIO
+from typing import TextIO
 
 import jax
 
@@ -138,6 +140,7 @@ class _Spinner:
         from rich.console import Console
         from rich.live import Live
         from rich.spinner import Spinner
+
         self.what, self.start = what, time.perf_counter()
         self.spinner = Spinner("dots")
         self.live = Live(self, console=Console(file=stream), transient=True, refresh_per_second=8)
@@ -163,6 +166,7 @@ def compiles_seen() -> Iterator[list[str]]:
     def record(event: str, duration_secs: float, **kwargs: str | int) -> None:
         if event.startswith("/jax/core/compile/"):
             seen.append(event)
+
     jax.monitoring.register_event_duration_secs_listener(record)
     try:
         yield seen

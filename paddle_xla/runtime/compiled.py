@@ -1,22 +1,24 @@
 """Compiled programs: weights on the device, feeds checked, one executable per input shape."""
+
 from __future__ import annotations
 
 import itertools
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import feeds as feeds_mod
 from .. import x64
-from .executables import ExecutableCache, shapes_text
 from ..errors import StrategyError
 from ..graph import Graph
-from .held import HeldWeights
 from ..lowering.interpreter import check_message, draws_random, fail_on_false_flags, raise_failed_check
 from ..lowering.lower import checked_ops, lower
 from ..lowering.policy import LoweringPolicy
+from . import feeds as feeds_mod
+from .executables import ExecutableCache, shapes_text
+from .held import HeldWeights
 from .xla_options import inference_options
 
 
@@ -28,14 +30,23 @@ class CompiledModel:
     draw anew on every call, from the seed (or `key`) folded with the call's number, so a model
     built with the same seed gives the same sequence of draws."""
 
-    def __init__(self, graph: Graph, weights: Mapping[str, np.ndarray], seed: int = 0, key=None, strategy=None,
-                 policy: LoweringPolicy | None = None):
+    def __init__(
+        self,
+        graph: Graph,
+        weights: Mapping[str, np.ndarray],
+        seed: int = 0,
+        key=None,
+        strategy=None,
+        policy: LoweringPolicy | None = None,
+    ):
         self.graph = graph
-        self.source_weights: Mapping[str, Any] = weights          # as Paddle laid them out (export writes these)
+        self.source_weights: Mapping[str, Any] = weights  # as Paddle laid them out (export writes these)
         # NOTE: inference honours Strategy.precision only: half compute, float32 weights and outputs.
         if strategy is not None and strategy.quant_type is not None:
-            raise StrategyError(f"Strategy(quant_type={strategy.quant_type!r}) applies to px.Generator only; "
-                                "px.compile runs the weights as Paddle holds them (or in half, with precision=)")
+            raise StrategyError(
+                f"Strategy(quant_type={strategy.quant_type!r}) applies to px.Generator only; "
+                "px.compile runs the weights as Paddle holds them (or in half, with precision=)"
+            )
         precision = strategy.precision if strategy is not None else "fp32"
         self.policy = policy or LoweringPolicy.live(precision, inference=True)
         # NOTE: weights the executable reads in another precision or layout than Paddle's (held.py),
@@ -57,8 +68,11 @@ class CompiledModel:
 
         Device arrays are copied: their owner (a train step donates its weights to its next step) may
         delete them while this model still runs."""
-        mine = {k: jnp.copy(v) if isinstance(v, jax.Array) else v
-                for k, v in values.items() if k in self.params or k in self.buffers}
+        mine = {
+            k: jnp.copy(v) if isinstance(v, jax.Array) else v
+            for k, v in values.items()
+            if k in self.params or k in self.buffers
+        }
         self.source_weights = {**self.source_weights, **mine}
         prepared = jax.device_put(self.held.all_prepared(mine))
         self.params = {**self.params, **{k: v for k, v in prepared.items() if k in self.params}}
@@ -93,9 +107,12 @@ class CompiledModel:
     def executable(self, feeds: Mapping[str, Any]):
         """The compiled executable for these input shapes (compiled on first use)."""
         return self._executables.get(
-            feeds, lambda: self._jitted.lower(self.params, self.buffers, feeds, self._key).compile(
-                compiler_options=inference_options(self.graph)),
-            lambda sig: f"{self.graph.meta.get('source', 'model')} for {shapes_text(sig)}")
+            feeds,
+            lambda: self._jitted.lower(self.params, self.buffers, feeds, self._key).compile(
+                compiler_options=inference_options(self.graph)
+            ),
+            lambda sig: f"{self.graph.meta.get('source', 'model')} for {shapes_text(sig)}",
+        )
 
     def run(self, *args, **kwargs) -> list[jax.Array]:
         """Outputs as device arrays (no host copy)."""

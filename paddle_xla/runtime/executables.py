@@ -2,11 +2,13 @@
 TrainArtifact): compiled on first use, with the progress line for long compiles, and under a lock
 per signature, so that two server threads asking for the same new shape compile it once while
 other shapes run on."""
+
 from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .compile_cache import compile_progress, ensure_compile_cache
 

@@ -1,7 +1,9 @@
 """Checking what the user feeds against what the Graph expects, before XLA ever sees it."""
+
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -19,9 +21,11 @@ def bind(feeds: Sequence[Tensor], args: Sequence[Any], kwargs: Mapping[str, Any]
         given = dict(args[0])
         extra, missing = sorted(set(given) - set(names)), [n for n in names if n not in given]
         if extra or missing:
-            raise FeedError(f"The input dict has {'unknown keys ' + str(extra) if extra else ''}"
-                            f"{' and ' if extra and missing else ''}{'no ' + str(missing) if missing else ''}; "
-                            f"the model's inputs are {names}.")
+            raise FeedError(
+                f"The input dict has {'unknown keys ' + str(extra) if extra else ''}"
+                f"{' and ' if extra and missing else ''}{'no ' + str(missing) if missing else ''}; "
+                f"the model's inputs are {names}."
+            )
         args, kwargs = (), given
     if len(args) > len(names):
         raise FeedError(f"Got {len(args)} positional inputs, but the model takes {len(names)}: {names}.")
@@ -34,8 +38,10 @@ def bind(feeds: Sequence[Tensor], args: Sequence[Any], kwargs: Mapping[str, Any]
         bound[k] = v
     missing = [n for n in names if n not in bound]
     if missing:
-        raise FeedError(f"Missing input(s) {missing}; the model's inputs are {names}. "
-                        "Pass one array per InputSpec, in order or by name.")
+        raise FeedError(
+            f"Missing input(s) {missing}; the model's inputs are {names}. "
+            "Pass one array per InputSpec, in order or by name."
+        )
     return bound
 
 
@@ -50,12 +56,12 @@ def shape_problem(name: str, shape, expected, spec: str) -> str | None:
     """What is wrong with an input's rank or fixed dimensions (-1 in `expected` is free), or None."""
     shape, expected = list(shape), list(expected)
     if len(shape) != len(expected):
-        return (f"Input {name!r} has rank {len(shape)} (shape {shape}), but the model expects rank "
-                f"{len(expected)}: {spec}.")
+        return (
+            f"Input {name!r} has rank {len(shape)} (shape {shape}), but the model expects rank {len(expected)}: {spec}."
+        )
     bad = [i for i, (got, want) in enumerate(zip(shape, expected)) if want >= 0 and got != want]
     if bad:
-        return (f"Input {name!r} has shape {shape}, but dimension(s) {bad} must be {[expected[i] for i in bad]}: "
-                f"{spec}.")
+        return f"Input {name!r} has shape {shape}, but dimension(s) {bad} must be {[expected[i] for i in bad]}: {spec}."
     return None
 
 
@@ -74,8 +80,10 @@ def check(feed: Tensor, value) -> np.ndarray | Any:
         # widening them is exact, and is the only way such a caller can feed an int64 input.
         return arr.astype(want)
     if got != want:
-        raise FeedError(f"Input {feed.name!r} has dtype {got.name}, but the model expects {feed.dtype}: {spec}. "
-                        f"Convert it first, e.g. x.astype('{feed.dtype}').")
+        raise FeedError(
+            f"Input {feed.name!r} has dtype {got.name}, but the model expects {feed.dtype}: {spec}. "
+            f"Convert it first, e.g. x.astype('{feed.dtype}')."
+        )
     return arr
 
 

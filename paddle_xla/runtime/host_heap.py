@@ -22,6 +22,7 @@ Process-wide, so it is applied once, when paddle_xla is imported (before XLA sta
 thread that already has an arena keeps it), and only where programs will run on XLA:CPU. On a GPU or
 TPU host the weights pass through host memory once on their way to the device, and holding on to
 them would be a waste. PADDLE_XLA_KEEP_HEAP=0 leaves glibc's defaults alone. Paddle-free."""
+
 from __future__ import annotations
 
 import ctypes
@@ -72,5 +73,7 @@ def _mallopt_all() -> bool:
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     # NOTE: mallopt answers 1 on success
-    return all(mallopt(param, value) == 1 for param, value in
-               ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, _NEVER_TRIM)))
+    return all(
+        mallopt(param, value) == 1
+        for param, value in ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, _NEVER_TRIM))
+    )

@@ -1,12 +1,13 @@
 """The training step under a Strategy: the plain jitted step (train/step.py) on one device for the
 default Strategy, the SPMD engine (parallel/engine.py) for any other. It stands above both, so
 neither imports the other. Paddle-free."""
+
 from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -30,8 +31,8 @@ class StepResult:
     state: TrainState
     losses: list[float]
     outputs: list
-    error: str | None = None      # set when a step was not finite and no loss scaling skipped it
-    failed: bool = False          # the error is a Paddle assert of the program, false for this batch
+    error: str | None = None  # set when a step was not finite and no loss scaling skipped it
+    failed: bool = False  # the error is a Paddle assert of the program, false for this batch
 
 
 def _live_forward(graph: Graph) -> Callable:
@@ -50,21 +51,27 @@ class StepRunner:
 
     def __init__(self, graph: Graph, config, strategy=None, placement=None, tensor_plan=None, name: str | None = None):
         from ..strategy import Strategy
+
         self.graph = graph
-        self.name = name or graph.meta.get("source", "model")     # what the compile progress line calls it
+        self.name = name or graph.meta.get("source", "model")  # what the compile progress line calls it
         self.strategy = shares.strategy_for_group(strategy if strategy is not None else Strategy())
         self.engine = None
         self._grads_jit: Callable | None = None
-        self._seen: set[tuple] = set()      # signatures compiled so far (jax.jit caches the executables)
+        self._seen: set[tuple] = set()  # signatures compiled so far (jax.jit caches the executables)
         if self.strategy.is_default:
             update = functools.partial(optim.apply, config)
-            self._jit = jax.jit(make_step(graph, update, forward=_live_forward(graph)), donate_argnums=(0, 2),
-                                compiler_options=STEP_COMPILER_OPTIONS)
+            self._jit = jax.jit(
+                make_step(graph, update, forward=_live_forward(graph)),
+                donate_argnums=(0, 2),
+                compiler_options=STEP_COMPILER_OPTIONS,
+            )
         elif self.strategy.stages == 1:
             from ..parallel.sharded import ShardedEngine
+
             self.engine = ShardedEngine(graph, config, self.strategy, placement, tensor_plan)
         else:
             from ..parallel.engine import Engine
+
             self.engine = Engine(graph, config, self.strategy, placement, tensor_plan)
 
     @property
@@ -92,10 +99,15 @@ class StepRunner:
         if self.engine is None:
             return {"replicas": 1, "stages": 1, "bubble_fraction": 0.0}
         e = self.engine
-        return {"replicas": self.strategy.replicas, "stages": self.strategy.stages,
-                "micro_batches": self.strategy.micro_batches, "schedule": self.strategy.schedule,
-                "bubble_fraction": e.bubble_fraction(),
-                "bytes_per_device": e.param_bytes_per_device(), "plan": getattr(e.placement, "plan", "")}
+        return {
+            "replicas": self.strategy.replicas,
+            "stages": self.strategy.stages,
+            "micro_batches": self.strategy.micro_batches,
+            "schedule": self.strategy.schedule,
+            "bubble_fraction": e.bubble_fraction(),
+            "bytes_per_device": e.param_bytes_per_device(),
+            "plan": getattr(e.placement, "plan", ""),
+        }
 
     def split(self, args, kwargs) -> list[tuple[list, dict]]:
         """One (args, kwargs) per optimizer step: inputs come stacked [steps_per_call, batch, ...] or as
@@ -107,8 +119,11 @@ class StepRunner:
             n = len(x) if isinstance(x, (list, tuple)) else (x.shape[0] if getattr(x, "ndim", 0) else None)
             if n != k:
                 from ..errors import FeedError
-                raise FeedError(f"With steps_per_call={k}, each input holds {k} batches: stack them as "
-                                f"[{k}, batch, ...] or pass a list of {k}; input {name!r} has {n}.")
+
+                raise FeedError(
+                    f"With steps_per_call={k}, each input holds {k} batches: stack them as "
+                    f"[{k}, batch, ...] or pass a list of {k}; input {name!r} has {n}."
+                )
         return [([a[i] for a in args], {n: v[i] for n, v in kwargs.items()}) for i in range(k)]
 
     def __call__(self, state: TrainState, feeds: list[dict], lrs: list[float], accumulated=None) -> StepResult:
@@ -136,8 +151,11 @@ class StepRunner:
         """One forward and backward pass without an update -> (loss, fetches, buffers, summed grads)."""
         if self.engine is not None:
             from ..errors import TrainingError
-            raise TrainingError("Accumulating gradients over calls (update=False) works with the default "
-                                "Strategy only; with a layout, use Strategy(micro_batches=...) instead.")
+
+            raise TrainingError(
+                "Accumulating gradients over calls (update=False) works with the default "
+                "Strategy only; with a layout, use Strategy(micro_batches=...) instead."
+            )
         if self._grads_jit is None:
             self._grads_jit = jax.jit(make_grads(self.graph, forward=_live_forward(self.graph)))
         # NOTE: each accumulated pass draws its own random numbers (dropout), as Paddle's would.
@@ -149,14 +167,25 @@ class StepRunner:
         key = jax.random.fold_in(s.key, s.step)
         with self._compiling("train step", feeds, accumulated is not None):
             params, buffers, opt_state, loss, fetches, finite = self._jit(
-                s.params, s.buffers, s.opt_state, feeds, key, jnp.asarray(lr, jnp.float32),
-                *([accumulated] if accumulated is not None else []))
+                s.params,
+                s.buffers,
+                s.opt_state,
+                feeds,
+                key,
+                jnp.asarray(lr, jnp.float32),
+                *([accumulated] if accumulated is not None else []),
+            )
             loss = float(loss)
         n = len(self.graph.fetches)
         if not bool(finite):
             failed = [check_message(op) for op, ok in zip(checked_ops(self.graph), fetches[n:]) if not bool(ok)]
-            return StepResult(TrainState(params, s.buffers, opt_state, s.step, s.key), [loss], [],
-                              failed[0] if failed else not_finite_message(s.step, loss), failed=bool(failed))
+            return StepResult(
+                TrainState(params, s.buffers, opt_state, s.step, s.key),
+                [loss],
+                [],
+                failed[0] if failed else not_finite_message(s.step, loss),
+                failed=bool(failed),
+            )
         return StepResult(TrainState(params, buffers, opt_state, s.step + 1, s.key), [loss], list(fetches[1:n]))
 
     def _compiling(self, what: str, feeds, *variant):

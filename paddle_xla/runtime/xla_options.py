@@ -1,5 +1,6 @@
 """XLA compiler options chosen per program: what the measured best setting is for a Graph on the
 backend it compiles for. Paddle-free."""
+
 from __future__ import annotations
 
 import os
@@ -7,9 +8,18 @@ import os
 from ..graph import Graph
 from ..ops.util import on_xla_cpu
 
-CONVOLUTIONS = frozenset(f"pd_op.{n}" for n in (
-    "conv2d", "depthwise_conv2d", "conv3d", "conv2d_transpose", "depthwise_conv2d_transpose", "conv3d_transpose",
-    "deformable_conv"))
+CONVOLUTIONS = frozenset(
+    f"pd_op.{n}"
+    for n in (
+        "conv2d",
+        "depthwise_conv2d",
+        "conv3d",
+        "conv2d_transpose",
+        "depthwise_conv2d_transpose",
+        "conv3d_transpose",
+        "deformable_conv",
+    )
+)
 YNN_TYPES = "xla_cpu_experimental_ynn_fusion_type"
 
 

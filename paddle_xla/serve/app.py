@@ -1,9 +1,10 @@
 """The KServe v2 routes (and Triton's model config), as a Starlette app over the loaded models."""
+
 from __future__ import annotations
 
 import time
 import traceback
-from typing import Callable
+from collections.abc import Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -15,38 +16,64 @@ from starlette.routing import Route
 from .. import __version__
 from . import protocol, validation
 from .batcher import ModelWorker
-from .request_errors import RequestError, unavailable
-from .llm.routes import LlmHandlers, routes as llm_routes
 from .http_io import BearerAuth, error_response, on_http_exception, on_request_error, read_body
+from .llm.routes import LlmHandlers
+from .llm.routes import routes as llm_routes
 from .metrics import CONTENT_TYPE_LATEST, UNKNOWN_MODEL, Metrics
 from .repository import VERSION, ServedModel
+from .request_errors import RequestError, unavailable
 from .settings import Settings
 
 
 class ServerState:
     """Set by server.py on SIGTERM: from then on, no new inference request is taken."""
+
     draining = False
 
 
-def build_app(models: dict[str, ServedModel], workers: dict[str, ModelWorker], settings: Settings,
-              metrics: Metrics, state: ServerState, log: Callable[[str], None], llms: dict | None = None) -> Starlette:
+def build_app(
+    models: dict[str, ServedModel],
+    workers: dict[str, ModelWorker],
+    settings: Settings,
+    metrics: Metrics,
+    state: ServerState,
+    log: Callable[[str], None],
+    llms: dict | None = None,
+) -> Starlette:
     llms = llms or {}
     h = Handlers(models, workers, settings, metrics, state, log, llms)
-    model_routes = [("", h.model_metadata, ["GET"]), ("/ready", h.model_ready, ["GET"]),
-                    ("/config", h.model_config, ["GET"]), ("/infer", h.infer, ["POST"])]
-    routes = [Route("/v2/health/live", h.live), Route("/v2/health/ready", h.ready), Route("/v2", h.server_metadata),
-              Route("/metrics", h.metrics_text)]
+    model_routes = [
+        ("", h.model_metadata, ["GET"]),
+        ("/ready", h.model_ready, ["GET"]),
+        ("/config", h.model_config, ["GET"]),
+        ("/infer", h.infer, ["POST"]),
+    ]
+    routes = [
+        Route("/v2/health/live", h.live),
+        Route("/v2/health/ready", h.ready),
+        Route("/v2", h.server_metadata),
+        Route("/metrics", h.metrics_text),
+    ]
     for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
         routes += [Route(prefix + suffix, endpoint, methods=methods) for suffix, endpoint, methods in model_routes]
     routes += llm_routes(LlmHandlers(llms, settings, state, metrics, log))
-    return Starlette(routes=routes, middleware=[Middleware(BearerAuth, token=settings.token)],
-                     exception_handlers={RequestError: on_request_error, HTTPException: on_http_exception})
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(BearerAuth, token=settings.token)],
+        exception_handlers={RequestError: on_request_error, HTTPException: on_http_exception},
+    )
 
 
 class Handlers:
     def __init__(self, models, workers, settings, metrics, state, log, llms):
-        self.models, self.workers, self.settings, self.metrics, self.state, self.log = \
-            models, workers, settings, metrics, state, log
+        self.models, self.workers, self.settings, self.metrics, self.state, self.log = (
+            models,
+            workers,
+            settings,
+            metrics,
+            state,
+            log,
+        )
         self.llms = llms
 
     # ---- health and metadata ----
@@ -63,8 +90,9 @@ class Handlers:
         return JSONResponse({"ready": True})
 
     async def server_metadata(self, request: Request) -> Response:
-        return JSONResponse({"name": "paddle_xla", "version": __version__,
-                             "extensions": ["binary_tensor_data", "model_configuration"]})
+        return JSONResponse(
+            {"name": "paddle_xla", "version": __version__, "extensions": ["binary_tensor_data", "model_configuration"]}
+        )
 
     async def model_metadata(self, request: Request) -> Response:
         return JSONResponse(self._model(request).metadata())
@@ -79,13 +107,19 @@ class Handlers:
         """Triton's model configuration (what perf_analyzer and Triton's clients read)."""
         model = self._model(request)
         batched = model.layout.batch is not None
-        config = {"name": model.name, "platform": "paddle_xla",
-                  "max_batch_size": self.settings.max_batch_size if batched else 0,
-                  "input": _config_tensors(model.inputs, batched), "output": _config_tensors(model.outputs, batched)}
+        config = {
+            "name": model.name,
+            "platform": "paddle_xla",
+            "max_batch_size": self.settings.max_batch_size if batched else 0,
+            "input": _config_tensors(model.inputs, batched),
+            "output": _config_tensors(model.outputs, batched),
+        }
         if batched and self.settings.batching:
-            config["dynamic_batching"] = {"preferred_batch_size": list(self.settings.preferred_batch_sizes),
-                                          "max_queue_delay_microseconds": self.settings.max_queue_delay_us,
-                                          "default_queue_policy": {"max_queue_size": self.settings.max_queue_size}}
+            config["dynamic_batching"] = {
+                "preferred_batch_size": list(self.settings.preferred_batch_sizes),
+                "max_queue_delay_microseconds": self.settings.max_queue_delay_us,
+                "default_queue_policy": {"max_queue_size": self.settings.max_queue_size},
+            }
         return JSONResponse(config)
 
     async def metrics_text(self, request: Request) -> Response:
@@ -103,7 +137,7 @@ class Handlers:
         except RequestError as e:
             status = e.status
             return error_response(e)
-        except Exception as e:   # NOTE: a bug must still answer in KServe's form, and the server keep serving
+        except Exception as e:  # NOTE: a bug must still answer in KServe's form, and the server keep serving
             self.log(f"{name}: request failed:\n{traceback.format_exc()}")
             return error_response(RequestError(500, f"Internal error: {type(e).__name__}: {e}"))
         finally:
@@ -122,12 +156,14 @@ class Handlers:
         validation.check_inputs(parsed, model, self.settings.max_batch_size)
         wanted = validation.requested_outputs(parsed, model)
         outputs = await worker.infer(protocol.read_tensors(parsed, model.inputs), self._timeout_s(parsed))
-        body, header_length = protocol.encode(model.name, parsed.id,
-                                              [(meta, outputs[meta.name], binary) for meta, binary in wanted])
+        body, header_length = protocol.encode(
+            model.name, parsed.id, [(meta, outputs[meta.name], binary) for meta, binary in wanted]
+        )
         if header_length is None:
             return Response(body, media_type="application/json")
-        return Response(body, media_type="application/octet-stream",
-                        headers={protocol.HEADER_LENGTH: str(header_length)})
+        return Response(
+            body, media_type="application/octet-stream", headers={protocol.HEADER_LENGTH: str(header_length)}
+        )
 
     def _timeout_s(self, parsed: protocol.InferRequest) -> float | None:
         """The shorter of the request's own `timeout` (microseconds) and --request-timeout-ms."""
@@ -136,7 +172,7 @@ class Handlers:
 
     def _model(self, request: Request) -> ServedModel:
         name, version = request.path_params["name"], request.path_params.get("version", VERSION)
-        model = self.models.get(name)   # NOTE: a dict lookup, never a path: '../x' is just an unknown name
+        model = self.models.get(name)  # NOTE: a dict lookup, never a path: '../x' is just an unknown name
         if model is None:
             raise RequestError(404, f"Unknown model {name!r}; this server serves {sorted(self.models)}.")
         if version != VERSION:
@@ -146,5 +182,7 @@ class Handlers:
 
 def _config_tensors(metas, batched: bool) -> list[dict]:
     # NOTE: Triton's config leaves the batch dimension out of dims when max_batch_size > 0
-    return [{"name": m.name, "data_type": f"TYPE_{m.datatype}", "dims": list(m.shape[1:] if batched else m.shape)}
-            for m in metas.values()]
+    return [
+        {"name": m.name, "data_type": f"TYPE_{m.datatype}", "dims": list(m.shape[1:] if batched else m.shape)}
+        for m in metas.values()
+    ]

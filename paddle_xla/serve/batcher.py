@@ -18,6 +18,7 @@ free to take requests meanwhile.
 A model without a batch dimension, or --no-batching, runs one request per call (still padded to a
 preferred size, so that it never waits for a compile). Every padded shape is compiled at warm-up,
 before the model reports ready."""
+
 from __future__ import annotations
 
 import asyncio
@@ -27,45 +28,51 @@ import dataclasses
 import threading
 import time
 import traceback
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 from ..errors import CheckFailedError, FeedError
 from . import padding, plan
-from .queue_thread import QueueThread
-from .request_errors import RequestError
 from .metrics import Metrics
+from .queue_thread import QueueThread
 from .repository import ServedModel
+from .request_errors import RequestError
 from .settings import Settings
 from .warmup import warm_up
 
 
 @dataclasses.dataclass(eq=False)
 class Job:
-    inputs: dict[str, np.ndarray]       # padded to the sequence buckets
-    rows: int                           # its batch size (0 when the model has no batch dimension)
-    group: tuple                        # requests of one group may share a call
-    lengths: dict[str, int]             # its own size of each bucketed dimension
+    inputs: dict[str, np.ndarray]  # padded to the sequence buckets
+    rows: int  # its batch size (0 when the model has no batch dimension)
+    group: tuple  # requests of one group may share a call
+    lengths: dict[str, int]  # its own size of each bucketed dimension
     future: asyncio.Future
     enqueued: float = dataclasses.field(default_factory=time.monotonic)
-    abandoned: bool = False             # timed out: answered already, skip it
+    abandoned: bool = False  # timed out: answered already, skip it
 
 
 class ModelWorker(QueueThread):
     """One model's queue, and the one thread that warms the model up and then runs its batches.
     Drained (QueueThread.drain), it sends what is queued without waiting for company."""
 
-    def __init__(self, model: ServedModel, settings: Settings, metrics: Metrics, log: Callable[[str], None],
-                 on_failure: Callable[[str], None]):
+    def __init__(
+        self,
+        model: ServedModel,
+        settings: Settings,
+        metrics: Metrics,
+        log: Callable[[str], None],
+        on_failure: Callable[[str], None],
+    ):
         super().__init__()
         self.model, self.settings, self.metrics, self.log, self.on_failure = model, settings, metrics, log, on_failure
         self.ready = False
         self._groups: dict[tuple, collections.deque[Job]] = {}
         self._queued = 0
-        self._last_call_end = 0.0           # time.monotonic() when the previous call's answers went out
-        self._plans: dict[tuple, dict[int, plan.Plan]] = {}   # measured at warm-up (plan.py)
-        self._row_limits: dict[tuple, int] = {}                # the largest call any plan makes, per group
+        self._last_call_end = 0.0  # time.monotonic() when the previous call's answers went out
+        self._plans: dict[tuple, dict[int, plan.Plan]] = {}  # measured at warm-up (plan.py)
+        self._row_limits: dict[tuple, int] = {}  # the largest call any plan makes, per group
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._main, name=f"paddle-xla-serve {model.name}", daemon=True)
 
@@ -86,10 +93,13 @@ class ModelWorker(QueueThread):
         self._submit(job)
         try:
             return await asyncio.wait_for(job.future, timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             job.abandoned = True
-            raise RequestError(504, f"Model {self.model.name!r} did not answer within the request's timeout "
-                                    f"({(timeout_s or 0) * 1e3:.3g} ms); retry, or allow more time.") from None
+            raise RequestError(
+                504,
+                f"Model {self.model.name!r} did not answer within the request's timeout "
+                f"({(timeout_s or 0) * 1e3:.3g} ms); retry, or allow more time.",
+            ) from None
 
     def _submit(self, job: Job) -> None:
         with self._cond:
@@ -107,10 +117,15 @@ class ModelWorker(QueueThread):
     # ---- the worker thread ----
     def _main(self) -> None:
         try:
-            timings = warm_up(self.model, self.settings, self.log, lambda: self._stopping,
-                              time_calls=self.settings.split_batches and self.settings.batching)
+            timings = warm_up(
+                self.model,
+                self.settings,
+                self.log,
+                lambda: self._stopping,
+                time_calls=self.settings.split_batches and self.settings.batching,
+            )
             self._plans = self._measured_plans(timings)
-        except Exception as e:   # NOTE: a model that cannot run stops the server (see server.py)
+        except Exception as e:  # NOTE: a model that cannot run stops the server (see server.py)
             self.on_failure(f"{self.model.name}: warm-up failed: {type(e).__name__}: {e}")
             return
         self.ready = True
@@ -223,7 +238,7 @@ class ModelWorker(QueueThread):
             return [np.asarray(o) for o in self.model.artifact.run(**feeds)]
         parts, start = [], 0
         for size in calls:
-            part = {k: v[start:start + size] for k, v in feeds.items()}
+            part = {k: v[start : start + size] for k, v in feeds.items()}
             parts.append([np.asarray(o) for o in self.model.artifact.run(**part)])
             start += size
         return [np.concatenate(column) for column in zip(*parts)]
@@ -236,16 +251,15 @@ class ModelWorker(QueueThread):
 
     def _settle(self, job: Job, answer, error) -> None:
         # NOTE: RuntimeError: the loop is closed: the server stopped without waiting for this answer
-        assert self._loop is not None                    # NOTE: set when the batcher started
+        assert self._loop is not None  # NOTE: set when the batcher started
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(_resolve, job.future, answer, error)
 
 
 def _resolve(future: asyncio.Future, answer, error) -> None:
-    if future.done():   # NOTE: timed out (504 sent) before the answer came
+    if future.done():  # NOTE: timed out (504 sent) before the answer came
         return
     if error is not None:
         future.set_exception(error)
     else:
         future.set_result(answer)
-

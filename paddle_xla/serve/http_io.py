@@ -1,4 +1,5 @@
 """HTTP plumbing around the routes: the bearer token, the body size limit, KServe's JSON errors."""
+
 from __future__ import annotations
 
 import asyncio
@@ -11,7 +12,7 @@ from starlette.responses import JSONResponse
 
 from .request_errors import RequestError
 
-OPEN_PATHS = ("/v2/health/",)   # NOTE: load balancers probe health without credentials
+OPEN_PATHS = ("/v2/health/",)  # NOTE: load balancers probe health without credentials
 
 
 class BearerAuth:
@@ -23,10 +24,15 @@ class BearerAuth:
     async def __call__(self, scope, receive, send):
         if self.expected and scope["type"] == "http" and not scope["path"].startswith(OPEN_PATHS):
             given = Headers(scope=scope).get("authorization", "").encode()
-            if not hmac.compare_digest(given, self.expected):   # NOTE: constant time, so no timing leak
-                response = JSONResponse({"error": "This server needs a bearer token: send the header "
-                                                  "'Authorization: Bearer <token>' with the server's token."},
-                                        401, headers={"WWW-Authenticate": "Bearer"})
+            if not hmac.compare_digest(given, self.expected):  # NOTE: constant time, so no timing leak
+                response = JSONResponse(
+                    {
+                        "error": "This server needs a bearer token: send the header "
+                        "'Authorization: Bearer <token>' with the server's token."
+                    },
+                    401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -52,22 +58,29 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
                 chunk = await asyncio.wait_for(stream.__anext__(), deadline - asyncio.get_running_loop().time())
             except StopAsyncIteration:
                 break
-            except asyncio.TimeoutError:
-                raise RequestError(408, f"The request body did not arrive within {timeout_s:g} s "
-                                        f"({size} bytes came); send the whole body (as its Content-Length "
-                                        "says) promptly.", headers={"Connection": "close"}) from None
+            except TimeoutError:
+                raise RequestError(
+                    408,
+                    f"The request body did not arrive within {timeout_s:g} s "
+                    f"({size} bytes came); send the whole body (as its Content-Length "
+                    "says) promptly.",
+                    headers={"Connection": "close"},
+                ) from None
             size += len(chunk)
             if size > limit:
                 raise too_large(limit)
             chunks.append(chunk)
-    except ClientDisconnect:   # NOTE: nobody to answer; counted as nginx's 499, not logged as a failure
+    except ClientDisconnect:  # NOTE: nobody to answer; counted as nginx's 499, not logged as a failure
         raise RequestError(499, "The client closed the connection before sending the whole body.") from None
     return b"".join(chunks)
 
 
 def too_large(limit: int) -> RequestError:
-    return RequestError(413, f"The request body is over this server's limit of {limit / 2**20:g} MB "
-                             "(--max-body-mb); send fewer rows per request, or raise the limit.")
+    return RequestError(
+        413,
+        f"The request body is over this server's limit of {limit / 2**20:g} MB "
+        "(--max-body-mb); send fewer rows per request, or raise the limit.",
+    )
 
 
 def error_response(error: RequestError) -> JSONResponse:
@@ -87,8 +100,10 @@ async def on_http_exception(request: Request, exc: HTTPException) -> JSONRespons
 
 def routes_text(routes) -> str:
     """Every route the app serves, from its own table (so the list cannot go stale)."""
+
     def one(route) -> str:
         methods = sorted(set(route.methods or ()) - {"HEAD"})
         path = route.path.replace("{name}", "NAME").replace("{version}", "VERSION")
         return path if methods in ([], ["GET"]) else f"{path} ({', '.join(methods)})"
+
     return ", ".join(one(r) for r in routes)

@@ -12,23 +12,25 @@ shapes say which outputs carry it. So the layout is read, not guessed:
 An artifact that re-lowers here (no symbolic executable for this platform) has no output symbols:
 it may still be batched when every input and output has a free first dimension (warm-up checks the
 output rows), but never bucketed."""
+
 from __future__ import annotations
 
 import dataclasses
 import itertools
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-Dim = int | str   # a fixed size, or the name of a symbolic dimension
+Dim = int | str  # a fixed size, or the name of a symbolic dimension
 
 
 @dataclasses.dataclass(frozen=True)
 class BatchLayout:
     inputs: dict[str, tuple[Dim, ...]]
-    outputs: dict[str, tuple[Dim, ...]] | None   # None: unknown (the artifact re-lowers here)
-    batch: str | None                            # None: each request runs alone, as given
+    outputs: dict[str, tuple[Dim, ...]] | None  # None: unknown (the artifact re-lowers here)
+    batch: str | None  # None: each request runs alone, as given
     buckets: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()                  # why batching or bucketing is off, for the start-up log
+    notes: tuple[str, ...] = ()  # why batching or bucketing is off, for the start-up log
 
     @property
     def symbolic(self) -> bool:
@@ -48,13 +50,15 @@ def layout_of(artifact, batching_wanted: bool, buckets_wanted: bool) -> BatchLay
         buckets = tuple(s for s in free if outputs is not None and _sliceable(s, outputs))
         if outputs is None and free:
             notes.append("--seq-buckets off: this artifact re-lowers here, so its output shapes are unknown")
-        notes += [f"--seq-buckets off for dimension {s}: an output uses it other than as a whole dimension"
-                  for s in free if s not in buckets and outputs is not None]
+        notes += [
+            f"--seq-buckets off for dimension {s}: an output uses it other than as a whole dimension"
+            for s in free
+            if s not in buckets and outputs is not None
+        ]
     return BatchLayout(inputs, outputs, batch, buckets, tuple(notes))
 
 
-def warmup_shapes(layout: BatchLayout, batch_sizes: Sequence[int],
-                  buckets: Sequence[int]) -> list[dict[str, tuple]]:
+def warmup_shapes(layout: BatchLayout, batch_sizes: Sequence[int], buckets: Sequence[int]) -> list[dict[str, tuple]]:
     """Every input shape a served request can be padded to: batch sizes x buckets. [] when a free
     dimension is neither batch nor bucketed: its sizes are only known when requests come."""
     if set(layout.free_symbols()) - {layout.batch, *layout.buckets}:
@@ -63,8 +67,9 @@ def warmup_shapes(layout: BatchLayout, batch_sizes: Sequence[int],
     shapes = []
     for size, *lengths in itertools.product(sizes, *[buckets] * len(layout.buckets)):
         value: dict[str | None, Any] = {layout.batch: size, **dict(zip(layout.buckets, lengths))}
-        shapes.append({name: tuple(value[d] if isinstance(d, str) else d for d in dims)
-                       for name, dims in layout.inputs.items()})
+        shapes.append(
+            {name: tuple(value[d] if isinstance(d, str) else d for d in dims) for name, dims in layout.inputs.items()}
+        )
     return shapes
 
 
@@ -72,9 +77,11 @@ def _symbols(artifact) -> tuple[dict[str, tuple[Dim, ...]], dict[str, tuple[Dim,
     exported = artifact.manifest.get("exported", {}).get(artifact.platform, {})
     if artifact.mode == "exported" and exported.get("shapes") == "symbolic":
         inputs = {k: tuple(v) for k, v in exported["feed_shapes"].items()}
-        avals = artifact.exported.out_avals[:len(artifact.fetches_spec)]   # NOTE: the rest are assert flags
-        outputs = {f.name: tuple(d if isinstance(d, int) else str(d) for d in a.shape)
-                   for f, a in zip(artifact.fetches_spec, avals)}
+        avals = artifact.exported.out_avals[: len(artifact.fetches_spec)]  # NOTE: the rest are assert flags
+        outputs = {
+            f.name: tuple(d if isinstance(d, int) else str(d) for d in a.shape)
+            for f, a in zip(artifact.fetches_spec, avals)
+        }
         return {f.name: inputs[f.name] for f in artifact.feeds_spec}, outputs
     # NOTE: the exporter's own convention (exporting._symbolic_specs): a None at position i is d<i>.
     return {f.name: tuple(f"d{i}" if d < 0 else d for i, d in enumerate(f.shape)) for f in artifact.feeds_spec}, None

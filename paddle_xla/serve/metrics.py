@@ -1,6 +1,7 @@
 """The server's Prometheus metrics, in a registry of its own (so that two servers in one process, as
 in tests, never share counts). Model labels are only names from the repository scan: a request for
 an unknown name is counted as "_unknown", so clients cannot grow the label set."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,42 +19,110 @@ class Metrics:
     def __init__(self):
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("paddle_xla_requests", "Inference requests by model and HTTP status code.",
-                                ["model", "code"], registry=r)
-        self.latency = Histogram("paddle_xla_request_latency_seconds", "Inference request time, body read to answer.",
-                                 ["model"], buckets=_LATENCY_BUCKETS, registry=r)
-        self.compute = Histogram("paddle_xla_compute_seconds", "Time of one model call (one batch).",
-                                 ["model"], buckets=_LATENCY_BUCKETS, registry=r)
-        self.batch_rows = Histogram("paddle_xla_batch_rows", "Rows of real requests in one executed batch.",
-                                    ["model"], buckets=_ROW_BUCKETS, registry=r)
-        self.batch_padded = Histogram("paddle_xla_batch_padded_rows", "Rows of one executed batch after padding.",
-                                      ["model"], buckets=_ROW_BUCKETS, registry=r)
-        self.batch_requests = Histogram("paddle_xla_batch_requests", "Requests combined into one executed batch.",
-                                        ["model"], buckets=_ROW_BUCKETS, registry=r)
-        self.queue_depth = Gauge("paddle_xla_queue_depth", "Requests waiting for their model's worker.",
-                                 ["model"], registry=r)
-        self.slots_busy = Gauge("paddle_xla_llm_slots_busy", "Rows of a language model's decode batch that hold a "
-                                "request.", ["model"], registry=r)
-        self.slots_waiting = Gauge("paddle_xla_llm_waiting", "Language-model requests waiting for a free row.",
-                                   ["model"], registry=r)
-        self.kv_free = Gauge("paddle_xla_llm_kv_slots_free", "KV-cache slots (rows x positions) not holding a "
-                             "running request's tokens.", ["model"], registry=r)
-        self.ttft = Histogram("paddle_xla_llm_time_to_first_token_seconds", "From a request's admission to the "
-                              "queue to its first token.", ["model"], buckets=_LATENCY_BUCKETS, registry=r)
-        self.itl = Histogram("paddle_xla_llm_inter_token_seconds", "Between a request's successive token "
-                             "batches (one per decode chunk).", ["model"], buckets=_LATENCY_BUCKETS, registry=r)
-        self.prefill = Histogram("paddle_xla_llm_prefill_seconds", "One prefill step: a prompt within a bucket "
-                                 "whole, or one prefill_chunk of a longer one's tokens.", ["model"],
-                                 buckets=_LATENCY_BUCKETS, registry=r)
-        self.decode = Histogram("paddle_xla_llm_decode_chunk_seconds", "One decode chunk of the whole batch.",
-                                ["model"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.requests = Counter(
+            "paddle_xla_requests", "Inference requests by model and HTTP status code.", ["model", "code"], registry=r
+        )
+        self.latency = Histogram(
+            "paddle_xla_request_latency_seconds",
+            "Inference request time, body read to answer.",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.compute = Histogram(
+            "paddle_xla_compute_seconds",
+            "Time of one model call (one batch).",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_rows = Histogram(
+            "paddle_xla_batch_rows",
+            "Rows of real requests in one executed batch.",
+            ["model"],
+            buckets=_ROW_BUCKETS,
+            registry=r,
+        )
+        self.batch_padded = Histogram(
+            "paddle_xla_batch_padded_rows",
+            "Rows of one executed batch after padding.",
+            ["model"],
+            buckets=_ROW_BUCKETS,
+            registry=r,
+        )
+        self.batch_requests = Histogram(
+            "paddle_xla_batch_requests",
+            "Requests combined into one executed batch.",
+            ["model"],
+            buckets=_ROW_BUCKETS,
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "paddle_xla_queue_depth", "Requests waiting for their model's worker.", ["model"], registry=r
+        )
+        self.slots_busy = Gauge(
+            "paddle_xla_llm_slots_busy",
+            "Rows of a language model's decode batch that hold a request.",
+            ["model"],
+            registry=r,
+        )
+        self.slots_waiting = Gauge(
+            "paddle_xla_llm_waiting", "Language-model requests waiting for a free row.", ["model"], registry=r
+        )
+        self.kv_free = Gauge(
+            "paddle_xla_llm_kv_slots_free",
+            "KV-cache slots (rows x positions) not holding a running request's tokens.",
+            ["model"],
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "paddle_xla_llm_time_to_first_token_seconds",
+            "From a request's admission to the queue to its first token.",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "paddle_xla_llm_inter_token_seconds",
+            "Between a request's successive token batches (one per decode chunk).",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.prefill = Histogram(
+            "paddle_xla_llm_prefill_seconds",
+            "One prefill step: a prompt within a bucket whole, or one prefill_chunk of a longer one's tokens.",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.decode = Histogram(
+            "paddle_xla_llm_decode_chunk_seconds",
+            "One decode chunk of the whole batch.",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.tokens_in = Counter("paddle_xla_llm_prompt_tokens", "Prompt tokens prefilled.", ["model"], registry=r)
         self.tokens_out = Counter("paddle_xla_llm_generated_tokens", "Tokens generated.", ["model"], registry=r)
 
-    def llm(self, model: str) -> "LlmMetrics":
-        return LlmMetrics(*(m.labels(model) for m in (self.slots_busy, self.slots_waiting, self.kv_free, self.ttft,
-                                                      self.itl, self.prefill, self.decode, self.tokens_in,
-                                                      self.tokens_out)))
+    def llm(self, model: str) -> LlmMetrics:
+        return LlmMetrics(
+            *(
+                m.labels(model)
+                for m in (
+                    self.slots_busy,
+                    self.slots_waiting,
+                    self.kv_free,
+                    self.ttft,
+                    self.itl,
+                    self.prefill,
+                    self.decode,
+                    self.tokens_in,
+                    self.tokens_out,
+                )
+            )
+        )
 
     def text(self) -> bytes:
         return generate_latest(self.registry)
@@ -62,6 +131,7 @@ class Metrics:
 @dataclass(frozen=True)
 class LlmMetrics:
     """One served language model's series (labelled children), as its scheduler updates them."""
+
     busy: Any
     waiting: Any
     kv_free: Any

@@ -9,18 +9,20 @@
 
 Zeros past a sequence's end change a model's answer unless it masks them (an attention mask, as
 BERT's), which is why buckets are opt-in."""
+
 from __future__ import annotations
 
 import bisect
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from .layout import BatchLayout
 
 
-def pad_to_buckets(arrays: Mapping[str, np.ndarray], layout: BatchLayout, buckets: Sequence[int]
-                   ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+def pad_to_buckets(
+    arrays: Mapping[str, np.ndarray], layout: BatchLayout, buckets: Sequence[int]
+) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """(padded arrays, {symbol: the request's own size}). A length past the largest bucket stays as
     it is (compiled when first seen)."""
     if not buckets or not layout.buckets:
@@ -65,8 +67,9 @@ def stack(requests: Sequence[Mapping[str, np.ndarray]], size: int) -> dict[str, 
     return out
 
 
-def unstack(outputs: Mapping[str, np.ndarray], rows: Sequence[int], lengths: Sequence[Mapping[str, int]],
-            layout: BatchLayout) -> list[dict[str, np.ndarray]]:
+def unstack(
+    outputs: Mapping[str, np.ndarray], rows: Sequence[int], lengths: Sequence[Mapping[str, int]], layout: BatchLayout
+) -> list[dict[str, np.ndarray]]:
     """Each request's own outputs: its rows, and its own size in every bucketed dimension."""
     answers, start = [], 0
     for n, own in zip(rows, lengths):

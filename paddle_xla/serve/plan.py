@@ -8,9 +8,10 @@ by dynamic programming. The batcher then forms batches of at most the largest ca
 there: queued requests go in 8-row calls, each answered when its call ends) and runs a single request
 of more rows than that as its plan's calls in turn. Without timings (the warm-up could not time
 a size), a batch is one call padded up to the nearest size, as Triton does."""
+
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from .padding import padded_size
 
@@ -61,8 +62,10 @@ def describe(plans: Mapping[int, Plan], seconds: Mapping[int, float], noise: flo
     if not split:
         return ""
     timed = ", ".join(f"b{n} {_ms(t)}" for n, t in sorted(seconds.items()))
-    return (f"batches of at most {largest_call(plans)} rows, a larger request in parts ({'; '.join(split)}): "
-            f"measured {timed} (timing noise {_ms(noise)})")
+    return (
+        f"batches of at most {largest_call(plans)} rows, a larger request in parts ({'; '.join(split)}): "
+        f"measured {timed} (timing noise {_ms(noise)})"
+    )
 
 
 def _ms(seconds: float) -> str:

@@ -2,6 +2,7 @@
 serve/llm/scheduler.py's Scheduler: one condition over the queue, and draining, after which the queue
 refuses new requests with a 503. What each thread then does with the requests it holds is its own (each
 one's stop says). Paddle-free."""
+
 from __future__ import annotations
 
 import threading
@@ -27,5 +28,6 @@ class QueueThread:
         if self._stopping:
             raise unavailable(SHUTTING_DOWN)
         if held >= limit:
-            raise unavailable(f"Model {model!r} has {held} requests {where}, its limit (--max-queue-size); "
-                              "retry later.")
+            raise unavailable(
+                f"Model {model!r} has {held} requests {where}, its limit (--max-queue-size); retry later."
+            )

@@ -3,12 +3,13 @@
 Names are looked up in the dict built here, never joined into a path, so a request cannot reach a
 file the scan did not list. Artifacts load through paddle_xla.artifact.load, which checks every
 member against its sha256 and reads weights with safetensors (nothing is unpickled)."""
+
 from __future__ import annotations
 
 import dataclasses
 import os
 import shlex
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -17,14 +18,14 @@ from ..errors import ModelLoadError
 from .datatypes import kserve_name, numpy_dtype
 from .layout import BatchLayout, layout_of
 
-VERSION = "1"   # NOTE: one file is one version; KServe clients still ask for versions by name
+VERSION = "1"  # NOTE: one file is one version; KServe clients still ask for versions by name
 
 
 @dataclasses.dataclass(frozen=True)
 class TensorMeta:
     name: str
-    datatype: str            # KServe's: FP32, INT64, ...
-    shape: tuple[int, ...]   # -1 for a free dimension
+    datatype: str  # KServe's: FP32, INT64, ...
+    shape: tuple[int, ...]  # -1 for a free dimension
     dtype: np.dtype
 
     def describe(self) -> str:
@@ -44,28 +45,39 @@ class ServedModel:
     outputs: dict[str, TensorMeta]
 
     def metadata(self) -> dict:
-        return {"name": self.name, "versions": [VERSION], "platform": "paddle_xla",
-                "inputs": [t.metadata() for t in self.inputs.values()],
-                "outputs": [t.metadata() for t in self.outputs.values()]}
+        return {
+            "name": self.name,
+            "versions": [VERSION],
+            "platform": "paddle_xla",
+            "inputs": [t.metadata() for t in self.inputs.values()],
+            "outputs": [t.metadata() for t in self.outputs.values()],
+        }
 
 
-def scan(folder: str, batching: bool, buckets: bool, progress: Callable[[str], None] = print,
-         generators: dict | None = None) -> dict[str, ServedModel]:
+def scan(
+    folder: str, batching: bool, buckets: bool, progress: Callable[[str], None] = print, generators: dict | None = None
+) -> dict[str, ServedModel]:
     """Load every *.pxa in `folder`. Any artifact that cannot be served stops the start-up, naming
     the file (Triton's default, --exit-on-error): a half-served repository is easy to miss.
     Generator artifacts (px.export of a px.Generator) go into `generators` (name -> artifact), served by
     the language-model routes; without that dict they are refused."""
     if os.path.isfile(folder):
-        raise ModelLoadError(f"{folder!r} is a file; serve takes the folder that holds it (every *.pxa there is "
-                             f"a model): paddle-xla serve {shlex.quote(os.path.dirname(folder) or '.')}")
+        raise ModelLoadError(
+            f"{folder!r} is a file; serve takes the folder that holds it (every *.pxa there is "
+            f"a model): paddle-xla serve {shlex.quote(os.path.dirname(folder) or '.')}"
+        )
     if not os.path.isdir(folder):
-        raise ModelLoadError(f"Model repository {folder!r} does not exist. Give the folder that holds your *.pxa "
-                             "files (paddle-xla serve . for the current one).")
+        raise ModelLoadError(
+            f"Model repository {folder!r} does not exist. Give the folder that holds your *.pxa "
+            "files (paddle-xla serve . for the current one)."
+        )
     files = sorted(f for f in os.listdir(folder) if f.endswith(".pxa") and os.path.isfile(os.path.join(folder, f)))
     if not files:
-        raise ModelLoadError(f"No *.pxa files in {folder!r}. Write one with px.export(model, "
-                             f"'{os.path.join(folder, 'name.pxa')}') or paddle-xla export MODULE:FACTORY "
-                             f"--input-spec ... -o {os.path.join(folder, 'name.pxa')}.")
+        raise ModelLoadError(
+            f"No *.pxa files in {folder!r}. Write one with px.export(model, "
+            f"'{os.path.join(folder, 'name.pxa')}') or paddle-xla export MODULE:FACTORY "
+            f"--input-spec ... -o {os.path.join(folder, 'name.pxa')}."
+        )
     models = {}
     for file in files:
         progress(f"loading {file}")
@@ -74,7 +86,7 @@ def scan(folder: str, batching: bool, buckets: bool, progress: Callable[[str], N
         if artifact.manifest.get("kind") == "generator":
             if generators is None:
                 raise ModelLoadError(f"{path!r} is a generator artifact; this server has no language-model routes")
-            generators[file[:-len(".pxa")]] = artifact
+            generators[file[: -len(".pxa")]] = artifact
             continue
         model = load_model(path, batching, buckets, artifact)
         models[model.name] = model
@@ -84,11 +96,13 @@ def scan(folder: str, batching: bool, buckets: bool, progress: Callable[[str], N
 
 
 def load_model(path: str, batching: bool, buckets: bool, artifact=None) -> ServedModel:
-    name = os.path.basename(path)[:-len(".pxa")]
+    name = os.path.basename(path)[: -len(".pxa")]
     artifact = artifact if artifact is not None else pxa.load(path)
     if artifact.manifest.get("kind") == "train":
-        raise ModelLoadError(f"{path!r} is a train-step artifact; serve inference artifacts "
-                             "(px.export of a compiled model), or move it out of the folder.")
+        raise ModelLoadError(
+            f"{path!r} is a train-step artifact; serve inference artifacts "
+            "(px.export of a compiled model), or move it out of the folder."
+        )
     try:
         inputs = {t.name: _meta(t) for t in artifact.feeds_spec}
         outputs = {t.name: _meta(t) for t in artifact.fetches_spec}

@@ -1,4 +1,5 @@
 """The one error a request can end in: an HTTP status and a message, sent as KServe's {"error": ...}."""
+
 from __future__ import annotations
 
 from ..errors import PaddleXlaError
@@ -10,7 +11,7 @@ class RequestError(PaddleXlaError):
     def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.message, self.headers = status, message, headers or {}
-        self.param: str | None = None       # the request field at fault, where one is (OpenAI's "param")
+        self.param: str | None = None  # the request field at fault, where one is (OpenAI's "param")
 
 
 def bad_request(message: str) -> RequestError:

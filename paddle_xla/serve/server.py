@@ -1,6 +1,7 @@
 """Start-up, serving and shutdown: load the repository, bind the socket ourselves (so --port 0 can
 report the port the OS chose), serve with uvicorn, warm every model up in its worker thread, and on
 SIGTERM or Ctrl-C stop taking requests, answer those in flight, and exit 0."""
+
 from __future__ import annotations
 
 import asyncio
@@ -9,7 +10,7 @@ import signal
 import socket
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import uvicorn
 
@@ -22,7 +23,7 @@ from .llm.scheduler import Scheduler
 from .metrics import Metrics
 from .settings import Settings
 
-DRAIN_WITHOUT_TIMEOUT_S = 60.0   # NOTE: how long a drain may take when --request-timeout-ms is 0
+DRAIN_WITHOUT_TIMEOUT_S = 60.0  # NOTE: how long a drain may take when --request-timeout-ms is 0
 
 
 def log(message: str) -> None:
@@ -41,7 +42,7 @@ def run(folder: str, settings: Settings) -> int:
     try:
         models = repository.scan(folder, settings.batching, bool(settings.seq_buckets), log, generators)
         llms = {name: _llm(name, artifact, settings, log) for name, artifact in generators.items()}
-        sock.listen(2048)   # NOTE: clients that connect while uvicorn starts wait in the backlog
+        sock.listen(2048)  # NOTE: clients that connect while uvicorn starts wait in the backlog
     except (PaddleXlaError, OSError) as e:
         sock.close()
         print(f"paddle-xla serve: error: {e}", file=sys.stderr, flush=True)
@@ -49,7 +50,7 @@ def run(folder: str, settings: Settings) -> int:
     metrics, state, failures = Metrics(), ServerState(), []
     drain_s = settings.request_timeout_ms / 1e3 + 5 if settings.request_timeout_ms else DRAIN_WITHOUT_TIMEOUT_S
 
-    def on_failure(message: str) -> None:   # NOTE: from a worker thread, once serving; uvicorn polls should_exit
+    def on_failure(message: str) -> None:  # NOTE: from a worker thread, once serving; uvicorn polls should_exit
         log(f"error: {message}")
         failures.append(message)
         server.should_exit = True
@@ -60,8 +61,13 @@ def run(folder: str, settings: Settings) -> int:
         llm.scheduler.metrics = metrics.llm(llm.name)
     # NOTE: uvicorn's http="auto" parses with httptools (a serve dependency) rather than h11: A/B on 2 cores,
     # ResNet-50 bf16 (600 KB binary requests) at 8 / 32 clients 50.3 / 54.2 -> 55.6 / 55.6 req/s
-    config = uvicorn.Config(build_app(models, workers, settings, metrics, state, log, llms), lifespan="off",
-                            log_level="warning", access_log=False, timeout_graceful_shutdown=drain_s)
+    config = uvicorn.Config(
+        build_app(models, workers, settings, metrics, state, log, llms),
+        lifespan="off",
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=drain_s,
+    )
     runners = {**workers, **{name: llm.scheduler for name, llm in llms.items()}}
     server = DrainingServer(config, state, lambda: [runner.drain() for runner in runners.values()])
     _let_uvicorn_signals_end_quietly()
@@ -104,7 +110,9 @@ def _llm(name: str, artifact, settings: Settings, log) -> LlmModel:
 def bind(host: str, port: int) -> socket.socket:
     """The server's socket, bound to host:port but not yet listening (run listens once the models are loaded,
     so that no client waits on a server that is still loading)."""
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
+        0
+    ]
     sock = socket.socket(family, kind, proto)
     # NOTE: a restart right after a crash (kill -9) must bind the port its old connections still hold in TIME_WAIT
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -119,15 +127,18 @@ def bind(host: str, port: int) -> socket.socket:
 def _bind_error(host: str, port: int, e: OSError) -> str:
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     if e.errno == errno.EADDRINUSE:
-        return (f"{where} is already in use (another server is listening there): give another port with "
-                f"--port N (--port 0 picks a free one), or stop the server that holds {where}")
+        return (
+            f"{where} is already in use (another server is listening there): give another port with "
+            f"--port N (--port 0 picks a free one), or stop the server that holds {where}"
+        )
     if e.errno == errno.EACCES:
         return f"no permission to listen on {where} (ports below 1024 need privileges): give --port N with N >= 1024"
     return f"cannot listen on {where}: {e.strerror or e} (check --host and --port)"
 
 
-async def _serve(server: uvicorn.Server, sock: socket.socket, workers: dict[str, ModelWorker], url: str,
-                 drain_s: float) -> None:
+async def _serve(
+    server: uvicorn.Server, sock: socket.socket, workers: dict[str, ModelWorker], url: str, drain_s: float
+) -> None:
     loop = asyncio.get_running_loop()
     for worker in workers.values():
         worker.start(loop) if isinstance(worker, ModelWorker) else worker.start()

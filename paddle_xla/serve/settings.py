@@ -3,22 +3,25 @@
 Each field is written once, here: its default, and with it (`flag(...)`) its `paddle-xla serve` flag's
 help text and how the flag differs from a plain --field-name option. cli/main.py builds the serve
 command's options from `Settings.flags()` and the Settings from their values (`Settings.from_flags`)."""
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 
 @dataclasses.dataclass(frozen=True)
 class Flag:
     """How one Settings field is given on the command line."""
-    name: str                           # the field
-    default: Any                        # the field's default
+
+    name: str  # the field
+    default: Any  # the field's default
     help: str
     # "value" | "sizes": the text '1,2,4' -> a tuple | "negated": --no-NAME sets NAME False
     kind: str = "value"
-    decls: tuple[str, ...] = ()         # the flag's names, when not --field-name
-    envvar: Optional[str] = None
+    decls: tuple[str, ...] = ()  # the flag's names, when not --field-name
+    envvar: str | None = None
     show_default: bool = True
 
     @property
@@ -57,27 +60,41 @@ class Settings:
     port: int = flag(8000, "0: a free port (the 'listening on' line says which)")
     # rows (the sum of the requests' batch dims) in one call
     max_batch_size: int = flag(16, "most rows in one model call; larger requests are refused (400)")
-    max_queue_delay_us: int = flag(2000, "how long a batch waits for company, from its first request or the "
-                                         "previous call's end, whichever is later")
+    max_queue_delay_us: int = flag(
+        2000,
+        "how long a batch waits for company, from its first request or the previous call's end, whichever is later",
+    )
     # () -> powers of two up to max_batch_size
     preferred_batch_sizes: tuple[int, ...] = flag(
-        (), "batch sizes calls are padded up to, e.g. 4,8,16 (default: powers of two; --max-batch-size is always "
-            "one)", kind="sizes")
+        (),
+        "batch sizes calls are padded up to, e.g. 4,8,16 (default: powers of two; --max-batch-size is always one)",
+        kind="sizes",
+    )
     # lengths free non-batch dims are padded up to; () -> none
     seq_buckets: tuple[int, ...] = flag(
-        (), "pad free non-batch dims (sequence lengths) with zeros up to these, e.g. 32,64,128; only for models "
-            "that mask padding (attention masks)", kind="sizes")
+        (),
+        "pad free non-batch dims (sequence lengths) with zeros up to these, e.g. 32,64,128; only for models "
+        "that mask padding (attention masks)",
+        kind="sizes",
+    )
     batching: bool = flag(True, "run each request alone", kind="negated", decls=("--no-batching",))
     # run a batch as the calls warm-up measured cheapest (plan.py)
-    split_batches: bool = flag(True, "run a batch as several smaller calls where warm-up timed them cheaper per "
-                                     "row (e.g. 32 rows as 4 x 8 on a small CPU)",
-                               decls=("--split-batches/--no-split-batches",))
+    split_batches: bool = flag(
+        True,
+        "run a batch as several smaller calls where warm-up timed them cheaper per "
+        "row (e.g. 32 rows as 4 x 8 on a small CPU)",
+        decls=("--split-batches/--no-split-batches",),
+    )
     max_queue_size: int = flag(256, "queued requests per model; more are refused with 503")
     request_timeout_ms: int = flag(60_000, "answer 504 after this long (0: never)")
     max_body_mb: float = flag(64.0, "larger request bodies get 413")
     body_timeout_s: float = flag(30.0, "a request body not all received by then gets 408")
-    token: str | None = flag(None, "require 'Authorization: Bearer TOKEN' (all but health)",
-                             envvar="PADDLE_XLA_SERVE_TOKEN", show_default=False)
+    token: str | None = flag(
+        None,
+        "require 'Authorization: Bearer TOKEN' (all but health)",
+        envvar="PADDLE_XLA_SERVE_TOKEN",
+        show_default=False,
+    )
 
     @classmethod
     def flags(cls) -> list[Flag]:
@@ -85,7 +102,7 @@ class Settings:
         return [Flag(f.name, f.default, **f.metadata["flag"]) for f in dataclasses.fields(cls)]
 
     @classmethod
-    def from_flags(cls, **given: Any) -> "Settings":
+    def from_flags(cls, **given: Any) -> Settings:
         """Settings from the serve command's flag values, keyed by Flag.param."""
         return cls(**{f.name: f.value(given[f.param]) for f in cls.flags()})
 

@@ -1,13 +1,14 @@
 """A request against the model it names, before any data is read: each mistake is a 400 that names
 the input and the spec it must meet (name, datatype, shape with -1 for a free dimension)."""
+
 from __future__ import annotations
 
 from collections import Counter
 
 from ..runtime.feeds import shape_problem
-from .request_errors import bad_request
 from .protocol import InferRequest
 from .repository import ServedModel, TensorMeta
+from .request_errors import bad_request
 
 
 def check_inputs(request: InferRequest, model: ServedModel, max_batch_size: int) -> None:
@@ -18,8 +19,15 @@ def check_inputs(request: InferRequest, model: ServedModel, max_batch_size: int)
     if twice:
         raise bad_request(f"Input(s) {twice} are given twice; send each of {_specs(model)} once.")
     if unknown or missing:
-        what = "; ".join(filter(None, [f"unknown input(s) {unknown}" if unknown else None,
-                                       f"missing input(s) {missing}" if missing else None]))
+        what = "; ".join(
+            filter(
+                None,
+                [
+                    f"unknown input(s) {unknown}" if unknown else None,
+                    f"missing input(s) {missing}" if missing else None,
+                ],
+            )
+        )
         raise bad_request(f"Model {model.name!r}: {what}. Its inputs are {_specs(model)}.")
     shapes = {}
     for item in request.inputs:
@@ -29,8 +37,10 @@ def check_inputs(request: InferRequest, model: ServedModel, max_batch_size: int)
     _check_shared_dims(model, shapes)
     rows = shapes[next(iter(shapes))][0] if model.layout.batch else 0
     if rows > max_batch_size:
-        raise bad_request(f"Model {model.name!r}: the request has {rows} rows, more than the server's "
-                          f"--max-batch-size {max_batch_size}. Split it into requests of at most {max_batch_size} rows.")
+        raise bad_request(
+            f"Model {model.name!r}: the request has {rows} rows, more than the server's "
+            f"--max-batch-size {max_batch_size}. Split it into requests of at most {max_batch_size} rows."
+        )
 
 
 def requested_outputs(request: InferRequest, model: ServedModel) -> list[tuple[TensorMeta, bool]]:
@@ -39,10 +49,14 @@ def requested_outputs(request: InferRequest, model: ServedModel) -> list[tuple[T
         return [(meta, request.binary_output) for meta in model.outputs.values()]
     unknown = [name for name, _ in request.outputs if name not in model.outputs]
     if unknown:
-        raise bad_request(f"Model {model.name!r} has no output(s) {unknown}; its outputs are "
-                          f"{[meta.describe() for meta in model.outputs.values()]}.")
-    return [(model.outputs[name], request.binary_output if binary is None else binary is True)
-            for name, binary in request.outputs]
+        raise bad_request(
+            f"Model {model.name!r} has no output(s) {unknown}; its outputs are "
+            f"{[meta.describe() for meta in model.outputs.values()]}."
+        )
+    return [
+        (model.outputs[name], request.binary_output if binary is None else binary is True)
+        for name, binary in request.outputs
+    ]
 
 
 def _check_one(meta: TensorMeta, datatype: str, shape: list[int]) -> None:
@@ -52,7 +66,9 @@ def _check_one(meta: TensorMeta, datatype: str, shape: list[int]) -> None:
     if problem:
         raise bad_request(problem)
     if 0 in shape:
-        raise bad_request(f"Input {meta.name!r} has shape {shape}; every dimension must be at least 1: {meta.describe()}.")
+        raise bad_request(
+            f"Input {meta.name!r} has shape {shape}; every dimension must be at least 1: {meta.describe()}."
+        )
 
 
 def _check_shared_dims(model: ServedModel, shapes: dict[str, list[int]]) -> None:
@@ -66,10 +82,12 @@ def _check_shared_dims(model: ServedModel, shapes: dict[str, list[int]]) -> None
                 continue
             first = seen.setdefault(dim, (name, axis, shapes[name][axis]))
             if first[2] != shapes[name][axis]:
-                raise bad_request(f"Inputs {first[0]!r} and {name!r} must have the same size in dimension {first[1]} "
-                                  f"and {axis} (both the model's free dimension {dim}), but have {first[2]} and "
-                                  f"{shapes[name][axis]}: {model.inputs[first[0]].describe()}, "
-                                  f"{model.inputs[name].describe()}.")
+                raise bad_request(
+                    f"Inputs {first[0]!r} and {name!r} must have the same size in dimension {first[1]} "
+                    f"and {axis} (both the model's free dimension {dim}), but have {first[2]} and "
+                    f"{shapes[name][axis]}: {model.inputs[first[0]].describe()}, "
+                    f"{model.inputs[name].describe()}."
+                )
 
 
 def _specs(model: ServedModel) -> str:

@@ -2,11 +2,13 @@
 cache) in the model's worker thread before the model reports ready, so no request waits for a compile.
 With `time_calls`, each batched shape is also timed (the best of TIMED_CALLS calls after the compiling
 one, and their spread as the noise), so that the batcher can run a batch as its cheapest calls (plan.py)."""
+
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -16,32 +18,38 @@ from .padding import group_of
 from .repository import ServedModel
 from .settings import Settings
 
-
-TIMED_CALLS = 3    # NOTE: after the compiling call; their spread is the noise a batch plan must beat
+TIMED_CALLS = 3  # NOTE: after the compiling call; their spread is the noise a batch plan must beat
 
 
 class Timed(NamedTuple):
-    best: float        # the fastest of the timed calls, seconds
-    spread: float      # the slowest minus the fastest: how far one timing can be off
+    best: float  # the fastest of the timed calls, seconds
+    spread: float  # the slowest minus the fastest: how far one timing can be off
 
 
-Timings = dict[tuple, dict[int, Timed]]     # {request group (padding.group_of): {batch size: Timed}}
+Timings = dict[tuple, dict[int, Timed]]  # {request group (padding.group_of): {batch size: Timed}}
 
 
-def warm_up(model: ServedModel, settings: Settings, log: Callable[[str], None], stopping: Callable[[], bool],
-            time_calls: bool = False) -> Timings:
+def warm_up(
+    model: ServedModel,
+    settings: Settings,
+    log: Callable[[str], None],
+    stopping: Callable[[], bool],
+    time_calls: bool = False,
+) -> Timings:
     layout = model.layout
     timings: Timings = {}
     shapes = warmup_shapes(layout, settings.preferred_batch_sizes, settings.seq_buckets)
     if not shapes:
         free = sorted(set(layout.free_symbols()) - {layout.batch, *layout.buckets})
-        log(f"{model.name}: nothing to warm up: free dimension(s) {free} take any size, so each new size "
-            "compiles when first seen (--seq-buckets pads them to sizes compiled at start-up)")
+        log(
+            f"{model.name}: nothing to warm up: free dimension(s) {free} take any size, so each new size "
+            "compiles when first seen (--seq-buckets pads them to sizes compiled at start-up)"
+        )
     for i, shape in enumerate(shapes, 1):
         if layout.batch and model.layout.batch is None:
-            return {}   # NOTE: found unbatched by the first call; its other shapes will never be used
+            return {}  # NOTE: found unbatched by the first call; its other shapes will never be used
         if stopping():
-            return timings   # NOTE: SIGTERM during warm-up: stop now, not after compiling every shape
+            return timings  # NOTE: SIGTERM during warm-up: stop now, not after compiling every shape
         start = time.perf_counter()
         feeds = {name: np.zeros(s, model.inputs[name].dtype) for name, s in shape.items()}
         ran = _warm_one(model, feeds, log)
@@ -66,13 +74,15 @@ def _warm_one(model: ServedModel, feeds: dict[str, np.ndarray], log: Callable[[s
     try:
         outputs = model.artifact.run(**feeds)
     except CheckFailedError:
-        return False   # NOTE: the executable is compiled all the same
+        return False  # NOTE: the executable is compiled all the same
     rows = len(next(iter(feeds.values()))) if model.layout.batch else None
     if rows is not None and any(o.shape[:1] != (rows,) for o in outputs):
         # NOTE: only a re-lowered artifact gets here (a symbolic export's output shapes are known)
         model.layout = dataclasses.replace(model.layout, batch=None, buckets=())
-        log(f"{model.name}: served unbatched: for {rows} rows its outputs have shapes "
-            f"{[list(o.shape) for o in outputs]}, so its rows are not independent requests")
+        log(
+            f"{model.name}: served unbatched: for {rows} rows its outputs have shapes "
+            f"{[list(o.shape) for o in outputs]}, so its rows are not independent requests"
+        )
     return True
 
 

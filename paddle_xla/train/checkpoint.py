@@ -3,11 +3,13 @@
 Arrays: params, buffers, optimizer state (flattened by pytree path), the RNG key. Metadata: format
 version, step, the model's fingerprint, the LR schedule's state. Loading checks every name and shape
 against the running model, so a checkpoint of another model is named, not half-loaded."""
+
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import numpy as np
@@ -38,22 +40,27 @@ def _renamed(tree, names: Mapping[str, str] | None):
 
 
 def to_arrays(state: TrainState, names: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
-    arrays = {**_flat("params", _renamed(state.params, names)), **_flat("buffers", _renamed(state.buffers, names)),
-              **_flat("opt", _renamed(state.opt_state, names))}
+    arrays = {
+        **_flat("params", _renamed(state.params, names)),
+        **_flat("buffers", _renamed(state.buffers, names)),
+        **_flat("opt", _renamed(state.opt_state, names)),
+    }
     arrays["rng"] = np.asarray(jax.random.key_data(state.key))
     return arrays
 
 
-def save(path: str, state: TrainState, fp: str, extra: dict[str, Any] | None = None,
-         names: Mapping[str, str] | None = None) -> None:
+def save(
+    path: str, state: TrainState, fp: str, extra: dict[str, Any] | None = None, names: Mapping[str, str] | None = None
+) -> None:
     from safetensors.numpy import save as st_save
-    meta = {"format": FORMAT, "step": str(state.step), "fingerprint": fp,
-            "extra": json.dumps(extra or {})}
+
+    meta = {"format": FORMAT, "step": str(state.step), "fingerprint": fp, "extra": json.dumps(extra or {})}
     atomic_write(path, st_save(to_arrays(state, names), metadata=meta))
 
 
-def load(path: str, template: TrainState, fp: str,
-         names: Mapping[str, str] | None = None) -> tuple[TrainState, dict[str, Any]]:
+def load(
+    path: str, template: TrainState, fp: str, names: Mapping[str, str] | None = None
+) -> tuple[TrainState, dict[str, Any]]:
     """Restore into the structure of `template` (a freshly initialised state of the same model)."""
     arrays, meta = _read(path)
     if meta.get("format") != FORMAT:
@@ -73,6 +80,7 @@ def load(path: str, template: TrainState, fp: str,
 
 def _read(path: str):
     from safetensors import safe_open
+
     try:
         with safe_open(path, framework="numpy") as f:
             meta = f.metadata() or {}
@@ -80,8 +88,9 @@ def _read(path: str):
     except FileNotFoundError:
         raise CheckpointError(f"No checkpoint at {path!r}.") from None
     except Exception as e:  # safetensors raises its own errors on truncated or corrupt files
-        raise CheckpointError(f"The checkpoint {path!r} is truncated or corrupt ({e}); "
-                              "use an earlier checkpoint.") from None
+        raise CheckpointError(
+            f"The checkpoint {path!r} is truncated or corrupt ({e}); use an earlier checkpoint."
+        ) from None
     return arrays, meta
 
 
@@ -90,15 +99,17 @@ def _check_names(path, got: dict, want: dict, other_model: bool) -> None:
     unexpected = sorted(set(got) - set(want))
     shapes = sorted(k for k in set(got) & set(want) if got[k].shape != want[k].shape)
     if missing or unexpected or shapes:
-        lines = [f"The checkpoint {path!r} does not fit this model"
-                 + (" (it was saved from a different model)" if other_model else "") + ":"]
+        lines = [
+            f"The checkpoint {path!r} does not fit this model"
+            + (" (it was saved from a different model)" if other_model else "")
+            + ":"
+        ]
         if missing:
             lines.append(f"  missing in the checkpoint: {_short(missing)}")
         if unexpected:
             lines.append(f"  in the checkpoint but not in the model: {_short(unexpected)}")
         if shapes:
-            lines.append("  shape differs: " + ", ".join(f"{k} {got[k].shape} vs {want[k].shape}"
-                                                        for k in shapes[:8]))
+            lines.append("  shape differs: " + ", ".join(f"{k} {got[k].shape} vs {want[k].shape}" for k in shapes[:8]))
         raise CheckpointError("\n".join(lines))
 
 

@@ -12,10 +12,11 @@ global norm. Where optax has a near match, the numbers still differ:
   e = 1e-6 only when norm <= 1e-30. optax has no per-tensor norm clip.
 - ClipGradByValue: clip to [min, max]; min defaults to -max (optax.clip only has symmetric bounds).
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import jax
 import jax.numpy as jnp
@@ -46,8 +47,9 @@ Clip = ClipGradByGlobalNorm | ClipGradByNorm | ClipGradByValue
 CLIPS: dict[str, type] = {c.__name__: c for c in (ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue)}
 
 
-def clip_grads(clip: Clip | None, grads: Mapping[str, jax.Array],
-               need_clip: Mapping[str, bool]) -> dict[str, jax.Array]:
+def clip_grads(
+    clip: Clip | None, grads: Mapping[str, jax.Array], need_clip: Mapping[str, bool]
+) -> dict[str, jax.Array]:
     """Clip `grads` (one clip group) as Paddle does. `need_clip[name]` False leaves a gradient alone."""
     grads = dict(grads)
     clipped = [n for n in grads if need_clip.get(n, True)]

@@ -22,19 +22,21 @@ function at every step, and their function is not serialised (pass it again to
 the host sees after each step: its lr lives in a `PlateauState`, advanced on the host by
 `plateau_step(schedule, state, metric)`.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 
 class Schedule:
     """Base of every schedule: a frozen dataclass of a Paddle scheduler's arguments."""
 
     paddle_name: ClassVar[str]
-    host_only: ClassVar[bool] = False      # True: needs a Python callable on the host each step
+    host_only: ClassVar[bool] = False  # True: needs a Python callable on the host each step
 
     def lr_at(self, step: int) -> float:
         raise NotImplementedError
@@ -53,7 +55,7 @@ class Schedule:
 class _Recursive(Schedule):
     """A schedule whose lr at step t comes from the lr at t-1, replayed from step 0 and memoised."""
 
-    _memo: list                        # NOTE: each subclass declares it as its dataclass field (_memo_field)
+    _memo: list  # NOTE: each subclass declares it as its dataclass field (_memo_field)
 
     def _first(self) -> float:
         raise NotImplementedError
@@ -80,6 +82,7 @@ def _memo_field():
 @dataclass(frozen=True)
 class Constant(Schedule):
     """A float learning rate (Paddle's optimizer given `learning_rate=0.01`)."""
+
     learning_rate: float
     paddle_name: ClassVar[str] = "float"
 
@@ -95,9 +98,9 @@ class NoamDecay(Schedule):
     paddle_name: ClassVar[str] = "NoamDecay"
 
     def lr_at(self, step):
-        a = 1 if step == 0 else step ** -0.5
-        b = self.warmup_steps ** -1.5 * step
-        return self.learning_rate * (self.d_model ** -0.5) * min(a, b)
+        a = 1 if step == 0 else step**-0.5
+        b = self.warmup_steps**-1.5 * step
+        return self.learning_rate * (self.d_model**-0.5) * min(a, b)
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,7 @@ class PolynomialDecay(Schedule):
         else:
             epoch = min(step, self.decay_steps)
         frac = 1 - float(epoch) / float(decay_steps)
-        return (self.learning_rate - self.end_lr) * (frac ** self.power) + self.end_lr
+        return (self.learning_rate - self.end_lr) * (frac**self.power) + self.end_lr
 
 
 @dataclass(frozen=True)
@@ -163,7 +166,7 @@ class ExponentialDecay(Schedule):
     paddle_name: ClassVar[str] = "ExponentialDecay"
 
     def lr_at(self, step):
-        return self.learning_rate * (self.gamma ** step)
+        return self.learning_rate * (self.gamma**step)
 
 
 @dataclass(frozen=True)
@@ -178,7 +181,7 @@ class MultiStepDecay(Schedule):
 
     def lr_at(self, step):
         passed = next((i for i, m in enumerate(self.milestones) if step < m), len(self.milestones))
-        return self.learning_rate * (self.gamma ** passed)
+        return self.learning_rate * (self.gamma**passed)
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,7 @@ class StepDecay(Schedule):
 @dataclass(frozen=True)
 class CosineAnnealingDecay(_Recursive):
     """Paddle steps this one recursively (lr_t from lr_{t-1}); `lr_at` replays that recursion."""
+
     learning_rate: float
     T_max: int
     eta_min: float = 0.0
@@ -243,7 +247,7 @@ class CosineAnnealingWarmRestarts(Schedule):
     T_0: int
     T_mult: int = 1
     eta_min: float = 0.0
-    _memo: list = _memo_field()            # (T_cur, T_i) per step, replaying Paddle's counters
+    _memo: list = _memo_field()  # (T_cur, T_i) per step, replaying Paddle's counters
     paddle_name: ClassVar[str] = "CosineAnnealingWarmRestarts"
 
     def _cosine(self, t_cur, t_i):
@@ -267,8 +271,8 @@ class CosineAnnealingWarmRestarts(Schedule):
         if self.T_mult == 1:
             return self._cosine(step % self.T_0, self.T_0)
         n = int(math.log((step / self.T_0 * (self.T_mult - 1) + 1), self.T_mult))
-        t_cur = step - self.T_0 * (self.T_mult ** n - 1) / (self.T_mult - 1)
-        return self._cosine(t_cur, self.T_0 * self.T_mult ** n)
+        t_cur = step - self.T_0 * (self.T_mult**n - 1) / (self.T_mult - 1)
+        return self._cosine(t_cur, self.T_0 * self.T_mult**n)
 
 
 @dataclass(frozen=True)
@@ -312,6 +316,7 @@ class OneCycleLR(Schedule):
 @dataclass(frozen=True)
 class CyclicLR(Schedule):
     """CyclicLR with its built-in modes (a custom `scale_fn` is not supported)."""
+
     base_learning_rate: float
     max_learning_rate: float
     step_size_up: int
@@ -330,7 +335,7 @@ class CyclicLR(Schedule):
             return 1.0
         if self.mode == "triangular2":
             return 1 / (2.0 ** (cycle - 1))
-        return self.exp_gamma ** iterations
+        return self.exp_gamma**iterations
 
     def lr_at(self, step):
         cycle_size, up_pct = self._shape()
@@ -344,6 +349,7 @@ class CyclicLR(Schedule):
 @dataclass(frozen=True)
 class LinearWarmup(Schedule):
     """Linear warmup, then a float or another schedule (stepped with `step(epoch)`, as Paddle does)."""
+
     learning_rate: float | Schedule
     warmup_steps: int
     start_lr: float
@@ -374,6 +380,7 @@ class LinearWarmup(Schedule):
 @dataclass(frozen=True)
 class LambdaDecay(Schedule):
     """Host-evaluated: `lr_lambda(step)` runs in Python on the host at every step."""
+
     learning_rate: float
     lr_lambda: Callable[[int], float]
     paddle_name: ClassVar[str] = "LambdaDecay"
@@ -386,6 +393,7 @@ class LambdaDecay(Schedule):
 @dataclass(frozen=True)
 class MultiplicativeDecay(_Recursive):
     """Host-evaluated: lr_t = lr_{t-1} * lr_lambda(t), with `lr_lambda` run in Python on the host."""
+
     learning_rate: float
     lr_lambda: Callable[[int], float]
     _memo: list = _memo_field()
@@ -402,6 +410,7 @@ class MultiplicativeDecay(_Recursive):
 @dataclass(frozen=True)
 class ReduceOnPlateau(Schedule):
     """Host-evaluated from a metric: see `PlateauState` and `plateau_step`."""
+
     learning_rate: float
     mode: str = "min"
     factor: float = 0.1
@@ -415,10 +424,12 @@ class ReduceOnPlateau(Schedule):
     host_only: ClassVar[bool] = True
 
     def lr_at(self, step):
-        raise TypeError("ReduceOnPlateau's lr depends on the metrics seen so far: use "
-                        "plateau_step(schedule, state, metric) and state.last_lr")
+        raise TypeError(
+            "ReduceOnPlateau's lr depends on the metrics seen so far: use "
+            "plateau_step(schedule, state, metric) and state.last_lr"
+        )
 
-    def paddle_state(self, state: "PlateauState"):  # type: ignore[override]  # NOTE: its state, not a step
+    def paddle_state(self, state: PlateauState):  # type: ignore[override]  # NOTE: its state, not a step
         return dataclasses.asdict(state)
 
     def is_better(self, current, best) -> bool:
@@ -432,6 +443,7 @@ class ReduceOnPlateau(Schedule):
 @dataclass(frozen=True)
 class PlateauState:
     """ReduceOnPlateau's state, with the keys of its Paddle `state_dict()`."""
+
     cooldown_counter: int = 0
     best: float | None = None
     num_bad_epochs: int = 0
@@ -461,19 +473,38 @@ def plateau_step(schedule: ReduceOnPlateau, state: PlateauState, metric: float) 
     return new
 
 
-SCHEDULES: dict[str, type] = {cls.__name__: cls for cls in (
-    Constant, NoamDecay, PiecewiseDecay, NaturalExpDecay, InverseTimeDecay, PolynomialDecay,
-    ExponentialDecay, MultiStepDecay, StepDecay, CosineAnnealingDecay, LinearLR,
-    CosineAnnealingWarmRestarts, OneCycleLR, CyclicLR, LinearWarmup, LambdaDecay,
-    MultiplicativeDecay, ReduceOnPlateau)}
+SCHEDULES: dict[str, type] = {
+    cls.__name__: cls
+    for cls in (
+        Constant,
+        NoamDecay,
+        PiecewiseDecay,
+        NaturalExpDecay,
+        InverseTimeDecay,
+        PolynomialDecay,
+        ExponentialDecay,
+        MultiStepDecay,
+        StepDecay,
+        CosineAnnealingDecay,
+        LinearLR,
+        CosineAnnealingWarmRestarts,
+        OneCycleLR,
+        CyclicLR,
+        LinearWarmup,
+        LambdaDecay,
+        MultiplicativeDecay,
+        ReduceOnPlateau,
+    )
+}
 
 
 def schedule_from_dict(d: dict, *, lr_lambda: Callable | None = None) -> Schedule:
     """Rebuild a schedule from `to_dict()`. A host-evaluated one needs its `lr_lambda` again."""
     schedule = dataclass_from_dict(d, SCHEDULES, lr_lambda=lr_lambda)
     if getattr(schedule, "lr_lambda", 0) is None:
-        raise ValueError(f"{type(schedule).__name__} needs its lr_lambda: pass lr_lambda=... "
-                         "(Python functions are not serialised)")
+        raise ValueError(
+            f"{type(schedule).__name__} needs its lr_lambda: pass lr_lambda=... (Python functions are not serialised)"
+        )
     return schedule
 
 
@@ -482,6 +513,7 @@ def as_schedule(learning_rate: float | Schedule) -> Schedule:
 
 
 # -- serialisation shared by the train/ configs ------------------------------------------------
+
 
 def dataclass_to_dict(obj: Any) -> Any:
     """A JSON-friendly dict of a (nested) frozen config dataclass, tagged with its class name.

@@ -47,11 +47,13 @@ Known differences from native Paddle:
 - Paddle's CPU kernels (Eigen) contract a*b + c into FMAs; XLA fuses its own way. Results agree
   to float32 ulps (Adam bit for bit in the tests), not always bit for bit.
 """
+
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -68,6 +70,7 @@ f32 = np.float32
 
 
 # -- regularizers -------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class L2Decay:
@@ -90,6 +93,7 @@ Regularizer = L1Decay | L2Decay
 
 # -- update rules: one per Paddle optimizer ------------------------------------------------------
 
+
 class Rule:
     """An update rule. `init` makes a parameter's accumulators; `update` is one kernel call."""
 
@@ -100,10 +104,10 @@ class Rule:
     # result anyway; this only changes how XLA can schedule it.
     selects_early: ClassVar[bool] = False
 
-    def init(self, p: Array, s: "ParamSettings") -> dict[str, Array]:
+    def init(self, p: Array, s: ParamSettings) -> dict[str, Array]:
         return {}
 
-    def update(self, p, g, acc, lr, s: "ParamSettings"):
+    def update(self, p, g, acc, lr, s: ParamSettings):
         raise NotImplementedError
 
     def fuses_l2(self) -> bool:
@@ -142,7 +146,7 @@ class Momentum(Rule):
             # NOTE: Paddle's GPU kernel rescales; its CPU kernel ignores rescale_grad.
             g = g * jnp.asarray(self.rescale_grad, g.dtype)
         if isinstance(s.regularizer, L2Decay):
-            g = s.regularizer.term(p) + g          # the kernel's fused "l2_decay" method
+            g = s.regularizer.term(p) + g  # the kernel's fused "l2_decay" method
         trace = optax.trace(decay=float(f32(self.momentum)), nesterov=self.use_nesterov)
         step, new = trace.update(g, optax.TraceState(trace=acc["velocity"]))
         return p - lr * step, {"velocity": new.trace}
@@ -231,8 +235,12 @@ class Lamb(Rule):
     selects_early: ClassVar[bool] = True
 
     def init(self, p, s):
-        return {"moment1": jnp.zeros_like(p, f32), "moment2": jnp.zeros_like(p, f32),
-                "beta1_pow_acc": _pow_acc(self.beta1), "beta2_pow_acc": _pow_acc(self.beta2)}
+        return {
+            "moment1": jnp.zeros_like(p, f32),
+            "moment2": jnp.zeros_like(p, f32),
+            "beta1_pow_acc": _pow_acc(self.beta1),
+            "beta2_pow_acc": _pow_acc(self.beta2),
+        }
 
     def update(self, p, g, acc, lr, s, accept=None):
         b1, b2, eps = f32(self.beta1), f32(self.beta2), f32(self.epsilon)
@@ -248,8 +256,12 @@ class Lamb(Rule):
         if wd > 0 or self.always_adapt:
             p_norm, r_norm = jnp.sqrt(jnp.sum(p * p)), jnp.sqrt(jnp.sum(r * r))
             ratio = jnp.where((p_norm > 0) & (r_norm > 0), p_norm / r_norm, f32(1.0))
-        new = {"moment1": m, "moment2": v,
-               "beta1_pow_acc": acc["beta1_pow_acc"] * b1, "beta2_pow_acc": acc["beta2_pow_acc"] * b2}
+        new = {
+            "moment1": m,
+            "moment2": v,
+            "beta1_pow_acc": acc["beta1_pow_acc"] * b1,
+            "beta2_pow_acc": acc["beta2_pow_acc"] * b2,
+        }
         return p - (lr * ratio) * r, new
 
 
@@ -302,8 +314,11 @@ class Adamax(Rule):
     accumulators: ClassVar[tuple[str, ...]] = ("moment", "inf_norm", "beta1_pow_acc")
 
     def init(self, p, s):
-        return {"moment": jnp.zeros_like(p, f32), "inf_norm": jnp.zeros_like(p, f32),
-                "beta1_pow_acc": _pow_acc(self.beta1)}
+        return {
+            "moment": jnp.zeros_like(p, f32),
+            "inf_norm": jnp.zeros_like(p, f32),
+            "beta1_pow_acc": _pow_acc(self.beta1),
+        }
 
     def update(self, p, g, acc, lr, s):
         b1, b2, eps = f32(self.beta1), f32(self.beta2), f32(self.epsilon)
@@ -319,29 +334,31 @@ RULES: dict[str, type] = {cls.kind: cls for cls in (SGD, Momentum, Adam, AdamW, 
 
 # -- the configuration --------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class ParamSettings:
     """How the optimizer treats one parameter (read from Paddle on the host at conversion time)."""
-    lr_scale: float = 1.0                    # param.optimize_attr['learning_rate']
-    trainable: bool = True                   # not param.stop_gradient
-    need_clip: bool = True                   # ParamAttr(need_clip=...)
-    regularizer: Regularizer | None = None   # the effective one: the param's own, else the global
-    apply_decay: bool = True                 # AdamW apply_decay_param_fun / Lamb exclude_from_weight_decay_fn
-    lr_ratio: float = 1.0                    # AdamW lr_ratio(param)
-    group: int = 0                           # the parameter group (each clips on its own)
-    rule: Rule | None = None                 # the group's hyper-parameters, when they differ
-    paddle_name: str | None = None           # param.name, for accumulator names
+
+    lr_scale: float = 1.0  # param.optimize_attr['learning_rate']
+    trainable: bool = True  # not param.stop_gradient
+    need_clip: bool = True  # ParamAttr(need_clip=...)
+    regularizer: Regularizer | None = None  # the effective one: the param's own, else the global
+    apply_decay: bool = True  # AdamW apply_decay_param_fun / Lamb exclude_from_weight_decay_fn
+    lr_ratio: float = 1.0  # AdamW lr_ratio(param)
+    group: int = 0  # the parameter group (each clips on its own)
+    rule: Rule | None = None  # the group's hyper-parameters, when they differ
+    paddle_name: str | None = None  # param.name, for accumulator names
 
 
 @dataclass(frozen=True)
 class OptimizerConfig:
     rule: Rule
     params: tuple[tuple[str, ParamSettings], ...]
-    learning_rate: float | lr_lib.Schedule = 0.001      # interop gives a Schedule (lr.Constant for a float)
-    regularizer: Regularizer | None = None            # the optimizer's weight_decay, for reference
+    learning_rate: float | lr_lib.Schedule = 0.001  # interop gives a Schedule (lr.Constant for a float)
+    regularizer: Regularizer | None = None  # the optimizer's weight_decay, for reference
     grad_clip: clip_lib.Clip | None = None
     group_clips: tuple[clip_lib.Clip | None, ...] = ()  # per parameter group, when there are groups
-    name: str | None = None                           # the Paddle optimizer's `name` (accumulator prefix)
+    name: str | None = None  # the Paddle optimizer's `name` (accumulator prefix)
     _by_name: dict = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
@@ -361,12 +378,14 @@ class OptimizerConfig:
     def trainable(self) -> list[str]:
         return [n for n, s in self.params if s.trainable]
 
-    def with_frozen(self, names) -> "OptimizerConfig":
+    def with_frozen(self, names) -> OptimizerConfig:
         """This config with the named parameters left alone (no update, no state), as Paddle's optimizers
         leave a parameter whose gradient is None."""
         names = set(names)
-        return dataclasses.replace(self, params=tuple(
-            (n, dataclasses.replace(s, trainable=False) if n in names else s) for n, s in self.params))
+        return dataclasses.replace(
+            self,
+            params=tuple((n, dataclasses.replace(s, trainable=False) if n in names else s) for n, s in self.params),
+        )
 
     def clip_of_group(self, group: int) -> clip_lib.Clip | None:
         return self.group_clips[group] if self.group_clips else self.grad_clip
@@ -374,14 +393,21 @@ class OptimizerConfig:
 
 # -- the pure functions -------------------------------------------------------------------------
 
+
 def init_state(config: OptimizerConfig, params: Mapping[str, Array]) -> dict[str, dict[str, Array]]:
     """Fresh accumulators for every trainable parameter, as Paddle creates them."""
     _check_present(config, params)
     return {n: config.rule_of(n).init(params[n], config.settings(n)) for n in config.trainable()}
 
 
-def apply(config: OptimizerConfig, params: Mapping[str, Array], grads: Mapping[str, Array],
-          state: Mapping[str, Mapping[str, Array]], lr, accept=None) -> tuple[dict, dict]:
+def apply(
+    config: OptimizerConfig,
+    params: Mapping[str, Array],
+    grads: Mapping[str, Array],
+    state: Mapping[str, Mapping[str, Array]],
+    lr,
+    accept=None,
+) -> tuple[dict, dict]:
     """One Paddle `optimizer.step()`: clip, regularize, update. Returns (new_params, new_state).
 
     Parameters not in the config, or not trainable, pass through unchanged. `accept`: the traced
@@ -423,16 +449,22 @@ def regularize(rule: Rule, s: ParamSettings, p: Array, g: Array) -> Array:
 def _check_present(config, tree):
     missing = [n for n in config.trainable() if n not in tree]
     if missing:
-        raise TrainingError(f"the optimizer config names parameters that are missing: {missing[:8]}; "
-                            "build the config with the same parameter names as the model's params")
+        raise TrainingError(
+            f"the optimizer config names parameters that are missing: {missing[:8]}; "
+            "build the config with the same parameter names as the model's params"
+        )
 
 
 # -- serialisation ------------------------------------------------------------------------------
 
 CONFIG_CLASSES: dict[str, type] = {
     **{cls.__name__: cls for cls in RULES.values()},
-    **lr_lib.SCHEDULES, **clip_lib.CLIPS,
-    "L1Decay": L1Decay, "L2Decay": L2Decay, "ParamSettings": ParamSettings, "OptimizerConfig": OptimizerConfig,
+    **lr_lib.SCHEDULES,
+    **clip_lib.CLIPS,
+    "L1Decay": L1Decay,
+    "L2Decay": L2Decay,
+    "ParamSettings": ParamSettings,
+    "OptimizerConfig": OptimizerConfig,
 }
 
 

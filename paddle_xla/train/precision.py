@@ -4,10 +4,11 @@ The loss is multiplied by `scale` before the backward pass and the gradients div
 with a non-finite gradient is skipped and the scale multiplied by `backoff_factor`; after
 `growth_interval` clean steps in a row it is multiplied by `growth_factor`. (Half-precision compute
 itself is a lowering choice: half.py, chosen by policy.LoweringPolicy.) Paddle-free."""
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import jax
 import jax.numpy as jnp

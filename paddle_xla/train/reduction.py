@@ -2,9 +2,11 @@
 of micro-batches and replicas combine: averaged for a mean, added for a sum. Misread, it would scale
 the gradients by replicas x micro-batches without a sound, so the program is read conservatively:
 through ops that keep a mean a mean and a sum a sum, and nothing else. Paddle-free."""
+
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..graph import Graph, Op
 
@@ -34,7 +36,7 @@ def _walk(value: int | None, producer: Mapping[Any, Op]) -> tuple[str | None, Op
         return "mean", None
     if op.name in _SUMS:
         return "sum", None
-    if op.attrs.get("reduction") in ("mean", "sum"):           # nll_loss, kldiv_loss, ...
+    if op.attrs.get("reduction") in ("mean", "sum"):  # nll_loss, kldiv_loss, ...
         return op.attrs["reduction"], None
     if op.name in _SAME:
         return _walk(op.inputs[0], producer)
@@ -47,7 +49,7 @@ def _walk(value: int | None, producer: Mapping[Any, Op]) -> tuple[str | None, Op
         return (None, left[1] or right[1] or op) if left[0] is None or right[0] is None else (None, op)
     if op.name == "pd_op.multiply":
         for i in (0, 1):
-            if _constant(op.inputs[1 - i:2 - i], producer):
+            if _constant(op.inputs[1 - i : 2 - i], producer):
                 return _walk(op.inputs[i], producer)
     if op.name == "pd_op.divide" and _constant(op.inputs[1:2], producer):
         return _walk(op.inputs[0], producer)

@@ -3,10 +3,12 @@
 Paddle-free. The optimizer arrives as one pure callable, update(params, grads, state, lr, accept) (the
 caller binds train.optim.apply to a Paddle-free optimizer config), so this module knows nothing of the
 update rule; the state it updates comes from train.optim.init_state."""
+
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -54,8 +56,7 @@ def make_grads(graph: Graph, loss_index: int = 0, forward: Callable | None = Non
         return loss_value(fetches[loss_index]), (fetches, new_buffers)
 
     def grads_fn(params, buffers, feeds, key, *accumulated):
-        (loss, (fetches, new_buffers)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            params, buffers, feeds, key)
+        (loss, (fetches, new_buffers)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, buffers, feeds, key)
         if accumulated:
             grads = jax.tree.map(jnp.add, grads, accumulated[0])
         return loss, fetches, {**buffers, **new_buffers}, grads
@@ -93,6 +94,8 @@ def all_finite(tree) -> jax.Array:
 
 def not_finite_message(step: int, loss: float) -> str:
     """What a step whose loss or gradient is not finite says (it keeps the weights it had)."""
-    return (f"The loss or a gradient is not finite at step {step} (loss = {loss}); the weights and "
-            "optimizer state were left as they were before this step. Lower the learning rate, check "
-            "the inputs for NaN/Inf, or use precision='fp16' loss scaling, which skips such steps.")
+    return (
+        f"The loss or a gradient is not finite at step {step} (loss = {loss}); the weights and "
+        "optimizer state were left as they were before this step. Lower the learning rate, check "
+        "the inputs for NaN/Inf, or use precision='fp16' loss scaling, which skips such steps."
+    )

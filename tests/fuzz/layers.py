@@ -1,5 +1,6 @@
 """One-op Layers for the differential fuzzer. to_static reads forward's source, so they live in a
 real file; the op and its attributes are set per case: forward calls self.f(inputs, **self.kw)."""
+
 import paddle
 
 

@@ -9,6 +9,7 @@ from Paddle's autograd must match jax.grad of the lowered Graph (as tests/ops/ha
 CI runs EXAMPLES examples per op, derandomized (the same stream every run). `make fuzz` sets
 PADDLE_XLA_FUZZ_EXAMPLES and draws a fresh random stream; each failure prints a reproducer.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,24 +23,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from ops import harness  # NOTE: conftest puts tests/ on sys.path; tests/ops is the package "ops"
 from paddle.static import InputSpec
 
 import paddle_xla as px
 from paddle_xla import x64
 from paddle_xla.lowering.lower import lower
 
-from ops import harness  # NOTE: conftest puts tests/ on sys.path; tests/ops is the package "ops"
 from . import layers
 from .ops_table import BF16, BOOL, F16, F32, F64, TABLE
 
 SWEEP = "PADDLE_XLA_FUZZ_EXAMPLES" in os.environ
-EXAMPLES = int(os.environ.get("PADDLE_XLA_FUZZ_EXAMPLES", "3"))   # NOTE: per op; CI: ~120 ops x 3
+EXAMPLES = int(os.environ.get("PADDLE_XLA_FUZZ_EXAMPLES", "3"))  # NOTE: per op; CI: ~120 ops x 3
 
 # rtol, atol per dtype: a few units in the last place of each format
 TOL = {F64: (1e-10, 1e-12), F32: (1e-5, 1e-6), F16: (2e-3, 1e-3), BF16: (1.6e-2, 1e-2)}
 
-DOMAINS = {"any": (-4.0, 4.0), "pos": (0.05, 4.0), "unit": (-0.95, 0.95), "ge1": (1.05, 4.0),
-           "unit01": (0.05, 0.95)}
+DOMAINS = {"any": (-4.0, 4.0), "pos": (0.05, 4.0), "unit": (-0.95, 0.95), "ge1": (1.05, 4.0), "unit01": (0.05, 0.95)}
 
 
 def _np_dtype(name):
@@ -98,8 +98,11 @@ def _lit(v):
 
 def reproducer(op, xs, dtypes, kw):
     """The case's inputs as a script, with the Paddle call that takes them (attributes as keywords)."""
-    lines = ["import numpy as np, paddle, paddle_xla as px, ml_dtypes", "nan, inf = float('nan'), float('inf')",
-             f"# op {op.name}: {op.f.__module__}.{op.f.__name__}(..., **{kw!r})"]
+    lines = [
+        "import numpy as np, paddle, paddle_xla as px, ml_dtypes",
+        "nan, inf = float('nan'), float('inf')",
+        f"# op {op.name}: {op.f.__module__}.{op.f.__name__}(..., **{kw!r})",
+    ]
     for i, (x, d) in enumerate(zip(xs, dtypes)):
         vals = x.astype("float64").tolist() if d in (F16, BF16) else x.tolist()
         npd = "ml_dtypes.bfloat16" if d == BF16 else repr(d)
@@ -167,15 +170,19 @@ def check(data, op):
     if op.dtype_ok is not None and not op.dtype_ok(dtype, shapes_, kw):
         dtype = data.draw(st.sampled_from([d for d in op.dtypes if op.dtype_ok(d, shapes_, kw)]), label="dtype2")
     dtypes = [d or dtype for _, d in ins]
-    special = data.draw(st.integers(0, 2), label="mode") == 2     # one example in three has special values
+    special = data.draw(st.integers(0, 2), label="mode") == 2  # one example in three has special values
     xs = [_values(data, s, d, op.domain, special, op, f"x{i}") for i, (s, d) in enumerate(zip(shapes_, dtypes))]
     if op.fix is not None:
         xs = op.fix(xs, kw)
     repro = lambda: reproducer(op, xs, dtypes, kw)  # noqa: E731
 
-    case = harness.OpCase(op.name, _eager_fn(op, kw),
-                          [harness.Arg(tuple(x.shape), d, grad=op.grad) for x, d in zip(xs, dtypes)], [],
-                          grad=op.grad)
+    case = harness.OpCase(
+        op.name,
+        _eager_fn(op, kw),
+        [harness.Arg(tuple(x.shape), d, grad=op.grad) for x, d in zip(xs, dtypes)],
+        [],
+        grad=op.grad,
+    )
     want, want_grads, cots, diff = harness.run_paddle(case, xs, cot_seed=1)
 
     specs = [InputSpec(list(x.shape), d, f"x{i}") for i, (x, d) in enumerate(zip(xs, dtypes))]
@@ -202,15 +209,21 @@ def check(data, op):
         try:
             _close(g, w, dtypes[i], rtol * 10, atol * 10, f"{op.name} grad of x{i}")
         except AssertionError as e:
-            raise AssertionError(f"{e}\nattrs {kw}\ncotangents {cots}\nours   {g!r}\nPaddle {w!r}\n"
-                                 f"{repro()}") from None
+            raise AssertionError(f"{e}\nattrs {kw}\ncotangents {cots}\nours   {g!r}\nPaddle {w!r}\n{repro()}") from None
 
 
 @pytest.mark.parametrize("op", TABLE, ids=[op.name for op in TABLE])
 def test_matches_paddle(op):
-    @settings(max_examples=EXAMPLES, derandomize=not SWEEP, deadline=None, database=None, print_blob=SWEEP,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES,
+        derandomize=not SWEEP,
+        deadline=None,
+        database=None,
+        print_blob=SWEEP,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(st.data())
     def one(data):
         check(data, op)
+
     one()

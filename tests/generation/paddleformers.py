@@ -2,6 +2,7 @@
 
 `make test` runs `paddle-xla install paddleformers` (a pinned list, pip --no-deps: PaddleFormers' own pins
 would pull numpy 1.26, which breaks JAX)."""
+
 import dataclasses
 import importlib
 import importlib.util
@@ -12,8 +13,10 @@ import types
 def module(name: str):
     """paddleformers.<name> (an error saying how to install it if it is not there)."""
     if importlib.util.find_spec("paddleformers") is None:
-        raise RuntimeError("PaddleFormers is not installed in this environment: run `paddle-xla install "
-                           "paddleformers` (`make test` does)")
+        raise RuntimeError(
+            "PaddleFormers is not installed in this environment: run `paddle-xla install "
+            "paddleformers` (`make test` does)"
+        )
     return importlib.import_module(f"paddleformers.{name}")
 
 

@@ -1,15 +1,16 @@
 """Continuous batching (generation/slots.py, continuous.py): requests join and leave a running decode batch,
 and each gets what px.Generator.generate gives its prompt alone."""
+
 import dataclasses
 
 import numpy as np
 import pytest
 
-from paddle_xla.errors import GenerationError
-from paddle_xla.generation.continuous import ContinuousEngine, Request
-from paddle_xla.generation.batch_engine import program
-from paddle_xla.generation.slots import NO_TOKEN
 from paddle_xla.api.generator import Generator
+from paddle_xla.errors import GenerationError
+from paddle_xla.generation.batch_engine import program
+from paddle_xla.generation.continuous import ContinuousEngine, Request
+from paddle_xla.generation.slots import NO_TOKEN
 from paddle_xla.runtime.compile_cache import compiles_seen
 
 from .test_generator import BATCH, SLOTS, TINY, _model
@@ -37,14 +38,21 @@ def _requests(rng_seed, n, **kw):
 
 
 def _alone(gen, request: Request, **kw):
-    out, _ = gen.generate(np.array([request.ids]), max_new_tokens=request.max_new_tokens,
-                          decode_strategy=request.decode_strategy, temperature=request.temperature,
-                          top_k=request.top_k, top_p=request.top_p, repetition_penalty=request.repetition_penalty,
-                          min_new_tokens=request.min_new_tokens, **kw)
+    out, _ = gen.generate(
+        np.array([request.ids]),
+        max_new_tokens=request.max_new_tokens,
+        decode_strategy=request.decode_strategy,
+        temperature=request.temperature,
+        top_k=request.top_k,
+        top_p=request.top_p,
+        repetition_penalty=request.repetition_penalty,
+        min_new_tokens=request.min_new_tokens,
+        **kw,
+    )
     row = [int(t) for t in out[0]]
     eos = gen.defaults.eos_token_id
     ends = [i for i, t in enumerate(row) if t in eos]
-    return row[:ends[0] + 1] if ends else row
+    return row[: ends[0] + 1] if ends else row
 
 
 def serve(engine, requests, admit_per_chunk=1, cancel=None, steps=None, beside=False):
@@ -61,6 +69,7 @@ def serve(engine, requests, admit_per_chunk=1, cancel=None, steps=None, beside=F
             got[i].append(done[0])
             if done[1]:
                 rows[row] = i
+
     for _ in range(500):
         for _ in range(admit_per_chunk):
             row = engine.free_row()
@@ -117,7 +126,7 @@ def test_a_request_cancelled_while_its_prompt_goes_in_frees_its_row(gen):
     assert engine.begin(row, Request(tuple(range(3, 30)), 5)) == 4
     assert engine.fill(row) is None and engine.busy[row]
     engine.run_chunk()
-    assert engine.busy[row]            # still reserved: its prompt is half in
+    assert engine.busy[row]  # still reserved: its prompt is half in
     engine.free(row)
     assert not engine.busy.any()
     again = Request(tuple(range(40, 60)), 6)
@@ -128,13 +137,16 @@ def test_a_request_ends_at_the_models_eos(gen):
     # NOTE: eos chosen as a token the prompt's free run makes, so that the request ends early
     free = _alone(gen, Request((5, 9, 14), 12), eos_token_id=[])
     eos = free[3]
-    engine = ContinuousEngine(gen.geometry, dataclasses.replace(gen.defaults, eos_token_id=(eos,)),
-                              program(gen.decode_captured.graph, gen.policy, gen.held),
-                              lambda b: program(gen.prefill1_captured(b).graph, gen.policy, gen.held),
-                              gen.held.all_prepared(gen.source_weights),
-                              extend1=program(gen.extend_captured(1).graph, gen.policy, gen.held))
+    engine = ContinuousEngine(
+        gen.geometry,
+        dataclasses.replace(gen.defaults, eos_token_id=(eos,)),
+        program(gen.decode_captured.graph, gen.policy, gen.held),
+        lambda b: program(gen.prefill1_captured(b).graph, gen.policy, gen.held),
+        gen.held.all_prepared(gen.source_weights),
+        extend1=program(gen.extend_captured(1).graph, gen.policy, gen.held),
+    )
     got = serve(engine, _requests(3, 2) + [Request((5, 9, 14), 12)] + _requests(3, 3))
-    assert got[2] == free[:free.index(eos) + 1] and len(got[2]) < 12
+    assert got[2] == free[: free.index(eos) + 1] and len(got[2]) < 12
     assert not engine.busy.any()
 
 
@@ -146,7 +158,7 @@ def test_a_seeded_sampled_request_is_the_same_with_or_without_company(gen):
     together = serve(engine, crowd[:2] + [mine] + crowd[2:], admit_per_chunk=3)
     assert together[2] == alone
     unseeded = dataclasses.replace(mine, seed=None)
-    assert serve(engine, [unseeded])[0] != serve(engine, [unseeded])[0]    # fresh draws without a seed
+    assert serve(engine, [unseeded])[0] != serve(engine, [unseeded])[0]  # fresh draws without a seed
 
 
 def test_a_freed_row_is_reused_without_its_old_cache_leaking(gen):
@@ -155,7 +167,7 @@ def test_a_freed_row_is_reused_without_its_old_cache_leaking(gen):
     got = serve(engine, requests, admit_per_chunk=4, cancel={0: 3, 1: 5, 2: 2, 3: 9})
     assert not engine.busy.any()
     for i in range(4):
-        assert got[i] == _alone(gen, requests[i])[:len(got[i])] and len(got[i]) < 14
+        assert got[i] == _alone(gen, requests[i])[: len(got[i])] and len(got[i]) < 14
     for i in range(4, 8):
         assert got[i] == _alone(gen, requests[i])
 
@@ -178,7 +190,7 @@ def test_bad_requests_name_the_limit(gen):
         engine.check(Request((3,) * 41, 4))
     with pytest.raises(GenerationError, match="max_new_tokens=30 does not fit the context"):
         engine.check(Request((3,) * 20, 30))
-    assert engine.check(Request((3,) * 20, 21)).max_new_tokens == 21     # NOTE: padding takes no slot
+    assert engine.check(Request((3,) * 20, 21)).max_new_tokens == 21  # NOTE: padding takes no slot
     with pytest.raises(GenerationError, match="top_p=1.5"):
         engine.check(Request((3,), 4, decode_strategy="sampling", top_p=1.5))
 
@@ -188,6 +200,7 @@ def test_the_decode_loop_updates_the_cache_in_place(gen):
     # at 32 rows x 768 slots (slots.step writes a step's K/V at the start of the next step for this)
     from paddle_xla import x64
     from paddle_xla.generation import slots as SL
+
     engine, g = gen.engine, gen.engine.geometry
     shape = (2 * g.layers, g.max_batch_size, g.kv_heads, g.max_length, g.head_dim)
     run = engine._run_fn(tuple(engine.defaults.eos_token_id), engine.defaults.pad_token_id)
@@ -202,6 +215,7 @@ def test_a_prefill_chunk_writes_its_row_without_copying_the_cache(gen):
     # NOTE: read and written back in one program, the whole cache was copied twice per chunk
     # (2 x 600 MB at 32 rows x 768 slots): the chunk reads it, a program of its own writes the row back
     from paddle_xla import x64
+
     engine = gen.continuous()
     engine.warm_up()
     row = engine.free_row()
@@ -211,11 +225,17 @@ def test_a_prefill_chunk_writes_its_row_without_copying_the_cache(gen):
     absorb, put = engine.chunk_programs
     state, weights = engine._state(), engine._weights_on_device()
     with x64.scope():
-        view, _, _ = absorb(weights, state, np.int32(row), ids, mask, np.bool_(True), np.bool_(False), f.limit,
-                            f.params, f.key)
-        hlos = [absorb.lower(weights, state, np.int32(row), ids, mask, np.bool_(True), np.bool_(False), f.limit,
-                             f.params, f.key).compile().as_text(),
-                put.lower(state, np.int32(row), view).compile().as_text()]
+        view, _, _ = absorb(
+            weights, state, np.int32(row), ids, mask, np.bool_(True), np.bool_(False), f.limit, f.params, f.key
+        )
+        hlos = [
+            absorb.lower(
+                weights, state, np.int32(row), ids, mask, np.bool_(True), np.bool_(False), f.limit, f.params, f.key
+            )
+            .compile()
+            .as_text(),
+            put.lower(state, np.int32(row), view).compile().as_text(),
+        ]
     cache_type = "f32[" + ",".join(map(str, state.past[0].shape)) + "]"
     for hlo in hlos:
         copies = [line.strip() for line in hlo.splitlines() if f"= {cache_type}" in line and " copy(" in line]
@@ -236,8 +256,12 @@ def test_a_prefill_step_beside_a_decode_step_gives_each_request_its_tokens_alone
     gen = request.getfixturevalue(which)
     engine = gen.continuous()
     assert engine._together is not None
-    requests = [Request((5, 6, 7), 30)] + _requests(0, 10) + _requests(1, 3, repetition_penalty=1.3) + \
-        _requests(2, 2, min_new_tokens=3)
+    requests = (
+        [Request((5, 6, 7), 30)]
+        + _requests(0, 10)
+        + _requests(1, 3, repetition_penalty=1.3)
+        + _requests(2, 2, min_new_tokens=3)
+    )
     steps = []
     got = serve(engine, requests, steps=steps, beside=True)
     assert sum(n for n, _ in steps) >= 5 and set(engine._besides) >= {None, 8}
@@ -257,6 +281,7 @@ def test_the_step_beside_a_prefill_multiplies_both_in_one_product_without_copyin
     # NOTE: a linear layer's product holds the step's BATCH rows and the prompt's tokens: one weight read per
     # layer instead of two. Lowered apart, no product has BATCH + tokens rows
     from paddle_xla import x64
+
     engine = gen1.continuous()
     engine.warm_up()
     state, weights = engine._state(), engine._weights_on_device()
@@ -268,8 +293,12 @@ def test_the_step_beside_a_prefill_multiplies_both_in_one_product_without_copyin
         ids, mask = f.steps[0]
         fill = (ids, mask, np.bool_(True), np.bool_(False)) if n > PREFILL_CHUNK else (ids, mask)
         with x64.scope():
-            hlo = engine._beside_fn(None if n > PREFILL_CHUNK else width).lower(
-                weights, state, np.int32(row), *fill, f.limit, f.params, f.key).compile().as_text()
+            hlo = (
+                engine._beside_fn(None if n > PREFILL_CHUNK else width)
+                .lower(weights, state, np.int32(row), *fill, f.limit, f.params, f.key)
+                .compile()
+                .as_text()
+            )
         dots = [line for line in hlo.splitlines() if " dot(" in line]
         assert sum(f"f32[{BATCH + width}," in line for line in dots) >= 4 * TINY["num_hidden_layers"], dots
         copies = [line.strip() for line in hlo.splitlines() if f"= {cache_type}" in line and " copy(" in line]
@@ -281,6 +310,10 @@ def test_no_compile_after_warm_up_beside_prefills(gen1):
     engine = gen1.continuous()
     engine.warm_up()
     with compiles_seen() as compiles:
-        serve(engine, _requests(8, 6) + _requests(9, 3, decode_strategy="sampling", top_p=0.7), admit_per_chunk=2,
-              beside=True)
+        serve(
+            engine,
+            _requests(8, 6) + _requests(9, 3, decode_strategy="sampling", top_p=0.7),
+            admit_per_chunk=2,
+            beside=True,
+        )
     assert not compiles, f"{len(compiles)} compiles after warm-up"

@@ -1,6 +1,7 @@
 """A KV cache derived from a plain paddle.nn decoder that has no cache API (generation/derive.py):
 models/gpt.py, models/llama.py and an nn.TransformerEncoder under a causal mask, against Paddle eager
 running the whole forward for every new token."""
+
 import math
 
 import numpy as np
@@ -9,8 +10,8 @@ import pytest
 
 import paddle_xla as px
 import paddle_xla.artifact as pxa
-from paddle_xla.errors import GenerationError
 from paddle_xla.api.generator import Generator
+from paddle_xla.errors import GenerationError
 from paddle_xla.models.gpt import GPT, GPTConfig
 from paddle_xla.models.llama import Llama, LlamaConfig
 from paddle_xla.runtime.compile_cache import compiles_seen
@@ -41,7 +42,11 @@ class CumsumMixer(paddle.nn.Layer):
 
     def __init__(self, d=16):
         super().__init__()
-        self.emb, self.qkv, self.head = paddle.nn.Embedding(VOCAB, d), paddle.nn.Linear(d, 3 * d), paddle.nn.Linear(d, VOCAB)
+        self.emb, self.qkv, self.head = (
+            paddle.nn.Embedding(VOCAB, d),
+            paddle.nn.Linear(d, 3 * d),
+            paddle.nn.Linear(d, VOCAB),
+        )
 
     def forward(self, input_ids):
         t = input_ids.shape[1]
@@ -54,9 +59,11 @@ class CumsumMixer(paddle.nn.Layer):
 
 def _build(name):
     paddle.seed(1)
-    net = {"gpt": lambda: GPT(GPTConfig.named("tiny", vocab_size=VOCAB, n_ctx=64)),
-           "llama": lambda: Llama(LlamaConfig.named("tiny", vocab_size=VOCAB)),
-           "encoder": CausalEncoderLM}[name]()
+    net = {
+        "gpt": lambda: GPT(GPTConfig.named("tiny", vocab_size=VOCAB, n_ctx=64)),
+        "llama": lambda: Llama(LlamaConfig.named("tiny", vocab_size=VOCAB)),
+        "encoder": CausalEncoderLM,
+    }[name]()
     net.eval()
     return net
 
@@ -73,7 +80,7 @@ def _eager_greedy(net, ids, n):
         for _ in range(n):
             nxt = net(paddle.to_tensor(x))[:, -1].argmax(-1).numpy()
             x = np.concatenate([x, nxt[:, None].astype("int64")], axis=1)
-    return x[:, ids.shape[1]:]
+    return x[:, ids.shape[1] :]
 
 
 def _prompts(batch, length, seed=0):
@@ -92,9 +99,8 @@ def test_the_decode_step_reads_a_cache_and_compiles_once(built):
     net, gen = built
     ops = [op.name for op in gen.decode_captured.graph.ops()]
     assert ops.count("paddle_xla.cache_concat") == 2 * gen.geometry.layers == 4
-    assert gen.decode_captured.graph.feeds[-1].shape == (4, BATCH, gen.geometry.kv_heads, SLOTS,
-                                                         gen.geometry.head_dim)
-    gen.generate(_prompts(2, 5), max_new_tokens=4)                     # warm-up: bucket 16
+    assert gen.decode_captured.graph.feeds[-1].shape == (4, BATCH, gen.geometry.kv_heads, SLOTS, gen.geometry.head_dim)
+    gen.generate(_prompts(2, 5), max_new_tokens=4)  # warm-up: bucket 16
     with compiles_seen() as compiles:
         for length, new in [(9, 3), (16, 17), (2, 9)]:
             gen.generate(_prompts(3, length, seed=new), max_new_tokens=new)

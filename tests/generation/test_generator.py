@@ -1,4 +1,5 @@
 """px.Generator against PaddleFormers' own generate (with its KV cache), on tiny random-weight models."""
+
 from types import SimpleNamespace
 
 import jax.numpy as jnp
@@ -7,18 +8,29 @@ import paddle
 import pytest
 
 import paddle_xla as px
-from paddle_xla.errors import CaptureError, ExportError, GenerationError
 from paddle_xla.api.generator import Generator
+from paddle_xla.errors import CaptureError, ExportError, GenerationError
 from paddle_xla.runtime.compile_cache import compiles_seen
 
 from .paddleformers import module, qwen2
 
-TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=64, head_dim=16, fuse_rms_norm=False)
-MODELS = {"llama": ("transformers.llama", "LlamaConfig", "LlamaForCausalLM"),
-          "ernie4_5": ("transformers.ernie4_5", "Ernie4_5Config", "Ernie4_5ForCausalLM"),
-          # NOTE: PaddleFormers 1.2's Paddle-native Qwen2 (its Qwen2ForCausalLM builds paddlefleet's GPU model)
-          "qwen2": ("transformers.qwen2", "Qwen2Config", "Qwen2ForCausalLMDeprecated")}
+TINY = dict(
+    vocab_size=128,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    head_dim=16,
+    fuse_rms_norm=False,
+)
+MODELS = {
+    "llama": ("transformers.llama", "LlamaConfig", "LlamaForCausalLM"),
+    "ernie4_5": ("transformers.ernie4_5", "Ernie4_5Config", "Ernie4_5ForCausalLM"),
+    # NOTE: PaddleFormers 1.2's Paddle-native Qwen2 (its Qwen2ForCausalLM builds paddlefleet's GPU model)
+    "qwen2": ("transformers.qwen2", "Qwen2Config", "Qwen2ForCausalLMDeprecated"),
+}
 BATCH, SLOTS = 4, 40
 
 
@@ -42,8 +54,8 @@ def _prompts(lengths, width, seed=0):
     rng = np.random.default_rng(seed)
     ids, mask = np.zeros((len(lengths), width), "int64"), np.zeros((len(lengths), width), "int64")
     for b, n in enumerate(lengths):
-        ids[b, width - n:] = rng.integers(3, TINY["vocab_size"], n)
-        mask[b, width - n:] = 1
+        ids[b, width - n :] = rng.integers(3, TINY["vocab_size"], n)
+        mask[b, width - n :] = 1
     return ids, mask
 
 
@@ -52,8 +64,10 @@ def _paddle(net, ids, mask, **kw):
     return out.numpy(), scores.numpy()
 
 
-@pytest.mark.parametrize("kw", [dict(max_new_tokens=10), dict(max_new_tokens=7, repetition_penalty=1.5),
-                                dict(max_new_tokens=6, min_new_tokens=4)])
+@pytest.mark.parametrize(
+    "kw",
+    [dict(max_new_tokens=10), dict(max_new_tokens=7, repetition_penalty=1.5), dict(max_new_tokens=6, min_new_tokens=4)],
+)
 def test_greedy_equals_paddleformers_generate(built, kw):
     net, gen = built
     ids, mask = _prompts([7, 3, 5], 7)
@@ -101,8 +115,9 @@ def test_rows_end_at_their_own_eos(built):
     ids, mask = _prompts([6, 2], 6, seed=3)
     free, _ = _paddle(net, ids, mask, max_new_tokens=8, decode_strategy="greedy_search", eos_token_id=-1)
     eos = int(free[0, 2])
-    want, want_scores = _paddle(net, ids, mask, max_new_tokens=8, decode_strategy="greedy_search", eos_token_id=eos,
-                                pad_token_id=1)
+    want, want_scores = _paddle(
+        net, ids, mask, max_new_tokens=8, decode_strategy="greedy_search", eos_token_id=eos, pad_token_id=1
+    )
     got, scores = gen.generate(ids, attention_mask=mask, max_new_tokens=8, eos_token_id=eos, pad_token_id=1)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-6)
@@ -129,9 +144,9 @@ def test_sampling_is_fresh_per_call_and_reproducible_with_seed(built):
 def test_no_compile_after_warm_up(built):
     _, gen = built
     ids, mask = _prompts([9, 4], 9, seed=2)
-    gen.generate(ids, attention_mask=mask, max_new_tokens=5)          # warm-up: bucket 16, this config
+    gen.generate(ids, attention_mask=mask, max_new_tokens=5)  # warm-up: bucket 16, this config
     with compiles_seen() as compiles:
-        for n, width in [(3, 9), (17, 12), (9, 16)]:      # any length and count within bucket 16
+        for n, width in [(3, 9), (17, 12), (9, 16)]:  # any length and count within bucket 16
             ids, mask = _prompts([width, max(1, width - 4)], width, seed=n)
             got, _ = gen.generate(ids, attention_mask=mask, max_new_tokens=n)
             assert got.shape[1] <= n
@@ -163,6 +178,7 @@ def test_a_model_with_neither_a_cache_api_nor_attention_is_refused_clearly():
 
         def forward(self, input_ids):
             return self.emb(input_ids)
+
     with pytest.raises(GenerationError, match="no attention .* no cache to derive"):
         Generator(NoCache())
 
@@ -176,7 +192,7 @@ def test_bf16_generator_holds_matmul_weights_in_half_and_follows_paddleformers()
     # NOTE: bf16 rounding may flip a close call late in a row; the first tokens and the scores follow fp32
     assert (got[:, :3] == want[:, :3]).all() and (got == want).mean() >= 0.8, (got, want)
     np.testing.assert_allclose(scores, want_scores, atol=2e-2)
-    assert not np.array_equal(scores, want_scores)                   # it did compute in bf16
+    assert not np.array_equal(scores, want_scores)  # it did compute in bf16
     held = {k: v for k, v in gen.engine._device_params().items() if v.dtype == jnp.bfloat16}
     assert set(held) == gen.held.half and held and all(v.ndim == 2 for v in held.values())
 
@@ -195,10 +211,18 @@ def test_a_model_that_reads_later_positions_is_refused():
             self.config = SimpleNamespace(num_hidden_layers=1, num_attention_heads=1, hidden_size=4, vocab_size=10)
             self.emb, self.head = paddle.nn.Embedding(10, 4), paddle.nn.Linear(4, 10)
 
-        def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False,
-                    return_dict=True):
+        def forward(
+            self,
+            input_ids,
+            attention_mask=None,
+            position_ids=None,
+            past_key_values=None,
+            use_cache=False,
+            return_dict=True,
+        ):
             h = self.emb(input_ids)
             return SimpleNamespace(logits=self.head(h + h.mean(axis=1, keepdim=True)), past_key_values=None)
+
     with pytest.raises(CaptureError, match="is not causal: changing the token at position 5 moves its logits"):
         Generator(Bidirectional())
 
@@ -207,7 +231,7 @@ def test_a_tensor_split_generator_gives_one_devices_tokens(built, tmp_path):
     net, gen = built
     split = Generator(net, max_batch_size=BATCH, max_length=SLOTS, chunk=4, strategy=px.Strategy(tensor=2))
     held = split.engine._device_params()
-    assert any(not v.sharding.is_fully_replicated for v in held.values())      # the weights are split
+    assert any(not v.sharding.is_fully_replicated for v in held.values())  # the weights are split
     assert all(len(v.sharding.device_set) == 2 for v in held.values())
     ids, mask = _prompts([7, 3, 5], 7)
     for kw in (dict(max_new_tokens=9), dict(decode_strategy="sampling", top_k=8, max_new_tokens=6, seed=3)):

@@ -1,5 +1,6 @@
 """px.export(gen, ..., tokenizer=) and artifact.load: a generator that runs without Paddle, with the live
 generator's tokens, through Python and through `paddle-xla generate`."""
+
 import os
 import subprocess
 import sys
@@ -12,9 +13,9 @@ from tokenizers.pre_tokenizers import Whitespace
 
 import paddle_xla as px
 import paddle_xla.artifact as pxa
+from paddle_xla.api.generator import Generator
 from paddle_xla.artifact import synthetic_weights
 from paddle_xla.errors import ExportError, GenerationError
-from paddle_xla.api.generator import Generator
 
 from .paddleformers import module
 from .test_generator import BATCH, SLOTS, TINY, _model, _paddle, _prompts
@@ -58,31 +59,37 @@ def test_loaded_generator_gives_the_live_generators_tokens(precision, tmp_path_f
     got, scores = art.generate(ids, attention_mask=mask, max_new_tokens=9)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(scores, want_scores)
-    if gen.geometry.precision == "fp32":        # and so PaddleFormers' own generate's
-        np.testing.assert_array_equal(got, _paddle(net, ids, mask, max_new_tokens=9,
-                                                   decode_strategy="greedy_search")[0])
-    else:                                       # the matmul weights travel in float32, held in bf16 when loaded
+    if gen.geometry.precision == "fp32":  # and so PaddleFormers' own generate's
+        np.testing.assert_array_equal(
+            got, _paddle(net, ids, mask, max_new_tokens=9, decode_strategy="greedy_search")[0]
+        )
+    else:  # the matmul weights travel in float32, held in bf16 when loaded
         assert manifest["exported"]["cpu"]["half_weights"] == sorted(gen.held.half) != []
     kw = dict(decode_strategy="sampling", top_k=5, top_p=0.9, temperature=0.8, max_new_tokens=6, seed=11)
-    np.testing.assert_array_equal(art.generate(ids, attention_mask=mask, **kw)[0],
-                                  gen.generate(ids, attention_mask=mask, **kw)[0])
+    np.testing.assert_array_equal(
+        art.generate(ids, attention_mask=mask, **kw)[0], gen.generate(ids, attention_mask=mask, **kw)[0]
+    )
 
 
 def test_relowered_generator_equals_the_exported_one(exported):
     _, gen, path, _ = exported
     art = pxa.load(path, prefer_graph=True)
     assert art.mode == "relowered" and "prefer_graph" in art.why
-    ids, mask = _prompts([20, 4], 20, seed=2)                 # the 32 bucket
-    np.testing.assert_array_equal(art.generate(ids, attention_mask=mask, max_new_tokens=8)[0],
-                                  gen.generate(ids, attention_mask=mask, max_new_tokens=8)[0])
+    ids, mask = _prompts([20, 4], 20, seed=2)  # the 32 bucket
+    np.testing.assert_array_equal(
+        art.generate(ids, attention_mask=mask, max_new_tokens=8)[0],
+        gen.generate(ids, attention_mask=mask, max_new_tokens=8)[0],
+    )
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_a_served_artifact_runs_a_prefill_beside_a_decode_step_where_products_stay_row_exact(precision,
-                                                                                             tmp_path_factory):
+def test_a_served_artifact_runs_a_prefill_beside_a_decode_step_where_products_stay_row_exact(
+    precision, tmp_path_factory
+):
     # NOTE: fp32 on CPU holds its matmul weights as [N, K], where a row's product does not depend on the rows
     # beside it: the server's programs are then lowered from the Graphs in lockstep; bf16 keeps them apart
     from paddle_xla.generation.continuous import Request
+
     _, gen, path, _ = _exported(precision, tmp_path_factory)
     engine = pxa.load(path).continuous()
     assert (engine._together is not None) == (precision == "fp32")
@@ -90,7 +97,7 @@ def test_a_served_artifact_runs_a_prefill_beside_a_decode_step_where_products_st
     prompt = Request((9, 4, 11, 2, 8), 6)
     engine.begin(1, prompt)
     done, out = engine.step_and_fill(1)
-    got = [done[0]] + [int(t) for t in out[1] if t >= 0]      # NOTE: the decode chunk that follows has the row
+    got = [done[0]] + [int(t) for t in out[1] if t >= 0]  # NOTE: the decode chunk that follows has the row
     while engine.busy[1]:
         got += [int(t) for t in engine.run_chunk()[1] if t >= 0]
     want = gen.generate(np.array([prompt.ids]), max_new_tokens=6)[0][0]
@@ -124,8 +131,14 @@ def test_runs_where_paddle_is_not_importable(exported, tmp_path):
     ids, mask = _prompts([6, 2, 4, 5], 6, seed=4)
     np.savez(tmp_path / "in.npz", ids=ids, mask=mask)
     env = dict(os.environ, JAX_PLATFORMS="cpu", PADDLE_XLA_CACHE="0")
-    proc = subprocess.run([sys.executable, "-c", PADDLE_FREE, path, str(tmp_path / "in.npz"), str(tmp_path / "o.npz")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", PADDLE_FREE, path, str(tmp_path / "in.npz"), str(tmp_path / "o.npz")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = np.load(tmp_path / "o.npz")
     want, want_scores = gen.generate(ids, attention_mask=mask, max_new_tokens=7)
@@ -136,8 +149,14 @@ def test_runs_where_paddle_is_not_importable(exported, tmp_path):
 
 def cli(*args, cwd):
     boot = "import sys; sys.modules['paddle'] = None\nfrom paddle_xla.cli.main import main\nmain()"
-    return subprocess.run([sys.executable, "-c", boot, *args], cwd=cwd, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    return subprocess.run(
+        [sys.executable, "-c", boot, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+    )
 
 
 def test_cli_generates_text_and_ids_without_paddle(exported, tmp_path):
@@ -147,11 +166,11 @@ def test_cli_generates_text_and_ids_without_paddle(exported, tmp_path):
     assert text.returncode == 0, text.stderr[-2000:]
     # NOTE: the config's eos (2, '</s>') may end the text early; the ids run shows every token
     words = [WORDS[t] for t in want[0]]
-    assert text.stdout.strip() == " ".join(words[:words.index("</s>")] if "</s>" in words else words)
+    assert text.stdout.strip() == " ".join(words[: words.index("</s>")] if "</s>" in words else words)
     ids = cli("generate", path, "--ids", "5,9,17", "--max-new-tokens", "5", cwd=tmp_path)
     assert ids.returncode == 0, ids.stderr[-2000:]
     row = [int(t) for t in ids.stdout.strip().split(",")]
-    assert row == list(want[0][:len(row)]) and (len(row) == 5 or row[-1] == 2)
+    assert row == list(want[0][: len(row)]) and (len(row) == 5 or row[-1] == 2)
     bad = cli("generate", path, "--ids", "5,900", cwd=tmp_path)
     assert bad.returncode == 2 and "outside the vocabulary" in bad.stderr and "Traceback" not in bad.stderr
     neither = cli("generate", path, cwd=tmp_path)
@@ -192,7 +211,7 @@ def test_synthetic_weights_leave_the_matrices_out_and_draw_them_when_loaded(expo
     drawn = written["synthetic_weights"]["weights"]
     assert drawn and all(len(w["shape"]) >= 2 for w in drawn.values())
     kept = {k for k in gen.source_weights if k not in drawn}
-    assert kept and all(np.ndim(gen.source_weights[k]) < 2 for k in kept)      # the RMSNorm scales, the rotary table
+    assert kept and all(np.ndim(gen.source_weights[k]) < 2 for k in kept)  # the RMSNorm scales, the rotary table
     assert os.path.getsize(synth) < os.path.getsize(path)
     ids, mask = _prompts([7, 3, 5], 7)
     a, b = pxa.load(synth), pxa.load(synth)

@@ -1,14 +1,15 @@
 """Grouped-query attention without the repeated keys and values (generation/gqa_rewrite.py,
 ops/grouped_attention.py): the rewrite finds PaddleFormers' repeat pattern, computes what the captured
 program computes, and the decode step no longer writes the repeated copy."""
+
+import jax.numpy as jnp
 import numpy as np
 import pytest
-import jax.numpy as jnp
 
 from paddle_xla import x64
+from paddle_xla.api.generator import Generator
 from paddle_xla.generation import gqa_rewrite as GA
 from paddle_xla.generation.batch_engine import program
-from paddle_xla.api.generator import Generator
 from paddle_xla.lowering.lower import lower
 from paddle_xla.ops.grouped_attention import grouped_scores, grouped_values
 
@@ -20,15 +21,25 @@ def test_the_grouped_products_equal_the_repeated_ones(heads, kv_heads, t):
     rng = np.random.default_rng(heads * 10 + t)
     b, s, d = 3, 9, 8
     q, p = rng.standard_normal((b, heads, t, d), np.float32), rng.standard_normal((b, heads, t, s), np.float32)
-    keys, values = rng.standard_normal((b, kv_heads, s, d), np.float32), rng.standard_normal((b, kv_heads, s, d),
-                                                                                               np.float32)
+    keys, values = (
+        rng.standard_normal((b, kv_heads, s, d), np.float32),
+        rng.standard_normal((b, kv_heads, s, d), np.float32),
+    )
     repeat = heads // kv_heads
     k_rep, v_rep = np.repeat(keys, repeat, axis=1), np.repeat(values, repeat, axis=1)
     # NOTE: the same products, summed by other kernels: equal to float32 rounding, not to the bit
-    np.testing.assert_allclose(grouped_scores(jnp.asarray(q), jnp.asarray(keys)),
-                               np.matmul(q.astype(np.float64), np.swapaxes(k_rep, -1, -2)), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(grouped_values(jnp.asarray(p), jnp.asarray(values)),
-                               np.matmul(p.astype(np.float64), v_rep), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        grouped_scores(jnp.asarray(q), jnp.asarray(keys)),
+        np.matmul(q.astype(np.float64), np.swapaxes(k_rep, -1, -2)),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    np.testing.assert_allclose(
+        grouped_values(jnp.asarray(p), jnp.asarray(values)),
+        np.matmul(p.astype(np.float64), v_rep),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 @pytest.mark.parametrize("heads,kv_heads", [(12, 4), (4, 4)])
@@ -40,10 +51,18 @@ def test_keys_and_values_in_parts_give_the_products_of_their_concatenation(heads
     keys = [rng.standard_normal((b, kv_heads, n, d), np.float32) for n in cut]
     values = [rng.standard_normal((b, kv_heads, n, d), np.float32) for n in cut]
     whole_k, whole_v = (jnp.asarray(np.concatenate(x, axis=2)) for x in (keys, values))
-    np.testing.assert_allclose(grouped_scores(jnp.asarray(q), *map(jnp.asarray, keys)),
-                               grouped_scores(jnp.asarray(q), whole_k), rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(grouped_values(jnp.asarray(p), *map(jnp.asarray, values)),
-                               grouped_values(jnp.asarray(p), whole_v), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        grouped_scores(jnp.asarray(q), *map(jnp.asarray, keys)),
+        grouped_scores(jnp.asarray(q), whole_k),
+        rtol=1e-6,
+        atol=1e-6,
+    )
+    np.testing.assert_allclose(
+        grouped_values(jnp.asarray(p), *map(jnp.asarray, values)),
+        grouped_values(jnp.asarray(p), whole_v),
+        rtol=1e-5,
+        atol=1e-5,
+    )
     with pytest.raises(ValueError, match="over 8 slots do not match values in parts of \\[7, 2\\]"):
         grouped_values(jnp.asarray(p), jnp.asarray(values[0]), jnp.zeros((b, kv_heads, 2, d)))
 
@@ -93,7 +112,7 @@ def test_the_rewritten_programs_compute_what_the_captured_ones_do(gen):
 def test_a_matmul_that_reads_anything_else_is_left_alone(gen):
     graph = gen.decode_captured.graph
     once = GA.rewrite(graph)
-    assert GA.rewrite(once) is once          # nothing left to rewrite
+    assert GA.rewrite(once) is once  # nothing left to rewrite
     weight_matmuls = [op for op in once.ops() if op.name == "pd_op.matmul"]
     assert weight_matmuls and len(weight_matmuls) == len([op for op in graph.ops() if op.name == "pd_op.matmul"]) - 4
 
@@ -104,6 +123,7 @@ def test_the_decode_step_copies_no_keys_or_values(gen):
     engine = gen.engine
     run = engine._run_fn(tuple(engine.defaults.eos_token_id), engine.defaults.pad_token_id)
     from paddle_xla.generation import slots as SL
+
     shape = (2 * g.layers, g.max_batch_size, g.kv_heads, g.max_length, g.head_dim)
     with x64.scope():
         hlo = run.lower(engine._device_params(), SL.empty(shape, g.cache_dtype, g.vocab_size)).compile().as_text()
@@ -114,7 +134,10 @@ def test_the_decode_step_copies_no_keys_or_values(gen):
     # nor a slice of one stacked cache ([.., S, ..]); the only instructions making either shape are the
     # layers' own buffers and the in-place write of the step's K/V (a scatter)
     layer = (g.max_batch_size, g.kv_heads, g.max_length, g.head_dim)
-    made = _makers(hlo, {f"f32[{','.join(map(str, layer))}]", f"f32[{','.join(map(str, layer[:2] + (layer[2] + 1,) + layer[3:]))}]"})
+    made = _makers(
+        hlo,
+        {f"f32[{','.join(map(str, layer))}]", f"f32[{','.join(map(str, layer[:2] + (layer[2] + 1,) + layer[3:]))}]"},
+    )
     assert made and made <= {"parameter", "get-tuple-element", "bitcast", "tuple", "scatter"}, made
 
 

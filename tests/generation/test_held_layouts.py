@@ -2,6 +2,7 @@
 untransposed matmuls read a float32 weight). Another program of the same model (a prefill) decides for
 itself; a weight it reads otherwise reaches it in Paddle's layout again. A square weight would otherwise
 be read transposed, with no shape error to say so."""
+
 import numpy as np
 
 from paddle_xla.generation.batch_engine import program
@@ -14,14 +15,20 @@ NK = LoweringPolicy.tuned("cpu", inference=True)
 
 
 def _graph(*ops):
-    return Graph(Block((), tuple(ops)), feeds=(Tensor("x", X, (2, 4), "float32"),),
-                 params=(Param("w", W, (4, 4), "float32"),), fetches=(Tensor("y", Y, (2, 4), "float32"),))
+    return Graph(
+        Block((), tuple(ops)),
+        feeds=(Tensor("x", X, (2, 4), "float32"),),
+        params=(Param("w", W, (4, 4), "float32"),),
+        fetches=(Tensor("y", Y, (2, 4), "float32"),),
+    )
 
 
 MATMUL = Op("pd_op.matmul", (X, W), (Y,), {"transpose_x": False, "transpose_y": False})
-DECODE = _graph(MATMUL)                                                   # reads w only as a matmul's weight
-PREFILL = _graph(Op("pd_op.add", (W, W), (DOUBLED,)),                     # reads w otherwise too
-                 Op("pd_op.matmul", (X, DOUBLED), (Y,), {"transpose_x": False, "transpose_y": False}))
+DECODE = _graph(MATMUL)  # reads w only as a matmul's weight
+PREFILL = _graph(
+    Op("pd_op.add", (W, W), (DOUBLED,)),  # reads w otherwise too
+    Op("pd_op.matmul", (X, DOUBLED), (Y,), {"transpose_x": False, "transpose_y": False}),
+)
 
 
 def test_programs_read_weights_held_by_the_decode_step():

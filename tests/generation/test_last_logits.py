@@ -1,6 +1,7 @@
 """The LM head on the last position only (generation/last_logits.py): each prefill and prefill chunk of
 PaddleFormers' Llama, Qwen2 and ERNIE 4.5 multiplies one row per prompt by the head, and returns what the
 captured program returns (the products' numbers: test_grouped_attention's program test runs both rewrites)."""
+
 import dataclasses
 
 import numpy as np
@@ -27,7 +28,7 @@ def test_the_head_multiplies_only_the_last_position(gen):  # noqa: F811
     for graph in (gen.extend_captured(BATCH).graph, gen.extend_captured(1).graph, gen.prefill_captured(8).graph):
         head, rows = _head(last_logits.rewrite(graph))
         assert head.name == "pd_op.matmul" and rows.name == "pd_op.slice"
-        assert _head(graph)[0].name == "pd_op.slice"                      # as captured: the slice after
+        assert _head(graph)[0].name == "pd_op.slice"  # as captured: the slice after
         feeds = _feeds(graph, rng)
         with x64.scope():
             params = {p.name: weights[p.name] for p in graph.params}

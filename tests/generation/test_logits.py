@@ -1,4 +1,5 @@
 """One decode step's token choice against PaddleFormers' own logits processors and sampling filters."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,8 +9,8 @@ from scipy import stats
 
 from paddle_xla.errors import GenerationError
 from paddle_xla.generation import row_logits as L
-from paddle_xla.generation.config import DecodeConfig, decode_config
 from paddle_xla.generation.batch_engine import rows_of
+from paddle_xla.generation.config import DecodeConfig, decode_config
 from paddle_xla.generation.slots import finish
 
 from .paddleformers import module
@@ -36,28 +37,35 @@ def _pf_processed(logits, ids, cfg, prompt_len):
     return procs(paddle.to_tensor(ids), paddle.to_tensor(logits)).numpy()
 
 
-@pytest.mark.parametrize("penalty,min_new,generated", [(1.0, 0, 0), (1.3, 0, 2), (0.7, 3, 1), (1.3, 3, 3),
-                                                      (1.0, 2, 5)])
+@pytest.mark.parametrize("penalty,min_new,generated", [(1.0, 0, 0), (1.3, 0, 2), (0.7, 3, 1), (1.3, 3, 3), (1.0, 2, 5)])
 def test_processed_logits_match_paddleformers(penalty, min_new, generated):
     cfg = DecodeConfig(repetition_penalty=penalty, min_new_tokens=min_new, eos_token_id=(5,))
     logits, ids = _logits(), _ids()
     prompt_len = ids.shape[1] - generated
     want = _pf_processed(logits, ids, cfg, prompt_len)
-    got = L.processed(jnp.asarray(logits), rows_of(cfg, BATCH), L.seen_tokens(jnp.asarray(ids), VOCAB),
-                      jnp.full(BATCH, generated, jnp.int32), cfg.eos_token_id)
+    got = L.processed(
+        jnp.asarray(logits),
+        rows_of(cfg, BATCH),
+        L.seen_tokens(jnp.asarray(ids), VOCAB),
+        jnp.full(BATCH, generated, jnp.int32),
+        cfg.eos_token_id,
+    )
     # NOTE: XLA:CPU divides by the penalty within 1 ulp of Paddle's float32 division
     np.testing.assert_allclose(np.asarray(got), want, rtol=2.5e-7, atol=0)
     changed = got != jnp.asarray(logits)
     assert bool(changed.any()) == (penalty != 1.0 or min_new > generated)
 
 
-@pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, 0, 1.0), (1.0, 50, 1.0), (0.7, 5, 1.0), (1.0, 0, 0.8),
-                                                     (1.3, 10, 0.6), (0.5, 1, 0.9), (1.0, 0, 0.05)])
+@pytest.mark.parametrize(
+    "temperature,top_k,top_p",
+    [(1.0, 0, 1.0), (1.0, 50, 1.0), (0.7, 5, 1.0), (1.0, 0, 0.8), (1.3, 10, 0.6), (0.5, 1, 0.9), (1.0, 0, 0.05)],
+)
 def test_sampling_filters_match_paddleformers(temperature, top_k, top_p):
     lp = module("generation.logits_process")
     logits = _logits(seed=2)
-    probs = paddle.nn.functional.softmax(paddle.to_tensor(logits) / temperature if temperature != 1.0
-                                         else paddle.to_tensor(logits))
+    probs = paddle.nn.functional.softmax(
+        paddle.to_tensor(logits) / temperature if temperature != 1.0 else paddle.to_tensor(logits)
+    )
     if top_k:
         probs = lp.TopKProcess(probs, top_k, 1)
     if top_p < 1.0:
@@ -65,7 +73,7 @@ def test_sampling_filters_match_paddleformers(temperature, top_k, top_p):
     cfg = DecodeConfig(decode_strategy="sampling", temperature=temperature, top_k=top_k, top_p=top_p)
     got = np.asarray(L.sampling_probs(jnp.asarray(logits), rows_of(cfg, BATCH)))
     want = probs.numpy()
-    np.testing.assert_array_equal(got == 0, want == 0)          # the same tokens filtered out
+    np.testing.assert_array_equal(got == 0, want == 0)  # the same tokens filtered out
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
 
 
@@ -83,8 +91,14 @@ def test_greedy_picks_the_argmax_and_scores_its_processed_logit():
     cfg = DecodeConfig(repetition_penalty=1.2)
     logits, ids = _logits(seed=3), _ids(seed=4)
     processed = _pf_processed(logits, ids, cfg, ids.shape[1])
-    tokens, terms = L.choose(jnp.asarray(logits), rows_of(cfg, BATCH), L.seen_tokens(jnp.asarray(ids), VOCAB),
-                             jnp.zeros(BATCH, jnp.int32), _keys(0, BATCH), ())
+    tokens, terms = L.choose(
+        jnp.asarray(logits),
+        rows_of(cfg, BATCH),
+        L.seen_tokens(jnp.asarray(ids), VOCAB),
+        jnp.zeros(BATCH, jnp.int32),
+        _keys(0, BATCH),
+        (),
+    )
     np.testing.assert_array_equal(np.asarray(tokens), processed.argmax(-1))
     np.testing.assert_allclose(np.asarray(terms), processed.max(-1), rtol=2.5e-7)
 
@@ -128,7 +142,8 @@ def test_each_row_follows_its_own_arguments_and_key():
     logits = jnp.asarray(_logits(seed=8, batch=3, scale=0.5))
     seen, t = jnp.zeros((3, VOCAB), bool), jnp.zeros(3, jnp.int32)
     mixed = rows_of(DecodeConfig(decode_strategy="sampling", top_k=0), 3)._replace(
-        sampling=jnp.asarray([False, True, True]))
+        sampling=jnp.asarray([False, True, True])
+    )
     keys = _keys(3, 3)
     tokens, _ = L.choose(logits, mixed, seen, t, keys, ())
     assert int(tokens[0]) == int(jnp.argmax(logits[0]))
@@ -150,11 +165,20 @@ def test_finish_matches_paddleformers_scores_and_eos():
     pf_scores, pf_flag = paddle.zeros([3, 1]), paddle.ones([3, 1], dtype="bool")
     pf_ids = paddle.zeros([3, 0], dtype="int64")
     for t, (tokens, terms) in enumerate(steps):
-        got, scores, unfinished = finish(jnp.asarray(tokens), jnp.asarray(terms), scores, unfinished,
-                                         jnp.full(3, t, jnp.int32), limit, cfg.eos_token_id, cfg.pad_token_id)
+        got, scores, unfinished = finish(
+            jnp.asarray(tokens),
+            jnp.asarray(terms),
+            scores,
+            unfinished,
+            jnp.full(3, t, jnp.int32),
+            limit,
+            cfg.eos_token_id,
+            cfg.pad_token_id,
+        )
         nxt = paddle.where(pf_flag, paddle.to_tensor(tokens).unsqueeze(-1), paddle.full([3, 1], 0, "int64"))
         pf_scores = utils.GenerationMixin.update_scores_for_generation(
-            pf_scores, paddle.to_tensor(terms, dtype="float32").unsqueeze(-1), t, pf_flag)
+            pf_scores, paddle.to_tensor(terms, dtype="float32").unsqueeze(-1), t, pf_flag
+        )
         pf_ids = paddle.concat([pf_ids, nxt], axis=1)
         pf_flag = utils.get_unfinished_flag(pf_ids, pf_flag, 7)
         np.testing.assert_array_equal(np.asarray(got), nxt.numpy()[:, 0])
@@ -164,7 +188,7 @@ def test_finish_matches_paddleformers_scores_and_eos():
 
 def test_config_follows_paddleformers_rules_and_refuses_clearly():
     assert DecodeConfig().top_k == 50 and DecodeConfig().max_new_tokens == 20
-    assert decode_config(max_length=7).max_new_tokens == 7              # max_length stands for max_new_tokens
+    assert decode_config(max_length=7).max_new_tokens == 7  # max_length stands for max_new_tokens
     assert decode_config(max_length=7, max_new_tokens=5).max_new_tokens == 5
     assert decode_config(eos_token_id=2).eos_token_id == (2,)
     with pytest.raises(GenerationError, match="beam_search"):

@@ -1,5 +1,6 @@
 """Graphs lowered in lockstep (lowering/shared_products.py, engine.program_together): each Graph's fetches are
 bit for bit its own program's, and a product is shared only where its weight is held as [N, K]."""
+
 import dataclasses
 
 import jax
@@ -7,8 +8,8 @@ import numpy as np
 import pytest
 
 from paddle_xla import x64
-from paddle_xla.generation.batch_engine import held_weights, program, program_together
 from paddle_xla.api.generator import Generator
+from paddle_xla.generation.batch_engine import held_weights, program, program_together
 
 from .test_generator import BATCH, SLOTS, TINY, _model
 
@@ -23,10 +24,12 @@ def gen():
 def _feeds(rng, batch, tokens):
     layers2, heads, dim = 2 * TINY["num_hidden_layers"], TINY["num_key_value_heads"], TINY["head_dim"]
     valid = (rng.random((batch, SLOTS)) < 0.5).astype(np.int64)
-    return (rng.integers(0, TINY["vocab_size"], (batch, tokens)).astype(np.int64),
-            np.concatenate([valid, np.ones((batch, tokens), np.int64)], axis=1),
-            np.arange(tokens, dtype=np.int64)[None].repeat(batch, 0) + 20,
-            rng.standard_normal((layers2, batch, heads, SLOTS, dim)).astype(np.float32))
+    return (
+        rng.integers(0, TINY["vocab_size"], (batch, tokens)).astype(np.int64),
+        np.concatenate([valid, np.ones((batch, tokens), np.int64)], axis=1),
+        np.arange(tokens, dtype=np.int64)[None].repeat(batch, 0) + 20,
+        rng.standard_normal((layers2, batch, heads, SLOTS, dim)).astype(np.float32),
+    )
 
 
 @pytest.mark.parametrize("nk", [True, False])
@@ -54,18 +57,24 @@ def test_a_decode_step_and_a_chunk_together_give_what_each_gives_alone(gen, nk):
 def _two_layer(first: str, second: str, rows: int):
     """x [rows, 64] -> relu(x @ first) @ second, the weights named "A" and "B"."""
     from paddle_xla.graph import Block, Graph, Op, Param, Tensor
+
     ids = {"A": 1, "B": 2}
     mm = {"transpose_x": False, "transpose_y": False}
-    ops = (Op("pd_op.matmul", (0, ids[first]), (3,), mm, index=0), Op("pd_op.relu", (3,), (4,), {}, index=1),
-           Op("pd_op.matmul", (4, ids[second]), (5,), mm, index=2))
+    ops = (
+        Op("pd_op.matmul", (0, ids[first]), (3,), mm, index=0),
+        Op("pd_op.relu", (3,), (4,), {}, index=1),
+        Op("pd_op.matmul", (4, ids[second]), (5,), mm, index=2),
+    )
     params = tuple(Param(n, v, (64, 64), "float32") for n, v in ids.items())
-    return Graph(Block((), ops), (Tensor("x", 0, (rows, 64), "float32"),), params,
-                 (Tensor("y", 5, (rows, 64), "float32"),))
+    return Graph(
+        Block((), ops), (Tensor("x", 0, (rows, 64), "float32"),), params, (Tensor("y", 5, (rows, 64), "float32"),)
+    )
 
 
 @pytest.mark.parametrize("order, stacked", [(("A", "B"), 2), (("B", "A"), 1)])
 def test_graphs_that_reach_their_weights_in_another_order_stack_where_they_meet(order, stacked):
     from paddle_xla.lowering.policy import LoweringPolicy
+
     policy = LoweringPolicy(nk_weights=True, forward_only=True)
     graphs = [_two_layer("A", "B", 4), _two_layer(*order, 6)]
     rng = np.random.default_rng(1)

@@ -1,5 +1,6 @@
 """PaddleFormers causal LMs exported with symbolic batch and sequence dimensions: one artifact runs
 every shape, with Paddle's logits."""
+
 import numpy as np
 import paddle
 import pytest
@@ -7,7 +8,6 @@ from paddle.static import InputSpec
 
 import paddle_xla as px
 import paddle_xla.artifact as pxa
-
 from paddle_xla.errors import CaptureError
 
 from .test_generator import MODELS, TINY, _model
@@ -17,7 +17,7 @@ SPEC = [InputSpec([None, None], "int64", "input_ids")]
 
 def test_a_model_returning_its_cache_is_refused_with_the_fix():
     net = _model("qwen2")
-    assert net.config.use_cache                       # Qwen2's default: its outputs hold a DynamicCache
+    assert net.config.use_cache  # Qwen2's default: its outputs hold a DynamicCache
     with pytest.raises(CaptureError, match="returns a DynamicCache.*config.use_cache=False"):
         px.compile(net, SPEC)
 
@@ -25,7 +25,7 @@ def test_a_model_returning_its_cache_is_refused_with_the_fix():
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_a_paddleformers_lm_exports_with_symbolic_batch_and_length(name, tmp_path):
     net = _model(name)
-    net.config.use_cache = False                      # NOTE: Qwen2's default is True (see the test above)
+    net.config.use_cache = False  # NOTE: Qwen2's default is True (see the test above)
     path = str(tmp_path / f"{name}.pxa")
     manifest = px.export(px.compile(net, SPEC), path)
     assert manifest["exported"]["cpu"]["shapes"] == "symbolic"

@@ -4,6 +4,7 @@ Paddle's CPU build has the quantiser (weight_quantize) but not weight_only_linea
 in two steps: the int8 values and scales equal Paddle's weight_quantize, and the generator's tokens equal
 PaddleFormers' generate on the model whose weights are replaced by their dequantised values (q * scale),
 which is what weight_only_linear computes with."""
+
 import jax.numpy as jnp
 import numpy as np
 import paddle
@@ -12,8 +13,8 @@ from paddle.nn.quant import weight_quantize
 
 import paddle_xla as px
 import paddle_xla.artifact as pxa
-from paddle_xla.errors import GenerationError, StrategyError
 from paddle_xla.api.generator import Generator
+from paddle_xla.errors import GenerationError, StrategyError
 from paddle_xla.lowering.int8 import Int8Weight, quantize
 
 from .test_generator import BATCH, SLOTS, _model, _paddle, _prompts
@@ -34,8 +35,8 @@ def _paddles_int8(w: np.ndarray, dtype: str):
 def test_values_and_scales_equal_paddles_weight_quantize(dtype):
     rng = np.random.default_rng(0)
     w = rng.standard_normal((64, 96)).astype(np.float32)
-    w[:, 3] = 0.0                                    # an all-zero channel
-    w[5, 7] = 40.0                                   # an outlier sets its channel's scale
+    w[:, 3] = 0.0  # an all-zero channel
+    w[5, 7] = 40.0  # an outlier sets its channel's scale
     want_q, want_scale = _paddles_int8(w, dtype)
     got = quantize(w, jnp.dtype(dtype))
     np.testing.assert_array_equal(np.asarray(got.q), want_q)
@@ -66,11 +67,16 @@ def llama():
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_tokens_equal_paddleformers_on_the_dequantised_weights(llama, precision):
-    gen = Generator(llama, max_batch_size=BATCH, max_length=SLOTS, chunk=4,
-                    strategy=px.Strategy(precision=precision, quant_type=INT8))
+    gen = Generator(
+        llama,
+        max_batch_size=BATCH,
+        max_length=SLOTS,
+        chunk=4,
+        strategy=px.Strategy(precision=precision, quant_type=INT8),
+    )
     held = gen.engine._device_params()
     int8 = {k for k, v in held.items() if isinstance(v, Int8Weight)}
-    assert int8 == gen.held.int8 and len(int8) == 14          # q, k, v, o, gate, up, down per layer
+    assert int8 == gen.held.int8 and len(int8) == 14  # q, k, v, o, gate, up, down per layer
     assert all(held[k].q.dtype == np.int8 and held[k].scale.shape == held[k].q.shape[1:] for k in int8)
     ids, mask = _prompts([7, 3, 5], 7)
     got, scores = gen.generate(ids, attention_mask=mask, max_new_tokens=10)
@@ -82,12 +88,13 @@ def test_tokens_equal_paddleformers_on_the_dequantised_weights(llama, precision)
         _restore(llama, saved)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_allclose(scores, want_scores, atol=1e-5 if precision == "fp32" else 2e-2)
-    assert not np.allclose(want_scores, plain_scores, atol=1e-6)    # the quantisation did move the numbers
+    assert not np.allclose(want_scores, plain_scores, atol=1e-6)  # the quantisation did move the numbers
 
 
 def test_an_int8_artifact_reloads_with_the_live_tokens(llama, tmp_path):
-    gen = Generator(llama, max_batch_size=BATCH, max_length=SLOTS, chunk=4,
-                    strategy=px.Strategy(precision="bf16", quant_type=INT8))
+    gen = Generator(
+        llama, max_batch_size=BATCH, max_length=SLOTS, chunk=4, strategy=px.Strategy(precision="bf16", quant_type=INT8)
+    )
     manifest = px.export(gen, str(tmp_path / "int8.pxa"))
     assert manifest["exported"]["cpu"]["int8_weights"] == sorted(gen.held.int8)
     ids, mask = _prompts([6, 2], 6, seed=4)
@@ -106,5 +113,6 @@ def test_quant_type_errors_name_the_fix(llama):
     with pytest.raises(GenerationError, match="tensor=2 is not supported yet"):
         Generator(llama, max_batch_size=2, max_length=16, strategy=px.Strategy(tensor=2, quant_type=INT8))
     with pytest.raises(StrategyError, match="applies to px.Generator only"):
-        px.compile(paddle.nn.Linear(4, 4), [paddle.static.InputSpec([1, 4], "float32")],
-                   strategy=px.Strategy(quant_type=INT8))
+        px.compile(
+            paddle.nn.Linear(4, 4), [paddle.static.InputSpec([1, 4], "float32")], strategy=px.Strategy(quant_type=INT8)
+        )

@@ -5,7 +5,16 @@ every-lowering-has-a-case check."""
 CASES = []
 
 COVERED = [
-    "pd_op.uniform", "pd_op.gaussian", "pd_op.truncated_gaussian_random", "pd_op.randint",
-    "pd_op.randperm", "pd_op.bernoulli", "pd_op.binomial", "pd_op.poisson", "pd_op.exponential_",
-    "pd_op.standard_gamma", "pd_op.dirichlet", "pd_op.multinomial",
+    "pd_op.uniform",
+    "pd_op.gaussian",
+    "pd_op.truncated_gaussian_random",
+    "pd_op.randint",
+    "pd_op.randperm",
+    "pd_op.bernoulli",
+    "pd_op.binomial",
+    "pd_op.poisson",
+    "pd_op.exponential_",
+    "pd_op.standard_gamma",
+    "pd_op.dirichlet",
+    "pd_op.multinomial",
 ]

@@ -1,5 +1,6 @@
 """pd_op.rnn through paddle._C_ops.rnn, with every weight taken from one flat input so that Paddle's
 gradient for each weight is compared too (the harness takes inputs, not a Layer's parameters)."""
+
 import paddle
 
 from .harness import Arg, OpCase
@@ -30,17 +31,22 @@ def _rnn(mode, layers=1, dirs=1, input_size=3, hidden=4, seq=False, is_test=Fals
     sizes = [int(paddle.to_tensor(s).prod()) for s in shapes]
 
     def call(x, h0, *rest):
-        c0, flat, lengths = (rest[0], rest[1], rest[2] if seq else None) if mode == "LSTM" else \
-            (None, rest[0], rest[1] if seq else None)
+        c0, flat, lengths = (
+            (rest[0], rest[1], rest[2] if seq else None)
+            if mode == "LSTM"
+            else (None, rest[0], rest[1] if seq else None)
+        )
         parts = paddle.split(flat, sizes)
         # NOTE: a fixed weight still touches its slice of `flat` (times 0): Paddle's rnn backward
         # fails when any weight is outside the differentiated graph.
-        weights = [_fixed(s) + p.reshape(s) * 0 if i in fixed else p.reshape(s)
-                   for i, (p, s) in enumerate(zip(parts, shapes))]
+        weights = [
+            _fixed(s) + p.reshape(s) * 0 if i in fixed else p.reshape(s) for i, (p, s) in enumerate(zip(parts, shapes))
+        ]
         states = [h0, c0] if mode == "LSTM" else [h0]
         dropout_state = paddle.zeros([0], "uint8")
-        out, _, state = paddle._C_ops.rnn(x, states, weights, lengths, dropout_state, dropout, dirs == 2, input_size,
-                                          hidden, layers, mode, 0, is_test)
+        out, _, state = paddle._C_ops.rnn(
+            x, states, weights, lengths, dropout_state, dropout, dirs == 2, input_size, hidden, layers, mode, 0, is_test
+        )
         return [out] + list(state)
 
     def args(t=5, batch=3):
@@ -48,13 +54,22 @@ def _rnn(mode, layers=1, dirs=1, input_size=3, hidden=4, seq=False, is_test=Fals
         a = [Arg((t, batch, input_size)), Arg(n_state)] + ([Arg(n_state)] if mode == "LSTM" else [])
         a.append(Arg((sum(sizes),), low=-0.6, high=0.6))
         return a + ([Arg((batch,), "int64", 1, t + 1)] if seq else [])
+
     return call, args()
 
 
 def _case(name, mode, grad=True, **kw):
     fn, args = _rnn(mode, **kw)
-    return OpCase(name, fn, args, ["pd_op.rnn"], grad=grad, rtol=1e-5, atol=1e-5,
-                  reason="float32 recurrences over 5 steps, summed in another order")
+    return OpCase(
+        name,
+        fn,
+        args,
+        ["pd_op.rnn"],
+        grad=grad,
+        rtol=1e-5,
+        atol=1e-5,
+        reason="float32 recurrences over 5 steps, summed in another order",
+    )
 
 
 CASES = [

@@ -7,14 +7,15 @@ with jax.grad of the lowering (jitted), using the same random cotangents. Only j
 lowering nowhere else, and the op-by-op run was three quarters of the table's time in CI (1262 of 1715
 worker-seconds) while checking a path no user takes.
 """
+
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -32,9 +33,9 @@ FLOATS = ("float16", "bfloat16", "float32", "float64")
 class Arg:
     shape: tuple[int, ...]
     dtype: str = "float32"
-    low: float | None = None          # uniform in [low, high) for floats; integers in [low, high)
+    low: float | None = None  # uniform in [low, high) for floats; integers in [low, high)
     high: float | None = None
-    grad: bool = True                 # differentiate w.r.t. this input (floats only)
+    grad: bool = True  # differentiate w.r.t. this input (floats only)
 
     def make(self, rng: np.random.Generator) -> np.ndarray:
         if self.dtype == "bool":
@@ -52,6 +53,7 @@ class Arg:
 @dataclass(frozen=True)
 class Values(Arg):
     """An input of exactly these values (e.g. labels that must hit an ignore_index), not random ones."""
+
     values: tuple = ()
 
     def make(self, rng: np.random.Generator) -> np.ndarray:
@@ -64,17 +66,17 @@ def _np_dtype(name):
 
 @dataclass(frozen=True)
 class OpCase:
-    id: str                                   # test id, unique
-    fn: Callable                              # paddle tensors -> tensor | tuple of tensors
+    id: str  # test id, unique
+    fn: Callable  # paddle tensors -> tensor | tuple of tensors
     args: Sequence[Arg]
-    ops: Sequence[str]                        # pd_op names the captured Graph must contain
-    grad: bool = True                         # compare gradients of float inputs
+    ops: Sequence[str]  # pd_op names the captured Graph must contain
+    grad: bool = True  # compare gradients of float inputs
     rtol: float = 1e-5
     atol: float = 1e-6
-    grad_rtol: float | None = None            # defaults to 10 x rtol
+    grad_rtol: float | None = None  # defaults to 10 x rtol
     grad_atol: float | None = None
-    reason: str = ""                          # why the tolerance differs from the default
-    outputs: Sequence[int] | None = None      # which outputs to compare (default all)
+    reason: str = ""  # why the tolerance differs from the default
+    outputs: Sequence[int] | None = None  # which outputs to compare (default all)
     seed: int = 0
     training: bool = False
     # NOTE: the same computation in Paddle's plain ops: the reference on a CPU where Paddle's own kernel for
@@ -168,8 +170,10 @@ def run_paddle(case: OpCase, xs: list[np.ndarray], cot_seed: int, fn: Callable |
 
 def _cotangents(outs, seed):
     rng = np.random.default_rng(seed)
-    return [rng.standard_normal(o.shape).astype("float32") if o.dtype.kind == "f" or o.dtype == jnp.bfloat16
-            else None for o in outs]
+    return [
+        rng.standard_normal(o.shape).astype("float32") if o.dtype.kind == "f" or o.dtype == jnp.bfloat16 else None
+        for o in outs
+    ]
 
 
 _CAPTURED: dict[tuple, object] = {}
@@ -232,8 +236,13 @@ def assert_close(case: OpCase, got, want, what, rtol, atol):
         if w.dtype.kind in "biu":
             np.testing.assert_array_equal(g, w, err_msg=f"{case.id}: {what}[{i}]")
         else:
-            np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w, np.float64), rtol=rtol,
-                                       atol=atol, err_msg=f"{case.id}: {what}[{i}]")
+            np.testing.assert_allclose(
+                np.asarray(g, np.float64),
+                np.asarray(w, np.float64),
+                rtol=rtol,
+                atol=atol,
+                err_msg=f"{case.id}: {what}[{i}]",
+            )
 
 
 _PROBE = """
@@ -255,8 +264,12 @@ def own_kernel_runs(case: OpCase) -> bool:
     ops = tuple(case.ops)
     if ops not in _KERNELS_RUN:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        r = subprocess.run([sys.executable, "-c", _PROBE, __name__, case.fn.__module__, case.id], env=env,
-                           capture_output=True, timeout=300)
+        r = subprocess.run(
+            [sys.executable, "-c", _PROBE, __name__, case.fn.__module__, case.id],
+            env=env,
+            capture_output=True,
+            timeout=300,
+        )
         # NOTE: only an illegal instruction means "cannot run here"; any other failure is the test's to report.
         assert r.returncode in (0, -signal.SIGILL), f"{case.id}: probe failed:\n{r.stderr.decode()[-2000:]}"
         _KERNELS_RUN[ops] = r.returncode == 0
@@ -281,5 +294,6 @@ def check_case(case: OpCase):
     assert_close(case, got, want, "output", case.rtol, case.atol)
     if want_grads is not None:
         zero_if_none = [np.zeros_like(g) if w is None else w for g, w in zip(got_grads, want_grads)]
-        assert_close(case, got_grads, zero_if_none, "grad",
-                     case.grad_rtol or case.rtol * 10, case.grad_atol or case.atol * 10)
+        assert_close(
+            case, got_grads, zero_if_none, "grad", case.grad_rtol or case.rtol * 10, case.grad_atol or case.atol * 10
+        )

@@ -6,6 +6,7 @@ to something else, the lowering could ignore it and every case would still pass 
 compared with the defaults of the function that lowers it; the names one function lowers (an op and
 its in-place twin) share their cases. The exceptions below are each given a reason.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -42,8 +43,11 @@ EXCEPTIONS = {
 
 
 def _default_kwargs(fn):
-    return {p.name: p.default for p in inspect.signature(fn).parameters.values()
-            if p.kind == p.KEYWORD_ONLY and p.default is not inspect.Parameter.empty}
+    return {
+        p.name: p.default
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind == p.KEYWORD_ONLY and p.default is not inspect.Parameter.empty
+    }
 
 
 def _differs(value, default) -> bool:
@@ -75,16 +79,23 @@ def _attributes_set_by_the_cases():
 @pytest.mark.slow
 def test_every_keyword_attribute_takes_a_non_default_value():
     set_by_cases = _attributes_set_by_the_cases()
-    never = sorted((name, attr) for name, low in REGISTRY.items()
-                   if low.fn is not None and name not in OUTSIDE_TABLES
-                   for attr in _default_kwargs(low.fn)
-                   if attr not in set_by_cases[low.fn] and (name, attr) not in EXCEPTIONS)
-    assert not never, ("attributes no op case sets to a non-default value (add a case, or an exception "
-                       f"with its reason): {never}")
+    never = sorted(
+        (name, attr)
+        for name, low in REGISTRY.items()
+        if low.fn is not None and name not in OUTSIDE_TABLES
+        for attr in _default_kwargs(low.fn)
+        if attr not in set_by_cases[low.fn] and (name, attr) not in EXCEPTIONS
+    )
+    assert not never, (
+        f"attributes no op case sets to a non-default value (add a case, or an exception with its reason): {never}"
+    )
 
 
 def test_exceptions_name_real_attributes():
     # NOTE: a stale exception (an attribute renamed or removed) would otherwise excuse nothing, silently.
-    stale = [(name, attr) for name, attr in EXCEPTIONS
-             if name not in REGISTRY or attr not in _default_kwargs(REGISTRY[name].fn)]
+    stale = [
+        (name, attr)
+        for name, attr in EXCEPTIONS
+        if name not in REGISTRY or attr not in _default_kwargs(REGISTRY[name].fn)
+    ]
     assert not stale, f"exceptions for attributes no lowering has: {stale}"

@@ -1,4 +1,5 @@
 """BatchNorm's running statistics leave the lowered function as new_buffers, exactly as Paddle updates them."""
+
 import numpy as np
 import paddle
 import pytest

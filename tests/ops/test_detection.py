@@ -6,6 +6,7 @@ and the valid counts. So the table harness does not fit: each case compares, per
 paddle_xla's valid rows with Paddle's rows, and checks the padding. Scores are random floats (no ties) and
 boxes are jittered copies of a few base boxes, so NMS suppresses.
 """
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,9 +26,18 @@ class MulticlassNMS(paddle.nn.Layer):
 
     def forward(self, bboxes, scores):
         a = self.attrs
-        return paddle._C_ops.multiclass_nms3(bboxes, scores, None, a["score_threshold"], a["nms_top_k"],
-                                             a["keep_top_k"], a["nms_threshold"], a["normalized"], a["nms_eta"],
-                                             a["background_label"])
+        return paddle._C_ops.multiclass_nms3(
+            bboxes,
+            scores,
+            None,
+            a["score_threshold"],
+            a["nms_top_k"],
+            a["keep_top_k"],
+            a["nms_threshold"],
+            a["normalized"],
+            a["nms_eta"],
+            a["background_label"],
+        )
 
 
 class MatrixNMS(paddle.nn.Layer):
@@ -36,8 +46,9 @@ class MatrixNMS(paddle.nn.Layer):
         self.attrs = attrs
 
     def forward(self, bboxes, scores):
-        out, rois_num, index = paddle.vision.ops.matrix_nms(bboxes, scores, return_index=True,
-                                                            return_rois_num=True, **self.attrs)
+        out, rois_num, index = paddle.vision.ops.matrix_nms(
+            bboxes, scores, return_index=True, return_rois_num=True, **self.attrs
+        )
         return out, index, rois_num
 
 
@@ -45,12 +56,12 @@ class MatrixNMS(paddle.nn.Layer):
 class NMSCase:
     id: str
     attrs: dict
-    n: int = 3                      # images
-    m: int = 40                     # boxes per image
-    c: int = 4                      # classes
-    pixels: bool = False            # box corners in pixels (0..100) rather than normalized (0..1)
+    n: int = 3  # images
+    m: int = 40  # boxes per image
+    c: int = 4  # classes
+    pixels: bool = False  # box corners in pixels (0..100) rather than normalized (0..1)
     dtype: str = "float32"
-    quiet: tuple = ()               # images whose scores are scaled down below any threshold
+    quiet: tuple = ()  # images whose scores are scaled down below any threshold
     seed: int = 0
 
 
@@ -71,8 +82,10 @@ def _inputs(case: NMSCase):
 
 
 def _specs(case):
-    return [InputSpec([case.n, case.m, 4], case.dtype, "bboxes"),
-            InputSpec([case.n, case.c, case.m], case.dtype, "scores")]
+    return [
+        InputSpec([case.n, case.m, 4], case.dtype, "bboxes"),
+        InputSpec([case.n, case.c, case.m], case.dtype, "scores"),
+    ]
 
 
 def _rows(case):
@@ -93,54 +106,187 @@ def _assert_matches(case, got, want, rows=None):
     starts = np.concatenate([[0], np.cumsum(num_w)])
     out_g, idx_g = out_g.reshape(case.n, rows, 6), idx_g.reshape(case.n, rows)
     for i in range(case.n):
-        k, want_rows = num_w[i], out_w[starts[i]:starts[i + 1]]
+        k, want_rows = num_w[i], out_w[starts[i] : starts[i + 1]]
         msg = f"{case.id}: image {i}"
         np.testing.assert_array_equal(out_g[i, :k, 0], want_rows[:, 0], err_msg=f"{msg} labels")
-        np.testing.assert_allclose(out_g[i, :k, 1:], want_rows[:, 1:], rtol=1e-6,
-                                   err_msg=f"{msg} scores, boxes")
-        np.testing.assert_array_equal(idx_g[i, :k], idx_w[starts[i]:starts[i + 1], 0], err_msg=f"{msg} index")
+        np.testing.assert_allclose(out_g[i, :k, 1:], want_rows[:, 1:], rtol=1e-6, err_msg=f"{msg} scores, boxes")
+        np.testing.assert_array_equal(idx_g[i, :k], idx_w[starts[i] : starts[i + 1], 0], err_msg=f"{msg} index")
         assert (out_g[i, k:, 0] == -1).all() and (out_g[i, k:, 1:] == 0).all(), f"{msg}: padding rows"
         assert (idx_g[i, k:] == -1).all(), f"{msg}: padding index"
 
 
 MULTICLASS = [
-    NMSCase("all_classes", dict(score_threshold=0.05, nms_top_k=-1, keep_top_k=-1, nms_threshold=0.5,
-                                normalized=True, nms_eta=1.0, background_label=-1)),
-    NMSCase("background_0_keep_top_k", dict(score_threshold=0.05, nms_top_k=-1, keep_top_k=10,
-                                            nms_threshold=0.4, normalized=True, nms_eta=1.0, background_label=0)),
-    NMSCase("nms_top_k", dict(score_threshold=0.01, nms_top_k=6, keep_top_k=100, nms_threshold=0.3,
-                              normalized=True, nms_eta=1.0, background_label=-1)),
-    NMSCase("pixels", dict(score_threshold=0.1, nms_top_k=20, keep_top_k=25, nms_threshold=0.45,
-                           normalized=False, nms_eta=1.0, background_label=-1), pixels=True),
-    NMSCase("empty_image", dict(score_threshold=0.2, nms_top_k=-1, keep_top_k=15, nms_threshold=0.5,
-                                normalized=True, nms_eta=1.0, background_label=1), quiet=(1,)),
-    NMSCase("all_empty", dict(score_threshold=0.5, nms_top_k=-1, keep_top_k=8, nms_threshold=0.5,
-                              normalized=True, nms_eta=1.0, background_label=-1), n=2, quiet=(0, 1)),
-    NMSCase("adaptive_eta", dict(score_threshold=0.05, nms_top_k=-1, keep_top_k=-1, nms_threshold=0.8,
-                                 normalized=True, nms_eta=0.9, background_label=-1), seed=1),
-    NMSCase("float64_pixels", dict(score_threshold=0.05, nms_top_k=30, keep_top_k=40, nms_threshold=0.6,
-                                   normalized=False, nms_eta=0.95, background_label=0), pixels=True,
-            dtype="float64", seed=2),
-    NMSCase("one_image_many_boxes", dict(score_threshold=0.3, nms_top_k=100, keep_top_k=50, nms_threshold=0.35,
-                                         normalized=True, nms_eta=1.0, background_label=-1), n=1, m=300, c=6,
-            seed=3),
+    NMSCase(
+        "all_classes",
+        dict(
+            score_threshold=0.05,
+            nms_top_k=-1,
+            keep_top_k=-1,
+            nms_threshold=0.5,
+            normalized=True,
+            nms_eta=1.0,
+            background_label=-1,
+        ),
+    ),
+    NMSCase(
+        "background_0_keep_top_k",
+        dict(
+            score_threshold=0.05,
+            nms_top_k=-1,
+            keep_top_k=10,
+            nms_threshold=0.4,
+            normalized=True,
+            nms_eta=1.0,
+            background_label=0,
+        ),
+    ),
+    NMSCase(
+        "nms_top_k",
+        dict(
+            score_threshold=0.01,
+            nms_top_k=6,
+            keep_top_k=100,
+            nms_threshold=0.3,
+            normalized=True,
+            nms_eta=1.0,
+            background_label=-1,
+        ),
+    ),
+    NMSCase(
+        "pixels",
+        dict(
+            score_threshold=0.1,
+            nms_top_k=20,
+            keep_top_k=25,
+            nms_threshold=0.45,
+            normalized=False,
+            nms_eta=1.0,
+            background_label=-1,
+        ),
+        pixels=True,
+    ),
+    NMSCase(
+        "empty_image",
+        dict(
+            score_threshold=0.2,
+            nms_top_k=-1,
+            keep_top_k=15,
+            nms_threshold=0.5,
+            normalized=True,
+            nms_eta=1.0,
+            background_label=1,
+        ),
+        quiet=(1,),
+    ),
+    NMSCase(
+        "all_empty",
+        dict(
+            score_threshold=0.5,
+            nms_top_k=-1,
+            keep_top_k=8,
+            nms_threshold=0.5,
+            normalized=True,
+            nms_eta=1.0,
+            background_label=-1,
+        ),
+        n=2,
+        quiet=(0, 1),
+    ),
+    NMSCase(
+        "adaptive_eta",
+        dict(
+            score_threshold=0.05,
+            nms_top_k=-1,
+            keep_top_k=-1,
+            nms_threshold=0.8,
+            normalized=True,
+            nms_eta=0.9,
+            background_label=-1,
+        ),
+        seed=1,
+    ),
+    NMSCase(
+        "float64_pixels",
+        dict(
+            score_threshold=0.05,
+            nms_top_k=30,
+            keep_top_k=40,
+            nms_threshold=0.6,
+            normalized=False,
+            nms_eta=0.95,
+            background_label=0,
+        ),
+        pixels=True,
+        dtype="float64",
+        seed=2,
+    ),
+    NMSCase(
+        "one_image_many_boxes",
+        dict(
+            score_threshold=0.3,
+            nms_top_k=100,
+            keep_top_k=50,
+            nms_threshold=0.35,
+            normalized=True,
+            nms_eta=1.0,
+            background_label=-1,
+        ),
+        n=1,
+        m=300,
+        c=6,
+        seed=3,
+    ),
     # NOTE: a PP-YOLOE-like head: many boxes, 80 classes, nms_top_k 1000, keep_top_k 100.
-    NMSCase("detector_sized", dict(score_threshold=0.6, nms_top_k=1000, keep_top_k=100, nms_threshold=0.7,
-                                   normalized=False, nms_eta=1.0, background_label=-1), n=2, m=2100, c=80,
-            pixels=True, seed=4),
+    NMSCase(
+        "detector_sized",
+        dict(
+            score_threshold=0.6,
+            nms_top_k=1000,
+            keep_top_k=100,
+            nms_threshold=0.7,
+            normalized=False,
+            nms_eta=1.0,
+            background_label=-1,
+        ),
+        n=2,
+        m=2100,
+        c=80,
+        pixels=True,
+        seed=4,
+    ),
 ]
 
 MATRIX = [
-    NMSCase("matrix_linear", dict(score_threshold=0.05, post_threshold=0.1, nms_top_k=-1, keep_top_k=-1,
-                                  background_label=-1)),
-    NMSCase("matrix_gaussian_keep_top_k", dict(score_threshold=0.05, post_threshold=0.05, nms_top_k=-1,
-                                               keep_top_k=12, use_gaussian=True, gaussian_sigma=2.0,
-                                               background_label=0)),
-    NMSCase("matrix_nms_top_k_pixels", dict(score_threshold=0.1, post_threshold=0.2, nms_top_k=8,
-                                            keep_top_k=100, normalized=False, background_label=-1),
-            pixels=True, seed=1),
-    NMSCase("matrix_empty_image", dict(score_threshold=0.2, post_threshold=0.1, nms_top_k=-1, keep_top_k=10,
-                                       background_label=-1), quiet=(2,), seed=2),
+    NMSCase(
+        "matrix_linear",
+        dict(score_threshold=0.05, post_threshold=0.1, nms_top_k=-1, keep_top_k=-1, background_label=-1),
+    ),
+    NMSCase(
+        "matrix_gaussian_keep_top_k",
+        dict(
+            score_threshold=0.05,
+            post_threshold=0.05,
+            nms_top_k=-1,
+            keep_top_k=12,
+            use_gaussian=True,
+            gaussian_sigma=2.0,
+            background_label=0,
+        ),
+    ),
+    NMSCase(
+        "matrix_nms_top_k_pixels",
+        dict(
+            score_threshold=0.1, post_threshold=0.2, nms_top_k=8, keep_top_k=100, normalized=False, background_label=-1
+        ),
+        pixels=True,
+        seed=1,
+    ),
+    NMSCase(
+        "matrix_empty_image",
+        dict(score_threshold=0.2, post_threshold=0.1, nms_top_k=-1, keep_top_k=10, background_label=-1),
+        quiet=(2,),
+        seed=2,
+    ),
 ]
 
 
@@ -171,8 +317,9 @@ def test_matrix_nms(case):
     _run(MatrixNMS(**case.attrs), case)
 
 
-@pytest.mark.parametrize("layer, case", [(MulticlassNMS, MULTICLASS[1]), (MatrixNMS, MATRIX[1])],
-                         ids=["multiclass_nms3", "matrix_nms"])
+@pytest.mark.parametrize(
+    "layer, case", [(MulticlassNMS, MULTICLASS[1]), (MatrixNMS, MATRIX[1])], ids=["multiclass_nms3", "matrix_nms"]
+)
 def test_nms_without_jit(layer, case):
     _run(layer(**case.attrs), case, jit=False)
 
@@ -194,17 +341,26 @@ class PerRoiNMS(paddle.nn.Layer):
 
     def forward(self, bboxes, scores, rois_num):
         a = self.attrs
-        return paddle._C_ops.multiclass_nms3(bboxes, scores, rois_num, a["score_threshold"], a["nms_top_k"],
-                                             a["keep_top_k"], a["nms_threshold"], a["normalized"], a["nms_eta"],
-                                             a["background_label"])
+        return paddle._C_ops.multiclass_nms3(
+            bboxes,
+            scores,
+            rois_num,
+            a["score_threshold"],
+            a["nms_top_k"],
+            a["keep_top_k"],
+            a["nms_threshold"],
+            a["normalized"],
+            a["nms_eta"],
+            a["background_label"],
+        )
 
 
 @dataclass(frozen=True)
 class PerRoiCase:
     id: str
     attrs: dict
-    rois_num: tuple = (12, 0, 20)   # RoIs per image; an image may have none
-    padding: int = 8                # rows past sum(rois_num), which belong to no image
+    rois_num: tuple = (12, 0, 20)  # RoIs per image; an image may have none
+    padding: int = 8  # rows past sum(rois_num), which belong to no image
     c: int = 5
     dtype: str = "float32"
     seed: int = 0
@@ -222,14 +378,47 @@ def _per_roi_inputs(case: PerRoiCase):
 
 
 PER_ROI = [
-    PerRoiCase("per_roi_all", dict(score_threshold=0.05, nms_top_k=-1, keep_top_k=-1, nms_threshold=0.5,
-                                   normalized=False, nms_eta=1.0, background_label=-1)),
-    PerRoiCase("per_roi_keep_top_k_background", dict(score_threshold=0.2, nms_top_k=6, keep_top_k=9,
-                                                     nms_threshold=0.3, normalized=True, nms_eta=1.0,
-                                                     background_label=0), seed=1),
-    PerRoiCase("per_roi_eta_f64", dict(score_threshold=0.1, nms_top_k=100, keep_top_k=15, nms_threshold=0.7,
-                                       normalized=False, nms_eta=0.8, background_label=2), rois_num=(9, 25),
-               padding=0, dtype="float64", seed=2),
+    PerRoiCase(
+        "per_roi_all",
+        dict(
+            score_threshold=0.05,
+            nms_top_k=-1,
+            keep_top_k=-1,
+            nms_threshold=0.5,
+            normalized=False,
+            nms_eta=1.0,
+            background_label=-1,
+        ),
+    ),
+    PerRoiCase(
+        "per_roi_keep_top_k_background",
+        dict(
+            score_threshold=0.2,
+            nms_top_k=6,
+            keep_top_k=9,
+            nms_threshold=0.3,
+            normalized=True,
+            nms_eta=1.0,
+            background_label=0,
+        ),
+        seed=1,
+    ),
+    PerRoiCase(
+        "per_roi_eta_f64",
+        dict(
+            score_threshold=0.1,
+            nms_top_k=100,
+            keep_top_k=15,
+            nms_threshold=0.7,
+            normalized=False,
+            nms_eta=0.8,
+            background_label=2,
+        ),
+        rois_num=(9, 25),
+        padding=0,
+        dtype="float64",
+        seed=2,
+    ),
 ]
 
 
@@ -241,8 +430,11 @@ def test_multiclass_nms3_per_roi(case):
     # assigns to images, which is what paddle_xla must do with padded RoIs.
     want = layer(paddle.to_tensor(boxes), paddle.to_tensor(scores), paddle.to_tensor(rois_num))
     m = boxes.shape[0]
-    specs = [InputSpec([m, case.c, 4], case.dtype, "bboxes"), InputSpec([m, case.c], case.dtype, "scores"),
-             InputSpec([len(case.rois_num)], "int32", "rois_num")]
+    specs = [
+        InputSpec([m, case.c, 4], case.dtype, "bboxes"),
+        InputSpec([m, case.c], case.dtype, "scores"),
+        InputSpec([len(case.rois_num)], "int32", "rois_num"),
+    ]
     got = paddle_xla.compile(layer, specs)(boxes, scores, rois_num)
     k, top = case.attrs["keep_top_k"], case.attrs["nms_top_k"]
     rows = k if k > -1 else case.c * (m if top < 0 else min(top, m))
@@ -256,16 +448,17 @@ class Proposals(paddle.nn.Layer):
         self.attrs = attrs
 
     def forward(self, scores, deltas, im_shape, anchors, variances):
-        return paddle.vision.ops.generate_proposals(scores, deltas, im_shape, anchors, variances,
-                                                    return_rois_num=True, **self.attrs)
+        return paddle.vision.ops.generate_proposals(
+            scores, deltas, im_shape, anchors, variances, return_rois_num=True, **self.attrs
+        )
 
 
 @dataclass(frozen=True)
 class ProposalCase:
     id: str
     attrs: dict
-    im_shape: tuple = ((96, 112), (80, 64), (1.5, 1.5))    # (height, width); the last leaves no proposal
-    a: int = 3                      # anchors per cell
+    im_shape: tuple = ((96, 112), (80, 64), (1.5, 1.5))  # (height, width); the last leaves no proposal
+    a: int = 3  # anchors per cell
     h: int = 6
     w: int = 7
     dtype: str = "float32"
@@ -292,9 +485,13 @@ def _proposal_inputs(case: ProposalCase):
 
 def _proposal_specs(case):
     n, a, h, w = len(case.im_shape), case.a, case.h, case.w
-    return [InputSpec([n, a, h, w], case.dtype, "scores"), InputSpec([n, 4 * a, h, w], case.dtype, "deltas"),
-            InputSpec([n, 2], case.dtype, "im_shape"), InputSpec([h, w, a, 4], case.dtype, "anchors"),
-            InputSpec([h, w, a, 4], case.dtype, "variances")]
+    return [
+        InputSpec([n, a, h, w], case.dtype, "scores"),
+        InputSpec([n, 4 * a, h, w], case.dtype, "deltas"),
+        InputSpec([n, 2], case.dtype, "im_shape"),
+        InputSpec([h, w, a, 4], case.dtype, "anchors"),
+        InputSpec([h, w, a, 4], case.dtype, "variances"),
+    ]
 
 
 def _proposal_rows(case):
@@ -306,19 +503,35 @@ def _proposal_rows(case):
 
 
 PROPOSALS = [
-    ProposalCase("pixel_offset_min_size", dict(pre_nms_top_n=60, post_nms_top_n=20, nms_thresh=0.5,
-                                               min_size=12.0, pixel_offset=True)),
-    ProposalCase("no_pixel_offset", dict(pre_nms_top_n=60, post_nms_top_n=25, nms_thresh=0.5, min_size=4.0,
-                                         pixel_offset=False), seed=1),
-    ProposalCase("every_anchor_adaptive_eta", dict(pre_nms_top_n=-1, post_nms_top_n=-1, nms_thresh=0.6,
-                                                   min_size=0.1, eta=0.9, pixel_offset=True), seed=2),
+    ProposalCase(
+        "pixel_offset_min_size",
+        dict(pre_nms_top_n=60, post_nms_top_n=20, nms_thresh=0.5, min_size=12.0, pixel_offset=True),
+    ),
+    ProposalCase(
+        "no_pixel_offset",
+        dict(pre_nms_top_n=60, post_nms_top_n=25, nms_thresh=0.5, min_size=4.0, pixel_offset=False),
+        seed=1,
+    ),
+    ProposalCase(
+        "every_anchor_adaptive_eta",
+        dict(pre_nms_top_n=-1, post_nms_top_n=-1, nms_thresh=0.6, min_size=0.1, eta=0.9, pixel_offset=True),
+        seed=2,
+    ),
     # NOTE: pre_nms_top_n covers every anchor, so Paddle sorts them all (std::sort); with fewer it leaves
     # std::nth_element's order, which nms_thresh 0 (no NMS) would show.
-    ProposalCase("no_nms", dict(pre_nms_top_n=1000, post_nms_top_n=30, nms_thresh=0.0, min_size=8.0,
-                                pixel_offset=True), seed=3),
-    ProposalCase("float64", dict(pre_nms_top_n=100, post_nms_top_n=40, nms_thresh=0.7, min_size=2.0,
-                                 pixel_offset=True), im_shape=((64, 128), (100, 100)), a=2, h=8, w=8,
-                 dtype="float64", seed=4),
+    ProposalCase(
+        "no_nms", dict(pre_nms_top_n=1000, post_nms_top_n=30, nms_thresh=0.0, min_size=8.0, pixel_offset=True), seed=3
+    ),
+    ProposalCase(
+        "float64",
+        dict(pre_nms_top_n=100, post_nms_top_n=40, nms_thresh=0.7, min_size=2.0, pixel_offset=True),
+        im_shape=((64, 128), (100, 100)),
+        a=2,
+        h=8,
+        w=8,
+        dtype="float64",
+        seed=4,
+    ),
 ]
 
 
@@ -328,8 +541,9 @@ def _assert_rows(got, want, counts, msg):
     assert got.shape[0] >= total and got.dtype == want.dtype, f"{msg}: {got.shape} {got.dtype}"
     starts = np.concatenate([[0], np.cumsum(counts)])
     for i in range(len(counts)):
-        np.testing.assert_allclose(got[starts[i]:starts[i + 1]], want[starts[i]:starts[i + 1]], rtol=1e-6,
-                                   err_msg=f"{msg}: image {i}")
+        np.testing.assert_allclose(
+            got[starts[i] : starts[i + 1]], want[starts[i] : starts[i + 1]], rtol=1e-6, err_msg=f"{msg}: image {i}"
+        )
     assert (got[total:] == 0).all(), f"{msg}: padding rows"
 
 
@@ -364,8 +578,9 @@ class DistributeFPN(paddle.nn.Layer):
         self.attrs = attrs
 
     def forward(self, rois, rois_num):
-        multi_rois, restore, multi_num = paddle.vision.ops.distribute_fpn_proposals(rois, rois_num=rois_num,
-                                                                                    **self.attrs)
+        multi_rois, restore, multi_num = paddle.vision.ops.distribute_fpn_proposals(
+            rois, rois_num=rois_num, **self.attrs
+        )
         return *multi_rois, restore, *multi_num
 
 
@@ -374,7 +589,7 @@ class FPNCase:
     id: str
     attrs: dict
     rois_num: tuple = (15, 0, 22, 9)
-    padding: int = 10               # rows past sum(rois_num), as generate_proposals leaves them
+    padding: int = 10  # rows past sum(rois_num), as generate_proposals leaves them
     dtype: str = "float32"
     seed: int = 0
     levels: int = field(init=False, default=0)
@@ -395,28 +610,35 @@ def _fpn_inputs(case: FPNCase):
 
 
 FPN = [
-    FPNCase("fpn_levels_2_5", dict(min_level=2, max_level=5, refer_level=4, refer_scale=224,
-                                   pixel_offset=True)),
-    FPNCase("fpn_no_pixel_offset_clamped", dict(min_level=3, max_level=4, refer_level=4, refer_scale=112,
-                                                pixel_offset=False), seed=1),
-    FPNCase("fpn_f64_unpadded", dict(min_level=1, max_level=6, refer_level=3, refer_scale=64,
-                                     pixel_offset=True), rois_num=(30, 11), padding=0, dtype="float64",
-            seed=2),
+    FPNCase("fpn_levels_2_5", dict(min_level=2, max_level=5, refer_level=4, refer_scale=224, pixel_offset=True)),
+    FPNCase(
+        "fpn_no_pixel_offset_clamped",
+        dict(min_level=3, max_level=4, refer_level=4, refer_scale=112, pixel_offset=False),
+        seed=1,
+    ),
+    FPNCase(
+        "fpn_f64_unpadded",
+        dict(min_level=1, max_level=6, refer_level=3, refer_scale=64, pixel_offset=True),
+        rois_num=(30, 11),
+        padding=0,
+        dtype="float64",
+        seed=2,
+    ),
 ]
 
 
 def _assert_levels(case, got, want_rois, want_restore, want_nums, rows):
     """Each level's RoIs and counts as Paddle's; restore_index as Paddle's with levels padded to `rows`."""
     levels = case.levels
-    got_rois, got_restore, got_nums = got[:levels], got[levels], got[levels + 1:]
+    got_rois, got_restore, got_nums = got[:levels], got[levels], got[levels + 1 :]
     sizes = [w.shape[0] for w in want_rois]
     for lv in range(levels):
         msg = f"{case.id}: level {lv}"
         assert got_rois[lv].shape == (rows, 4), f"{msg}: {got_rois[lv].shape}"
         np.testing.assert_array_equal(got_nums[lv], want_nums[lv], err_msg=f"{msg} rois_num")
         assert got_nums[lv].dtype == np.int32
-        np.testing.assert_array_equal(got_rois[lv][:sizes[lv]], want_rois[lv], err_msg=f"{msg} rois")
-        assert (got_rois[lv][sizes[lv]:] == 0).all(), f"{msg}: padding rows"
+        np.testing.assert_array_equal(got_rois[lv][: sizes[lv]], want_rois[lv], err_msg=f"{msg} rois")
+        assert (got_rois[lv][sizes[lv] :] == 0).all(), f"{msg}: padding rows"
     total = int(sum(sizes))
     restore = got_restore[:, 0]
     assert got_restore.shape == (rows, 1) and got_restore.dtype == np.int32
@@ -424,10 +646,12 @@ def _assert_levels(case, got, want_rois, want_restore, want_nums, rows):
     # in the unpadded ones (earlier levels' sizes + place). Translated, the two must agree exactly.
     level = restore[:total] // rows
     offsets = np.concatenate([[0], np.cumsum(sizes)])
-    np.testing.assert_array_equal(restore[:total] - level * rows + offsets[level], want_restore[:, 0],
-                                  err_msg=f"{case.id}: restore_index")
-    np.testing.assert_array_equal(restore[total:], (levels - 1) * rows + np.arange(total, rows),
-                                  err_msg=f"{case.id}: padding of restore_index")
+    np.testing.assert_array_equal(
+        restore[:total] - level * rows + offsets[level], want_restore[:, 0], err_msg=f"{case.id}: restore_index"
+    )
+    np.testing.assert_array_equal(
+        restore[total:], (levels - 1) * rows + np.arange(total, rows), err_msg=f"{case.id}: padding of restore_index"
+    )
 
 
 @pytest.mark.parametrize("case", FPN, ids=[c.id for c in FPN])
@@ -439,7 +663,7 @@ def test_distribute_fpn_proposals(case):
     specs = [InputSpec(list(rois.shape), case.dtype, "rois"), InputSpec([len(rois_num)], "int32", "rois_num")]
     got = [np.asarray(g) for g in paddle_xla.compile(layer, specs)(rois, rois_num)]
     levels = case.levels
-    _assert_levels(case, got, want[:levels], want[levels], want[levels + 1:], rois.shape[0])
+    _assert_levels(case, got, want[:levels], want[levels], want[levels + 1 :], rois.shape[0])
 
 
 class TwoStageHead(paddle.nn.Layer):
@@ -448,12 +672,25 @@ class TwoStageHead(paddle.nn.Layer):
 
     def forward(self, scores, deltas, im_shape, anchors, variances, feats):
         rois, _, rois_num = paddle.vision.ops.generate_proposals(
-            scores, deltas, im_shape, anchors, variances, pre_nms_top_n=60, post_nms_top_n=20, nms_thresh=0.5,
-            min_size=4.0, pixel_offset=True, return_rois_num=True)
+            scores,
+            deltas,
+            im_shape,
+            anchors,
+            variances,
+            pre_nms_top_n=60,
+            post_nms_top_n=20,
+            nms_thresh=0.5,
+            min_size=4.0,
+            pixel_offset=True,
+            return_rois_num=True,
+        )
         multi_rois, restore, multi_num = paddle.vision.ops.distribute_fpn_proposals(
-            rois, 2, 3, 2, 16, pixel_offset=True, rois_num=rois_num)
-        per_level = [paddle.vision.ops.roi_align(feats * (lv + 1), r, n, 3, spatial_scale=0.25 / (lv + 1))
-                     for lv, (r, n) in enumerate(zip(multi_rois, multi_num))]
+            rois, 2, 3, 2, 16, pixel_offset=True, rois_num=rois_num
+        )
+        per_level = [
+            paddle.vision.ops.roi_align(feats * (lv + 1), r, n, 3, spatial_scale=0.25 / (lv + 1))
+            for lv, (r, n) in enumerate(zip(multi_rois, multi_num))
+        ]
         # NOTE: PaddleDetection gathers with restore_index itself, [R, 1] (Paddle's gather reads it as [R]).
         return paddle.gather(paddle.concat(per_level), restore), rois_num, *multi_num
 
@@ -499,7 +736,7 @@ def test_two_stage_without_jit():
     specs = [InputSpec(list(rois.shape), fpn.dtype, "rois"), InputSpec([len(rois_num)], "int32", "rois_num")]
     got = _lower_eagerly(layer, specs, [rois, rois_num])
     levels = fpn.levels
-    _assert_levels(fpn, got, want[:levels], want[levels], want[levels + 1:], rois.shape[0])
+    _assert_levels(fpn, got, want[:levels], want[levels], want[levels + 1 :], rois.shape[0])
 
 
 def test_two_stage_ops_in_graph():
@@ -522,15 +759,26 @@ class TinyYolo(paddle.nn.Layer):
 
     def __init__(self):
         super().__init__()
-        self.body = paddle.nn.Sequential(paddle.nn.Conv2D(3, 8, 3, stride=2, padding=1), paddle.nn.ReLU(),
-                                         paddle.nn.Conv2D(8, 8, 3, stride=2, padding=1), paddle.nn.ReLU())
+        self.body = paddle.nn.Sequential(
+            paddle.nn.Conv2D(3, 8, 3, stride=2, padding=1),
+            paddle.nn.ReLU(),
+            paddle.nn.Conv2D(8, 8, 3, stride=2, padding=1),
+            paddle.nn.ReLU(),
+        )
         self.head = paddle.nn.Conv2D(8, 3 * (5 + 4), 1)
 
     def forward(self, image, im_size):
-        boxes, scores = paddle.vision.ops.yolo_box(self.head(self.body(image)), im_size, [6, 8, 12, 14, 20, 22],
-                                                   class_num=4, conf_thresh=0.01, downsample_ratio=4)
-        return paddle._C_ops.multiclass_nms3(boxes, scores.transpose([0, 2, 1]), None, 0.05, 100, 20, 0.45,
-                                             False, 1.0, -1)
+        boxes, scores = paddle.vision.ops.yolo_box(
+            self.head(self.body(image)),
+            im_size,
+            [6, 8, 12, 14, 20, 22],
+            class_num=4,
+            conf_thresh=0.01,
+            downsample_ratio=4,
+        )
+        return paddle._C_ops.multiclass_nms3(
+            boxes, scores.transpose([0, 2, 1]), None, 0.05, 100, 20, 0.45, False, 1.0, -1
+        )
 
 
 def test_a_small_detector_with_nms_matches_paddle():

@@ -1,5 +1,6 @@
 """Result dtypes against Paddle's, for cases where they can differ: the parity harness compares values
 (assert_array_equal passes int64 against int32), so a promoted dtype would go unnoticed there."""
+
 import numpy as np
 import paddle
 import pytest

@@ -5,6 +5,7 @@ Paddle's PIR builders refuse an op that has no kernel on this device, so most op
 OpDesc and translated to PIR (paddle.pir.translate_to_pir), the path an old saved model takes too; the
 result is the same pd_op a GPU export holds. Where the reference is differentiable, the lowering's
 jax.vjp is compared with Paddle's gradient of the reference as well."""
+
 from contextlib import contextmanager
 
 import jax
@@ -19,8 +20,8 @@ from paddle_xla import capture, x64
 from paddle_xla.lowering.lower import lower
 
 _C = paddle._C_ops
-F32 = dict(rtol=1e-5, atol=1e-5)            # float32 sums (attention, norms) in another order
-HALF = dict(rtol=2e-2, atol=2e-2)           # bf16 inputs and outputs: 8 bits of mantissa
+F32 = dict(rtol=1e-5, atol=1e-5)  # float32 sums (attention, norms) in another order
+HALF = dict(rtol=2e-2, atol=2e-2)  # bf16 inputs and outputs: 8 bits of mantissa
 
 
 # ---- building and running one fused op ------------------------------------------------------------
@@ -58,8 +59,7 @@ def translated(op_type, inputs, outputs, attrs):
     with _static(), paddle.pir_utils.OldIrGuard():
         main = paddle.static.Program()
         with paddle.static.program_guard(main, paddle.static.Program()):
-            ins = {k: paddle.static.data(k, list(a.shape), _dtype_name(a)) for k, a in inputs.items()
-                   if a is not None}
+            ins = {k: paddle.static.data(k, list(a.shape), _dtype_name(a)) for k, a in inputs.items() if a is not None}
             helper = LayerHelper(op_type)
             outs = {}
             for name, (shape, dtype) in outputs.items():
@@ -99,6 +99,7 @@ def lowered(program, fetches):
     def run(feeds, key=0):
         outs, _ = f({}, {}, {n: feeds[n] for n in names}, jax.random.key(key))
         return list(outs)
+
     return run, names
 
 
@@ -118,8 +119,11 @@ def _np(t):
 
 
 def _tensor(a, grad=False):
-    t = paddle.to_tensor(np.asarray(a, np.float32)).astype("bfloat16") if a.dtype == jnp.bfloat16 \
+    t = (
+        paddle.to_tensor(np.asarray(a, np.float32)).astype("bfloat16")
+        if a.dtype == jnp.bfloat16
         else paddle.to_tensor(a)
+    )
     t.stop_gradient = not grad
     return t
 
@@ -134,8 +138,7 @@ def reference(fn, arrays, upcast=False):
 def assert_close(got, want, tol, what=""):
     for i, (g, w) in enumerate(zip(got, want)):
         assert g.shape == w.shape, f"{what}[{i}]: shape {g.shape} vs {w.shape}"
-        np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w, np.float64),
-                                   err_msg=f"{what}[{i}]", **tol)
+        np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w, np.float64), err_msg=f"{what}[{i}]", **tol)
 
 
 def assert_grads_match(program, fetches, feeds, grad_names, ref_fn, ref_arrays, tol, outputs=(0,)):
@@ -149,13 +152,14 @@ def assert_grads_match(program, fetches, feeds, grad_names, ref_fn, ref_arrays, 
         def loss(*vals):
             outs = run({**feeds, **dict(zip(grad_names, vals))})
             return sum(jnp.sum(outs[i].astype(jnp.float32) * c) for i, c in cots.items())
+
         grad = jax.grad(loss, argnums=tuple(range(len(grad_names))))
         got = grad(*[jnp.asarray(feeds[n]) for n in grad_names])
     ts = [_tensor(a, grad=True) for a in ref_arrays]
     outs = ref_fn(*ts)
     outs = outs if isinstance(outs, (list, tuple)) else [outs]
     total = sum((outs[i].astype("float32") * paddle.to_tensor(c)).sum() for i, c in cots.items())
-    want = paddle.grad(total, ts[:len(grad_names)])
+    want = paddle.grad(total, ts[: len(grad_names)])
     assert_close([np.asarray(g) for g in got], [_np(w) for w in want], tol, "grad")
 
 
@@ -169,6 +173,7 @@ def _rms_ref(axes, eps):
         inv = paddle.rsqrt((x.astype("float32") ** 2).mean(axis=axes, keepdim=True) + eps)
         y = x.astype("float32") * inv
         return (y if w is None else y * w.astype("float32")), inv
+
     return fn
 
 
@@ -180,28 +185,39 @@ def test_fused_rms_norm_ext(dtype):
     prog, res = translated("fused_rms_norm_ext", {"x": x, "scale": w}, outs, {"epsilon": 1e-6})
     got = run_fused(prog, res, {"x": x, "scale": w})
     assert got[0].dtype == w.dtype and got[1].dtype == np.float32
-    want = reference(lambda x, w: (lambda y, inv: (y, inv.reshape([-1])))(*_rms_ref(-1, 1e-6)(x, w)), [x, w],
-                     upcast=True)
+    want = reference(
+        lambda x, w: (lambda y, inv: (y, inv.reshape([-1])))(*_rms_ref(-1, 1e-6)(x, w)), [x, w], upcast=True
+    )
     assert_close(got, want, F32 if dtype == np.float32 else HALF, "fused_rms_norm_ext")
     if dtype == np.float32:
-        assert_grads_match(prog, res, {"x": x, "scale": w}, ["x", "scale"],
-                           lambda x, w: _rms_ref(-1, 1e-6)(x, w)[0], [x, w], dict(rtol=1e-4, atol=1e-4))
+        assert_grads_match(
+            prog,
+            res,
+            {"x": x, "scale": w},
+            ["x", "scale"],
+            lambda x, w: _rms_ref(-1, 1e-6)(x, w)[0],
+            [x, w],
+            dict(rtol=1e-4, atol=1e-4),
+        )
 
 
-@pytest.mark.parametrize("shape,weighted", [([16], True), ([3, 16], True), ([16], False)],
-                         ids=["last", "last2", "no_weight"])
+@pytest.mark.parametrize(
+    "shape,weighted", [([16], True), ([3, 16], True), ([16], False)], ids=["last", "last2", "no_weight"]
+)
 def test_rms_norm(shape, weighted):
     rng = np.random.default_rng(1)
     x, w = _rand(rng, 2, 3, 16), _rand(rng, *shape)
     axes = list(range(3 - len(shape), 3))
-    rows = (2, 3, 16)[:3 - len(shape)]
-    prog, res = translated("rms_norm", {"x": x, "scale": w if weighted else None},
-                           {"y": ((2, 3, 16), "float32"), "invvar": (rows, "float32")},
-                           {"normalized_shape": i64s(shape), "epsilon": f64(1e-5)})
+    rows = (2, 3, 16)[: 3 - len(shape)]
+    prog, res = translated(
+        "rms_norm",
+        {"x": x, "scale": w if weighted else None},
+        {"y": ((2, 3, 16), "float32"), "invvar": (rows, "float32")},
+        {"normalized_shape": i64s(shape), "epsilon": f64(1e-5)},
+    )
     got = run_fused(prog, res, {"x": x, "scale": w})
     args = [x, w] if weighted else [x]
-    want = reference(lambda *a: (lambda y, inv: (y, inv.reshape(list(rows))))(*_rms_ref(axes, 1e-5)(*a)),
-                     args)
+    want = reference(lambda *a: (lambda y, inv: (y, inv.reshape(list(rows))))(*_rms_ref(axes, 1e-5)(*a)), args)
     assert_close(got, want, F32, "rms_norm")
 
 
@@ -209,9 +225,10 @@ def test_rms_norm(shape, weighted):
 def test_fused_rms_norm_quant_int8(round_type):
     rng = np.random.default_rng(2)
     x, r, w, nb = _rand(rng, 4, 16), _rand(rng, 4, 16), _rand(rng, 16), _rand(rng, 16)
-    prog, res = built(lambda x, r, w, nb: _C.fused_rms_norm_quant(x, None, r, w, nb, 1e-6, 1, 0.5, round_type,
-                                                                  127.0, -127.0),
-                      {"x": x, "r": r, "w": w, "nb": nb})
+    prog, res = built(
+        lambda x, r, w, nb: _C.fused_rms_norm_quant(x, None, r, w, nb, 1e-6, 1, 0.5, round_type, 127.0, -127.0),
+        {"x": x, "r": r, "w": w, "nb": nb},
+    )
     got = run_fused(prog, res, {"x": x, "r": r, "w": w, "nb": nb})
     y = reference(lambda x, r, w, nb: _rms_ref(-1, 1e-6)(x + r, w)[0] + nb, [x, r, w, nb])[0]
     q = 127.0 * 0.5 * y.astype(np.float64)
@@ -225,8 +242,10 @@ def test_fused_rms_norm_quant_int8(round_type):
 def test_fused_layer_norm_quant_int8():
     rng = np.random.default_rng(3)
     x, w, nb = _rand(rng, 4, 16), _rand(rng, 16), _rand(rng, 16)
+
     def fused(x, w, nb):
         return _C.fused_bias_residual_layernorm(x, None, None, w, nb, 1e-5, 1.0, 1, 0.25, 0, 127.0, -127.0)
+
     prog, res = built(fused, {"x": x, "w": w, "nb": nb})
     got = run_fused(prog, res[:1], {"x": x, "w": w, "nb": nb})
     y = reference(lambda x, w, nb: F.layer_norm(x, 16, w, nb, 1e-5), [x, w, nb])[0]
@@ -268,19 +287,30 @@ def _rope_case(rng, *, every_two, tables, position_ids, time_major, with_v, dtyp
 
 
 @pytest.mark.parametrize("every_two", [True, False], ids=["neox_pairs", "halves"])
-@pytest.mark.parametrize("tables,position_ids,time_major,with_v", [
-    (True, False, False, False), (True, True, False, True), (False, False, False, False),
-    (False, True, False, False), (True, True, True, False), (False, False, True, True)],
-    ids=["tables", "tables_pos_v", "computed", "computed_pos", "tables_pos_time_major",
-         "computed_time_major_v"])
+@pytest.mark.parametrize(
+    "tables,position_ids,time_major,with_v",
+    [
+        (True, False, False, False),
+        (True, True, False, True),
+        (False, False, False, False),
+        (False, True, False, False),
+        (True, True, True, False),
+        (False, False, True, True),
+    ],
+    ids=["tables", "tables_pos_v", "computed", "computed_pos", "tables_pos_time_major", "computed_time_major_v"],
+)
 def test_fused_rotary_position_embedding(every_two, tables, position_ids, time_major, with_v):
     rng = np.random.default_rng(4)
-    ins, sin_rows, cos_rows = _rope_case(rng, every_two=every_two, tables=tables, position_ids=position_ids,
-                                         time_major=time_major, with_v=with_v)
+    ins, sin_rows, cos_rows = _rope_case(
+        rng, every_two=every_two, tables=tables, position_ids=position_ids, time_major=time_major, with_v=with_v
+    )
     outs = {f"out_{n}": (ins[n].shape if ins[n] is not None else ins["k"].shape, "float32") for n in "qkv"}
-    prog, res = translated("fused_rotary_position_embedding", ins, outs,
-                           {"use_neox_rotary_style": every_two, "time_major": time_major,
-                            "rotary_emb_base": 10000.0})
+    prog, res = translated(
+        "fused_rotary_position_embedding",
+        ins,
+        outs,
+        {"use_neox_rotary_style": every_two, "time_major": time_major, "rotary_emb_base": 10000.0},
+    )
     present = [n for n in "qkv" if ins[n] is not None]
     feeds = {n: a for n, a in ins.items() if a is not None}
     got = run_fused(prog, [res["qkv".index(n)] for n in present], feeds)
@@ -290,6 +320,7 @@ def test_fused_rotary_position_embedding(every_two, tables, position_ids, time_m
         if time_major:
             sin, cos = sin.transpose([1, 0, 2, 3]), cos.transpose([1, 0, 2, 3])
         return [x * cos + _rotate_ref(x, every_two) * sin for x in xs]
+
     want = reference(ref, [ins[n] for n in present])
     assert_close(got, want, F32, "rope")
     if tables and position_ids and not time_major:
@@ -298,22 +329,25 @@ def test_fused_rotary_position_embedding(every_two, tables, position_ids, time_m
 
 def test_fused_rotary_position_embedding_bf16():
     rng = np.random.default_rng(5)
-    ins, sin_rows, cos_rows = _rope_case(rng, every_two=False, tables=True, position_ids=True,
-                                         time_major=False, with_v=False, dtype=jnp.bfloat16)
+    ins, sin_rows, cos_rows = _rope_case(
+        rng, every_two=False, tables=True, position_ids=True, time_major=False, with_v=False, dtype=jnp.bfloat16
+    )
     outs = {f"out_{n}": (ins["k" if n == "v" else n].shape, "bfloat16") for n in "qkv"}
     attrs = {"use_neox_rotary_style": False, "time_major": False, "rotary_emb_base": 10000.0}
     prog, res = translated("fused_rotary_position_embedding", ins, outs, attrs)
     got = run_fused(prog, res[:2], {n: a for n, a in ins.items() if a is not None})
     assert got[0].dtype == jnp.bfloat16
     sin, cos = paddle.to_tensor(sin_rows), paddle.to_tensor(cos_rows)
-    want = reference(lambda q, k: [x * cos + _rotate_ref(x, False) * sin for x in (q, k)],
-                     [ins["q"], ins["k"]], upcast=True)
+    want = reference(
+        lambda q, k: [x * cos + _rotate_ref(x, False) * sin for x in (q, k)], [ins["q"], ins["k"]], upcast=True
+    )
     assert_close(got, want, HALF, "rope bf16")
 
 
 # ---- flash attention ---------------------------------------------------------------------------------
 def _attention_ref(scale, causal, group=1, mask=None):
     """softmax(q k^T * scale + mask) v of [batch, seq, heads, dim] tensors, keys repeated for head groups."""
+
     def fn(q, k, v):
         q, k, v = (t.astype("float32").transpose([0, 2, 1, 3]) for t in (q, k, v))
         if group > 1:
@@ -323,25 +357,34 @@ def _attention_ref(scale, causal, group=1, mask=None):
             scores = scores + paddle.to_tensor(mask)
         if causal:
             sq, sk = scores.shape[-2:]
-            scores = scores + paddle.to_tensor(np.where(np.tril(np.ones((sq, sk), bool)), 0, -np.inf)
-                                               .astype(np.float32))
+            scores = scores + paddle.to_tensor(
+                np.where(np.tril(np.ones((sq, sk), bool)), 0, -np.inf).astype(np.float32)
+            )
         out = paddle.matmul(F.softmax(scores, axis=-1), v).transpose([0, 2, 1, 3])
         return out, paddle.logsumexp(scores, axis=-1)
+
     return fn
 
 
 def _flash_outputs(q, v, lse_shape, probs_shape):
     out_shape = q.shape[:-1] + v.shape[-1:]
-    return {"out": (out_shape, _dtype_name(q)), "softmax": (probs_shape, _dtype_name(q)),
-            "softmax_lse": (lse_shape, "float32"), "seed_offset": ((2,), "int64")}
+    return {
+        "out": (out_shape, _dtype_name(q)),
+        "softmax": (probs_shape, _dtype_name(q)),
+        "softmax_lse": (lse_shape, "float32"),
+        "seed_offset": ((2,), "int64"),
+    }
 
 
 def _flash(q, k, v, mask=None, causal=False, dropout=0.0, is_test=True):
     b, sq, h, _ = q.shape
     outs = _flash_outputs(q, v, (b, h, sq), (b, h, 128, 128))
-    return translated("flash_attn", {"q": q, "k": k, "v": v, "attn_mask": mask}, outs,
-                      {"dropout": dropout, "causal": causal, "return_softmax": False, "is_test": is_test,
-                       "rng_name": ""})
+    return translated(
+        "flash_attn",
+        {"q": q, "k": k, "v": v, "attn_mask": mask},
+        outs,
+        {"dropout": dropout, "causal": causal, "return_softmax": False, "is_test": is_test, "rng_name": ""},
+    )
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -352,7 +395,7 @@ def test_flash_attn(causal, shape):
     if shape == "gqa":
         hk = 2
     if shape == "cross":
-        sk = 9      # NOTE: causal keeps key j <= query i, aligned at the top left (the Paddle fork's mask)
+        sk = 9  # NOTE: causal keeps key j <= query i, aligned at the top left (the Paddle fork's mask)
     q, k, v = _rand(rng, b, sq, h, d), _rand(rng, b, sk, hk, d), _rand(rng, b, sk, hk, d)
     mask = rng.uniform(-3, 0, (b, 1, sq, sk)).astype(np.float32) if shape == "mask" else None
     prog, res = _flash(q, k, v, mask, causal, dropout=0.3 if shape == "dropout_is_test" else 0.0)
@@ -361,8 +404,9 @@ def test_flash_attn(causal, shape):
     ref = _attention_ref(1 / np.sqrt(d), causal, h // hk, mask)
     assert_close(got, reference(ref, [q, k, v]), F32, f"flash_attn {shape}")
     if shape in ("equal", "gqa"):
-        assert_grads_match(prog, [res[0]], feeds, ["q", "k", "v"], lambda *t: ref(*t)[0], [q, k, v],
-                           dict(rtol=1e-4, atol=1e-4))
+        assert_grads_match(
+            prog, [res[0]], feeds, ["q", "k", "v"], lambda *t: ref(*t)[0], [q, k, v], dict(rtol=1e-4, atol=1e-4)
+        )
 
 
 def test_flash_attn_bf16():
@@ -401,6 +445,7 @@ def test_flash_attn_qkvpacked():
     def ref(qkv):
         q = qkv[:, :, :groups].reshape([b, s, groups * hk, d])
         return _attention_ref(1 / np.sqrt(d), True, groups)(q, qkv[:, :, groups], qkv[:, :, groups + 1])[0]
+
     assert_close(got, reference(ref, [qkv]), F32, "flash_attn_qkvpacked")
 
 
@@ -417,30 +462,60 @@ def test_flash_attn_unpadded(causal, variant):
     mask = rng.uniform(-3, 0, (2, 1, 5, 5)).astype(np.float32) if variant == "mask" else None
     outs = _flash_outputs(q, v, (h, total), (h, 128, 128))
     feeds = {"q": q, "k": k, "v": v, "cu_seqlens_q": cu, "cu_seqlens_k": cu, "attn_mask": mask}
-    prog, res = translated("flash_attn_unpadded", feeds, outs,
-                           {"max_seqlen_q": i64(5), "max_seqlen_k": i64(5), "scale": scale, "dropout": 0.0,
-                            "causal": causal, "return_softmax": False, "is_test": True, "rng_name": ""})
+    prog, res = translated(
+        "flash_attn_unpadded",
+        feeds,
+        outs,
+        {
+            "max_seqlen_q": i64(5),
+            "max_seqlen_k": i64(5),
+            "scale": scale,
+            "dropout": 0.0,
+            "causal": causal,
+            "return_softmax": False,
+            "is_test": True,
+            "rng_name": "",
+        },
+    )
     out, lse = run_fused(prog, [res[0], res[2]], feeds)
     want_out, want_lse = np.zeros_like(q), np.full((h, total), np.inf, np.float32)
     for i, (a, e) in enumerate(zip(cu[:-1], cu[1:])):
-        m = None if mask is None else mask[i:i + 1, :, :e - a, :e - a]
+        m = None if mask is None else mask[i : i + 1, :, : e - a, : e - a]
         o, l = reference(_attention_ref(scale, causal, h // hk, m), [x[None, a:e] for x in (q, k, v)])
         want_out[a:e], want_lse[:, a:e] = o[0], l[0]
     assert_close([out, lse], [want_out, want_lse], F32, f"flash_attn_unpadded {variant}")
 
 
 # ---- bias + activation, dropout + add, GEMM epilogue ---------------------------------------------------
-_ACT_REFS = {"gelu": lambda x: F.gelu(x), "relu": F.relu,
-             "swiglu": lambda x: (lambda a, b: F.silu(a) * b)(*paddle.chunk(x, 2, axis=-1)),
-             "geglu": lambda x: (lambda a, b: F.gelu(a) * b)(*paddle.chunk(x, 2, axis=-1))}
+_ACT_REFS = {
+    "gelu": lambda x: F.gelu(x),
+    "relu": F.relu,
+    "swiglu": lambda x: (lambda a, b: F.silu(a) * b)(*paddle.chunk(x, 2, axis=-1)),
+    "geglu": lambda x: (lambda a, b: F.gelu(a) * b)(*paddle.chunk(x, 2, axis=-1)),
+}
 
 
-def _bias_act(x, bias=None, act="gelu", shift=None, smooth=None, dequant=None, compute="default",
-              quant_scale=-1.0, out_dtype="float32"):
+def _bias_act(
+    x,
+    bias=None,
+    act="gelu",
+    shift=None,
+    smooth=None,
+    dequant=None,
+    compute="default",
+    quant_scale=-1.0,
+    out_dtype="float32",
+):
     cols = x.shape[-1] // 2 if act in ("swiglu", "geglu") else x.shape[-1]
     ins = {"x": x, "bias": bias, "dequant_scales": dequant, "shift": shift, "smooth": smooth}
-    attrs = {"act_method": act, "compute_dtype": compute, "quant_scale": quant_scale, "quant_round_type": 0,
-             "quant_max_bound": 127.0, "quant_min_bound": -127.0}
+    attrs = {
+        "act_method": act,
+        "compute_dtype": compute,
+        "quant_scale": quant_scale,
+        "quant_round_type": 0,
+        "quant_max_bound": 127.0,
+        "quant_min_bound": -127.0,
+    }
     return translated("fused_bias_act", ins, {"out": (x.shape[:-1] + (cols,), out_dtype)}, attrs)
 
 
@@ -455,7 +530,7 @@ def test_fused_bias_act(act, with_bias):
     args = [x, bias] if with_bias else [x]
     assert_close(got, reference(ref, args), F32, f"fused_bias_act {act}")
     if act in ("gelu", "swiglu"):
-        assert_grads_match(prog, res, {"x": x, "bias": bias}, ["x", "bias"][:len(args)], ref, args, F32)
+        assert_grads_match(prog, res, {"x": x, "bias": bias}, ["x", "bias"][: len(args)], ref, args, F32)
 
 
 def test_fused_bias_act_shift_smooth_quant():
@@ -487,9 +562,12 @@ def test_fused_bias_act_dequant_int32():
 def test_fused_dropout_add(mode, p, is_test):
     rng = np.random.default_rng(15)
     x, y = _rand(rng, 4, 8), _rand(rng, 4, 8)
-    prog, res = translated("fused_dropout_add", {"x": x, "y": y}, {"out": ((4, 8), "float32"),
-                                                                   "seed_offset": ((2,), "int64")},
-                           {"p": p, "is_test": is_test, "mode": mode, "seed": 0, "fix_seed": False})
+    prog, res = translated(
+        "fused_dropout_add",
+        {"x": x, "y": y},
+        {"out": ((4, 8), "float32"), "seed_offset": ((2,), "int64")},
+        {"p": p, "is_test": is_test, "mode": mode, "seed": 0, "fix_seed": False},
+    )
     got = run_fused(prog, res[:1], {"x": x, "y": y})
     want = reference(lambda x, y: F.dropout(x, p, training=not is_test, mode=mode) + y, [x, y])
     assert_close(got, want, F32, "fused_dropout_add")
@@ -511,8 +589,9 @@ def test_fused_dropout_add_training_drops():
 def test_fused_gemm_epilogue(activation, layout):
     """paddle.incubate's fused_linear / fused_linear_activation, which emit pd_op.fused_gemm_epilogue."""
     from paddle.incubate.nn.functional import fused_linear, fused_linear_activation
+
     rng = np.random.default_rng(17)
-    n = 128     # NOTE: the infer-shape asks N % 128 == 0 for relu (8 for gelu), for cuBLASLt's aux output
+    n = 128  # NOTE: the infer-shape asks N % 128 == 0 for relu (8 for gelu), for cuBLASLt's aux output
     x = _rand(rng, 2, 3, 16) if layout == "rank3" else _rand(rng, 4, 16)
     w = _rand(rng, n, 16) if layout == "trans_y" else _rand(rng, 16, n)
     bias = _rand(rng, n)
@@ -521,8 +600,9 @@ def test_fused_gemm_epilogue(activation, layout):
     if activation is None:
         prog, res = built(lambda x, w, b: fused_linear(x, w, b, transpose_weight=trans_y), feeds)
     else:
-        prog, res = built(lambda x, w, b: fused_linear_activation(x, w, b, trans_y=trans_y,
-                                                                  activation=activation), feeds)
+        prog, res = built(
+            lambda x, w, b: fused_linear_activation(x, w, b, trans_y=trans_y, activation=activation), feeds
+        )
     assert "pd_op.fused_gemm_epilogue" in [op.name() for op in prog.global_block().ops]
     got = run_fused(prog, res, feeds)
     act = {None: lambda t: t, "relu": F.relu, "gelu": lambda t: F.gelu(t, approximate=True)}[activation]

@@ -1,6 +1,7 @@
 """One declaration per op: every property the lowering machinery reads about an op (its AMP class, its
 channels-last class, whether it draws random keys and when not, a data-dependent refusal) is declared
 where the op is registered, and the lists lowering/ keeps are queries on that registry."""
+
 import pathlib
 import re
 
@@ -10,8 +11,20 @@ import paddle_xla.ops  # noqa: F401  (registers every lowering)
 from paddle_xla.graph import Op
 from paddle_xla.lowering import channels_last, half, interpreter, kernels, layouts
 from paddle_xla.ops import data_dependent
-from paddle_xla.ops.registry import (AMP_CLASSES, DEFAULT, LAYOUT_CLASSES, REGISTRY, UNLOWERED, Lowering,
-                                     Unlowered, declare, declared, lowering, ops_where, properties)
+from paddle_xla.ops.registry import (
+    AMP_CLASSES,
+    DEFAULT,
+    LAYOUT_CLASSES,
+    REGISTRY,
+    UNLOWERED,
+    Lowering,
+    Unlowered,
+    declare,
+    declared,
+    lowering,
+    ops_where,
+    properties,
+)
 
 LOWERING_DIR = pathlib.Path(interpreter.__file__).parent
 
@@ -41,36 +54,56 @@ def test_ops_without_a_lowering_are_declared_as_such():
 
 
 def test_the_lists_are_queries_on_the_registry():
-    assert half.WHITE == ops_where(amp="white")
-    assert half.BLACK == ops_where(amp="black")
+    assert ops_where(amp="white") == half.WHITE
+    assert ops_where(amp="black") == half.BLACK
     assert not half.WHITE & half.BLACK
-    assert channels_last.CONV_OPS == ops_where(layout="conv")
-    assert channels_last.ELEMENTWISE_UNARY == ops_where(layout="unary")
-    assert channels_last.ELEMENTWISE_BINARY == ops_where(layout="binary")
-    assert channels_last.CHANNELS_ATTR == ops_where(layout="data_format")
+    assert ops_where(layout="conv") == channels_last.CONV_OPS
+    assert ops_where(layout="unary") == channels_last.ELEMENTWISE_UNARY
+    assert ops_where(layout="binary") == channels_last.ELEMENTWISE_BINARY
+    assert ops_where(layout="data_format") == channels_last.CHANNELS_ATTR
     assert layouts.CONV_OPS is channels_last.CONV_OPS and kernels.CONV_OPS is channels_last.CONV_OPS
-    assert data_dependent.DATA_DEPENDENT == {n: e.data_dependent for n, e in declared().items()
-                                             if e.data_dependent is not None}
-    for name in (half.WHITE | half.BLACK | channels_last.CONV_OPS | channels_last.ELEMENTWISE_UNARY
-                 | channels_last.ELEMENTWISE_BINARY | channels_last.CHANNELS_ATTR):
+    assert {
+        n: e.data_dependent for n, e in declared().items() if e.data_dependent is not None
+    } == data_dependent.DATA_DEPENDENT
+    for name in (
+        half.WHITE
+        | half.BLACK
+        | channels_last.CONV_OPS
+        | channels_last.ELEMENTWISE_UNARY
+        | channels_last.ELEMENTWISE_BINARY
+        | channels_last.CHANNELS_ATTR
+    ):
         assert properties(name) is not DEFAULT, name
 
 
 def test_ops_named_in_the_lists_exist_in_the_registry():
-    lists = [half.WHITE, half.BLACK, channels_last.CONV_OPS, channels_last.ELEMENTWISE_UNARY,
-             channels_last.ELEMENTWISE_BINARY, channels_last.CHANNELS_ATTR, set(data_dependent.DATA_DEPENDENT)]
+    lists = [
+        half.WHITE,
+        half.BLACK,
+        channels_last.CONV_OPS,
+        channels_last.ELEMENTWISE_UNARY,
+        channels_last.ELEMENTWISE_BINARY,
+        channels_last.CHANNELS_ATTR,
+        set(data_dependent.DATA_DEPENDENT),
+    ]
     for names in lists:
         assert names
         for name in names:
             # NOTE: a lowering, an in-place twin that runs one (relu_ -> relu), or an op declared without one
             assert interpreter.resolve(name) is not None or name in UNLOWERED, name
     # NOTE: the ops that can run channels-last all have lowerings, and so do the white-list ops.
-    for name in (channels_last.CONV_OPS | channels_last.ELEMENTWISE_UNARY | channels_last.ELEMENTWISE_BINARY
-                 | channels_last.CHANNELS_ATTR | half.WHITE):
+    for name in (
+        channels_last.CONV_OPS
+        | channels_last.ELEMENTWISE_UNARY
+        | channels_last.ELEMENTWISE_BINARY
+        | channels_last.CHANNELS_ATTR
+        | half.WHITE
+    ):
         assert interpreter.resolve(name) is not None, name
     # NOTE: the black-list ops with no lowering, kept in the list as Paddle's AMP names them.
-    assert {n for n in half.BLACK if interpreter.resolve(n) is None} == \
-        {n for n, e in UNLOWERED.items() if e.amp == "black"}
+    assert {n for n in half.BLACK if interpreter.resolve(n) is None} == {
+        n for n, e in UNLOWERED.items() if e.amp == "black"
+    }
     assert all(e.amp == "gray" for e in UNLOWERED.values() if e.data_dependent is not None)
 
 
@@ -123,7 +156,7 @@ def test_declarations_are_checked():
     with pytest.raises(RuntimeError, match="without a lowering"):
         lowering("pd_op.nms")(lambda x: x)
     with pytest.raises(RuntimeError, match="own entry"):
-        lowering("pd_op.assign_out", inplace=True)(lambda x: x)    # pd_op.assign_out_ is registered
+        lowering("pd_op.assign_out", inplace=True)(lambda x: x)  # pd_op.assign_out_ is registered
     with pytest.raises(RuntimeError, match="lowered twice"):
         declare("pd_op.matmul", where="tests", amp="white")
     assert "pd_op.assign_out" not in REGISTRY and "pd_op.matmul" not in UNLOWERED

@@ -1,16 +1,20 @@
 """Every op case of every table, under jit (as paddle_xla runs it), against native Paddle."""
+
 import importlib
 import pkgutil
 
 import pytest
 
-from . import harness
 from paddle_xla.ops import supported_ops
 
+from . import harness
+
 # NOTE: tables live in tests/ops/cases_<family>.py, one per lowering family, each exporting CASES.
-TABLES = [importlib.import_module(f"{__package__}.{m.name}")
-          for m in pkgutil.iter_modules([__file__.rsplit("/", 1)[0]])
-          if m.name.startswith("cases_")]
+TABLES = [
+    importlib.import_module(f"{__package__}.{m.name}")
+    for m in pkgutil.iter_modules([__file__.rsplit("/", 1)[0]])
+    if m.name.startswith("cases_")
+]
 CASES = [c for t in TABLES for c in t.CASES]
 
 # Ops that never appear alone in a Paddle call, or are exercised only through a model test.
@@ -54,6 +58,7 @@ def test_ignore_index_cases_feed_labels_that_hit_it():
     # NOTE: random labels missed the ignore_index once, so an ignored ignore_index passed every case
     ignoring = [c for c in CASES if "ignore" in c.id and any(a.dtype.startswith("int") for a in c.args)]
     assert ignoring
-    random_labels = [c.id for c in ignoring
-                     if not any(isinstance(a, harness.Values) for a in c.args if a.dtype.startswith("int"))]
+    random_labels = [
+        c.id for c in ignoring if not any(isinstance(a, harness.Values) for a in c.args if a.dtype.startswith("int"))
+    ]
     assert not random_labels, f"give these cases labels that hit their ignore_index (harness.Values): {random_labels}"

@@ -2,6 +2,7 @@
 
 Also: ops whose output shape depends on input values (masked_select, nonzero, unique, bincount) are
 reported as unsupported before anything runs."""
+
 import jax
 import numpy as np
 import paddle
@@ -62,7 +63,7 @@ def test_uniform(use_jit):
 def test_rand_like_uses_shape_arithmetic(use_jit):
     args, xs = _feed((400, 500))
     got, _ = _run(lambda x: paddle.rand_like(x), args, xs, use_jit=use_jit)
-    assert 0.0 <= got.min() and got.max() < 1.0
+    assert got.min() >= 0.0 and got.max() < 1.0
     _close(got.mean(), 0.5, 0.01, "mean")
 
 
@@ -88,7 +89,8 @@ def test_randn_like():
 def test_truncated_gaussian():
     args, xs = _feed()
     fn = lambda x: paddle._C_ops.truncated_gaussian_random(  # noqa: E731
-        [N], 0.5, 2.0, 0, -1.0, 3.0, paddle.float32, paddle.CPUPlace())
+        [N], 0.5, 2.0, 0, -1.0, 3.0, paddle.float32, paddle.CPUPlace()
+    )
     got, want = _run(fn, args, xs)
     assert got.min() >= -1.0 and got.max() <= 3.0
     _close(got.mean(), want.mean(), 0.03, "mean against Paddle's sample")
@@ -163,8 +165,7 @@ def test_dirichlet():
 @pytest.mark.parametrize("use_jit", [False, True], ids=["eager", "jit"])
 def test_multinomial_with_replacement(use_jit):
     probs = np.array([[0.1, 0.2, 0.7], [0.5, 0.0, 0.5]], np.float32)
-    got, _ = _run(lambda p: paddle.multinomial(p, 50_000, replacement=True), [Arg((2, 3))], [probs],
-                  use_jit=use_jit)
+    got, _ = _run(lambda p: paddle.multinomial(p, 50_000, replacement=True), [Arg((2, 3))], [probs], use_jit=use_jit)
     for row, p in zip(got, probs):
         np.testing.assert_allclose(np.bincount(row, minlength=3) / row.size, p, atol=0.01)
 
@@ -196,11 +197,15 @@ def test_two_random_ops_draw_different_numbers():
 
 
 # ---- data-dependent shapes: reported, never lowered --------------------------------------------
-@pytest.mark.parametrize("fn, op", [
-    (lambda x, m: paddle.masked_select(x, m), "pd_op.masked_select"),
-    (lambda x, m: paddle.unique(x), "pd_op.unique"),
-    (lambda x, m: paddle.bincount(m.astype("int64").flatten()), "pd_op.bincount"),
-], ids=["masked_select", "unique", "bincount"])
+@pytest.mark.parametrize(
+    "fn, op",
+    [
+        (lambda x, m: paddle.masked_select(x, m), "pd_op.masked_select"),
+        (lambda x, m: paddle.unique(x), "pd_op.unique"),
+        (lambda x, m: paddle.bincount(m.astype("int64").flatten()), "pd_op.bincount"),
+    ],
+    ids=["masked_select", "unique", "bincount"],
+)
 def test_data_dependent_shapes_are_reported(fn, op):
     args = [Arg((4, 5)), Arg((4, 5), "bool")]
     xs = [np.zeros((4, 5), np.float32), np.ones((4, 5), bool)]

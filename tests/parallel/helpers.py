@@ -1,15 +1,16 @@
 """Models, batches and runners shared by the parallel tests: tiny, so 16 virtual CPU devices on
 two cores compile and run them in seconds."""
+
 from __future__ import annotations
 
 import numpy as np
 import paddle
 import paddle.nn as nn
 from paddle.static import InputSpec
-
-import paddle_xla as px
 from test_training import MLP, BertClassifier, SmallCNN
 from zoo import BertLikeEncoder
+
+import paddle_xla as px
 
 LABEL = [InputSpec([None], "int64", "label")]
 
@@ -23,13 +24,19 @@ def setup(kind: str):
     paddle.seed(7)
     if kind == "mlp":
         net = MLP()
-        opt = paddle.optimizer.Lamb(3e-3, parameters=net.parameters(), lamb_weight_decay=0.01,
-                                    grad_clip=nn.ClipGradByGlobalNorm(0.5))
+        opt = paddle.optimizer.Lamb(
+            3e-3, parameters=net.parameters(), lamb_weight_decay=0.01, grad_clip=nn.ClipGradByGlobalNorm(0.5)
+        )
         return net, opt, [InputSpec([None, 16], "float32", "x")]
     if kind == "cnn":
         net = SmallCNN()
-        opt = paddle.optimizer.Momentum(0.05, momentum=0.9, parameters=net.parameters(), use_nesterov=True,
-                                        weight_decay=paddle.regularizer.L2Decay(1e-4))
+        opt = paddle.optimizer.Momentum(
+            0.05,
+            momentum=0.9,
+            parameters=net.parameters(),
+            use_nesterov=True,
+            weight_decay=paddle.regularizer.L2Decay(1e-4),
+        )
         return net, opt, [InputSpec([None, 3, 8, 8], "float32", "x")]
     net = BertClassifier()
     # NOTE: momentum, not Adam/Lamb: the attention's key bias has an exactly-zero gradient, and Adam-like
@@ -56,12 +63,14 @@ def batches(kind: str, n: int, batch: int = 16, seed: int = 0):
 def annotated_mlp(mesh):
     """setup("mlp") with Paddle's own annotations: l1 split by columns, l2 by rows over `mesh`."""
     import paddle.distributed as dist
+
     net, _, specs = setup("mlp")
     net.l1.weight = dist.shard_tensor(net.l1.weight, mesh, [dist.Shard(1)])
     net.l1.bias = dist.shard_tensor(net.l1.bias, mesh, [dist.Shard(0)])
     net.l2.weight = dist.shard_tensor(net.l2.weight, mesh, [dist.Shard(0)])
-    opt = paddle.optimizer.Lamb(3e-3, parameters=net.parameters(), lamb_weight_decay=0.01,
-                                grad_clip=nn.ClipGradByGlobalNorm(0.5))
+    opt = paddle.optimizer.Lamb(
+        3e-3, parameters=net.parameters(), lamb_weight_decay=0.01, grad_clip=nn.ClipGradByGlobalNorm(0.5)
+    )
     return net, opt, specs
 
 
@@ -77,8 +86,9 @@ def train(kind: str, strategy=None, steps: int = 3, batch: int = 16, verbose=Fal
 def own_share(arrays):
     """This process's block of each array's rows (all of them for one process)."""
     import jax
+
     r, n = jax.process_index(), jax.process_count()
-    return [a[r * len(a) // n:(r + 1) * len(a) // n] for a in arrays]
+    return [a[r * len(a) // n : (r + 1) * len(a) // n] for a in arrays]
 
 
 def by_key(step) -> dict[str, np.ndarray]:
@@ -117,6 +127,7 @@ def assert_weights_close(got, want, rtol=1e-4, atol=1e-6, skip=()):
 # ---- the transformer models tensor parallelism and sharding split -------------------------------
 def tensor_batches(kind: str, n: int, batch: int = 16, seed: int = 0):
     from parallel.tensor_models import SEQ
+
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
@@ -124,7 +135,7 @@ def tensor_batches(kind: str, n: int, batch: int = 16, seed: int = 0):
         if kind == "encoder":
             types = rng.integers(0, 2, (batch, SEQ)).astype("int64")
             mask = np.ones((batch, SEQ), "int64")
-            mask[:, SEQ - 2:] = 0
+            mask[:, SEQ - 2 :] = 0
             out.append([ids, types, mask, rng.integers(0, 4, (batch,)).astype("int64")])
         else:
             out.append([ids, np.roll(ids, -1, axis=1)])
@@ -134,6 +145,7 @@ def tensor_batches(kind: str, n: int, batch: int = 16, seed: int = 0):
 def train_tensor(kind: str, strategy=None, steps: int = 3, batch: int = 16):
     """(per-step losses, {state_dict key: weight}, the TrainStep) of a tensor_models model."""
     from parallel.tensor_models import setup as tsetup
+
     net, opt, specs, labels, loss = tsetup(kind)
     step = px.train_step(net, loss, opt, specs, labels, strategy=strategy)
     losses = [step(*b) for b in tensor_batches(kind, steps, batch)]

@@ -2,6 +2,7 @@
 environment alone: trains the MLP with the default Strategy (data parallel over all 16 devices),
 checkpointing after every step. argv: checkpoint path, loss-file prefix, steps, and the step after
 which rank 1 kills itself with SIGKILL (-1: never). With an existing checkpoint it resumes from it."""
+
 import json
 import os
 import signal
@@ -10,9 +11,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import paddle_xla as px  # noqa: E402  (joins the group its environment names)
-import jax  # noqa: E402
-from parallel.helpers import LABEL, batches, loss_fn, own_share, setup  # noqa: E402
+import jax
+
+import paddle_xla as px
+from parallel.helpers import LABEL, batches, loss_fn, own_share, setup
 
 ckpt, out, steps, kill_after = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 assert jax.process_count() == 2 and jax.device_count() == 16, (jax.process_count(), jax.device_count())

@@ -1,4 +1,5 @@
 """Models that mark their own pipeline stages with px.stage (to_static needs them in a file)."""
+
 import paddle.nn as nn
 import paddle.nn.functional as F
 

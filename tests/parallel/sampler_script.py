@@ -2,17 +2,19 @@
 whose data comes through paddle.io.DistributedBatchSampler (by hand, and inside paddle.Model.fit), each
 rank loading its own share of every global batch. argv: output path, per-rank batch size. Process 0
 writes both loss curves."""
+
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import paddle_xla as px  # noqa: E402  (joins the group its environment names)
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-import paddle  # noqa: E402
-from parallel.helpers import LABEL, loss_fn, setup  # noqa: E402
+import jax
+import numpy as np
+import paddle
+
+import paddle_xla as px
+from parallel.helpers import LABEL, loss_fn, setup
 
 
 class Data(paddle.io.Dataset):

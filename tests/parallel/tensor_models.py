@@ -1,11 +1,11 @@
 """Transformer models the tensor-parallel and sharded tests split: their heads, hidden sizes and
 vocabularies divide by 4 and 16 (to_static needs them in a file)."""
+
 import numpy as np
 import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 from paddle.static import InputSpec
-
 from zoo import BertLikeEncoder, GPTDecoder
 
 SEQ = 8
@@ -62,9 +62,13 @@ def setup(kind: str):
         net = _biased(EncoderClassifier())
         # NOTE: momentum, not Adam: the attention's key bias has an exactly-zero gradient, whose rounding
         # noise Adam-like rules turn into full-size steps (parallel/helpers.py says the same).
-        opt = paddle.optimizer.Momentum(0.05, momentum=0.9, parameters=net.parameters(),
-                                        weight_decay=paddle.regularizer.L2Decay(1e-4),
-                                        grad_clip=nn.ClipGradByGlobalNorm(1.0))
+        opt = paddle.optimizer.Momentum(
+            0.05,
+            momentum=0.9,
+            parameters=net.parameters(),
+            weight_decay=paddle.regularizer.L2Decay(1e-4),
+            grad_clip=nn.ClipGradByGlobalNorm(1.0),
+        )
         return net, opt, EncoderClassifier.specs(), [InputSpec([None], "int64", "label")], nn.CrossEntropyLoss()
     net = _biased(DecoderLM())
     opt = paddle.optimizer.Momentum(0.05, momentum=0.9, parameters=net.parameters())

@@ -1,4 +1,5 @@
 """Device loops, ZeRO-1, recomputation, checkpoints of sharded state: each equal to one device."""
+
 import numpy as np
 import pytest
 
@@ -46,8 +47,10 @@ def test_zero1_shards_optimizer_state(mlp_reference, tmp_path, stages):
             assert arr.sharding.spec[1] == "replica"
             assert {s.data.shape for s in arr.addressable_shards} == {(1, arr.shape[1] // 4)}
     # NOTE: up to a few scalar accumulators (beta powers) that every replica keeps whole.
-    assert engine.param_bytes_per_device()["optimizer"] <= sum(
-        v.nbytes for acc in step.state.opt_state.values() for v in acc.values()) / 4 + 64
+    assert (
+        engine.param_bytes_per_device()["optimizer"]
+        <= sum(v.nbytes for acc in step.state.opt_state.values() for v in acc.values()) / 4 + 64
+    )
     # NOTE: a checkpoint gathers the shards; loading scatters them again and the curve goes on.
     step.save_checkpoint(str(tmp_path / "ckpt"))
     losses += [step(*x, *y) for x, y in data[2:]]
@@ -68,8 +71,9 @@ def test_stage_weights_live_on_their_devices():
         assert {s.data.shape for s in arr.addressable_shards} == {(1, arr.shape[1])}
 
 
-@pytest.mark.parametrize("kind,recompute,stages", [("mlp", "full", 1), ("mlp", "stage", 2), ("bert", "layer", 1),
-                                                    ("bert", "layer", 2)])
+@pytest.mark.parametrize(
+    "kind,recompute,stages", [("mlp", "full", 1), ("mlp", "stage", 2), ("bert", "layer", 1), ("bert", "layer", 2)]
+)
 def test_recompute_changes_no_number(kind, recompute, stages):
     st = px.Strategy(stages=stages, micro_batches=2, recompute=recompute)
     losses, weights, _ = train(kind, st, steps=2)
@@ -81,14 +85,16 @@ def test_recompute_changes_no_number(kind, recompute, stages):
 def _temp_bytes(schedule: str, micro_batches: int) -> int:
     """XLA's temporaries per device for BERT on 2 stages, micro-batches of 2 samples each."""
     from paddle_xla.parallel.engine import memory_analysis
+
     net, opt, specs = setup("bert")
     st = px.Strategy(stages=2, micro_batches=micro_batches, schedule=schedule)
     step = px.train_step(net, loss_fn(), opt, specs, LABEL, strategy=st)
     x, y = batches("bert", 1, batch=2 * micro_batches)[0]
     feeds = step.feeds([*x, *y], {})
     s = step.state
-    return memory_analysis(step._step.engine, s.params, s.buffers, s.opt_state,
-                           {k: v[None] for k, v in feeds.items()})["temp_bytes"]
+    return memory_analysis(step._step.engine, s.params, s.buffers, s.opt_state, {k: v[None] for k, v in feeds.items()})[
+        "temp_bytes"
+    ]
 
 
 def test_1f1b_memory_stays_flat_as_micro_batches_grow():
@@ -116,14 +122,15 @@ def _run(kind: str, st, steps: int):
     step = px.train_step(net, loss_fn(), opt, specs, LABEL, strategy=st)
     k, data, losses = st.steps_per_call, batches(kind, steps), []
     for i in range(0, steps, k):
-        group = [x + y for x, y in data[i:i + k]]
+        group = [x + y for x, y in data[i : i + k]]
         out = step(*([np.stack(parts) for parts in zip(*group)] if k > 1 else group[0]))
         losses += out if k > 1 else [out]
     return losses, by_key(step)
 
 
-@pytest.mark.parametrize("extra", [dict(precision="bf16", replicas=2, shard_optimizer_state=True),
-                                   dict(precision="fp16", steps_per_call=2)])
+@pytest.mark.parametrize(
+    "extra", [dict(precision="bf16", replicas=2, shard_optimizer_state=True), dict(precision="fp16", steps_per_call=2)]
+)
 def test_1f1b_composes_like_gpipe(extra):
     """1F1B under half precision (fp16: the loss scale is the last stage's cotangent), ZeRO-1 and device
     loops computes what GPipe computes."""

@@ -1,4 +1,5 @@
 """Two processes x 8 virtual CPU devices, joined by jax.distributed on loopback, train as one."""
+
 import json
 import subprocess
 import sys
@@ -14,8 +15,19 @@ from parallel.helpers import assert_weights_close, train
 def test_two_processes_match_one(tmp_path, layout, groups):
     out = tmp_path / "curve.json"
     script = __file__.replace("test_launch.py", "launch_script.py")
-    cmd = [sys.executable, "-m", "paddle_xla.cli", "launch", "--nproc", "2", "--cpu-devices", "8", script, str(out),
-           layout]
+    cmd = [
+        sys.executable,
+        "-m",
+        "paddle_xla.cli",
+        "launch",
+        "--nproc",
+        "2",
+        "--cpu-devices",
+        "8",
+        script,
+        str(out),
+        layout,
+    ]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(out.read_text())

@@ -1,4 +1,5 @@
 """Every layout of replicas x stages reproduces one device (16 virtual CPU devices, conftest)."""
+
 import numpy as np
 import pytest
 
@@ -43,14 +44,15 @@ def test_bert_1f1b_matches_one_device(bert_reference, replicas, stages):
     assert_weights_close(weights, bert_reference[1])
 
 
-@pytest.mark.parametrize("replicas,stages,schedule", [(r, s, "gpipe") for r, s in LAYOUTS]
-                         + [(r, s, "1f1b") for r, s in PIPELINES])
+@pytest.mark.parametrize(
+    "replicas,stages,schedule", [(r, s, "gpipe") for r, s in LAYOUTS] + [(r, s, "1f1b") for r, s in PIPELINES]
+)
 def test_cnn_layout_matches_one_device(cnn_reference, replicas, stages, schedule):
     st = _strategy(replicas, stages, schedule)
     losses, weights, _ = train("cnn", st)
     ref_losses, ref_weights = cnn_reference[st.groups]
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
-    assert_weights_close(weights, ref_weights)   # running statistics included
+    assert_weights_close(weights, ref_weights)  # running statistics included
 
 
 def test_cnn_micro_batches_match_native_paddle(cnn_reference):

@@ -1,25 +1,33 @@
 """The planner: its bytes-per-device predictions against XLA's memory_analysis of the compiled step,
 on the 16-device CPU mesh, and what it says when asked the impossible."""
+
 import numpy as np
 import paddle
 import pytest
 from paddle.static import InputSpec
 
 import paddle_xla as px
+from paddle_xla.api.planning import _stage_bytes
 from paddle_xla.errors import StrategyError
 from paddle_xla.parallel.engine import memory_analysis
 from paddle_xla.parallel.tensor_plan import tensor_plan_for
 from paddle_xla.planner.costs import model_costs
 from paddle_xla.planner.profiles import PROFILES
 from paddle_xla.planner.search import describe, gradient_bytes_moved, planned, predict
-from paddle_xla.api.planning import _stage_bytes
 from parallel.helpers import tensor_batches, train_tensor
 from parallel.tensor_models import setup
 
-LAYOUTS = [planned(replicas=16), planned(replicas=4, tensor=4), planned(replicas=16, sharding=3),
-           planned(replicas=4, tensor=4, sharding=3), planned(replicas=4, sharding=2),
-           planned(replicas=2, stages=4, micro_batches=8, schedule="1f1b"), planned(replicas=4, sequence=4),
-           planned(replicas=2, sequence=2, tensor=4), planned(replicas=4, sequence=4, sharding=3)]
+LAYOUTS = [
+    planned(replicas=16),
+    planned(replicas=4, tensor=4),
+    planned(replicas=16, sharding=3),
+    planned(replicas=4, tensor=4, sharding=3),
+    planned(replicas=4, sharding=2),
+    planned(replicas=2, stages=4, micro_batches=8, schedule="1f1b"),
+    planned(replicas=4, sequence=4),
+    planned(replicas=2, sequence=2, tensor=4),
+    planned(replicas=4, sequence=4, sharding=3),
+]
 
 
 def _measured_and_predicted(kind, layout):
@@ -52,6 +60,7 @@ def test_predicted_bytes_per_device_follow_memory_analysis(kind):
 
 def _llama_step(layout, seq):
     from paddle_xla.models.llama import LlamaConfig, LlamaForCausalLM
+
     with paddle.utils.unique_name.guard():
         paddle.seed(0)
         net = LlamaForCausalLM(LlamaConfig.named("tiny"))
@@ -67,11 +76,17 @@ def test_predicted_bytes_follow_memory_analysis_for_a_llama_at_a_long_sequence()
     holds about what a narrower one does (4, batch 4): the loss's flattened logits ([batch x sequence, vocab])
     stay split. Gathered whole on every device, as they were, the 16-way split held 2.5 x the 4-way's."""
     seq, errors, measured = 256, {}, {}
-    for layout in (planned(replicas=16), planned(replicas=4, sequence=4), planned(replicas=1, sequence=16),
-                   planned(replicas=4, tensor=4), planned(replicas=16, sharding=3)):
+    for layout in (
+        planned(replicas=16),
+        planned(replicas=4, sequence=4),
+        planned(replicas=1, sequence=16),
+        planned(replicas=4, tensor=4),
+        planned(replicas=16, sharding=3),
+    ):
         ids = np.zeros((1, 16, seq), "int64")
-        measured[layout.sequence], predicted = _against_memory_analysis(_llama_step(layout, seq), layout,
-                                                                        {"input_ids": ids, "labels": ids})
+        measured[layout.sequence], predicted = _against_memory_analysis(
+            _llama_step(layout, seq), layout, {"input_ids": ids, "labels": ids}
+        )
         errors[describe(layout)] = predicted / measured[layout.sequence] - 1
     within = [k for k, e in errors.items() if abs(e) <= 0.2]
     assert len(within) >= 3 and all(abs(e) <= 0.35 for e in errors.values()), errors
@@ -98,8 +113,9 @@ def test_gradients_are_summed_over_the_sequence_devices_too():
     assert gradient_bytes_moved(1.0, 1, 4, 0) == gradient_bytes_moved(1.0, 4, 1, 0) == 1.5
     assert gradient_bytes_moved(1.0, 2, 2, 0) == 1.5 and gradient_bytes_moved(1.0, 4, 1, 3) == 2.25
     net, opt, specs, labels, loss = setup("decoder")
-    plan = px.plan(net, specs, labels, opt, loss_fn=loss, global_batch=16, devices=4, device="h200",
-                   precisions=["fp32"])
+    plan = px.plan(
+        net, specs, labels, opt, loss_fn=loss, global_batch=16, devices=4, device="h200", precisions=["fp32"]
+    )
     row = {describe(r.layout): r for r in plan.rows}
     assert row["1x1x1 sequence=4 fp32"].step_seconds > row["4x1x1 fp32"].step_seconds
 
@@ -109,8 +125,7 @@ class TokensAndFeatures(paddle.nn.Layer):
 
     def __init__(self):
         super().__init__()
-        self.embed, self.dense, self.out = (paddle.nn.Embedding(32, 8), paddle.nn.Linear(16, 8),
-                                            paddle.nn.Linear(8, 1))
+        self.embed, self.dense, self.out = (paddle.nn.Embedding(32, 8), paddle.nn.Linear(16, 8), paddle.nn.Linear(8, 1))
 
     def forward(self, ids, features):
         return self.out(self.embed(ids).mean(axis=1) + self.dense(features)).mean()
@@ -122,8 +137,9 @@ def test_only_integer_inputs_are_offered_a_sequence_split():
     # NOTE: 8 ids split over 2 and 4 devices (2 or more each); the 16 features would also have allowed 8
     assert {r.layout.sequence for r in plan.rows} == {1, 2, 4}
     dense = paddle.nn.Sequential(paddle.nn.Linear(16, 4), paddle.nn.ReLU(), paddle.nn.Linear(4, 1))
-    plan = px.plan(dense, [InputSpec([None, 16], "float32", "x")], global_batch=8, devices=4, device="h200",
-                   precisions=["fp32"])
+    plan = px.plan(
+        dense, [InputSpec([None, 16], "float32", "x")], global_batch=8, devices=4, device="h200", precisions=["fp32"]
+    )
     assert {r.layout.sequence for r in plan.rows} == {1}
 
 
@@ -131,8 +147,9 @@ def test_a_model_that_fits_nowhere_names_the_memory_it_needs():
     with paddle.LazyGuard():
         net = paddle.nn.Sequential(paddle.nn.Linear(8192, 8192), paddle.nn.ReLU(), paddle.nn.Linear(8192, 8192))
     opt = paddle.optimizer.AdamW(1e-4, parameters=net.parameters())
-    plan = px.plan(net, [InputSpec([None, 8192], "float32", "x")], [], opt, global_batch=8, devices=1,
-                   device="ipu-gc200")
+    plan = px.plan(
+        net, [InputSpec([None, 8192], "float32", "x")], [], opt, global_batch=8, devices=1, device="ipu-gc200"
+    )
     with pytest.raises(StrategyError, match=r"No layout of 1 x ipu-gc200 fits.*needs [\d.]+ GB per device.*0.90 GB"):
         plan.best
 
@@ -144,11 +161,27 @@ def test_an_unknown_device_lists_the_profiles():
 
 
 def test_the_shell_plans_a_model_given_as_module_and_factory(monkeypatch):
-    from typer.testing import CliRunner
-    from paddle_xla.cli.main import app
     import os
+
+    from typer.testing import CliRunner
+
+    from paddle_xla.cli.main import app
+
     monkeypatch.chdir(os.path.dirname(os.path.dirname(__file__)))
-    result = CliRunner().invoke(app, ["plan", "parallel.tensor_models:plan_target", "--device", "tpu-v5e",
-                                      "--devices", "8", "--global-batch", "16", "--top", "3"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "plan",
+            "parallel.tensor_models:plan_target",
+            "--device",
+            "tpu-v5e",
+            "--devices",
+            "8",
+            "--global-batch",
+            "16",
+            "--top",
+            "3",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "plan: 8 x tpu-v5e" in result.output and "best: Strategy(" in result.output

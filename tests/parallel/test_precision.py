@@ -1,10 +1,11 @@
 """Mixed precision: bf16 follows the fp32 loss curve; fp16 loss scaling skips overflowing steps."""
+
 import numpy as np
 import paddle
+from zoo import BertLikeEncoder
 
 import paddle_xla as px
-from parallel.helpers import batches, by_key, loss_fn, setup, LABEL
-from zoo import BertLikeEncoder
+from parallel.helpers import LABEL, batches, by_key, loss_fn, setup
 
 
 def _curve(strategy, steps=50):
@@ -19,28 +20,28 @@ def test_bf16_loss_curve_follows_fp32():
     fp32, _ = _curve(None)
     bf16, step = _curve(px.Strategy(precision="bf16"))
     np.testing.assert_allclose(bf16, fp32, rtol=2e-2)
-    assert fp32[-1] < 0.7 * fp32[0]                       # it did learn
-    assert all(v.dtype == np.float32 for v in step.weights().values())   # float32 masters
+    assert fp32[-1] < 0.7 * fp32[0]  # it did learn
+    assert all(v.dtype == np.float32 for v in step.weights().values())  # float32 masters
 
 
 def test_fp16_loss_scaling_skips_overflowing_steps():
     net, opt, specs = setup("mlp")
     # NOTE: a scale of 2^30 overflows float16 in the backward pass; it halves on each skipped step.
-    scale = px.LossScale(init=2.0 ** 30, growth_interval=3)
+    scale = px.LossScale(init=2.0**30, growth_interval=3)
     step = px.train_step(net, loss_fn(), opt, specs, LABEL, strategy=px.Strategy(precision="fp16", loss_scale=scale))
     data = batches("mlp", 30)
     before = by_key(step)
     step(*data[0][0], *data[0][1])
-    assert step.skipped_steps == 1 and step.loss_scale == 2.0 ** 29
+    assert step.skipped_steps == 1 and step.loss_scale == 2.0**29
     for k, v in by_key(step).items():
-        np.testing.assert_array_equal(v, before[k], err_msg=k)     # a skipped step changes nothing
+        np.testing.assert_array_equal(v, before[k], err_msg=k)  # a skipped step changes nothing
     scales = []
     for x, y in data[1:]:
         loss = step(*x, *y)
         scales.append(step.loss_scale)
     assert 1 < step.skipped_steps < 29 and np.isfinite(loss)
-    assert min(scales) < 2.0 ** 29                                  # lowered on overflow,
-    assert any(b > a for a, b in zip(scales, scales[1:]))           # raised after 3 clean steps
+    assert min(scales) < 2.0**29  # lowered on overflow,
+    assert any(b > a for a, b in zip(scales, scales[1:]))  # raised after 3 clean steps
     assert step.state.step == 30
     assert any(not np.array_equal(v, before[k]) for k, v in by_key(step).items())
 
@@ -77,7 +78,7 @@ def test_bf16_inference_holds_only_matmul_weights_in_half():
 
 def _fp16_step():
     net, opt, specs = setup("mlp")
-    scale = px.LossScale(init=2.0 ** 30, growth_interval=3)
+    scale = px.LossScale(init=2.0**30, growth_interval=3)
     return px.train_step(net, loss_fn(), opt, specs, LABEL, strategy=px.Strategy(precision="fp16", loss_scale=scale))
 
 
@@ -110,13 +111,13 @@ def test_fp16_loss_curve_follows_fp32():
     the gradients), a loss scale left in the gradients would multiply every step by it."""
     curves = {}
     for precision in ("fp32", "fp16"):
-        step = _sgd_step(precision, 0.1, 2.0 ** 10)
+        step = _sgd_step(precision, 0.1, 2.0**10)
         data = batches("mlp", 5)
         curves[precision] = [step(*data[i % 5][0], *data[i % 5][1]) for i in range(30)]
         if precision == "fp16":
-            assert step.skipped_steps == 0 and step.loss_scale >= 2.0 ** 10
+            assert step.skipped_steps == 0 and step.loss_scale >= 2.0**10
     np.testing.assert_allclose(curves["fp16"], curves["fp32"], rtol=2e-2)
-    assert curves["fp32"][-1] < 0.8 * curves["fp32"][0]                  # it did learn
+    assert curves["fp32"][-1] < 0.8 * curves["fp32"][0]  # it did learn
 
 
 def test_fp16_unscaled_gradients_equal_fp32s():
@@ -124,7 +125,7 @@ def test_fp16_unscaled_gradients_equal_fp32s():
     2^12 that move must equal fp32's within float16's rounding (a scale left in would be 4096x)."""
     moved = {}
     for precision in ("fp32", "fp16"):
-        step = _sgd_step(precision, 1.0, 2.0 ** 12)
+        step = _sgd_step(precision, 1.0, 2.0**12)
         before = by_key(step)
         x, y = batches("mlp", 1)[0]
         step(*x, *y)

@@ -4,6 +4,7 @@ a device's running softmax starts from nothing) added, or applied with paddle.wh
 through full_like(scores) in a static program), a finfo.min floor, tanh soft-capping, and a model that
 also reads its attention weights or scaled scores elsewhere (left as captured: the ring would drop that
 reader). Each trains as one device does (16 virtual CPU devices)."""
+
 import numpy as np
 import paddle
 import paddle.nn as nn
@@ -27,28 +28,29 @@ class Attention(nn.Layer):
 
     def forward(self, x, mask):
         q, k, v = (t.reshape([B, S, H, E // H]).transpose([0, 2, 1, 3]) for t in self.qkv(x).split(3, axis=-1))
-        if self.style == "folded":          # NOTE: heads folded into the batch: [B * H, S, D]
+        if self.style == "folded":  # NOTE: heads folded into the batch: [B * H, S, D]
             q = q.reshape([B * H, S, E // H])
             k = k.reshape([B * H, S, E // H])
             v = v.reshape([B * H, S, E // H])
             mask = mask.expand([B, H, S, S]).reshape([B * H, S, S])
-        if self.style == "shared":          # NOTE: one key/value head of one row, repeated to every row and head
+        if self.style == "shared":  # NOTE: one key/value head of one row, repeated to every row and head
             k = self.shared_k.unsqueeze(2).expand([B, 1, H, S, E // H]).reshape([B, H, S, E // H])
             v = self.shared_v.unsqueeze(2).expand([B, 1, H, S, E // H]).reshape([B, H, S, E // H])
         if self.transpose_op:
             scores = paddle.matmul(q, k.transpose([0, 1, 3, 2]))
         else:
             scores = paddle.matmul(q, k, transpose_y=True)
-        if self.style == "built":           # NOTE: the mask made from 0/1 in the program, added first
+        if self.style == "built":  # NOTE: the mask made from 0/1 in the program, added first
             weights = F.softmax((1.0 - (mask < -1).astype("float32")) * -1e4 * -1.0 - 1e4 + scores, axis=-1)
-        elif self.style == "where":         # NOTE: masked as paddle.where writes it
+        elif self.style == "where":  # NOTE: masked as paddle.where writes it
             weights = F.softmax(paddle.where(mask < -1, paddle.to_tensor(float("-inf")), scores * 0.25), axis=-1)
         elif self.style == "masked_fill":
             weights = F.softmax((scores * 0.25).masked_fill(mask < -1, float("-inf")), axis=-1)
-        elif self.style == "clamp":         # NOTE: the finfo.min floor some models put under the mask
-            weights = F.softmax(paddle.maximum(scores * 0.25 + mask, paddle.to_tensor(np.finfo("float32").min)),
-                                axis=-1)
-        elif self.style == "capped":        # NOTE: tanh soft-capping of the scores (Gemma 2's)
+        elif self.style == "clamp":  # NOTE: the finfo.min floor some models put under the mask
+            weights = F.softmax(
+                paddle.maximum(scores * 0.25 + mask, paddle.to_tensor(np.finfo("float32").min)), axis=-1
+            )
+        elif self.style == "capped":  # NOTE: tanh soft-capping of the scores (Gemma 2's)
             weights = F.softmax(paddle.tanh(scores / 5.0) * 5.0 + mask, axis=-1)
         elif self.style == "scaled_read_twice":
             scaled = scores * 0.25
@@ -57,7 +59,7 @@ class Attention(nn.Layer):
             weights = F.softmax(scores * (E // H) ** -0.5 + mask, axis=-1)
         y = paddle.matmul(weights, v).reshape([B, H, S, E // H])
         y = self.out(y.transpose([0, 2, 1, 3]).reshape([B, S, E]))
-        loss = (y ** 2).mean()
+        loss = (y**2).mean()
         if self.style == "scaled_read_twice":
             loss = loss + 1e-3 * scaled.mean()
         if self.returns_weights == "sum":
@@ -71,7 +73,7 @@ def _mask():
     """Row b sees keys [0, S - 4b): rows 1-3 have their last 1-3 key blocks (of 4) hidden whole."""
     mask = np.zeros((B, 1, S, S), "float32")
     for b in range(B):
-        mask[b, :, :, S - 4 * b:] = -np.inf
+        mask[b, :, :, S - 4 * b :] = -np.inf
     return mask
 
 
@@ -87,21 +89,24 @@ def _train(strategy, **kind):
     return losses, step.weights(), step
 
 
-@pytest.mark.parametrize("kind,rings", [
-    (dict(transpose_op=True), 1),
-    (dict(), 1),
-    (dict(style="built"), 1),
-    (dict(style="folded"), 1),
-    (dict(style="where"), 1),
-    (dict(style="masked_fill"), 1),
-    (dict(style="clamp"), 1),
-    (dict(style="capped"), 1),
-    (dict(style="scaled_read_twice"), 0),
-    # NOTE: an epilogue value has a reader outside it; rewritten, computed as the program wrote it
-    (dict(style="shared"), 1),                    # NOTE: batch-1 keys broadcast by the repeat, unrepeated
-    (dict(returns_weights="sum"), 0),             # NOTE: the weights have a second reader
-    (dict(returns_weights=True), 0),              # NOTE: the weights are an output of the program
-])
+@pytest.mark.parametrize(
+    "kind,rings",
+    [
+        (dict(transpose_op=True), 1),
+        (dict(), 1),
+        (dict(style="built"), 1),
+        (dict(style="folded"), 1),
+        (dict(style="where"), 1),
+        (dict(style="masked_fill"), 1),
+        (dict(style="clamp"), 1),
+        (dict(style="capped"), 1),
+        (dict(style="scaled_read_twice"), 0),
+        # NOTE: an epilogue value has a reader outside it; rewritten, computed as the program wrote it
+        (dict(style="shared"), 1),  # NOTE: batch-1 keys broadcast by the repeat, unrepeated
+        (dict(returns_weights="sum"), 0),  # NOTE: the weights have a second reader
+        (dict(returns_weights=True), 0),  # NOTE: the weights are an output of the program
+    ],
+)
 def test_ring_attention_trains_as_one_device(kind, rings):
     want_losses, want, _ = _train(None, **kind)
     losses, got, step = _train(px.Strategy(sequence=4), **kind)

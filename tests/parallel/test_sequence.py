@@ -6,21 +6,30 @@ The model is PaddleFormers' Llama, trained through its own loss (a mean over the
 reference is one device with as many micro-batches as the layout has groups, each group's mean averaged.
 SGD, whose update is the gradient itself (AdamW's first steps move every element by about lr whatever
 its gradient, so an element whose gradient is near zero shows rounding as a whole step)."""
+
 import re
 
 import numpy as np
 import paddle
 import pytest
+from generation.paddleformers import module
 from paddle.static import InputSpec
 
 import paddle_xla as px
 from paddle_xla.errors import StrategyError
 from paddle_xla.parallel.engine import compiled_step, memory_analysis
-from generation.paddleformers import module
 
 SEQ, BATCH, STEPS = 32, 4, 3
-CONFIG = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, head_dim=16, fuse_rms_norm=False)
+CONFIG = dict(
+    vocab_size=128,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    fuse_rms_norm=False,
+)
 
 
 def _step(strategy, seq=SEQ, batch=None):
@@ -59,15 +68,19 @@ def one_device():
             st = None if groups == 1 else px.Strategy(micro_batches=groups, loss_reduction="mean")
             cache[groups] = _train(st)[:2]
         return cache[groups]
+
     return get
 
 
-@pytest.mark.parametrize("layout", [
-    dict(sequence=4),
-    dict(sequence=2, tensor=2, tensor_plan="auto"),
-    dict(replicas=2, sequence=4, sharding=3),
-    dict(replicas=2, sequence=2, tensor=2, tensor_plan="auto", sharding=2),
-])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        dict(sequence=4),
+        dict(sequence=2, tensor=2, tensor_plan="auto"),
+        dict(replicas=2, sequence=4, sharding=3),
+        dict(replicas=2, sequence=2, tensor=2, tensor_plan="auto", sharding=2),
+    ],
+)
 def test_sequence_split_matches_one_device(layout, one_device):
     strategy = px.Strategy(**layout, loss_reduction="mean")
     losses, updates, step = _train(strategy)
@@ -84,8 +97,9 @@ def _temp_bytes(strategy, seq):
     step = _step(strategy, seq)
     ids = np.zeros((1, 2, seq), "int64")
     s = step.state
-    return memory_analysis(step._step.engine, s.params, s.buffers, s.opt_state,
-                           {"input_ids": ids, "labels": ids})["temp_bytes"]
+    return memory_analysis(step._step.engine, s.params, s.buffers, s.opt_state, {"input_ids": ids, "labels": ids})[
+        "temp_bytes"
+    ]
 
 
 @pytest.mark.slow
@@ -152,6 +166,7 @@ def test_sequence_with_pipeline_stages_is_refused():
 def _train_flattening(strategy):
     """paddle_xla.models.llama's tiny Llama, whose loss flattens [batch, sequence, vocab] logits to rows."""
     from paddle_xla.models.llama import LlamaConfig, LlamaForCausalLM
+
     with paddle.utils.unique_name.guard():
         paddle.seed(0)
         net = LlamaForCausalLM(LlamaConfig.named("tiny"))
@@ -175,14 +190,21 @@ def _largest_all_gather(step) -> int:
     """Elements of the largest all-gather result in the compiled step (per device)."""
     ids = np.zeros((1, BATCH, SEQ), "int64")
     s = step.state
-    text = compiled_step(step._step.engine, s.params, s.buffers, s.opt_state,
-                         {"input_ids": ids, "labels": ids}).as_text()
+    text = compiled_step(
+        step._step.engine, s.params, s.buffers, s.opt_state, {"input_ids": ids, "labels": ids}
+    ).as_text()
     shapes = re.findall(r"= \w+\[([\d,]*)\]\S* all-gather\(", text)
     return max((int(np.prod([int(d) for d in dims.split(",") if d])) for dims in shapes), default=0)
 
 
-@pytest.mark.parametrize("layout", [dict(sequence=4), dict(sequence=2, tensor=2, tensor_plan="auto"),
-                                    dict(replicas=2, sequence=2, tensor=2, tensor_plan="auto")])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        dict(sequence=4),
+        dict(sequence=2, tensor=2, tensor_plan="auto"),
+        dict(replicas=2, sequence=2, tensor=2, tensor_plan="auto"),
+    ],
+)
 def test_a_loss_that_flattens_batch_and_sequence_matches_one_device(layout, flattening_one_device):
     """The flattened rows stay split over the sequence devices (sequence_interpreter.py moves them there
     rather than gathering them), beside a vocabulary split over tensor devices too: no device gathers a

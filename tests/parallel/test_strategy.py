@@ -1,4 +1,5 @@
 """Strategy validation, and the three ways to place ops on pipeline stages."""
+
 import numpy as np
 import paddle
 import pytest
@@ -10,19 +11,22 @@ from parallel.models import BackwardsMLP, StagedMLP
 
 
 # ---- invalid strategies fail on construction, naming the fix --------------------------------------
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(replicas=32), "xla_force_host_platform_device_count=32"),
-    (dict(stages=4, micro_batches=2), "micro_batches must be at least 4"),
-    (dict(replicas=0), "positive int"),
-    (dict(precision="fp8"), "precision must be one of"),
-    (dict(precision="fp16", loss_scale=None), "needs loss scaling"),
-    (dict(precision="bf16", loss_scale=px.LossScale()), "'fp16' only"),
-    (dict(shard_optimizer_state=True), "set replicas > 1"),
-    (dict(placement={"encoder": 0}), "stages > 1"),
-    (dict(stages=2, micro_batches=2, placement={"encoder": 2}), "stage numbers 0 to 1"),
-    (dict(stages=2, micro_batches=2, placement={"layers.3-1": 1}), "N <= M"),
-    (dict(recompute="some"), "recompute must be one of"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(replicas=32), "xla_force_host_platform_device_count=32"),
+        (dict(stages=4, micro_batches=2), "micro_batches must be at least 4"),
+        (dict(replicas=0), "positive int"),
+        (dict(precision="fp8"), "precision must be one of"),
+        (dict(precision="fp16", loss_scale=None), "needs loss scaling"),
+        (dict(precision="bf16", loss_scale=px.LossScale()), "'fp16' only"),
+        (dict(shard_optimizer_state=True), "set replicas > 1"),
+        (dict(placement={"encoder": 0}), "stages > 1"),
+        (dict(stages=2, micro_batches=2, placement={"encoder": 2}), "stage numbers 0 to 1"),
+        (dict(stages=2, micro_batches=2, placement={"layers.3-1": 1}), "N <= M"),
+        (dict(recompute="some"), "recompute must be one of"),
+    ],
+)
 def test_invalid_strategy(kwargs, match):
     with pytest.raises(px.StrategyError, match=match):
         px.Strategy(**kwargs)
@@ -74,7 +78,7 @@ def test_px_stage_in_model_code():
     staged = _step(StagedMLP(), px.Strategy(stages=3, micro_batches=4), specs)
     assert _owned(staged) == [["l1.bias", "l1.weight"], ["l2.bias", "l2.weight"], ["l3.bias", "l3.weight"]]
     paddle.seed(7)
-    plain = _step(StagedMLP(), None, specs)    # px.stage does nothing without stages
+    plain = _step(StagedMLP(), None, specs)  # px.stage does nothing without stages
     for (x,), (y,) in batches("mlp", 3):
         np.testing.assert_allclose(staged(x, y), plain(x, y), rtol=1e-5)
     assert_weights_close(by_key(staged), by_key(plain))
@@ -91,8 +95,16 @@ def test_px_stage_beyond_stages():
 
 
 def test_rules_on_layer_paths():
-    rules = {"word": 0, "pos": 0, "token_type": 0, "bert.norm": 0, "encoder.layers.0": 1,
-             "encoder.layers.1-*": 2, "pool": 3, "head": 3}
+    rules = {
+        "word": 0,
+        "pos": 0,
+        "token_type": 0,
+        "bert.norm": 0,
+        "encoder.layers.0": 1,
+        "encoder.layers.1-*": 2,
+        "pool": 3,
+        "head": 3,
+    }
     losses, weights, step = train("bert", px.Strategy(stages=4, micro_batches=4, placement=rules))
     owned = _owned(step)
     assert all(k.startswith("bert.encoder.layers.0.") for k in owned[1])
@@ -119,6 +131,7 @@ def test_auto_placement_prints_a_balanced_plan(capsys):
 def _brute_force_best(costs, stages):
     """The smallest possible largest-stage cost over every way to cut `costs` into `stages` runs."""
     import itertools
+
     n, best = len(costs), float("inf")
     for cuts in itertools.combinations(range(1, n), stages - 1):
         bounds = [0, *cuts, n]
@@ -128,6 +141,7 @@ def _brute_force_best(costs, stages):
 
 def test_auto_cuts_where_the_largest_stage_is_smallest():
     from paddle_xla.parallel.placement import _balanced_cuts
+
     assert _balanced_cuts(np.array([1.0, 1, 1, 1, 4]), 2) == [4]
     assert _balanced_cuts(np.array([2.0] * 6), 3) == [2, 4]
     assert _balanced_cuts(np.array([5.0, 1, 1, 1, 1, 1, 5]), 3) == [1, 6]
@@ -142,10 +156,11 @@ def test_auto_cuts_where_the_largest_stage_is_smallest():
 
 def test_auto_cut_moves_to_the_cheapest_send_within_ten_percent():
     from paddle_xla.parallel.placement import _cheaper_cuts
+
     costs, send = np.ones(20), np.full(20, 100.0)
-    send[10] = 1.0                                         # NOTE: sending after op 10 (a cut at 11) is cheapest
+    send[10] = 1.0  # NOTE: sending after op 10 (a cut at 11) is cheapest
     assert _cheaper_cuts(costs, [10], send) == [11]
-    send[10], send[12] = 100.0, 1.0                        # a cut at 13 would make a stage of 13 > 1.1 x 10
+    send[10], send[12] = 100.0, 1.0  # a cut at 13 would make a stage of 13 > 1.1 x 10
     assert _cheaper_cuts(costs, [10], send) == [10]
 
 
@@ -155,6 +170,7 @@ def test_auto_placement_of_the_test_bert_cuts_at_its_exact_op():
     from paddle_xla.parallel import report
     from paddle_xla.parallel.graphs import DataFlow
     from paddle_xla.parallel.placement import _balanced_cuts, _cheaper_cuts
+
     _, _, step = train("bert", px.Strategy(stages=2, micro_batches=2, placement="auto"), steps=1)
     graph, placement = step.graph, step._step.engine.placement
     cost, cut_bytes = report.costs(graph, report.stand_in_values(graph, "fp32"))

@@ -3,6 +3,7 @@ reproduces one device (16 virtual CPU devices, conftest), and splits memory as m
 
 References: one device with as many micro-batches as the layout has groups (replicas x
 micro_batches), since each group normalises and averages as one replica does."""
+
 import numpy as np
 import paddle
 import paddle.distributed as dist
@@ -27,6 +28,7 @@ def references():
             st = None if (groups, precision) == (1, "fp32") else px.Strategy(micro_batches=groups, precision=precision)
             cache[key] = train_tensor(kind, st)[:2]
         return cache[key]
+
     return get
 
 
@@ -61,15 +63,24 @@ def test_pipeline_of_split_layers_matches_one_device(kind, references):
     # shared by the first and last stage, split over its vocab on both.
     step = _check(kind, px.Strategy(stages=4, tensor=4, micro_batches=4), references)
     engine = step._step.engine
-    split = [k for k, x in engine.place(step.state.params, step.state.buffers, step.state.opt_state)[0].items()
-             if k.endswith("|tensor")]
+    split = [
+        k
+        for k, x in engine.place(step.state.params, step.state.buffers, step.state.opt_state)[0].items()
+        if k.endswith("|tensor")
+    ]
     assert split, "no weight was packed as tensor slices"
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_pipeline_1f1b_bf16_of_split_layers_matches_one_device_bf16(kind, references):
-    _check(kind, px.Strategy(replicas=2, stages=2, tensor=4, micro_batches=2, schedule="1f1b", precision="bf16"),
-           references, precision="bf16", rtol=2e-3, wrtol=2e-2)
+    _check(
+        kind,
+        px.Strategy(replicas=2, stages=2, tensor=4, micro_batches=2, schedule="1f1b", precision="bf16"),
+        references,
+        precision="bf16",
+        rtol=2e-3,
+        wrtol=2e-2,
+    )
 
 
 def test_a_pipeline_of_split_layers_holds_a_quarter_of_the_weights():
@@ -84,13 +95,19 @@ def test_a_pipeline_of_split_layers_holds_a_quarter_of_the_weights():
 def test_sharding_stages_1_and_2_match_one_device(sharding, references):
     step = _check("encoder", px.Strategy(replicas=4, tensor=2, sharding=sharding, micro_batches=2), references)
     engine = step._step.engine
-    assert all("replica" not in sh.spec for sh in engine.shard_P.values())       # weights stay whole
+    assert all("replica" not in sh.spec for sh in engine.shard_P.values())  # weights stay whole
     assert any("replica" in sh.spec for accs in engine.shard_O.values() for sh in accs.values())
 
 
 def test_tensor_parallel_bf16_matches_one_device_bf16(references):
-    _check("decoder", px.Strategy(replicas=4, tensor=4, precision="bf16"), references, precision="bf16",
-           rtol=2e-3, wrtol=2e-2)
+    _check(
+        "decoder",
+        px.Strategy(replicas=4, tensor=4, precision="bf16"),
+        references,
+        precision="bf16",
+        rtol=2e-3,
+        wrtol=2e-2,
+    )
 
 
 def _memory(step, kind):
@@ -115,8 +132,11 @@ def test_memory_splits_as_measured_by_xla():
 
 
 def test_paddle_plan_objects_split_as_their_names(references):
-    plan = {"*.linear1": dist.ColWiseParallel(), "*.linear2": dist.RowWiseParallel(),
-            "bert.word": dist.RowWiseParallel()}
+    plan = {
+        "*.linear1": dist.ColWiseParallel(),
+        "*.linear2": dist.RowWiseParallel(),
+        "bert.word": dist.RowWiseParallel(),
+    }
     st = px.Strategy(tensor=4, tensor_plan=plan)
     assert st.tensor_plan == {"*.linear1": "colwise", "*.linear2": "rowwise", "bert.word": "rowwise"}
     step = _check("encoder", st, references)
@@ -131,6 +151,7 @@ def test_paddle_plan_objects_split_as_their_names(references):
 # ---- bad input ---------------------------------------------------------------------------------
 def _step(kind, strategy):
     from parallel.tensor_models import setup
+
     net, opt, specs, labels, loss = setup(kind)
     return px.train_step(net, loss, opt, specs, labels, strategy=strategy)
 
@@ -141,8 +162,11 @@ def test_a_degree_that_does_not_split_the_heads_names_the_layer():
 
 
 def test_a_degree_that_does_not_divide_a_split_dimension_lists_those_that_do():
-    with pytest.raises(StrategyError, match=r"tensor=3 does not divide dimension 1 \(128\) of 'net.bert.encoder"
-                                            r".layers.0.linear1.weight'.*\[2, 4, 8, 16, 32, 64\]"):
+    with pytest.raises(
+        StrategyError,
+        match=r"tensor=3 does not divide dimension 1 \(128\) of 'net.bert.encoder"
+        r".layers.0.linear1.weight'.*\[2, 4, 8, 16, 32, 64\]",
+    ):
         _step("encoder", px.Strategy(tensor=3, tensor_plan={"*.linear1": "colwise"}))
 
 
@@ -151,14 +175,17 @@ def test_a_rule_that_matches_no_layer_is_named():
         _step("encoder", px.Strategy(tensor=2, tensor_plan={"*.linear1": "colwise", "*.up_proj": "colwise"}))
 
 
-@pytest.mark.parametrize("fields,match", [
-    (dict(sharding=2), r"sharding=2 splits state across replicas, but replicas=1"),
-    (dict(replicas=2, sharding=4), r"sharding must be one of \(0, 1, 2, 3\)"),
-    (dict(tensor_plan={"*.linear1": "colwise"}), r"tensor_plan splits layers over the tensor axis, but tensor=1"),
-    (dict(tensor=2, tensor_plan={"*.linear1": "diagonal"}), r"asks for 'diagonal'; use one of"),
-    (dict(replicas=2, tensor=2, stages=2, micro_batches=2, sharding=2), r"sharding=2 with pipeline stages"),
-    (dict(tensor=32), r"replicas x stages x sequence x tensor = 1 x 1 x 1 x 32 = 32 devices, but only 16"),
-])
+@pytest.mark.parametrize(
+    "fields,match",
+    [
+        (dict(sharding=2), r"sharding=2 splits state across replicas, but replicas=1"),
+        (dict(replicas=2, sharding=4), r"sharding must be one of \(0, 1, 2, 3\)"),
+        (dict(tensor_plan={"*.linear1": "colwise"}), r"tensor_plan splits layers over the tensor axis, but tensor=1"),
+        (dict(tensor=2, tensor_plan={"*.linear1": "diagonal"}), r"asks for 'diagonal'; use one of"),
+        (dict(replicas=2, tensor=2, stages=2, micro_batches=2, sharding=2), r"sharding=2 with pipeline stages"),
+        (dict(tensor=32), r"replicas x stages x sequence x tensor = 1 x 1 x 1 x 32 = 32 devices, but only 16"),
+    ],
+)
 def test_an_invalid_strategy_says_what_to_change(fields, match):
     with pytest.raises(StrategyError, match=match):
         px.Strategy(**fields)
@@ -173,14 +200,19 @@ def test_shard_optimizer_state_is_sharding_1():
 # ---- Paddle's own annotations --------------------------------------------------------------------
 def _annotated_encoder(mesh):
     from parallel.tensor_models import setup
+
     net, _, specs, labels, loss = setup("encoder")
     for layer in net.bert.encoder.layers:
         layer.linear1.weight = dist.shard_tensor(layer.linear1.weight, mesh, [dist.Shard(1)])
         layer.linear1.bias = dist.shard_tensor(layer.linear1.bias, mesh, [dist.Shard(0)])
         layer.linear2.weight = dist.shard_tensor(layer.linear2.weight, mesh, [dist.Shard(0)])
-    opt = paddle.optimizer.Momentum(0.05, momentum=0.9, parameters=net.parameters(),
-                                    weight_decay=paddle.regularizer.L2Decay(1e-4),
-                                    grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0))
+    opt = paddle.optimizer.Momentum(
+        0.05,
+        momentum=0.9,
+        parameters=net.parameters(),
+        weight_decay=paddle.regularizer.L2Decay(1e-4),
+        grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0),
+    )
     return net, opt, specs, labels, loss
 
 
@@ -190,8 +222,11 @@ def test_dist_shard_tensor_annotations_set_the_tensor_plan(references):
     engine = step._step.engine
     assert engine.tensor_plan.how == "annotations"
     split = {step.captured.state_keys[n].removeprefix("net."): d for n, d in engine.tdim.items() if d is not None}
-    assert split == {f"bert.encoder.layers.{i}.{k}": d for i in (0, 1) for k, d in
-                     (("linear1.weight", 1), ("linear1.bias", 0), ("linear2.weight", 0))}
+    assert split == {
+        f"bert.encoder.layers.{i}.{k}": d
+        for i in (0, 1)
+        for k, d in (("linear1.weight", 1), ("linear1.bias", 0), ("linear2.weight", 0))
+    }
     losses = [step(*b) for b in tensor_batches("encoder", 3)]
     want_losses, want = references("encoder", 2)
     np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
@@ -201,7 +236,10 @@ def test_dist_shard_tensor_annotations_set_the_tensor_plan(references):
 
 def test_an_annotation_over_other_processes_ranks_says_what_to_do():
     net, opt, specs, labels, loss = _annotated_encoder(dist.ProcessMesh([0, 1, 2, 3], dim_names=["mp"]))
-    with pytest.raises(px.CaptureError, match=r"split by paddle.distributed.shard_tensor over a process mesh of "
-                                              r"\[4\].*holds only its own slice \(\[32\] of \[128\].*"
-                                              r"paddle-xla launch --nproc 4.*dist.ColWiseParallel"):
+    with pytest.raises(
+        px.CaptureError,
+        match=r"split by paddle.distributed.shard_tensor over a process mesh of "
+        r"\[4\].*holds only its own slice \(\[32\] of \[128\].*"
+        r"paddle-xla launch --nproc 4.*dist.ColWiseParallel",
+    ):
         px.train_step(net, loss, opt, specs, labels, strategy=px.Strategy(tensor=4))

@@ -1,10 +1,11 @@
 """Small models exported once per session with Paddle, and the server most tests share.
 
-  twoheads  x[-1,8], y[-1,4] -> [-1,4], [-1,16]: rows independent, so dynamically batched
-  fixed     x[2,8] -> [2,3]: no free dimension, so served unbatched
-  bert      a small BertLikeEncoder (tests/zoo.py): batch and sequence length free, attention-masked
-  cuda_only twoheads exported for CUDA only, so re-lowered here from its Graph
+twoheads  x[-1,8], y[-1,4] -> [-1,4], [-1,16]: rows independent, so dynamically batched
+fixed     x[2,8] -> [2,3]: no free dimension, so served unbatched
+bert      a small BertLikeEncoder (tests/zoo.py): batch and sequence length free, attention-masked
+cuda_only twoheads exported for CUDA only, so re-lowered here from its Graph
 """
+
 import os
 import shutil
 
@@ -20,11 +21,11 @@ MAIN_FLAGS = ("--seq-buckets", "16,32", "--max-batch-size", "16")
 def _export_models(folder):
     import paddle
     from paddle.static import InputSpec
+    from test_artifact import SPECS, TwoHeads
+    from zoo import BertLikeEncoder
 
     import paddle_xla as px
     from paddle_xla.artifact.writer import export
-    from test_artifact import SPECS, TwoHeads
-    from zoo import BertLikeEncoder
 
     class Fixed(paddle.nn.Layer):
         def __init__(self):
@@ -35,9 +36,11 @@ def _export_models(folder):
             return paddle.nn.functional.softmax(self.fc(x))
 
     paddle.seed(0)
-    nets = {"twoheads": (TwoHeads(), SPECS), "fixed": (Fixed(), [InputSpec([2, 8], "float32", "x")]),
-            "bert": (BertLikeEncoder(vocab=100, hidden=32, layers=1, heads=2, ffn=64, max_pos=64),
-                     BertLikeEncoder.specs())}
+    nets = {
+        "twoheads": (TwoHeads(), SPECS),
+        "fixed": (Fixed(), [InputSpec([2, 8], "float32", "x")]),
+        "bert": (BertLikeEncoder(vocab=100, hidden=32, layers=1, heads=2, ffn=64, max_pos=64), BertLikeEncoder.specs()),
+    }
     for name, (net, specs) in nets.items():
         net.eval()
         export(px.compile(net, specs), os.path.join(folder, f"{name}.pxa"))
@@ -67,4 +70,3 @@ def main_server(model_dirs):
     server = ServeProcess(model_dirs["all"], *MAIN_FLAGS)
     yield server
     server.stop()
-

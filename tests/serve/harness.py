@@ -1,4 +1,5 @@
 """A real `paddle-xla serve` in a subprocess, and a raw HTTP helper for what tritonclient cannot send."""
+
 from __future__ import annotations
 
 import http.client
@@ -12,7 +13,6 @@ import threading
 import time
 
 import numpy as np
-
 from xla_flags import child_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -26,9 +26,14 @@ class ServeProcess:
     def __init__(self, folder: str, *flags: str, port: int = 0, env: dict | None = None):
         # NOTE: the tests' 16 virtual CPU devices (tests/conftest.py) are no use to a server
         server_env = child_env(PYTHONUNBUFFERED="1", **(env or {}))
-        self.proc = subprocess.Popen([sys.executable, "-m", "paddle_xla.cli", "serve", folder, "--port", str(port),
-                                      *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env=server_env, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "paddle_xla.cli", "serve", folder, "--port", str(port), *flags],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=server_env,
+            cwd=ROOT,
+        )
         self.lines: list[str] = []
         self.port: int | None = None
         self._listening = threading.Event()
@@ -46,7 +51,7 @@ class ServeProcess:
             if match:
                 self.port = int(match.group(1))
                 self._listening.set()
-        self._listening.set()   # NOTE: ended without listening: _wait_ready reports the output
+        self._listening.set()  # NOTE: ended without listening: _wait_ready reports the output
 
     def _wait_ready(self):
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -84,8 +89,9 @@ class ServeProcess:
                 self.proc.wait(10)
 
 
-def request(port: int, method: str, path: str, body=None, headers: dict | None = None,
-            chunked: bool = False) -> tuple[int, dict, bytes]:
+def request(
+    port: int, method: str, path: str, body=None, headers: dict | None = None, chunked: bool = False
+) -> tuple[int, dict, bytes]:
     """(status, headers by lower-case name, body) of one request on a fresh connection; status 0 when
     it cannot connect."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -101,8 +107,13 @@ def request(port: int, method: str, path: str, body=None, headers: dict | None =
 
 def infer_json(port: int, model: str, payload: dict, headers: dict | None = None) -> tuple[int, dict, dict]:
     """POST a KServe JSON request; (status, headers, decoded JSON body)."""
-    status, got_headers, body = request(port, "POST", f"/v2/models/{model}/infer", json.dumps(payload).encode(),
-                                        {"Content-Type": "application/json", **(headers or {})})
+    status, got_headers, body = request(
+        port,
+        "POST",
+        f"/v2/models/{model}/infer",
+        json.dumps(payload).encode(),
+        {"Content-Type": "application/json", **(headers or {})},
+    )
     return status, got_headers, json.loads(body) if body else {}
 
 

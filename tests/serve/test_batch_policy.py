@@ -2,6 +2,7 @@
 end of the previous call, whichever is later. Closed-loop clients as many as max_batch_size then
 share full batches; under Triton's rule alone, a late group would keep alternating with the first in
 half batches forever. In-process: the model worker thread and its queue, driven by asyncio clients."""
+
 import asyncio
 import dataclasses
 import os
@@ -14,7 +15,7 @@ from paddle_xla.serve.metrics import Metrics
 from paddle_xla.serve.repository import load_model
 from paddle_xla.serve.settings import Settings
 
-CALL_S, DELAY_S, LATE_S = 0.3, 0.2, 0.25     # the late group arrives while the first group's call runs
+CALL_S, DELAY_S, LATE_S = 0.3, 0.2, 0.25  # the late group arrives while the first group's call runs
 ROUNDS, GROUP = 4, 4
 
 
@@ -55,8 +56,9 @@ def test_closed_loop_clients_share_full_batches(model_dirs, artifacts):
         while not worker.ready:
             await asyncio.sleep(0.01)
         slow.slow = True
-        await asyncio.gather(*[client(worker, 0.0) for _ in range(GROUP)],
-                             *[client(worker, LATE_S) for _ in range(GROUP)])
+        await asyncio.gather(
+            *[client(worker, 0.0) for _ in range(GROUP)], *[client(worker, LATE_S) for _ in range(GROUP)]
+        )
         worker.stop(10)
 
     asyncio.run(main())

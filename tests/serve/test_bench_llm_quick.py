@@ -1,6 +1,7 @@
 """benchmarks/serve_llm.py --quick: the LLM serving benchmark runs end to end (export, the server under
 closed-loop streaming clients, the offline call, the full-batch step just before and after each level
 (once the server is idle), the Paddle service) and reports each level's window as measured after the ramp."""
+
 import json
 import os
 import subprocess
@@ -14,9 +15,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_serve_llm_benchmark_quick(tmp_path):
     out = tmp_path / "serve_llm.json"
     env = child_env()
-    done = subprocess.run([sys.executable, "benchmarks/serve_llm.py", "--quick", "--concurrency", "1", "8",
-                           "--paddle-requests", "2", "--out", str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/serve_llm.py",
+            "--quick",
+            "--concurrency",
+            "1",
+            "8",
+            "--paddle-requests",
+            "2",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert [lv["clients"] for lv in report["levels"]] == [1, 8]

@@ -1,6 +1,7 @@
 """Sequence buckets (--seq-buckets 16,32 on the shared server) with a BERT-like encoder: lengths are
 padded with zeros to a bucket, several lengths share a call, and each answer, sliced back to its own
 length, equals the artifact's output on the unpadded input (its attention mask hides the padding)."""
+
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,7 +18,7 @@ def bert_inputs(batch, length, seed):
     rng = np.random.default_rng(seed)
     ids, types = rng.integers(0, 100, (batch, length)), rng.integers(0, 2, (batch, length))
     mask = np.ones((batch, length), "int64")
-    mask[:, length - 1:] = 0   # NOTE: the request's own padding, inside its length, stays the model's business
+    mask[:, length - 1 :] = 0  # NOTE: the request's own padding, inside its length, stays the model's business
     return [ids.astype("int64"), types.astype("int64"), mask]
 
 
@@ -36,11 +37,17 @@ def test_bucketed_lengths_answer_as_unpadded(main_server, artifacts):
     arrays = [bert_inputs(b, n, seed=i) for i, (b, n) in enumerate(REQUESTS)]
     start = threading.Barrier(len(arrays))
     with ThreadPoolExecutor(len(arrays)) as pool:
-        answers = list(pool.map(send, [main_server.url] * len(arrays), arrays, [i % 2 == 0 for i in range(len(arrays))],
-                                [start] * len(arrays)))
+        answers = list(
+            pool.map(
+                send,
+                [main_server.url] * len(arrays),
+                arrays,
+                [i % 2 == 0 for i in range(len(arrays))],
+                [start] * len(arrays),
+            )
+        )
     for (batch, length), a, (hidden, pooled) in zip(REQUESTS, arrays, answers):
         want_hidden, want_pooled = artifacts["bert"](*a)
         assert hidden.shape == (batch, length, 32) and pooled.shape == (batch, 32)
         np.testing.assert_allclose(hidden, want_hidden, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(pooled, want_pooled, rtol=1e-5, atol=1e-5)
-

@@ -1,5 +1,6 @@
 """`paddle-xla serve` on a port another server holds: refused at once, before any model loads, in one line
 that names host:port and the fix."""
+
 import socket
 import subprocess
 import sys
@@ -11,14 +12,20 @@ from .harness import ROOT
 
 
 def test_a_busy_port_is_refused_first_naming_it_and_the_fix(tmp_path):
-    (tmp_path / "broken.pxa").write_bytes(b"not an artifact")   # NOTE: loading it would fail differently
+    (tmp_path / "broken.pxa").write_bytes(b"not an artifact")  # NOTE: loading it would fail differently
     with socket.socket() as other:
         other.bind(("127.0.0.1", 0))
         other.listen(1)
         port = other.getsockname()[1]
         start = time.monotonic()
-        res = subprocess.run([sys.executable, "-m", "paddle_xla.cli", "serve", str(tmp_path), "--port", str(port)],
-                             capture_output=True, text=True, timeout=120, env=child_env(), cwd=ROOT)
+        res = subprocess.run(
+            [sys.executable, "-m", "paddle_xla.cli", "serve", str(tmp_path), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=child_env(),
+            cwd=ROOT,
+        )
         took = time.monotonic() - start
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert res.returncode != 0, res.stdout + res.stderr

@@ -1,6 +1,7 @@
 """serve/llm/routes.unless_gone under a real uvicorn server: a client that closes its connection while its
 answer has not begun (a request queued for a row, a whole reply being made) cancels the work at once; a
 client that stays gets the result."""
+
 import asyncio
 import socket
 import threading
@@ -12,7 +13,7 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from paddle_xla.serve.llm.routes import gone_response, unless_gone, ClientGone
+from paddle_xla.serve.llm.routes import ClientGone, gone_response, unless_gone
 
 
 def _serve(app):
@@ -40,7 +41,7 @@ def test_work_is_cancelled_when_the_client_leaves_and_finished_when_it_stays():
             raise
 
     async def handler(request):
-        body = await request.json()        # NOTE: the body is read first, as the server's routes do
+        body = await request.json()  # NOTE: the body is read first, as the server's routes do
         try:
             out = await unless_gone(request, waits_for_a_row(body["seconds"]))
         except ClientGone:

@@ -1,6 +1,7 @@
 """Every KServe datatype an artifact can have, through tritonclient's own request encoder and response
 decoder (no server needed): what it sends is read back exactly, and what the server writes it reads
 back exactly, in JSON and binary."""
+
 import json
 
 import ml_dtypes
@@ -29,9 +30,22 @@ def sample(dtype: str) -> np.ndarray:
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_tritonclient_round_trip(dtype, binary):
     array, meta = sample(dtype), TensorMeta("t", kserve_name(dtype), (-1, 3), numpy_dtype(dtype))
-    if dtype == "bfloat16" and not binary:   # NOTE: tritonclient sends BF16 only as binary; JSON by hand
-        body, json_size = json.dumps({"inputs": [{"name": "t", "shape": [2, 3], "datatype": "BF16",
-                                                  "data": array.astype("float32").ravel().tolist()}]}).encode(), None
+    if dtype == "bfloat16" and not binary:  # NOTE: tritonclient sends BF16 only as binary; JSON by hand
+        body, json_size = (
+            json.dumps(
+                {
+                    "inputs": [
+                        {
+                            "name": "t",
+                            "shape": [2, 3],
+                            "datatype": "BF16",
+                            "data": array.astype("float32").ravel().tolist(),
+                        }
+                    ]
+                }
+            ).encode(),
+            None,
+        )
     else:
         inp = httpclient.InferInput("t", list(array.shape), meta.datatype)
         inp.set_data_from_numpy(array, binary_data=binary)
@@ -45,11 +59,12 @@ def test_tritonclient_round_trip(dtype, binary):
     back = result.as_numpy("t")
     assert result.get_response()["id"] == "7"
     if dtype == "bfloat16":
-        back = back.astype(ml_dtypes.bfloat16)   # NOTE: tritonclient may widen BF16 to float32 on the way out
+        back = back.astype(ml_dtypes.bfloat16)  # NOTE: tritonclient may widen BF16 to float32 on the way out
     assert back.shape == array.shape and np.array_equal(back.astype(array.dtype), array)
 
 
 def test_complex_models_are_refused_with_a_reason():
     from paddle_xla.errors import ModelLoadError
+
     with pytest.raises(ModelLoadError, match="complex64.*no KServe v2 datatype"):
         kserve_name("complex64")

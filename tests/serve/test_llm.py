@@ -1,6 +1,7 @@
 """`paddle-xla serve` with a generator artifact: OpenAI's API through the `openai` package, KServe's generate
 extension, continuous batching under load, cancellation, overload and bad input, against the artifact's own
 generate for each prompt alone (loaded in this process)."""
+
 import concurrent.futures
 import json
 import threading
@@ -9,6 +10,8 @@ import time
 import httpx
 import numpy as np
 import pytest
+from generation.test_generator import _model
+from generation.test_generator_artifact import WORDS, _tokenizer
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from openai import OpenAI
 
@@ -16,14 +19,13 @@ import paddle_xla as px
 import paddle_xla.artifact as pxa
 from paddle_xla.api.generator import Generator
 
-from generation.test_generator import _model
-from generation.test_generator_artifact import WORDS, _tokenizer
-
 from .harness import ServeProcess
 
 ROWS, CONTEXT, CHUNK = 8, 64, 4
-TEMPLATE = ("{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
-            "{% if add_generation_prompt %}assistant{% endif %}")
+TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
+    "{% if add_generation_prompt %}assistant{% endif %}"
+)
 FLAGS = ("--max-queue-size", "16", "--max-body-mb", "0.05")
 LOAD_CLIENTS, LOAD_REQUESTS, LOAD_BOUND_S = 64, 480, 240
 
@@ -64,7 +66,7 @@ class Alone:
         row = self._done[ids][:max_tokens]
         # NOTE: a greedy run is a prefix of a longer one, up to and including its EOS
         ends = [i for i, t in enumerate(row) if t in self.eos]
-        return row[:ends[0] + 1] if ends else row
+        return row[: ends[0] + 1] if ends else row
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +96,7 @@ def test_a_greedy_completion_is_the_artifacts_generate_alone(client, llm, alone)
         assert choice.text == art.decode(want)
         assert choice.finish_reason == ("stop" if want[-1] in alone.eos else "length")
         assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (len(ids), len(want))
-    ids = [int(i) for i in rng.integers(3, 128, 9)]                 # token ids as the prompt
+    ids = [int(i) for i in rng.integers(3, 128, 9)]  # token ids as the prompt
     r = client.completions.create(model="llm", prompt=ids, max_tokens=6, temperature=0)
     assert r.choices[0].model_extra["token_ids"] == alone(ids, 6)
 
@@ -115,8 +117,12 @@ def test_chat_renders_the_template_in_a_sandbox(client, llm, alone):
     prompt = ImmutableSandboxedEnvironment().from_string(TEMPLATE).render(messages=messages, add_generation_prompt=True)
     r = client.chat.completions.create(model="llm", messages=messages, max_tokens=7, temperature=0)
     assert r.choices[0].model_extra["token_ids"] == alone(art.encode(prompt), 7)
-    assert r.choices[0].message.role == "assistant" and r.choices[0].message.content == art.decode(alone(art.encode(prompt), 7))
-    pieces = list(client.chat.completions.create(model="llm", messages=messages, max_tokens=7, temperature=0, stream=True))
+    assert r.choices[0].message.role == "assistant" and r.choices[0].message.content == art.decode(
+        alone(art.encode(prompt), 7)
+    )
+    pieces = list(
+        client.chat.completions.create(model="llm", messages=messages, max_tokens=7, temperature=0, stream=True)
+    )
     assert pieces[0].choices[0].delta.role == "assistant"
     assert "".join(p.choices[0].delta.content or "" for p in pieces) == r.choices[0].message.content
 
@@ -132,15 +138,19 @@ def test_a_stop_string_ends_the_completion_where_it_begins(client, llm):
             r = client.completions.create(**kw, stop=stop).choices[0]
             assert r.finish_reason == "stop"
             text = r.text
-        assert text == free[:free.index(stop)]
+        assert text == free[: free.index(stop)]
 
 
 def test_a_seeded_sample_is_the_same_with_or_without_company(client):
     kw = dict(model="llm", prompt="w11 w12 w13", max_tokens=16, temperature=1.2, top_p=0.9, seed=7)
     mine = client.completions.create(**kw).choices[0].model_extra["token_ids"]
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        others = [pool.submit(client.completions.create, model="llm", prompt=f"w{20 + i} w{30 + i}", max_tokens=20,
-                              temperature=0.9) for i in range(6)]
+        others = [
+            pool.submit(
+                client.completions.create, model="llm", prompt=f"w{20 + i} w{30 + i}", max_tokens=20, temperature=0.9
+            )
+            for i in range(6)
+        ]
         again = pool.submit(client.completions.create, **kw)
         [f.result() for f in others]
         assert again.result().choices[0].model_extra["token_ids"] == mine
@@ -151,11 +161,14 @@ def test_a_seeded_sample_is_the_same_with_or_without_company(client):
 def test_kserve_generate_and_generate_stream(server, client):
     text = client.completions.create(model="llm", prompt="w5 w6 w7", max_tokens=6, temperature=0).choices[0].text
     with httpx.Client(base_url=f"http://{server.url}", timeout=30) as http:
-        r = http.post("/v2/models/llm/generate", json={"text_input": "w5 w6 w7",
-                                                       "parameters": {"max_tokens": 6, "temperature": 0}})
+        r = http.post(
+            "/v2/models/llm/generate",
+            json={"text_input": "w5 w6 w7", "parameters": {"max_tokens": 6, "temperature": 0}},
+        )
         assert r.status_code == 200 and r.json()["text_output"] == text and r.json()["model_name"] == "llm"
-        with http.stream("POST", "/v2/models/llm/generate_stream",
-                         json={"text_input": "w5 w6 w7", "max_tokens": 6, "temperature": 0}) as s:
+        with http.stream(
+            "POST", "/v2/models/llm/generate_stream", json={"text_input": "w5 w6 w7", "max_tokens": 6, "temperature": 0}
+        ) as s:
             events = [json.loads(line[5:]) for line in s.iter_lines() if line.startswith("data:")]
         assert "".join(e["text_output"] for e in events) == text and events[-1]["finish_reason"] == "length"
         assert http.post("/v2/models/nope/generate", json={"text_input": "w5"}).status_code == 404
@@ -173,13 +186,16 @@ def test_metrics_count_tokens_times_and_free_cache(server, client):
         made = len(r.choices[0].model_extra["token_ids"])
         _settles(http)
         after = http.get("/metrics").text
-    for name, grew in [("paddle_xla_llm_prompt_tokens_total", 4), ("paddle_xla_llm_generated_tokens_total", made),
-                       ("paddle_xla_llm_time_to_first_token_seconds_count", 1),
-                       ("paddle_xla_llm_prefill_seconds_count", 1)]:
+    for name, grew in [
+        ("paddle_xla_llm_prompt_tokens_total", 4),
+        ("paddle_xla_llm_generated_tokens_total", made),
+        ("paddle_xla_llm_time_to_first_token_seconds_count", 1),
+        ("paddle_xla_llm_prefill_seconds_count", 1),
+    ]:
         assert _metric(after, name) - _metric(before, name) == grew, name
     for name in ("paddle_xla_llm_inter_token_seconds_count", "paddle_xla_llm_decode_chunk_seconds_count"):
         assert _metric(after, name) > _metric(before, name), name
-    assert _metric(after, "paddle_xla_llm_kv_slots_free") == ROWS * CONTEXT      # idle: the whole cache
+    assert _metric(after, "paddle_xla_llm_kv_slots_free") == ROWS * CONTEXT  # idle: the whole cache
 
 
 def _slots(http) -> tuple[float, float]:
@@ -225,6 +241,7 @@ def test_clients_that_leave_free_their_slots(server, client):
             seen = 0
             while seen < 3:
                 seen += next(lines).startswith("data:")
+
     with concurrent.futures.ThreadPoolExecutor(32) as pool:
         list(pool.map(impatient, range(100)))
         list(pool.map(leaves_mid_stream, range(8)))
@@ -257,9 +274,11 @@ BAD_CHAT = [
 
 def test_bad_input_gets_an_openai_error_and_the_server_keeps_serving(server, client):
     import re
+
     with httpx.Client(base_url=f"http://{server.url}", timeout=30) as http:
-        cases = [("/v1/completions", b, s, m) for b, s, m in BAD] + [("/v1/chat/completions", b, s, m)
-                                                                    for b, s, m in BAD_CHAT]
+        cases = [("/v1/completions", b, s, m) for b, s, m in BAD] + [
+            ("/v1/chat/completions", b, s, m) for b, s, m in BAD_CHAT
+        ]
         for path, body, status, message in cases:
             r = http.post(path, json=body)
             assert r.status_code == status, (body, r.text)
@@ -292,19 +311,25 @@ def test_load_nothing_lost_nothing_swapped(server, llm, alone):
         while time.monotonic() < deadline:
             try:
                 if not stream:
-                    return client.completions.create(model="llm", prompt=prompt, max_tokens=n,
-                                                     temperature=0).choices[0].model_extra["token_ids"]
+                    return (
+                        client.completions.create(model="llm", prompt=prompt, max_tokens=n, temperature=0)
+                        .choices[0]
+                        .model_extra["token_ids"]
+                    )
                 ids = []
-                for c in client.completions.create(model="llm", prompt=prompt, max_tokens=n, temperature=0, stream=True):
+                for c in client.completions.create(
+                    model="llm", prompt=prompt, max_tokens=n, temperature=0, stream=True
+                ):
                     ids += c.choices[0].model_extra["token_ids"]
                 return ids
-            except Exception as e:          # NOTE: a 503 past the queue limit is retried; nothing else is
+            except Exception as e:  # NOTE: a 503 past the queue limit is retried; nothing else is
                 if getattr(e, "status_code", None) != 503:
                     raise
                 with lock:
                     refused[0] += 1
                 time.sleep(0.05)
         raise AssertionError(f"request {i} not answered within {LOAD_BOUND_S} s")
+
     with concurrent.futures.ThreadPoolExecutor(LOAD_CLIENTS) as pool:
         got = list(pool.map(one, range(LOAD_REQUESTS)))
     wrong = [i for i in range(LOAD_REQUESTS) if got[i] != want[i]]

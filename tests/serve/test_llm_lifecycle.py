@@ -1,4 +1,5 @@
 """A served language model past its deadline (504, slot freed) and at SIGTERM (streams finish, exit 0)."""
+
 import asyncio
 import concurrent.futures
 import json
@@ -41,8 +42,13 @@ def test_sigterm_lets_running_streams_finish_then_exits_0(llm):  # noqa: F811
     started = concurrent.futures.ThreadPoolExecutor(8)
 
     def stream(i):
-        body = {"model": "llm", "prompt": f"w{5 + i} w{9 + i}", "max_tokens": CONTEXT - 16 + 1, "temperature": 0,
-                "stream": True}
+        body = {
+            "model": "llm",
+            "prompt": f"w{5 + i} w{9 + i}",
+            "max_tokens": CONTEXT - 16 + 1,
+            "temperature": 0,
+            "stream": True,
+        }
         ids = []
         with httpx.Client(timeout=60) as http, http.stream("POST", url, json=body) as r:
             first.append(i)
@@ -50,6 +56,7 @@ def test_sigterm_lets_running_streams_finish_then_exits_0(llm):  # noqa: F811
                 if line.startswith("data:") and line[5:].strip() != "[DONE]":
                     ids += json.loads(line[5:])["choices"][0]["token_ids"]
         return body["prompt"], ids
+
     first = []
     try:
         futures = [started.submit(stream, i) for i in range(8)]
@@ -84,8 +91,9 @@ def test_the_bearer_token_guards_the_new_routes_and_a_restart_after_kill_9_serve
     again = ServeProcess(llm[0], port=port)
     try:
         with httpx.Client(base_url=f"http://{again.url}", timeout=30) as http:
-            r = http.post("/v1/completions", json={"model": "llm", "prompt": "w5 w6", "max_tokens": 3,
-                                                   "temperature": 0})
+            r = http.post(
+                "/v1/completions", json={"model": "llm", "prompt": "w5 w6", "max_tokens": 3, "temperature": 0}
+            )
             assert r.status_code == 200 and len(r.json()["choices"][0]["token_ids"]) == 3
     finally:
         again.stop()
@@ -101,6 +109,7 @@ def test_past_the_waiting_queue_requests_get_503_with_retry_after(llm):  # noqa:
         with httpx.Client(timeout=120) as http:
             r = http.post(f"http://{server.url}/v1/completions", json=body)
             return r.status_code, r.headers.get("retry-after"), r.json()
+
     try:
         with concurrent.futures.ThreadPoolExecutor(64) as pool:
             answers = list(pool.map(post, range(64)))
@@ -109,14 +118,15 @@ def test_past_the_waiting_queue_requests_get_503_with_retry_after(llm):  # noqa:
     refused = [a for a in answers if a[0] == 503]
     assert refused and all(a[1] == "1" and "--max-queue-size" in a[2]["error"]["message"] for a in refused)
     served = [a[2]["choices"][0]["token_ids"] for a in answers if a[0] == 200]
-    assert served and all(ids == served[0] for ids in served)       # the same prompt, greedy: the same tokens
+    assert served and all(ids == served[0] for ids in served)  # the same prompt, greedy: the same tokens
 
 
 def test_the_scheduler_bounds_its_waiting_queue():
-    from paddle_xla.serve.request_errors import RequestError
-    from paddle_xla.serve.llm.scheduler import Scheduler, Stream
     from paddle_xla.generation.continuous import Request
-    scheduler = Scheduler("m", engine=None, max_waiting=2, log=print, on_failure=print)   # never started
+    from paddle_xla.serve.llm.scheduler import Scheduler, Stream
+    from paddle_xla.serve.request_errors import RequestError
+
+    scheduler = Scheduler("m", engine=None, max_waiting=2, log=print, on_failure=print)  # never started
     loop = asyncio.new_event_loop()
     try:
         for _ in range(2):

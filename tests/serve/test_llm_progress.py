@@ -2,23 +2,23 @@
 warm-up program ("NAME: compiled prefill bucket 16 (2/4, 1.3 s)", as warmup.py's "NAME: compiled x[8, 4]
 (1/3, 0.4 s)"), and `paddle-xla generate` / px.Generator show each program's first compile through
 compile_progress, as px.compile does."""
+
 import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-
-import paddle_xla as px
-from paddle_xla.api.generator import Generator
-
 from generation.test_generator import _model
 from generation.test_generator_artifact import _tokenizer
 from xla_flags import child_env
 
+import paddle_xla as px
+from paddle_xla.api.generator import Generator
+
 from .harness import ROOT, ServeProcess
 
-LOG_NOW = {"PADDLE_XLA_PROGRESS_DELAY": "0", "PADDLE_XLA_CACHE": "0"}   # NOTE: a line for every compile, none cached
+LOG_NOW = {"PADDLE_XLA_PROGRESS_DELAY": "0", "PADDLE_XLA_CACHE": "0"}  # NOTE: a line for every compile, none cached
 
 
 @pytest.fixture(scope="module")
@@ -36,18 +36,40 @@ def test_serve_logs_each_language_model_compile_with_its_count(tiny):
         lines = [line for line in server.lines if ": compiled " in line]
     finally:
         server.stop()
-    assert any(re.search(r"paddle-xla serve: tiny: compiled prefill bucket 16 and the decode chunk of 4 tokens "
-                         r"\(2/\d+, \d+\.\d s\)", line) for line in lines), server.output
+    assert any(
+        re.search(
+            r"paddle-xla serve: tiny: compiled prefill bucket 16 and the decode chunk of 4 tokens "
+            r"\(2/\d+, \d+\.\d s\)",
+            line,
+        )
+        for line in lines
+    ), server.output
     assert any(re.search(r"tiny: compiled prefill bucket 32 \(3/\d+, \d+\.\d s\)", line) for line in lines), lines
     counts = [re.search(r"\((\d+)/(\d+),", line).groups() for line in lines]
     assert [int(i) for i, _ in counts] == list(range(1, len(counts) + 1)) and {n for _, n in counts} == {
-        str(len(counts))}, lines
+        str(len(counts))
+    }, lines
 
 
 def test_the_generate_command_shows_each_programs_compile(tiny):
-    res = subprocess.run([sys.executable, "-m", "paddle_xla.cli", "generate", f"{tiny[0]}/tiny.pxa", "--ids", "5,9",
-                          "--max-new-tokens", "2"], capture_output=True, text=True, timeout=600, cwd=ROOT,
-                         env=child_env(**LOG_NOW))
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "paddle_xla.cli",
+            "generate",
+            f"{tiny[0]}/tiny.pxa",
+            "--ids",
+            "5,9",
+            "--max-new-tokens",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env=child_env(**LOG_NOW),
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     assert "paddle_xla: compiling tiny: prefill bucket 16 (batch of 2 rows, context 32) ..." in res.stderr, res.stderr
     assert re.search(r"paddle_xla: compiled tiny: decode chunk of 4 tokens .* in \d+\.\d s", res.stderr), res.stderr
@@ -61,4 +83,4 @@ def test_a_generators_first_compiles_show_progress_in_python(tiny, capsys, monke
     err = capsys.readouterr().err
     assert "paddle_xla: compiling LlamaForCausalLM: prefill bucket 16 (batch of 2 rows, context 32) ..." in err, err
     gen.generate(np.array([[5, 9, 12]]), max_new_tokens=2)
-    assert "compiling" not in capsys.readouterr().err      # NOTE: compiled once, shown once
+    assert "compiling" not in capsys.readouterr().err  # NOTE: compiled once, shown once

@@ -1,6 +1,7 @@
 """64 concurrent tritonclient clients send ~2,000 requests of random batch sizes 1..8: every answer
 equals the artifact's own output for that request's input (nothing lost, nothing swapped), and
 the dynamic batcher did combine requests; with --no-batching it never does."""
+
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -10,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .harness import ServeProcess, assert_same, request, rows
 
-CLIENTS, PER_CLIENT, WALL_LIMIT_S = 64, 31, 120   # NOTE: 64 x 31 = 1,984 requests
+CLIENTS, PER_CLIENT, WALL_LIMIT_S = 64, 31, 120  # NOTE: 64 x 31 = 1,984 requests
 
 
 def one_client(url: str, client: int, per_client: int = PER_CLIENT) -> list[tuple]:
@@ -20,15 +21,19 @@ def one_client(url: str, client: int, per_client: int = PER_CLIENT) -> list[tupl
     try:
         for k in range(per_client):
             x, y = rows(int(rng.integers(1, 9)), seed=client * 1000 + k)
-            binary = bool(k % 2)   # NOTE: half JSON, half binary tensors, interleaved
-            inputs = [httpclient.InferInput("x", list(x.shape), "FP32"), httpclient.InferInput("y", list(y.shape), "FP32")]
+            binary = bool(k % 2)  # NOTE: half JSON, half binary tensors, interleaved
+            inputs = [
+                httpclient.InferInput("x", list(x.shape), "FP32"),
+                httpclient.InferInput("y", list(y.shape), "FP32"),
+            ]
             inputs[0].set_data_from_numpy(x, binary_data=binary)
             inputs[1].set_data_from_numpy(y, binary_data=binary)
             outputs = [httpclient.InferRequestedOutput(n, binary_data=binary) for n in ("output_0", "output_1")]
             sent = f"{client}-{k}"
             result = c.infer("twoheads", inputs, outputs=outputs, request_id=sent)
-            answers.append((x, y, sent, result.get_response()["id"], result.as_numpy("output_0"),
-                            result.as_numpy("output_1")))
+            answers.append(
+                (x, y, sent, result.get_response()["id"], result.as_numpy("output_0"), result.as_numpy("output_1"))
+            )
     finally:
         c.close()
     return answers
@@ -65,7 +70,7 @@ def test_no_batching_runs_each_request_alone(model_dirs, artifacts):
         batches = _histogram(server.port, "paddle_xla_batch_requests", "twoheads")
         assert batches["1.0"] == batches["+Inf"] == len(answers)
         padded = _histogram(server.port, "paddle_xla_batch_padded_rows", "twoheads")
-        assert padded["8.0"] == len(answers) and padded["+Inf"] == len(answers)   # NOTE: padded to 1, 2, 4 or 8
+        assert padded["8.0"] == len(answers) and padded["+Inf"] == len(answers)  # NOTE: padded to 1, 2, 4 or 8
     finally:
         server.stop()
 
@@ -75,5 +80,6 @@ def _histogram(port: int, name: str, model: str) -> dict[str, float]:
     status, _, text = request(port, "GET", "/metrics")
     assert status == 200
     family = next(f for f in text_string_to_metric_families(text.decode()) if f.name == name)
-    return {s.labels["le"]: s.value for s in family.samples
-            if s.name == f"{name}_bucket" and s.labels["model"] == model}
+    return {
+        s.labels["le"]: s.value for s in family.samples if s.name == f"{name}_bucket" and s.labels["model"] == model
+    }

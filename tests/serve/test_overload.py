@@ -1,6 +1,7 @@
 """Overload and timeouts. A long --max-queue-delay-us holds requests of 1 row in the queue (a batch
 of 8 rows would leave at once), so a queue bound of 4 is easy to pass: the rest get 503 with
 Retry-After, every accepted request its own correct answer. A request past its timeout gets 504."""
+
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -45,12 +46,12 @@ def test_past_the_queue_bound_503_and_every_accepted_request_answered(held_serve
         want = artifacts["twoheads"](x, y)
         for out, expected in zip(body["outputs"], want):
             assert_same(np.array(out["data"], "float32").reshape(out["shape"]), expected)
-    assert infer_json(held_server.port, "twoheads", payload(*rows(8, seed=1)))[0] == 200   # NOTE: still serving
+    assert infer_json(held_server.port, "twoheads", payload(*rows(8, seed=1)))[0] == 200  # NOTE: still serving
 
 
 def test_request_timeout_parameter_504(held_server, artifacts):
     x, y = rows(1, seed=7)
-    status, _, body = infer_json(held_server.port, "twoheads", payload(x, y, timeout=100_000))   # NOTE: microseconds
+    status, _, body = infer_json(held_server.port, "twoheads", payload(x, y, timeout=100_000))  # NOTE: microseconds
     assert status == 504 and "timeout" in body["error"]
     client = httpclient.InferenceServerClient(held_server.url)
     inputs = [httpclient.InferInput("x", [1, 8], "FP32"), httpclient.InferInput("y", [1, 4], "FP32")]
@@ -68,6 +69,8 @@ def test_server_timeout_flag_504(model_dirs):
     try:
         status, _, body = infer_json(server.port, "twoheads", payload(*rows(1, seed=8)))
         assert status == 504 and "timeout" in body["error"]
-        assert infer_json(server.port, "twoheads", payload(*rows(8, seed=8)))[0] == 200   # NOTE: a full batch leaves at once
+        assert (
+            infer_json(server.port, "twoheads", payload(*rows(8, seed=8)))[0] == 200
+        )  # NOTE: a full batch leaves at once
     finally:
         server.stop()

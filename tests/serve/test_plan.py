@@ -1,6 +1,7 @@
 """Batch plans (plan.py): a batch runs as the cheapest calls of the compiled sizes, measured at warm-up.
 The planner itself on made-up timings, then the batcher in-process on an artifact whose calls take
 set times, so that warm-up measures a split as cheaper and the answers must still be each request's own."""
+
 import asyncio
 import dataclasses
 import os
@@ -21,12 +22,12 @@ SIZES = (1, 2, 4, 8)
 
 def test_a_batch_runs_as_smaller_calls_where_they_are_cheaper_per_row():
     # per row: b8 costs 6.25 ms against b4's 7.5 and b32's 15.6: 32 rows as four calls of 8
-    plans = cheapest_plans({1: .010, 2: .018, 4: .030, 8: .050, 16: .200, 32: .500}, 32)
+    plans = cheapest_plans({1: 0.010, 2: 0.018, 4: 0.030, 8: 0.050, 16: 0.200, 32: 0.500}, 32)
     assert plans[32] == (8, 8, 8, 8) and plans[8] == (8,) and plans[9] == (8, 1) and plans[5] == (4, 1)
 
 
 def test_a_big_call_wins_where_it_is_cheaper_per_row():
-    plans = cheapest_plans({1: .010, 8: .050, 32: .100}, 32)
+    plans = cheapest_plans({1: 0.010, 8: 0.050, 32: 0.100}, 32)
     assert plans[32] == (32,) and plans[20] == (32,) and plans[8] == (8,) and plans[3] == (1, 1, 1)
 
 
@@ -66,8 +67,9 @@ def _serve(model_dirs, artifacts, sizes, split: bool):
     model = dataclasses.replace(model, artifact=timed)
     config = Settings(max_batch_size=8, max_queue_delay_us=200_000, split_batches=split)
     rng = np.random.default_rng(0)
-    requests = [(rng.standard_normal((n, 8)).astype("float32"), rng.standard_normal((n, 4)).astype("float32"))
-                for n in sizes]
+    requests = [
+        (rng.standard_normal((n, 8)).astype("float32"), rng.standard_normal((n, 4)).astype("float32")) for n in sizes
+    ]
     lines = []
 
     async def main():
@@ -95,7 +97,7 @@ def test_batches_stop_at_the_largest_call_warm_up_timed_cheaper(model_dirs, arti
 
 def test_a_request_bigger_than_that_runs_as_its_planned_calls(model_dirs, artifacts):
     rows, _ = _serve(model_dirs, artifacts, (7,), split=True)
-    assert rows == [4, 4], rows       # 7 rows and a padding row, as two calls of 4
+    assert rows == [4, 4], rows  # 7 rows and a padding row, as two calls of 4
 
 
 def test_no_split_batches_keeps_one_padded_call(model_dirs, artifacts):
@@ -108,4 +110,4 @@ def test_a_split_within_the_timing_noise_is_not_kept():
     seconds = {1: 0.0001, 2: 0.0002, 4: 0.006}
     assert cheapest_plans(seconds, 4)[4] == (2, 2)
     assert cheapest_plans(seconds, 4, noise=0.01)[4] == (4,)
-    assert cheapest_plans(seconds, 4, noise=0.001)[4] == (2, 2)     # NOTE: 5.6 ms saved beats 1 ms noise
+    assert cheapest_plans(seconds, 4, noise=0.001)[4] == (2, 2)  # NOTE: 5.6 ms saved beats 1 ms noise

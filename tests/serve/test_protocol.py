@@ -1,5 +1,6 @@
 """KServe v2 through tritonclient.http, unchanged: health, metadata, ready, Triton's config, and
 inference in JSON and binary, each answer equal to the artifact's own output."""
+
 import json
 import subprocess
 import sys
@@ -67,12 +68,15 @@ def test_infer_matches_artifact(client, artifacts, binary):
 
 def test_outputs_selected_by_name(client, artifacts):
     x, y = rows(2, seed=2)
-    result = client.infer("twoheads", twoheads_inputs(x, y, True),
-                          outputs=[httpclient.InferRequestedOutput("output_1", binary_data=False)])
+    result = client.infer(
+        "twoheads",
+        twoheads_inputs(x, y, True),
+        outputs=[httpclient.InferRequestedOutput("output_1", binary_data=False)],
+    )
     assert [o["name"] for o in result.get_response()["outputs"]] == ["output_1"]
     assert result.as_numpy("output_0") is None
     assert_same(result.as_numpy("output_1"), artifacts["twoheads"](x, y)[1])
-    everything = client.infer("twoheads", twoheads_inputs(x, y, False))   # NOTE: no outputs named: all, binary
+    everything = client.infer("twoheads", twoheads_inputs(x, y, False))  # NOTE: no outputs named: all, binary
     assert [o["name"] for o in everything.get_response()["outputs"]] == ["output_0", "output_1"]
 
 
@@ -97,9 +101,13 @@ def test_int64_inputs_in_plain_json(main_server, artifacts):
     rng = np.random.default_rng(4)
     ids, types = rng.integers(0, 100, (2, 16)), rng.integers(0, 2, (2, 16))
     mask = np.ones((2, 16), "int64")
-    payload = {"inputs": [{"name": n, "shape": [2, 16], "datatype": "INT64", "data": a.tolist()}   # NOTE: nested lists
-                          for n, a in (("input_ids", ids), ("token_type_ids", types), ("attention_mask", mask))],
-               "outputs": [{"name": "output_1"}]}
+    payload = {
+        "inputs": [
+            {"name": n, "shape": [2, 16], "datatype": "INT64", "data": a.tolist()}  # NOTE: nested lists
+            for n, a in (("input_ids", ids), ("token_type_ids", types), ("attention_mask", mask))
+        ],
+        "outputs": [{"name": "output_1"}],
+    }
     status, headers, body = request(main_server.port, "POST", "/v2/models/bert/infer", json.dumps(payload).encode())
     assert status == 200 and headers["content-type"] == "application/json", body
     out = json.loads(body)["outputs"][0]
@@ -109,8 +117,10 @@ def test_int64_inputs_in_plain_json(main_server, artifacts):
 
 
 def test_server_never_imports_paddle():
-    code = ("import sys, paddle_xla.cli, paddle_xla.serve.server; "
-            "sys.exit(any(m == 'paddle' or m.startswith('paddle.') for m in sys.modules))")
+    code = (
+        "import sys, paddle_xla.cli, paddle_xla.serve.server; "
+        "sys.exit(any(m == 'paddle' or m.startswith('paddle.') for m in sys.modules))"
+    )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
@@ -118,7 +128,8 @@ def test_cli_names_the_missing_extra(monkeypatch):
     from typer.testing import CliRunner
 
     from paddle_xla.cli.main import app
-    monkeypatch.setitem(sys.modules, "uvicorn", None)   # NOTE: find_spec then reports it missing
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # NOTE: find_spec then reports it missing
     result = CliRunner().invoke(app, ["serve", "models"])
     assert result.exit_code == 2 and "pip install 'paddle_xla[serve]'" in result.output
 
@@ -127,6 +138,7 @@ def test_cli_checks_flags():
     from typer.testing import CliRunner
 
     from paddle_xla.cli.main import app
+
     result = CliRunner().invoke(app, ["serve", "models", "--max-batch-size", "8", "--preferred-batch-sizes", "4,32"])
     assert result.exit_code == 2 and "--preferred-batch-sizes [32] must lie in 1..8" in result.output
 
@@ -136,12 +148,14 @@ def test_non_finite_outputs_are_strict_json():
     marked in the output's parameters, so a strict parser reads the body; finite outputs are unmarked."""
     from paddle_xla.serve.protocol import encode
     from paddle_xla.serve.repository import TensorMeta
+
     meta = TensorMeta("out", "FP32", (-1, 2), np.dtype("float32"))
     arr = np.array([[np.nan, np.inf], [-np.inf, 1.5]], np.float32)
     body, header_len = encode("m", None, [(meta, arr, False), (meta, np.ones((1, 2), np.float32), False)])
 
     def refuse(literal):
         raise AssertionError(f"bare {literal} in the body")
+
     out = json.loads(body, parse_constant=refuse)["outputs"]
     assert header_len is None
     assert out[0]["data"] == ["NaN", "Infinity", "-Infinity", 1.5] and "non_finite" in out[0]["parameters"]

@@ -1,6 +1,7 @@
 """kill -9, then a restart on the same port serves again from the same artifacts; SIGTERM while
 requests are in flight answers them all, refuses new ones, and exits 0. A tampered artifact or an
 empty folder stops the start-up with a message."""
+
 import http.client
 import os
 import re
@@ -82,26 +83,35 @@ def test_start_up_refuses_a_tampered_artifact(model_dirs, tmp_path):
     with zipfile.ZipFile(os.path.join(model_dirs["small"], "twoheads.pxa")) as z:
         members = {name: z.read(name) for name in z.namelist()}
     weights = bytearray(members["weights.safetensors"])
-    weights[-1] ^= 0xFF   # NOTE: one weight changed; the zip's own CRC is recomputed, the manifest's sha256 is not
+    weights[-1] ^= 0xFF  # NOTE: one weight changed; the zip's own CRC is recomputed, the manifest's sha256 is not
     members["weights.safetensors"] = bytes(weights)
     with zipfile.ZipFile(tmp_path / "twoheads.pxa", "w") as z:
         for name, data in members.items():
             z.writestr(name, data)
-    run = subprocess.run([sys.executable, "-m", "paddle_xla.cli", "serve", str(tmp_path), "--port", "0"],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "paddle_xla.cli", "serve", str(tmp_path), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 1 and "twoheads.pxa" in run.stderr and "sha256" in run.stderr, run.stderr
     assert "listening" not in run.stdout
 
 
 def test_start_up_needs_artifacts(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "paddle_xla.cli", "serve", str(tmp_path), "--port", "0"],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "paddle_xla.cli", "serve", str(tmp_path), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 1 and "No *.pxa files" in run.stderr and "listening" not in run.stdout
 
 
 def test_a_file_or_a_missing_folder_names_the_folder_to_give(tmp_path):
     from paddle_xla.errors import ModelLoadError
     from paddle_xla.serve.repository import scan
+
     artifact = tmp_path / "lenet.pxa"
     artifact.write_bytes(b"")
     with pytest.raises(ModelLoadError, match=f"is a file.*paddle-xla serve {re.escape(str(tmp_path))}$"):

@@ -1,4 +1,5 @@
 """train.clip against paddle.nn.ClipGradBy*, called on (param, grad) lists as Optimizer.step() does."""
+
 import jax.numpy as jnp
 import numpy as np
 import paddle
@@ -20,8 +21,10 @@ def fresh_paddle_names():
 def make_case(scale, no_clip=(), zero=()):
     rng = np.random.default_rng(7)
     grads = {n: (0.0 if n in zero else scale) * rng.standard_normal(s).astype("float32") for n, s in SHAPES.items()}
-    params = {n: paddle.create_parameter(list(s), "float32", attr=paddle.ParamAttr(name=n, need_clip=n not in no_clip))
-              for n, s in SHAPES.items()}
+    params = {
+        n: paddle.create_parameter(list(s), "float32", attr=paddle.ParamAttr(name=n, need_clip=n not in no_clip))
+        for n, s in SHAPES.items()
+    }
     return params, grads
 
 
@@ -53,8 +56,11 @@ CASES = {
 def test_clip_matches_paddle(case):
     make_clip, scale, no_clip = CASES[case]
     params, grads = make_case(scale, no_clip)
-    ours = our_clip(optimizer_config(paddle.optimizer.SGD(0.1, parameters=list(params.values()),
-                                                          grad_clip=make_clip())).grad_clip, params, grads)
+    ours = our_clip(
+        optimizer_config(paddle.optimizer.SGD(0.1, parameters=list(params.values()), grad_clip=make_clip())).grad_clip,
+        params,
+        grads,
+    )
     theirs = paddle_clip(make_clip(), params, grads)
     for name in SHAPES:
         np.testing.assert_allclose(ours[name], theirs[name], rtol=1e-6, atol=1e-7, err_msg=name)
@@ -78,8 +84,9 @@ def test_global_norm_is_over_each_parameter_group():
     """Paddle clips each parameter group on its own: two groups, two global norms."""
     params, grads = make_case(2.0)
     clip = paddle.nn.ClipGradByGlobalNorm(1.0)
-    opt = paddle.optimizer.SGD(0.1, grad_clip=clip, parameters=[
-        {"params": [params["a"]]}, {"params": [params["b"], params["c"]]}])
+    opt = paddle.optimizer.SGD(
+        0.1, grad_clip=clip, parameters=[{"params": [params["a"]]}, {"params": [params["b"], params["c"]]}]
+    )
     config = optimizer_config(opt)
     ours = optim.clip_all(config, {n: jnp.asarray(g) for n, g in grads.items()})
     first = paddle_clip_subset(clip, params, grads, ["a"])

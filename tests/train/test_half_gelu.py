@@ -1,5 +1,6 @@
 """The GELU a half-precision program computes (gelu_by_erf, Paddle's own formula) against Paddle's
 float32 kernel: forward and gradient, over the range where the erf form loses digits (x < -3)."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +11,7 @@ from paddle_xla.ops.activation import gelu_by_erf
 
 
 def test_gelu_by_erf_matches_paddle():
-    approximate = False   # NOTE: approximate=True is jax.nn.gelu's tanh form, as in the float32 lowering
+    approximate = False  # NOTE: approximate=True is jax.nn.gelu's tanh form, as in the float32 lowering
     x = np.concatenate([np.linspace(-9, 9, 4001), np.random.default_rng(0).standard_normal(4000) * 3])
     x = x.astype("float32")
     xt = paddle.to_tensor(x, stop_gradient=False)

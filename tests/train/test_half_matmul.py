@@ -1,5 +1,6 @@
 """half_matmul (bf16 compute, float32 accumulation): value and both gradients equal a float32 matmul of
 the same bf16-rounded operands and cotangent, for every layout Paddle's matmul takes."""
+
 import re
 
 import jax
@@ -10,18 +11,18 @@ import pytest
 from paddle_xla.lowering.half import half_matmul
 
 CASES = [  # x shape, y shape, transpose_x, transpose_y
-    ((2, 5, 6), (6, 7), False, False),        # weight matmul on [B, S, K]
-    ((2, 5, 6), (7, 6), False, True),         # tied embedding head: h @ W^T
-    ((5, 6), (6, 7), False, False),           # 2-D
+    ((2, 5, 6), (6, 7), False, False),  # weight matmul on [B, S, K]
+    ((2, 5, 6), (7, 6), False, True),  # tied embedding head: h @ W^T
+    ((5, 6), (6, 7), False, False),  # 2-D
     ((5, 6), (7, 6), False, True),
-    ((6, 5), (6, 7), True, False),            # transpose_x falls back to the generic path
+    ((6, 5), (6, 7), True, False),  # transpose_x falls back to the generic path
     ((2, 3, 5, 4), (2, 3, 6, 4), False, True),  # attention QK^T
     ((2, 3, 5, 6), (2, 3, 6, 4), False, False),  # attention PV
     ((2, 3, 6, 5), (2, 3, 6, 4), True, False),
     ((2, 3, 6, 5), (2, 3, 4, 6), True, True),
-    ((2, 3, 5, 6), (6, 4), False, False),     # 4-D x 2-D
-    ((3, 5, 6), (1, 6, 4), False, False),     # broadcast batch
-    ((6,), (6, 4), False, False),             # vectors
+    ((2, 3, 5, 6), (6, 4), False, False),  # 4-D x 2-D
+    ((3, 5, 6), (1, 6, 4), False, False),  # broadcast batch
+    ((6,), (6, 4), False, False),  # vectors
     ((2, 5, 6), (6,), False, False),
 ]
 

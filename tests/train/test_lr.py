@@ -1,5 +1,6 @@
 """train.lr against paddle.optimizer.lr: the lr of every step, as Paddle's scheduler.step() gives it,
 for every schedule class and every one of its arguments; each expected value is Paddle's own."""
+
 import dataclasses
 
 import numpy as np
@@ -28,9 +29,15 @@ SCHEDULERS = {
     "warm_restarts": lambda: S.CosineAnnealingWarmRestarts(0.1, T_0=7),
     "warm_restarts_mult": lambda: S.CosineAnnealingWarmRestarts(0.1, T_0=5, T_mult=2, eta_min=0.001),
     "onecycle": lambda: S.OneCycleLR(0.1, total_steps=STEPS),
-    "onecycle_linear_three": lambda: S.OneCycleLR(0.3, total_steps=STEPS + 7, divide_factor=7.0,
-                                                  end_learning_rate=0.002, phase_pct=0.35,
-                                                  anneal_strategy="linear", three_phase=True),
+    "onecycle_linear_three": lambda: S.OneCycleLR(
+        0.3,
+        total_steps=STEPS + 7,
+        divide_factor=7.0,
+        end_learning_rate=0.002,
+        phase_pct=0.35,
+        anneal_strategy="linear",
+        three_phase=True,
+    ),
     "cyclic": lambda: S.CyclicLR(0.01, 0.1, step_size_up=6),
     "cyclic_triangular2": lambda: S.CyclicLR(0.01, 0.1, step_size_up=4, step_size_down=9, mode="triangular2"),
     "cyclic_exp_range": lambda: S.CyclicLR(0.01, 0.1, step_size_up=5, mode="exp_range", exp_gamma=0.97),
@@ -40,16 +47,19 @@ SCHEDULERS = {
     "warmup_linear_lr": lambda: S.LinearWarmup(S.LinearLR(0.1, total_steps=15), 6, 0.0, 0.05),
     "warmup_restarts": lambda: S.LinearWarmup(S.CosineAnnealingWarmRestarts(0.1, 4, T_mult=2), 3, 0.0, 0.1),
     "warmup_poly_cycle": lambda: S.LinearWarmup(S.PolynomialDecay(0.1, 9, cycle=True), 4, 0.0, 0.1),
-    "lambda": lambda: S.LambdaDecay(0.1, lambda e: 0.95 ** e),
+    "lambda": lambda: S.LambdaDecay(0.1, lambda e: 0.95**e),
     "multiplicative": lambda: S.MultiplicativeDecay(0.1, lambda e: 0.9 if e % 3 else 1.01),
 }
 # NOTE: Paddle's CosineAnnealingWarmRestarts keeps T_cur/T_i out of its state_dict, so Paddle itself
 # cannot resume it from one (our lr_at replays the counters, so ours is right either way).
 PADDLE_CANNOT_RESUME = {"warm_restarts", "warm_restarts_mult"}
-PLATEAU_ARGS = [dict(mode="min", factor=0.5, patience=2, threshold=0.01, threshold_mode="rel", cooldown=1,
-                     min_lr=0.004),
-                dict(mode="max", factor=0.5, patience=2, threshold=0.01, threshold_mode="abs", cooldown=1,
-                     min_lr=0.004, epsilon=1e-3)]
+PLATEAU_ARGS = [
+    dict(mode="min", factor=0.5, patience=2, threshold=0.01, threshold_mode="rel", cooldown=1, min_lr=0.004),
+    dict(
+        mode="max", factor=0.5, patience=2, threshold=0.01, threshold_mode="abs", cooldown=1, min_lr=0.004, epsilon=1e-3
+    ),
+]
+
 
 def paddle_lrs(scheduler, steps=STEPS):
     lrs = [scheduler.last_lr]
@@ -63,7 +73,7 @@ def paddle_lrs(scheduler, steps=STEPS):
 def test_lr_at_equals_paddle(case):
     schedule = schedule_config(SCHEDULERS[case]())
     ours = [schedule.lr_at(step) for step in range(STEPS + 1)]
-    assert ours == paddle_lrs(SCHEDULERS[case]())        # NOTE: the same float64 ops: bit-exact
+    assert ours == paddle_lrs(SCHEDULERS[case]())  # NOTE: the same float64 ops: bit-exact
 
 
 @pytest.mark.parametrize("case", sorted(SCHEDULERS))
@@ -84,8 +94,12 @@ def test_every_schedule_class_and_argument_is_compared_with_paddle():
     schedules += [schedule_config(0.25)] + [schedule_config(S.ReduceOnPlateau(0.1, **a)) for a in PLATEAU_ARGS]
     schedules += [s.learning_rate for s in schedules if isinstance(getattr(s, "learning_rate", None), lr_lib.Schedule)]
     assert {type(s).__name__ for s in schedules} == set(lr_lib.SCHEDULES)
-    untried = {(cls, f.name) for cls in lr_lib.SCHEDULES.values() for f in dataclasses.fields(cls)
-               if f.compare and f.default is not dataclasses.MISSING}
+    untried = {
+        (cls, f.name)
+        for cls in lr_lib.SCHEDULES.values()
+        for f in dataclasses.fields(cls)
+        if f.compare and f.default is not dataclasses.MISSING
+    }
     for s in schedules:
         untried -= {(type(s), f.name) for f in dataclasses.fields(s) if f.compare and getattr(s, f.name) != f.default}
     assert not untried, sorted((cls.__name__, name) for cls, name in untried)

@@ -5,6 +5,7 @@ Each case builds a few Paddle parameters (different shapes; one with optimize_at
 sum(p * G_t)), and runs the same G_t through a jitted `optim.apply` from the config that
 `interop.optim.optimizer_config` read off the same optimizer.
 """
+
 import ast
 import functools
 import pathlib
@@ -15,8 +16,12 @@ import numpy as np
 import paddle
 import pytest
 
-from paddle_xla.interop.paddle_optimizer import (from_paddle_state_dict, optimizer_config, schedule_state,
-                                      to_paddle_state_dict)
+from paddle_xla.interop.paddle_optimizer import (
+    from_paddle_state_dict,
+    optimizer_config,
+    schedule_state,
+    to_paddle_state_dict,
+)
 from paddle_xla.train import clip as clip_lib
 from paddle_xla.train import lr as lr_lib
 from paddle_xla.train import optim
@@ -42,8 +47,12 @@ def make_params(seed=0, own_reg=None, no_clip=()):
     rng = np.random.default_rng(seed)
     params = []
     for name, shape in SHAPES.items():
-        attr = paddle.ParamAttr(name=name, learning_rate=0.5 if name == "half" else 1.0,
-                                regularizer=own_reg if name == "b" else None, need_clip=name not in no_clip)
+        attr = paddle.ParamAttr(
+            name=name,
+            learning_rate=0.5 if name == "half" else 1.0,
+            regularizer=own_reg if name == "b" else None,
+            need_clip=name not in no_clip,
+        )
         init = paddle.nn.initializer.Assign(rng.standard_normal(shape).astype("float32"))
         p = paddle.create_parameter(list(shape), "float32", attr=attr, default_initializer=init)
         p.stop_gradient = name == "frozen"
@@ -53,8 +62,10 @@ def make_params(seed=0, own_reg=None, no_clip=()):
 
 def grad_sequence(seed=1, steps=STEPS, scale=1.0):
     rng = np.random.default_rng(seed)
-    return [{n: (scale * rng.standard_normal(s)).astype("float32") for n, s in SHAPES.items() if n != "frozen"}
-            for _ in range(steps)]
+    return [
+        {n: (scale * rng.standard_normal(s)).astype("float32") for n, s in SHAPES.items() if n != "frozen"}
+        for _ in range(steps)
+    ]
 
 
 def run_native(opt, params, grads_seq, scheduler=None):
@@ -128,12 +139,14 @@ OPTIMIZERS = {
     "adam_l2": lambda ps: P.Adam(0.01, parameters=ps, weight_decay=0.1),
     "adam_l1": lambda ps: P.Adam(0.01, parameters=ps, weight_decay=REG.L1Decay(0.05)),
     "adamw": lambda ps: P.AdamW(0.01, parameters=ps, weight_decay=0.1),
-    "adamw_exclude": lambda ps: P.AdamW(0.01, parameters=ps, weight_decay=0.2,
-                                        apply_decay_param_fun=only_trainable_decay),
+    "adamw_exclude": lambda ps: P.AdamW(
+        0.01, parameters=ps, weight_decay=0.2, apply_decay_param_fun=only_trainable_decay
+    ),
     "adamw_amsgrad_named": lambda ps: P.AdamW(0.01, parameters=ps, amsgrad=True, name="opt"),
     "lamb": lambda ps: P.Lamb(0.01, parameters=ps),
-    "lamb_exclude": lambda ps: P.Lamb(0.01, lamb_weight_decay=0.1, parameters=ps,
-                                      exclude_from_weight_decay_fn=lambda p: p.name == "nodecay"),
+    "lamb_exclude": lambda ps: P.Lamb(
+        0.01, lamb_weight_decay=0.1, parameters=ps, exclude_from_weight_decay_fn=lambda p: p.name == "nodecay"
+    ),
     "lamb_no_decay": lambda ps: P.Lamb(0.01, lamb_weight_decay=0.0, parameters=ps),
     "lamb_always_adapt": lambda ps: P.Lamb(0.01, lamb_weight_decay=0.0, always_adapt=True, parameters=ps),
     "adagrad": lambda ps: P.Adagrad(0.1, parameters=ps),
@@ -198,32 +211,38 @@ SCHEDULED = {
     "adamw_warmup_cosine": lambda: (P.lr.LinearWarmup(P.lr.CosineAnnealingDecay(0.02, 8), 4, 0.0, 0.02), P.AdamW),
     "lamb_onecycle": lambda: (P.lr.OneCycleLR(0.05, total_steps=20), P.Lamb),
     "sgd_piecewise": lambda: (P.lr.PiecewiseDecay([3, 7], [0.1, 0.05, 0.01]), P.SGD),
-    "rmsprop_lambda": lambda: (P.lr.LambdaDecay(0.01, lambda e: 0.9 ** e), P.RMSProp),
+    "rmsprop_lambda": lambda: (P.lr.LambdaDecay(0.01, lambda e: 0.9**e), P.RMSProp),
 }
 
 
 @pytest.mark.parametrize("case", sorted(SCHEDULED))
 def test_lr_scheduler_drives_optimizer(case):
     scheduler, cls = SCHEDULED[case]()
-    scheduler.step()                      # NOTE: start mid-schedule, from last_epoch 1
+    scheduler.step()  # NOTE: start mid-schedule, from last_epoch 1
     check_parity(lambda ps: cls(learning_rate=scheduler, parameters=ps), scheduler=scheduler)
 
 
 def test_param_groups_match_paddle():
     def make(ps):
         by_name = {p.name: p for p in ps}
-        groups = [{"params": [by_name["w"], by_name["b"], by_name["frozen"]]},
-                  {"params": [by_name["half"], by_name["nodecay"]], "beta1": 0.7, "learning_rate": 0.3,
-                   "weight_decay": 0.05}]
+        groups = [
+            {"params": [by_name["w"], by_name["b"], by_name["frozen"]]},
+            {"params": [by_name["half"], by_name["nodecay"]], "beta1": 0.7, "learning_rate": 0.3, "weight_decay": 0.05},
+        ]
         return P.Adam(0.01, parameters=groups, weight_decay=0.01, grad_clip=paddle.nn.ClipGradByGlobalNorm(2.0))
+
     config = check_parity(make, grad_scale=2.0)
     assert config.rule_of("half").beta1 == pytest.approx(0.7) and config.settings("w").rule is None
 
 
 def test_momentum_groups_fuse_their_own_l2():
     def make(ps):
-        return P.Momentum(0.05, weight_decay=0.01, parameters=[
-            {"params": ps[:2]}, {"params": ps[2:], "weight_decay": 0.2, "momentum": 0.5}])
+        return P.Momentum(
+            0.05,
+            weight_decay=0.01,
+            parameters=[{"params": ps[:2]}, {"params": ps[2:], "weight_decay": 0.2, "momentum": 0.5}],
+        )
+
     check_parity(make)
 
 
@@ -233,8 +252,9 @@ def test_round_trip_to_native_paddle_and_back():
     with paddle.utils.unique_name.guard():
         params = make_params(seed=2)
         scheduler = P.lr.LinearWarmup(P.lr.CosineAnnealingDecay(0.02, 6), 3, 0.001, 0.02)
-        config = optimizer_config(P.AdamW(scheduler, parameters=params, amsgrad=True,
-                                          apply_decay_param_fun=only_trainable_decay))
+        config = optimizer_config(
+            P.AdamW(scheduler, parameters=params, amsgrad=True, apply_decay_param_fun=only_trainable_decay)
+        )
     start = snapshot(params)
     mid, state = run_ours(config, start, optim.init_state(config, start), grads_seq[:6])
     end, end_state = run_ours(config, mid, state, grads_seq[6:], first_step=6)
@@ -280,9 +300,15 @@ def test_fresh_state_when_paddle_has_not_stepped():
 
 def test_config_settings_read_from_paddle():
     params = make_params(no_clip=("w",))
-    config = optimizer_config(P.AdamW(0.01, parameters=params, weight_decay=0.3,
-                                      apply_decay_param_fun=only_trainable_decay,
-                                      grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0)))
+    config = optimizer_config(
+        P.AdamW(
+            0.01,
+            parameters=params,
+            weight_decay=0.3,
+            apply_decay_param_fun=only_trainable_decay,
+            grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0),
+        )
+    )
     s = config.settings
     assert config.kind == "adamw" and config.rule.weight_decay == pytest.approx(0.3)
     assert s("half").lr_scale == 0.5 and s("w").lr_scale == 1.0
@@ -295,8 +321,11 @@ def test_config_settings_read_from_paddle():
 def test_config_is_hashable_and_serialisable():
     params = make_params(own_reg=REG.L1Decay(0.1))
     scheduler = P.lr.LinearWarmup(P.lr.StepDecay(0.1, 2), 3, 0.0, 0.1)
-    config = optimizer_config(P.Momentum(scheduler, parameters=params, weight_decay=0.1, use_nesterov=True,
-                                         grad_clip=paddle.nn.ClipGradByValue(1.0)))
+    config = optimizer_config(
+        P.Momentum(
+            scheduler, parameters=params, weight_decay=0.1, use_nesterov=True, grad_clip=paddle.nn.ClipGradByValue(1.0)
+        )
+    )
     hash(config)
     again = optim.config_from_dict(optim.config_to_dict(config))
     assert again == config
@@ -305,8 +334,11 @@ def test_config_is_hashable_and_serialisable():
     grads = {n: jnp.ones(s) for n, s in SHAPES.items() if n != "frozen"}
     jitted = jax.jit(optim.apply, static_argnums=0)
     state = optim.init_state(config, start)
-    np.testing.assert_allclose(jitted(config, start, grads, state, 0.1)[0]["w"],
-                               optim.apply(again, start, grads, state, 0.1)[0]["w"], rtol=RTOL)
+    np.testing.assert_allclose(
+        jitted(config, start, grads, state, 0.1)[0]["w"],
+        optim.apply(again, start, grads, state, 0.1)[0]["w"],
+        rtol=RTOL,
+    )
 
 
 def test_frozen_and_unknown_params_pass_through():
@@ -329,10 +361,13 @@ def test_unsupported_optimizer_is_named():
 def test_train_modules_never_import_paddle(module):
     path = pathlib.Path(optim.__file__).with_name(module)
     tree = ast.parse(path.read_text())
-    imported = [n.module if isinstance(n, ast.ImportFrom) else a.name
-                for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
-                for a in (n.names if isinstance(n, ast.Import) else [n])
-                if not (isinstance(n, ast.ImportFrom) and n.level > 0)]
+    imported = [
+        n.module if isinstance(n, ast.ImportFrom) else a.name
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in (n.names if isinstance(n, ast.Import) else [n])
+        if not (isinstance(n, ast.ImportFrom) and n.level > 0)
+    ]
     assert not [m for m in imported if m and m.split(".")[0] == "paddle"]
 
 
@@ -354,14 +389,15 @@ def test_adamw_lr_ratio_scales_the_whole_step():
     # NOTE: Paddle implements lr_ratio on GPU only (its CPU AdamW raises): lr * lr_ratio everywhere.
     g = jnp.arange(6, dtype=jnp.float32)
     ratio = _one_step(optim.AdamW(weight_decay=0.3), optim.ParamSettings(lr_ratio=0.25), g, lr=0.2)
-    np.testing.assert_allclose(ratio, _one_step(optim.AdamW(weight_decay=0.3), optim.ParamSettings(), g, lr=0.05),
-                               rtol=1e-7)
+    np.testing.assert_allclose(
+        ratio, _one_step(optim.AdamW(weight_decay=0.3), optim.ParamSettings(), g, lr=0.05), rtol=1e-7
+    )
 
 
 def test_apply_with_its_config_bound_jits_as_the_training_step_calls_it():
     params = make_params()
     config = optimizer_config(P.Adam(0.01, parameters=params))
-    update = functools.partial(optim.apply, config)       # NOTE: as runtime/step_runner.py builds it
+    update = functools.partial(optim.apply, config)  # NOTE: as runtime/step_runner.py builds it
     start = snapshot(params)
     grads = {n: jnp.ones(s) for n, s in SHAPES.items()}
     new, state = jax.jit(update)(start, grads, optim.init_state(config, start), 0.01)

@@ -2,6 +2,7 @@
 update of its own must not train as its Paddle base) and optimizer state files (.pdopt) that hold state for other
 parameters, frozen ones, or a multi_precision optimizer's master-weight accumulators. Numbers against native Paddle.
 """
+
 import functools
 
 import jax
@@ -20,7 +21,7 @@ from paddle_xla.train import optim
 
 paddle.set_device("cpu")
 P = paddle.optimizer
-RTOL, ATOL = 1e-6, 1e-6        # NOTE: as tests/train/test_optim.py: Paddle's CPU kernels fuse FMAs otherwise
+RTOL, ATOL = 1e-6, 1e-6  # NOTE: as tests/train/test_optim.py: Paddle's CPU kernels fuse FMAs otherwise
 
 
 def _params(names_shapes, seed=0, dtype="float32"):
@@ -28,8 +29,9 @@ def _params(names_shapes, seed=0, dtype="float32"):
     out = []
     for name, shape in names_shapes:
         init = paddle.nn.initializer.Assign(rng.standard_normal(shape).astype("float32"))
-        out.append(paddle.create_parameter(list(shape), dtype, attr=paddle.ParamAttr(name=name),
-                                           default_initializer=init))
+        out.append(
+            paddle.create_parameter(list(shape), dtype, attr=paddle.ParamAttr(name=name), default_initializer=init)
+        )
     return out
 
 
@@ -60,12 +62,14 @@ def _close(ours, theirs, what):
         if isinstance(ours[k], dict):
             _close(ours[k], theirs[k], f"{what}[{k}]")
         else:
-            np.testing.assert_allclose(np.asarray(ours[k]), np.asarray(theirs[k]), rtol=RTOL, atol=ATOL,
-                                       err_msg=f"{what}[{k}]")
+            np.testing.assert_allclose(
+                np.asarray(ours[k]), np.asarray(theirs[k]), rtol=RTOL, atol=ATOL, err_msg=f"{what}[{k}]"
+            )
 
 
 def _pf_optimizers():
     from generation.paddleformers import module
+
     return module("utils.optimizer")
 
 
@@ -92,8 +96,14 @@ def test_paddleformers_adamw_mini_is_refused_its_numbers_are_not_adamws():
     with pytest.raises(TrainingError) as e:
         optimizer_config(opt)
     message = str(e.value)
-    for words in ("paddleformers.utils.optimizer.AdamWMini", "paddleformers/utils/optimizer.py", "_append_optimize_op",
-                  "subclasses paddle.optimizer.AdamW", "use one of paddle.optimizer.AdamW", "optim='adamw'"):
+    for words in (
+        "paddleformers.utils.optimizer.AdamWMini",
+        "paddleformers/utils/optimizer.py",
+        "_append_optimize_op",
+        "subclasses paddle.optimizer.AdamW",
+        "use one of paddle.optimizer.AdamW",
+        "optim='adamw'",
+    ):
         assert words.lower() in message.lower(), (words, message)
 
 
@@ -106,7 +116,7 @@ def test_paddleformers_adamw_custom_is_refused():
 
 
 class _OwnKernel(P.Adam):
-    def _append_optimize_op(self, block, param_and_grad):       # e.g. a clipped Adam
+    def _append_optimize_op(self, block, param_and_grad):  # e.g. a clipped Adam
         return super()._append_optimize_op(block, param_and_grad)
 
 
@@ -120,11 +130,14 @@ class _OwnMoments(P.AdamW):
         super()._add_moments_pows(p)
 
 
-@pytest.mark.parametrize("make,overridden", [
-    (lambda ps: _OwnKernel(0.1, parameters=ps), "_append_optimize_op"),
-    (lambda ps: _OwnStep(0.1, parameters=ps), "step"),
-    (lambda ps: _OwnMoments(0.1, parameters=ps), "_add_moments_pows"),
-])
+@pytest.mark.parametrize(
+    "make,overridden",
+    [
+        (lambda ps: _OwnKernel(0.1, parameters=ps), "_append_optimize_op"),
+        (lambda ps: _OwnStep(0.1, parameters=ps), "step"),
+        (lambda ps: _OwnMoments(0.1, parameters=ps), "_add_moments_pows"),
+    ],
+)
 def test_a_subclass_with_its_own_update_is_refused(make, overridden):
     with paddle.utils.unique_name.guard():
         opt = make(_params(SHAPES))
@@ -149,8 +162,9 @@ def test_train_step_refuses_a_subclass_with_its_own_update():
         net = nn.Linear(4, 2)
         opt = pf.AdamWMini(0.01, parameters=net.parameters())
     with pytest.raises(TrainingError, match="AdamWMini"):
-        px.train_step(net, nn.MSELoss(), opt, [InputSpec([None, 4], "float32", "x")],
-                      [InputSpec([None, 2], "float32", "y")])
+        px.train_step(
+            net, nn.MSELoss(), opt, [InputSpec([None, 4], "float32", "x")], [InputSpec([None, 2], "float32", "y")]
+        )
 
 
 class _Configured(P.AdamW):
@@ -222,8 +236,9 @@ def test_train_step_takes_a_pdopt_with_state_for_a_frozen_layer(tmp_path):
     """The same through px.train_step: a Paddle optimizer over the trainable layer, set_state_dict from a .pdopt of
     a run that trained both layers, then ours and native Paddle continue alike."""
     rng = np.random.default_rng(0)
-    batches = [(rng.standard_normal((8, 4)).astype("float32"), rng.standard_normal((8, 2)).astype("float32"))
-               for _ in range(8)]
+    batches = [
+        (rng.standard_normal((8, 4)).astype("float32"), rng.standard_normal((8, 2)).astype("float32")) for _ in range(8)
+    ]
 
     def build():
         paddle.seed(3)
@@ -256,8 +271,9 @@ def test_train_step_takes_a_pdopt_with_state_for_a_frozen_layer(tmp_path):
         return net, opt
 
     net, opt = resumed()
-    step = px.train_step(net, nn.MSELoss(), opt, [InputSpec([None, 4], "float32", "x")],
-                         [InputSpec([None, 2], "float32", "y")])
+    step = px.train_step(
+        net, nn.MSELoss(), opt, [InputSpec([None, 4], "float32", "x")], [InputSpec([None, 2], "float32", "y")]
+    )
     saved = paddle.load(str(tmp_path / "all.pdopt"))
     w = net[0].weight.name
     np.testing.assert_array_equal(np.asarray(step.state.opt_state[w]["moment1"]), saved[f"{w}_moment1_0"].numpy())
@@ -284,8 +300,9 @@ def _multi_precision_state(names_shapes, seed=7, name=None):
         for key, value in state.items():
             if key != "master_weights":
                 value.set_value(rng.uniform(0.1, 1.0, value.shape).astype("float32"))
-    assert any("_fp32_master_0_moment1_0" in k for k in state) and set(state["master_weights"]) == \
-        {n for n, _ in names_shapes}
+    assert any("_fp32_master_0_moment1_0" in k for k in state) and set(state["master_weights"]) == {
+        n for n, _ in names_shapes
+    }
     return state
 
 
@@ -298,8 +315,9 @@ def test_multi_precision_state_of_this_model_loads():
     state, _ = from_paddle_state_dict(config, saved, {p.name: p.numpy() for p in params})
     for name, _ in BODY_HEAD:
         for acc in ("moment1", "moment2", "beta1_pow_acc", "beta2_pow_acc"):
-            np.testing.assert_array_equal(np.asarray(state[name][acc]),
-                                          saved[f"{name}_fp32_master_0_{acc}_0"].numpy(), err_msg=f"{name}.{acc}")
+            np.testing.assert_array_equal(
+                np.asarray(state[name][acc]), saved[f"{name}_fp32_master_0_{acc}_0"].numpy(), err_msg=f"{name}.{acc}"
+            )
 
 
 def test_multi_precision_state_of_a_differently_named_model_is_refused():

@@ -1,5 +1,6 @@
 """Chat messages to a prompt with the model's own chat template, rendered in Jinja2's sandbox (a template
 from an artifact cannot reach Python's internals or the file system). Paddle-free."""
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -25,11 +26,17 @@ def _template(text: str):
 def render(chat: dict | None, messages, model: str) -> str:
     """The prompt text for `messages` ({role, content} dicts), ending where the assistant's turn begins."""
     if not chat or not chat.get("template"):
-        raise RequestError(400, f"Model {model!r} has no chat template: use /v1/completions, or export it with "
-                                "px.export(gen, path, tokenizer=..., chat_template=...)")
+        raise RequestError(
+            400,
+            f"Model {model!r} has no chat template: use /v1/completions, or export it with "
+            "px.export(gen, path, tokenizer=..., chat_template=...)",
+        )
     try:
-        return _template(chat["template"]).render(messages=list(messages), add_generation_prompt=True,
-                                                  bos_token=chat.get("bos_token", ""),
-                                                  eos_token=chat.get("eos_token", ""))
+        return _template(chat["template"]).render(
+            messages=list(messages),
+            add_generation_prompt=True,
+            bos_token=chat.get("bos_token", ""),
+            eos_token=chat.get("eos_token", ""),
+        )
     except TemplateError as e:
         raise RequestError(400, f"The chat template of {model!r} refused these messages: {e}") from None

@@ -6,6 +6,7 @@ Meanings follow OpenAI's API: temperature 0 is greedy decoding, above 0 sampling
 vLLM's extensions `top_k`, `repetition_penalty` and `min_tokens` are accepted too. A field the API has
 but paddle_xla does not implement (`logprobs`, `echo`, penalties other than 0, ...) is refused by name
 rather than ignored, so a client never gets an answer to a question it did not ask."""
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,8 @@ class Sampling:
 @dataclass(frozen=True)
 class Parsed:
     model: str
-    prompt: str | tuple[int, ...] | None     # completions: text or token ids
-    messages: tuple[dict, ...] | None        # chat: role/content pairs
+    prompt: str | tuple[int, ...] | None  # completions: text or token ids
+    messages: tuple[dict, ...] | None  # chat: role/content pairs
     sampling: Sampling
 
 
@@ -85,8 +86,11 @@ def _integer(data, name, default, low=None):
 
 def _fixed(data: dict, name: str, allowed: tuple) -> None:
     if name in data and data[name] not in allowed:
-        raise bad(f"'{name}'={json.dumps(data[name])[:40]} is not supported by this server (it takes "
-                  f"{' or '.join(json.dumps(a) for a in allowed)}).", name)
+        raise bad(
+            f"'{name}'={json.dumps(data[name])[:40]} is not supported by this server (it takes "
+            f"{' or '.join(json.dumps(a) for a in allowed)}).",
+            name,
+        )
 
 
 def _stop(data: dict) -> tuple[str, ...]:
@@ -100,17 +104,41 @@ def _stop(data: dict) -> tuple[str, ...]:
     raise bad("'stop' must be a string or a list of up to 4 strings.", "stop")
 
 
-COMMON = {"model", "max_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "min_tokens", "seed",
-          "stop", "n", "stream", "stream_options", "user", "logprobs", "presence_penalty", "frequency_penalty",
-          "logit_bias"}
+COMMON = {
+    "model",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "repetition_penalty",
+    "min_tokens",
+    "seed",
+    "stop",
+    "n",
+    "stream",
+    "stream_options",
+    "user",
+    "logprobs",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+}
 COMPLETION_FIELDS = COMMON | {"prompt", "echo", "best_of", "suffix"}
 CHAT_FIELDS = COMMON | {"messages", "max_completion_tokens", "top_logprobs"}
 
 
 def sampling(data: dict, default_max_tokens: int | None) -> Sampling:
-    for name, allowed in (("n", (1,)), ("logprobs", (None, False)), ("presence_penalty", (0, 0.0)),
-                          ("frequency_penalty", (0, 0.0)), ("logit_bias", (None, {})), ("echo", (False,)),
-                          ("best_of", (None, 1)), ("suffix", (None,)), ("top_logprobs", (None,))):
+    for name, allowed in (
+        ("n", (1,)),
+        ("logprobs", (None, False)),
+        ("presence_penalty", (0, 0.0)),
+        ("frequency_penalty", (0, 0.0)),
+        ("logit_bias", (None, {})),
+        ("echo", (False,)),
+        ("best_of", (None, 1)),
+        ("suffix", (None,)),
+        ("top_logprobs", (None,)),
+    ):
         _fixed(data, name, allowed)
     options = _typed(data, "stream_options", (dict,), {}, "an object")
     include_usage = options.get("include_usage", False)
@@ -119,12 +147,18 @@ def sampling(data: dict, default_max_tokens: int | None) -> Sampling:
     max_tokens = _integer(data, "max_tokens", None, low=1)
     if max_tokens is None:
         max_tokens = _integer(data, "max_completion_tokens", default_max_tokens, low=1)
-    return Sampling(max_tokens=max_tokens, temperature=float(_number(data, "temperature", 1.0, 0.0, 2.0)),
-                    top_p=float(_number(data, "top_p", 1.0, 0.0, 1.0, low_open=True)),
-                    top_k=_integer(data, "top_k", 0, low=0), min_tokens=_integer(data, "min_tokens", 0, low=0),
-                    repetition_penalty=float(_number(data, "repetition_penalty", 1.0, 0.0, low_open=True)),
-                    seed=_integer(data, "seed", None), stop=_stop(data),
-                    stream=_typed(data, "stream", (bool,), False, "true or false"), include_usage=include_usage)
+    return Sampling(
+        max_tokens=max_tokens,
+        temperature=float(_number(data, "temperature", 1.0, 0.0, 2.0)),
+        top_p=float(_number(data, "top_p", 1.0, 0.0, 1.0, low_open=True)),
+        top_k=_integer(data, "top_k", 0, low=0),
+        min_tokens=_integer(data, "min_tokens", 0, low=0),
+        repetition_penalty=float(_number(data, "repetition_penalty", 1.0, 0.0, low_open=True)),
+        seed=_integer(data, "seed", None),
+        stop=_stop(data),
+        stream=_typed(data, "stream", (bool,), False, "true or false"),
+        include_usage=include_usage,
+    )
 
 
 def _unknown(data: dict, known: set) -> None:
@@ -144,7 +178,7 @@ def completion(data: dict) -> Parsed:
     _unknown(data, COMPLETION_FIELDS)
     prompt = data.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]          # NOTE: a batch of one prompt
+        prompt = prompt[0]  # NOTE: a batch of one prompt
     if isinstance(prompt, str):
         if not prompt:
             raise bad("'prompt' is empty; give some text or token ids.", "prompt")
@@ -176,7 +210,8 @@ def chat(data: dict) -> Parsed:
 def _content(content, i: int) -> str:
     if isinstance(content, str):
         return content
-    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" and
-                                         isinstance(p.get("text"), str) for p in content):
+    if isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content
+    ):
         return "".join(p["text"] for p in content)
     raise bad(f"messages[{i}].content must be a string or a list of text parts.", "messages")

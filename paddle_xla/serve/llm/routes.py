@@ -9,6 +9,7 @@ response notices), and also while the request still waits for a row or a whole (
 being made (`unless_gone` watches the connection), so an abandoned prompt is never prefilled. Errors are
 OpenAI's body, {"error": {"message", "type", "param", "code"}}, on /v1 and KServe's {"error": message} on
 /v2."""
+
 from __future__ import annotations
 
 import asyncio
@@ -16,8 +17,9 @@ import json
 import time
 import traceback
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import TYPE_CHECKING
 
 from sse_starlette.sse import EventSourceResponse
 from starlette.requests import Request
@@ -26,8 +28,8 @@ from starlette.routing import Route
 
 from ...errors import GenerationError
 from ...generation.continuous import Request as GenRequest
-from ..request_errors import RequestError, unavailable
 from ..http_io import error_response, read_body
+from ..request_errors import RequestError, unavailable
 from . import chat as chat_mod
 from . import requests as R
 from .scheduler import Scheduler, Stream
@@ -67,7 +69,7 @@ async def unless_gone(request: Request, work):
     task, gone = asyncio.ensure_future(work), asyncio.ensure_future(_disconnected(request))
     try:
         await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
-    finally:      # NOTE: also when this handler is cancelled itself
+    finally:  # NOTE: also when this handler is cancelled itself
         gone.cancel()
         if not task.done():
             task.cancel()
@@ -82,12 +84,15 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-def routes(handlers: "LlmHandlers") -> list[Route]:
+def routes(handlers: LlmHandlers) -> list[Route]:
     h = handlers
-    return [Route("/v1/models", h.list_models), Route("/v1/completions", h.completions, methods=["POST"]),
-            Route("/v1/chat/completions", h.chat_completions, methods=["POST"]),
-            Route("/v2/models/{name}/generate", h.generate, methods=["POST"]),
-            Route("/v2/models/{name}/generate_stream", h.generate_stream, methods=["POST"])]
+    return [
+        Route("/v1/models", h.list_models),
+        Route("/v1/completions", h.completions, methods=["POST"]),
+        Route("/v1/chat/completions", h.chat_completions, methods=["POST"]),
+        Route("/v2/models/{name}/generate", h.generate, methods=["POST"]),
+        Route("/v2/models/{name}/generate_stream", h.generate_stream, methods=["POST"]),
+    ]
 
 
 def gone_response() -> Response:
@@ -96,8 +101,14 @@ def gone_response() -> Response:
 
 
 def openai_error(e: RequestError) -> JSONResponse:
-    kind = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-            413: "invalid_request_error", 503: "service_unavailable", 504: "timeout"}.get(e.status, "server_error")
+    kind = {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        404: "not_found_error",
+        413: "invalid_request_error",
+        503: "service_unavailable",
+        504: "timeout",
+    }.get(e.status, "server_error")
     body = {"error": {"message": e.message, "type": kind, "param": getattr(e, "param", None), "code": e.status}}
     return JSONResponse(body, e.status, headers=e.headers)
 
@@ -108,9 +119,21 @@ class LlmHandlers:
 
     # ---- OpenAI ----
     async def list_models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [
-            {"id": m.name, "object": "model", "created": m.created, "owned_by": "paddle_xla",
-             "max_model_len": m.artifact.geometry.max_length} for m in self.llms.values()]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": m.name,
+                        "object": "model",
+                        "created": m.created,
+                        "owned_by": "paddle_xla",
+                        "max_model_len": m.artifact.geometry.max_length,
+                    }
+                    for m in self.llms.values()
+                ],
+            }
+        )
 
     async def completions(self, request: Request) -> Response:
         return await self._openai(request, R.completion, chat=False)
@@ -130,7 +153,7 @@ class LlmHandlers:
             return gone_response()
         except RequestError as e:
             return openai_error(e)
-        except Exception as e:   # NOTE: a bug still answers in OpenAI's form, and the server keeps serving
+        except Exception as e:  # NOTE: a bug still answers in OpenAI's form, and the server keeps serving
             return openai_error(self._internal(e))
         reply = _Reply(model.name, chat, len(ids))
         if parsed.sampling.stream:
@@ -164,10 +187,15 @@ class LlmHandlers:
             return error_response(self._internal(e))
         head = {"model_name": model.name, "model_version": "1"}
         if stream:
+
             async def events():
                 async for piece in _chain(first, pieces):
-                    yield {"data": json.dumps({**head, "text_output": piece.text, "token_ids": piece.ids,
-                                               "finish_reason": piece.finish})}
+                    yield {
+                        "data": json.dumps(
+                            {**head, "text_output": piece.text, "token_ids": piece.ids, "finish_reason": piece.finish}
+                        )
+                    }
+
             return EventSourceResponse(events())
 
         async def whole():
@@ -177,6 +205,7 @@ class LlmHandlers:
                 ids_out += piece.ids
                 finish = piece.finish or finish
             return {**head, "text_output": "".join(text), "token_ids": ids_out, "finish_reason": finish}
+
         try:
             return JSONResponse(await unless_gone(request, whole()))
         except ClientGone:
@@ -188,8 +217,11 @@ class LlmHandlers:
         params = data.get("parameters") or {}
         if not isinstance(params, dict):
             raise R.bad("'parameters' must be an object.", "parameters")
-        fields = {k: v for k, v in {**data, **params}.items() if k not in ("text_input", "input_ids", "parameters",
-                                                                             "bad_words", "stop_words", "id")}
+        fields = {
+            k: v
+            for k, v in {**data, **params}.items()
+            if k not in ("text_input", "input_ids", "parameters", "bad_words", "stop_words", "id")
+        }
         stop = data.get("stop_words") or params.get("stop_words")
         if stop:
             fields["stop"] = stop
@@ -210,9 +242,11 @@ class LlmHandlers:
         return await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout_s)
 
     def _model(self, name: str, status_name: str = "model") -> LlmModel:
-        model = self.llms.get(name)    # NOTE: a dict lookup, never a path
+        model = self.llms.get(name)  # NOTE: a dict lookup, never a path
         if model is None:
-            error = RequestError(404, f"Unknown model {name!r}; this server serves language models {sorted(self.llms)}.")
+            error = RequestError(
+                404, f"Unknown model {name!r}; this server serves language models {sorted(self.llms)}."
+            )
             error.param = status_name
             raise error
         if not model.scheduler.ready:
@@ -225,23 +259,32 @@ class LlmHandlers:
             prompt = chat_mod.render(model.artifact.manifest.get("chat"), parsed.messages, model.name)
         if isinstance(prompt, str):
             if not model.has_tokenizer:
-                raise R.bad(f"Model {model.name!r} was exported without a tokenizer: send token ids as the prompt.",
-                            "prompt")
+                raise R.bad(
+                    f"Model {model.name!r} was exported without a tokenizer: send token ids as the prompt.", "prompt"
+                )
             try:
                 return tuple(model.artifact.encode(prompt))
             except GenerationError as e:
                 raise R.bad(str(e), "prompt") from None
-        assert prompt is not None                        # NOTE: a request holds a prompt or messages
+        assert prompt is not None  # NOTE: a request holds a prompt or messages
         return prompt
 
     async def _events(self, model: LlmModel, ids, s: R.Sampling) -> AsyncIterator[Piece]:
         engine, g = model.scheduler.engine, model.artifact.geometry
         max_new = s.max_tokens
-        if max_new is None:    # NOTE: chat without max_tokens: what the context leaves (padding takes no slot)
+        if max_new is None:  # NOTE: chat without max_tokens: what the context leaves (padding takes no slot)
             max_new = max(1, g.max_length - len(ids) + 1)
-        request = GenRequest(tuple(ids), max_new, "sampling" if s.temperature > 0 else "greedy_search",
-                             temperature=s.temperature if s.temperature > 0 else 1.0, top_k=s.top_k, top_p=s.top_p,
-                             repetition_penalty=s.repetition_penalty, min_new_tokens=s.min_tokens, seed=s.seed)
+        request = GenRequest(
+            tuple(ids),
+            max_new,
+            "sampling" if s.temperature > 0 else "greedy_search",
+            temperature=s.temperature if s.temperature > 0 else 1.0,
+            top_k=s.top_k,
+            top_p=s.top_p,
+            repetition_penalty=s.repetition_penalty,
+            min_new_tokens=s.min_tokens,
+            seed=s.seed,
+        )
         try:
             engine.check(request)
         except GenerationError as e:
@@ -267,17 +310,20 @@ class LlmHandlers:
                     continue
                 done = True
                 if value == "timeout":
-                    raise RequestError(504, f"Model {model.name!r} did not finish within the request timeout "
-                                            f"({self.settings.request_timeout_ms} ms, --request-timeout-ms).")
+                    raise RequestError(
+                        504,
+                        f"Model {model.name!r} did not finish within the request timeout "
+                        f"({self.settings.request_timeout_ms} ms, --request-timeout-ms).",
+                    )
                 if value.startswith("error"):
-                    raise RequestError(500, f"Generation failed: {value[len('error: '):]}")
+                    raise RequestError(500, f"Generation failed: {value[len('error: ') :]}")
                 if value == "cancelled":
                     return
                 yield Piece(text.finish(), [], value)
                 return
         finally:
             if not done:
-                model.scheduler.cancel(stream)      # NOTE: the client went away (or the task was cancelled)
+                model.scheduler.cancel(stream)  # NOTE: the client went away (or the task was cancelled)
 
     def _internal(self, e: Exception) -> RequestError:
         self.log(f"request failed:\n{traceback.format_exc()}")
@@ -300,8 +346,11 @@ class _Reply:
         self.object = "chat.completion" if chat else "text_completion"
 
     def _usage(self, completion_tokens: int) -> dict:
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": completion_tokens,
-                "total_tokens": self.prompt_tokens + completion_tokens}
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": self.prompt_tokens + completion_tokens,
+        }
 
     def _head(self, chunk: bool) -> dict:
         kind = self.object + (".chunk" if chunk and self.chat else "")
@@ -314,10 +363,16 @@ class _Reply:
             ids += piece.ids
             finish = piece.finish or finish
         content = "".join(text)
-        choice = ({"index": 0, "message": {"role": "assistant", "content": content}} if self.chat else
-                  {"index": 0, "text": content, "logprobs": None})
-        return {**self._head(False), "choices": [{**choice, "finish_reason": finish, "token_ids": ids}],
-                "usage": self._usage(len(ids))}
+        choice = (
+            {"index": 0, "message": {"role": "assistant", "content": content}}
+            if self.chat
+            else {"index": 0, "text": content, "logprobs": None}
+        )
+        return {
+            **self._head(False),
+            "choices": [{**choice, "finish_reason": finish, "token_ids": ids}],
+            "usage": self._usage(len(ids)),
+        }
 
     async def stream(self, first: Piece, rest: AsyncIterator[Piece], include_usage: bool):
         made = 0

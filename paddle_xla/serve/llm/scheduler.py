@@ -11,14 +11,15 @@ requests' asyncio queues on the server's event loop. Paddle-free.
 A request's events on its queue: ("token", id) ..., then ("end", reason) with reason "stop" (EOS),
 "length" (max_tokens), "cancelled", "timeout" or "error: <message>".
 """
+
 from __future__ import annotations
 
 import asyncio
 import collections
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ...generation.continuous import ContinuousEngine, Request
 from ...generation.slots import NO_TOKEN
@@ -28,16 +29,17 @@ from ..queue_thread import QueueThread
 @dataclass(eq=False)
 class Stream:
     """One request's life: what it asked for, and where its tokens go."""
+
     request: Request
     loop: asyncio.AbstractEventLoop
-    deadline: float | None = None          # time.monotonic() past which it ends with "timeout"
+    deadline: float | None = None  # time.monotonic() past which it ends with "timeout"
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled: bool = False
     row: int | None = None
     made: int = 0
     last: int | None = None
     submitted: float = field(default_factory=time.monotonic)
-    last_at: float | None = None            # when its previous tokens went out
+    last_at: float | None = None  # when its previous tokens went out
 
     def send(self, *event) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
@@ -46,15 +48,22 @@ class Stream:
 class Scheduler(QueueThread):
     """Drained (QueueThread.drain), it takes no new requests; those running and waiting still finish."""
 
-    def __init__(self, name: str, engine: ContinuousEngine, max_waiting: int, log: Callable[[str], None],
-                 on_failure: Callable[[str], None], metrics=None):
+    def __init__(
+        self,
+        name: str,
+        engine: ContinuousEngine,
+        max_waiting: int,
+        log: Callable[[str], None],
+        on_failure: Callable[[str], None],
+        metrics=None,
+    ):
         super().__init__()
         self.name, self.engine, self.max_waiting, self.log, self.on_failure = name, engine, max_waiting, log, on_failure
-        self.metrics = metrics          # serve/metrics.py's LlmMetrics for this model, or None
+        self.metrics = metrics  # serve/metrics.py's LlmMetrics for this model, or None
         self.ready = False
         self._waiting: collections.deque[Stream] = collections.deque()
         self._running: dict[int, Stream] = {}
-        self._filling: dict[int, Stream] = {}       # rows whose prompt is going in, oldest first
+        self._filling: dict[int, Stream] = {}  # rows whose prompt is going in, oldest first
         self._stopped = False
         self._thread = threading.Thread(target=self._main, name=f"paddle-xla-llm {name}", daemon=True)
 
@@ -92,7 +101,7 @@ class Scheduler(QueueThread):
     def _main(self) -> None:
         try:
             self.engine.warm_up()
-        except Exception as e:   # NOTE: a model that cannot run stops the server (server.py)
+        except Exception as e:  # NOTE: a model that cannot run stops the server (server.py)
             self.on_failure(f"{self.name}: warm-up failed: {type(e).__name__}: {e}")
             return
         self.ready = True
@@ -156,7 +165,7 @@ class Scheduler(QueueThread):
         row = self.engine.free_row()
         try:
             self.engine.begin(row, stream.request)
-        except Exception as e:   # NOTE: checked at submit; anything else is this request's error, not the server's
+        except Exception as e:  # NOTE: checked at submit; anything else is this request's error, not the server's
             stream.send("end", f"error: {type(e).__name__}: {e}")
             return
         self._filling[row] = stream
@@ -231,8 +240,9 @@ class Scheduler(QueueThread):
         self.metrics.waiting.set(len(self._waiting))
         # NOTE: a running request holds its prompt's slots and one per token it made but the last; a prompt
         # going in is counted whole (its row's slots are its own from the first chunk)
-        used = (sum(len(s.request.ids) + s.made - 1 for s in self._running.values())
-                + sum(len(s.request.ids) for s in self._filling.values()))
+        used = sum(len(s.request.ids) + s.made - 1 for s in self._running.values()) + sum(
+            len(s.request.ids) for s in self._filling.values()
+        )
         self.metrics.kv_free.set(g.max_batch_size * g.max_length - used)
 
 

@@ -4,9 +4,10 @@ A token may be part of a character (byte-level BPE splits UTF-8), so the text of
 decoded whole and only the part past what was sent goes out, holding back a trailing U+FFFD (an
 unfinished character). A stop string ends the completion where it begins; the text that might be the
 start of one is held back until the next token says whether it is."""
+
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 INCOMPLETE = "\ufffd"
 
@@ -15,8 +16,8 @@ class TextStream:
     def __init__(self, decode: Callable[[list[int]], str] | None, stop: Sequence[str] = ()):
         self.decode, self.stop = decode, [s for s in stop if s]
         self.ids: list[int] = []
-        self.sent = ""                     # text already handed out
-        self.stopped = False               # a stop string was met: the completion ends here
+        self.sent = ""  # text already handed out
+        self.stopped = False  # a stop string was met: the completion ends here
 
     def push(self, token: int) -> str:
         """The new text this token makes sendable ('' if none yet)."""
@@ -37,12 +38,12 @@ class TextStream:
             return self._take(text[:cut])
         if not final:
             text = text.rstrip(INCOMPLETE)
-            text = text[:len(text) - self._held(text)]
+            text = text[: len(text) - self._held(text)]
         return self._take(text)
 
     def _take(self, text: str) -> str:
         # NOTE: a decoder may rewrite earlier text as ids arrive (merging spaces); only growth is sent
-        new = text[len(self.sent):] if text.startswith(self.sent) else ""
+        new = text[len(self.sent) :] if text.startswith(self.sent) else ""
         self.sent += new
         return new
 
