@@ -164,7 +164,7 @@ class Interpreter:
         self.checks: list[tuple[Op, Any]] = []  # the top-level block's asserts, in program order
         self.depth = 0
         self.half = HALF.get(policy.precision)
-        self.kernels = kernels.Context(policy, self.half, plan.hwio_filters, plan.nk_weights)
+        self.kernels = kernels.KernelContext(policy, self.half, plan.hwio_filters, plan.nk_weights)
         self.layout = Tracker(plan.nhwc_filters) if plan.nhwc_filters is not None else None
 
     def run_block(self, block: Block, env: dict[int, Any]) -> dict[int, Any]:

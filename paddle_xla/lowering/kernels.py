@@ -34,14 +34,14 @@ class Kernel:
 
 
 @dataclass(frozen=True)
-class Context:
+class KernelContext:
     policy: LoweringPolicy
     half: Any  # the half dtype of a bf16/fp16 policy, else None
     hwio_filters: frozenset  # value ids of the filters the runtime holds as HWIO
     nk_weights: frozenset = frozenset()  # value ids of the matmul weights the runtime holds as [N, K]
 
 
-def _conv_by_shifts(op, args, attrs, ctx: Context):
+def _conv_by_shifts(op, args, attrs, ctx: KernelContext):
     # NOTE: XLA:CPU's grouped convolution runs depthwise filters 15-35x slower than fused shifted
     # multiply-adds (ops/depthwise.py has the figures); cuDNN's and TPU's own kernels are better there.
     if not (ctx.policy.on_cpu and op.name in CONV_OPS and is_float(args[0])):
@@ -78,13 +78,13 @@ def _on_half_values(form, x, w, *, half, **attrs):
     return form(rounded(x), rounded(w), **attrs).astype(half)
 
 
-def _hwio_conv(op, args, attrs, ctx: Context):
+def _hwio_conv(op, args, attrs, ctx: KernelContext):
     if op.name in CONV_OPS and op.inputs[1] in ctx.hwio_filters:
         return Kernel(conv_hwio, cast=True)
     return None
 
 
-def _nk_matmul(op, args, attrs, ctx: Context):
+def _nk_matmul(op, args, attrs, ctx: KernelContext):
     # NOTE: a weight held as [N, K] must be read so whatever else applies but int8 (layouts.nk_weight_names
     # holds float32 weights only, and only under a float32 policy)
     if op.name == "pd_op.matmul" and op.inputs[1] in ctx.nk_weights:
@@ -92,14 +92,14 @@ def _nk_matmul(op, args, attrs, ctx: Context):
     return None
 
 
-def _int8_matmul(op, args, attrs, ctx: Context):
+def _int8_matmul(op, args, attrs, ctx: KernelContext):
     # NOTE: a weight the runtime holds as weight-only int8 (runtime/held.py) arrives as an Int8Weight
     if op.name == "pd_op.matmul" and isinstance(args[1], Int8Weight):
         return Kernel(partial(int8_matmul, half=ctx.half), cast=False)
     return None
 
 
-def _half_matmul(op, args, attrs, ctx: Context):
+def _half_matmul(op, args, attrs, ctx: KernelContext):
     # NOTE: every float matmul as a half x half -> float32 dot, gradients included (half.half_matmul);
     # it casts inside, so the gradients leave in float32.
     if ctx.half is not None and op.name == "pd_op.matmul" and all(is_float(a) for a in args):
@@ -107,7 +107,7 @@ def _half_matmul(op, args, attrs, ctx: Context):
     return None
 
 
-def _half_pointwise_conv(op, args, attrs, ctx: Context):
+def _half_pointwise_conv(op, args, attrs, ctx: KernelContext):
     # NOTE: ResNet-50 bf16 training step on CPU, in-process A/B: 2.95 -> 1.78 s. Elsewhere the backend's
     # own convolutions (cuDNN, TPU) are the better kernels.
     if (
@@ -125,14 +125,14 @@ def _half_1x1(x, w, *, half, strides, data_format="NCHW", **_same_as_is_pointwis
     return half_pointwise_conv(x, w, half=half, data_format=data_format, strides=strides)
 
 
-def _half_gelu(op, args, attrs, ctx: Context):
+def _half_gelu(op, args, attrs, ctx: KernelContext):
     # NOTE: BERT-Base bf16 inference, in-process A/B: -1.6 % (the FFN's GELU fusion 29 -> 13 ms).
     if ctx.half is not None and op.name == "pd_op.gelu" and is_float(args[0]):
         return Kernel(gelu_by_erf, cast=False)
     return None
 
 
-def _pointwise_conv(op, args, attrs, ctx: Context):
+def _pointwise_conv(op, args, attrs, ctx: KernelContext):
     # NOTE: on XLA:CPU a 1x1 convolution runs 1.5-3x faster as a GEMM over the pixels than through the
     # convolution emitter (ResNet-50's 8x256x56x56 -> 64: 27 -> 11 ms forward, 43 -> 21 ms backward).
     if (
@@ -151,7 +151,7 @@ def _fp32_1x1(x, w, *, strides, data_format="NCHW", **_same_as_is_pointwise):
     return pointwise_conv(x, w, strides, data_format)
 
 
-def _max_pool_by_shifts(op, args, attrs, ctx: Context):
+def _max_pool_by_shifts(op, args, attrs, ctx: KernelContext):
     # NOTE: forward programs only: the shifted maxima's gradient would split ties, Paddle gives it to
     # the window's first maximum. (ResNet-50 b8 fp32 inference, in-process A/B on 2 cores: 215.5 -> 212.5 ms)
     if ctx.policy.on_cpu and ctx.policy.forward_only and op.name == "pd_op.pool2d" and shifted_max_pool(*args, **attrs):
@@ -179,7 +179,7 @@ RULES = (
 )
 
 
-def choose(op, args, attrs, ctx: Context) -> Kernel | None:
+def choose(op, args, attrs, ctx: KernelContext) -> Kernel | None:
     for rule in RULES:
         kernel = rule(op, args, attrs, ctx)
         if kernel is not None:

@@ -61,7 +61,7 @@ class CausalSelfAttention(nn.Layer):
         return self.drop(self.proj(y))
 
 
-class Block(nn.Layer):
+class GPTBlock(nn.Layer):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.n_embd)
@@ -85,7 +85,7 @@ class GPT(nn.Layer):
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.n_ctx, cfg.n_embd)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.LayerList([Block(cfg) for _ in range(cfg.n_layer)])
+        self.blocks = nn.LayerList([GPTBlock(cfg) for _ in range(cfg.n_layer)])
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         self._init_weights()
 

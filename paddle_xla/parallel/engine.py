@@ -58,15 +58,15 @@ def reduction_for(graph: Graph, strategy: Strategy) -> str:
 
 
 @dataclass(frozen=True)
-class Schedule:
+class PipelineSchedule:
     run: Any  # (ctx, P, Sh, B, feeds, keys, scale, templates) -> gpipe's tuple
     bubble_fraction: Any  # (stages, micro_batches) -> float
 
 
 # NOTE: Strategy.schedule -> its pipeline; strategy.SCHEDULES lists the same names.
 SCHEDULES = {
-    "gpipe": Schedule(pipeline.gpipe, pipeline.bubble_fraction),
-    "1f1b": Schedule(pipeline_1f1b.one_f_one_b, pipeline_1f1b.bubble_fraction),
+    "gpipe": PipelineSchedule(pipeline.gpipe, pipeline.bubble_fraction),
+    "1f1b": PipelineSchedule(pipeline_1f1b.one_f_one_b, pipeline_1f1b.bubble_fraction),
 }
 
 

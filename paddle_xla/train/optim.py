@@ -94,7 +94,7 @@ Regularizer = L1Decay | L2Decay
 # -- update rules: one per Paddle optimizer ------------------------------------------------------
 
 
-class Rule:
+class UpdateRule:
     """An update rule. `init` makes a parameter's accumulators; `update` is one kernel call."""
 
     kind: ClassVar[str]
@@ -120,7 +120,7 @@ def _pow_acc(beta: float) -> Array:
 
 
 @dataclass(frozen=True)
-class SGD(Rule):
+class SGD(UpdateRule):
     kind: ClassVar[str] = "sgd"
 
     def update(self, p, g, acc, lr, s):
@@ -128,7 +128,7 @@ class SGD(Rule):
 
 
 @dataclass(frozen=True)
-class Momentum(Rule):
+class Momentum(UpdateRule):
     momentum: float = 0.9
     use_nesterov: bool = False
     rescale_grad: float = 1.0
@@ -153,7 +153,7 @@ class Momentum(Rule):
 
 
 @dataclass(frozen=True)
-class Adam(Rule):
+class Adam(UpdateRule):
     beta1: float = 0.9
     beta2: float = 0.999
     epsilon: float = 1e-8
@@ -224,7 +224,7 @@ class AdamW(Adam):
 
 
 @dataclass(frozen=True)
-class Lamb(Rule):
+class Lamb(UpdateRule):
     lamb_weight_decay: float = 0.01
     beta1: float = 0.9
     beta2: float = 0.999
@@ -266,7 +266,7 @@ class Lamb(Rule):
 
 
 @dataclass(frozen=True)
-class Adagrad(Rule):
+class Adagrad(UpdateRule):
     epsilon: float = 1e-6
     initial_accumulator_value: float = 0.0
     kind: ClassVar[str] = "adagrad"
@@ -281,7 +281,7 @@ class Adagrad(Rule):
 
 
 @dataclass(frozen=True)
-class RMSProp(Rule):
+class RMSProp(UpdateRule):
     rho: float = 0.95
     epsilon: float = 1e-6
     momentum: float = 0.0
@@ -306,7 +306,7 @@ class RMSProp(Rule):
 
 
 @dataclass(frozen=True)
-class Adamax(Rule):
+class Adamax(UpdateRule):
     beta1: float = 0.9
     beta2: float = 0.999
     epsilon: float = 1e-8
@@ -346,13 +346,13 @@ class ParamSettings:
     apply_decay: bool = True  # AdamW apply_decay_param_fun / Lamb exclude_from_weight_decay_fn
     lr_ratio: float = 1.0  # AdamW lr_ratio(param)
     group: int = 0  # the parameter group (each clips on its own)
-    rule: Rule | None = None  # the group's hyper-parameters, when they differ
+    rule: UpdateRule | None = None  # the group's hyper-parameters, when they differ
     paddle_name: str | None = None  # param.name, for accumulator names
 
 
 @dataclass(frozen=True)
 class OptimizerConfig:
-    rule: Rule
+    rule: UpdateRule
     params: tuple[tuple[str, ParamSettings], ...]
     learning_rate: float | lr_lib.Schedule = 0.001  # interop gives a Schedule (lr.Constant for a float)
     regularizer: Regularizer | None = None  # the optimizer's weight_decay, for reference
@@ -372,7 +372,7 @@ class OptimizerConfig:
     def settings(self, name: str) -> ParamSettings:
         return self._by_name[name]
 
-    def rule_of(self, name: str) -> Rule:
+    def rule_of(self, name: str) -> UpdateRule:
         return self._by_name[name].rule or self.rule
 
     def trainable(self) -> list[str]:
@@ -439,7 +439,7 @@ def clip_all(config: OptimizerConfig, grads: Mapping[str, Array]) -> dict[str, A
     return out
 
 
-def regularize(rule: Rule, s: ParamSettings, p: Array, g: Array) -> Array:
+def regularize(rule: UpdateRule, s: ParamSettings, p: Array, g: Array) -> Array:
     """Add the regularization term to a clipped gradient (Momentum fuses L2 in its kernel)."""
     if s.regularizer is None or (rule.fuses_l2() and isinstance(s.regularizer, L2Decay)):
         return g
