@@ -5,6 +5,7 @@ Paddle-free parts (paddle_xla.artifact, graph, lowering, ops, train, parallel, r
 not installed."""
 
 from importlib import import_module as _import_module
+from typing import Any as _Any
 
 from .quiet import quiet_library_noise as _quiet_library_noise
 
@@ -87,7 +88,7 @@ __all__ = sorted(
 )
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> _Any:
     target = _LAZY.get(name)
     if target is None:
         raise AttributeError(f"module 'paddle_xla' has no attribute {name!r}")
@@ -97,5 +98,5 @@ def __getattr__(name):
     return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return __all__
