@@ -42,10 +42,17 @@ def run(folder: str, settings: Settings) -> int:
     try:
         models = repository.scan(folder, settings.batching, bool(settings.seq_buckets), log, generators)
         llms = {name: _llm(name, artifact, settings, log) for name, artifact in generators.items()}
-        sock.listen(2048)  # NOTE: clients that connect while uvicorn starts wait in the backlog
     except (PaddleXlaError, OSError) as e:
         sock.close()
         print(f"paddle-xla serve: error: {e}", file=sys.stderr, flush=True)
+        return 1
+    try:
+        # NOTE: clients that connect while uvicorn starts wait in the backlog. Two servers bound to one port with
+        # SO_REUSEADDR can both load (Linux refuses only the second listen), so the loser says so here.
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        print(f"paddle-xla serve: error: {_bind_error(settings.host, settings.port, e)}", file=sys.stderr, flush=True)
         return 1
     metrics, state, failures = Metrics(), ServerState(), []
     drain_s = settings.request_timeout_ms / 1e3 + 5 if settings.request_timeout_ms else DRAIN_WITHOUT_TIMEOUT_S
