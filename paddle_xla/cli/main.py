@@ -160,10 +160,14 @@ def _captured(target: str, input_spec: list[str] | None, capture):
         said = " ".join(refusal["what"].split()).rstrip(" .")
         shape = _SHAPE_IN_MESSAGE.search(said)
         named = [t for t in input_spec if shape and _spec_dims(t) == [int(d) for d in shape["dims"].split(",")]]
-        given = ", ".join(named or input_spec)
-        inputs = "input" if len(named or input_spec) == 1 else "inputs"
+        if not named:  # NOTE: Paddle's message names no given shape: the spec may not be what it refuses
+            raise CaptureError(
+                f"capturing {target} with --input-spec {', '.join(input_spec)} failed: Paddle says: {said}. "
+                f"Check that each input has the rank and sizes its forward expects ({SPEC_HELP})"
+            ) from e
+        inputs = "input" if len(named) == 1 else "inputs"
         raise CaptureError(
-            f"{target} does not accept the {inputs} --input-spec {given}: Paddle says: {said}. "
+            f"{target} does not accept the {inputs} --input-spec {', '.join(named)}: Paddle says: {said}. "
             f"Give each input the rank and sizes its forward expects ({SPEC_HELP})"
         ) from e
 
