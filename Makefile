@@ -64,4 +64,4 @@ mutate: $(STAMP)
 	BASE=$(or $(BASE),HEAD~1) $(BIN)/python tools/mutate.py $(FILES)
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info

@@ -235,3 +235,8 @@ def test_floors_name_every_unit_and_imports_never_run_up():
         "imports that run up the floors of ARCHITECTURE.md (move the code down, or the "
         "unit up, and update the page):\n" + "\n".join(upward)
     )
+
+
+def test_the_map_stays_a_ten_minute_read():
+    size = len((ROOT / "ARCHITECTURE.md").read_text())
+    assert size < 16_000, f"ARCHITECTURE.md is {size} characters: keep it under 16,000 (move detail to docs/)"

@@ -193,3 +193,8 @@ def test_every_page_is_in_the_nav():
     pages = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
     assert sorted(nav) == pages, f"mkdocs.yml's nav: {sorted(nav)}; docs/: {pages}"
     assert all((ROOT / "docs" / n).exists() for n in nav)
+
+
+def test_the_readme_stays_a_front_door():
+    size = len((ROOT / "README.md").read_text())
+    assert size <= 10_000, f"README.md is {size} characters: keep it at most 10,000 (move detail into docs/)"

@@ -6,7 +6,7 @@ alone, so a long prompt never waits for company and never pads anyone else's), a
 than the geometry's prefill_chunk, the batch-1 extend program that prefills a prompt a chunk at a time.
 A scheduler interleaves those chunks with decode chunks (`begin`, then `fill` once per decode chunk), so
 a long prompt holds running streams up for one prefill chunk at a time. Given `together` (the programs'
-Graphs lowered in lockstep, engine.program_together), `step_and_fill` runs a decode step and a prefill
+Graphs lowered in lockstep, batch_engine.program_together), `step_and_fill` runs a decode step and a prefill
 step as one program whose linear layers multiply the step's rows and the prompt's tokens together: the
 gap a prefill puts between two tokens of a running stream is then one such step, not a step plus a
 prefill. Every program compiles once: insert per bucket, one chunk program, the decode chunk (the row's

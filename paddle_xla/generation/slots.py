@@ -390,7 +390,7 @@ def step_beside_chunk(
     pad: int,
 ):
     """step, and absorb_row's chunk into `row`, in one program: both(weights, step feeds, chunk feeds) runs the
-    decode step and the batch-1 extend with their linear layers' products shared (engine.program_together).
+    decode step and the batch-1 extend with their linear layers' products shared (batch_engine.program_together).
     The row is not live in the step (its prompt is going in), so the step leaves it as it was. Returns (the
     slots after the step, the step's tokens [B], then absorb_row's three: the row's state for with_row, its
     first token, whether it goes on)."""

@@ -1,4 +1,4 @@
-"""Graphs lowered in lockstep (lowering/shared_products.py, engine.program_together): each Graph's fetches are
+"""Graphs lowered in lockstep (lowering/shared_products.py, batch_engine.program_together): each Graph's fetches are
 bit for bit its own program's, and a product is shared only where its weight is held as [N, K]."""
 
 import dataclasses
