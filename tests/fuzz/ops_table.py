@@ -361,6 +361,16 @@ def _nonzero_divisor(xs, kw):
     return xs
 
 
+def _unsigned_float64_zero(xs, kw):
+    # Paddle 3.3's float64 CPU pow drops a -0.0 base's sign from 4 elements on (its vectorised loop):
+    # pow(-0.0, -1.0) is -inf in a tensor of 1-3 elements and +inf in one of 4 or more, odd powers give
+    # -0.0 or +0.0 likewise, so no answer is Paddle's for every shape (paddle_xla keeps IEEE's sign).
+    # float32 keeps the sign at every length. float64 bases of -0.0 become +0.0.
+    import numpy as np
+
+    return [np.where((x == 0) & (x.dtype == np.float64), np.zeros_like(x), x) for x in xs]
+
+
 def _pos_int_exponent(xs, kw):
     # Paddle refuses a negative integer exponent for integer pow: integer exponents are |y| % 4
     import numpy as np
@@ -446,6 +456,7 @@ UNARY = [
         attrs_unary(y=st.sampled_from([2.0, 3.0, 0.5, -1.0, -2.0, 0.0, 1.5])),
         FLOATS,
         domain="pos",
+        fix=_unsigned_float64_zero,
     ),
 ]
 
