@@ -50,21 +50,27 @@ def leaky_relu(x, *, negative_slope):
     return jnp.where(x >= 0, x, _c(negative_slope, x) * x)
 
 
+def _nan_or(x, fallback):
+    """fallback, but NaN where x is NaN (gradient 0): Paddle's shrink functors compute a dropped branch as
+    x * 0, so a NaN input stays NaN where a plain `where` would give the fallback."""
+    return jnp.where(jnp.isnan(x), lax.stop_gradient(x), fallback)
+
+
 @lowering("pd_op.thresholded_relu")
 def thresholded_relu(x, *, threshold, value=0.0):
-    return _passing(x, x > _c(threshold, x), jnp.full_like(x, value))
+    return _passing(x, x > _c(threshold, x), _nan_or(x, jnp.full_like(x, value)))
 
 
 @lowering("pd_op.hardshrink")
 def hardshrink(x, *, threshold):
     t = _c(threshold, x)
-    return _passing(x, (x <= -t) | (x >= t), jnp.zeros_like(x))
+    return _passing(x, (x <= -t) | (x >= t), _nan_or(x, jnp.zeros_like(x)))
 
 
 @lowering("pd_op.softshrink")
 def softshrink(x, *, threshold):
     t = _c(threshold, x)
-    return jnp.where(x > t, x - t, jnp.where(x < -t, x + t, lax.stop_gradient(jnp.zeros_like(x))))
+    return jnp.where(x > t, x - t, jnp.where(x < -t, x + t, _nan_or(x, lax.stop_gradient(jnp.zeros_like(x)))))
 
 
 @lowering("pd_op.sigmoid", layout="unary")
