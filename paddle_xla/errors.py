@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .lowering.interpreter import CoverageReport
+
+class _MissingOps(Protocol):
+    """What UnsupportedOpsError reads of a report (lowering/interpreter.py's CoverageReport), named here so that
+    this ground-floor module imports nothing above it, not even for types."""
+
+    def describe_missing(self) -> str: ...
 
 
 class PaddleXlaError(Exception):
@@ -27,7 +31,7 @@ class FeedError(PaddleXlaError):
 class UnsupportedOpsError(PaddleXlaError):
     """The program uses ops paddle_xla cannot lower. Lists all of them at once."""
 
-    def __init__(self, report: CoverageReport) -> None:
+    def __init__(self, report: _MissingOps) -> None:
         self.report = report
         super().__init__(report.describe_missing())
 
