@@ -296,6 +296,115 @@ def offline(gen, jobs, batch: int) -> dict:
     return {"batch": batch, "new_tokens": new, "output_tokens_per_s": batch * new / min(calls), "calls_s": calls}
 
 
+# ---- the paged engine's goals: one client, a shared prefix, requests at once ---------------------------
+
+
+def one_client(url: str, prompts, max_tokens: int) -> dict:
+    """The prompts sent one after another: per request, the decode rate (its tokens after the first, per second
+    from the first to the last) and the time to its first token; medians."""
+    import httpx
+
+    with httpx.Client(timeout=None) as http:
+        runs = [stream_one(http, url, ids, max_tokens) for ids in prompts]
+    rates = [(r["tokens"] - 1) / (r["stamps"][-1] - r["stamps"][0]) for r in runs if r["tokens"] > 2]
+    return {
+        "requests": len(runs),
+        "prompt_tokens": [len(ids) for ids in prompts],
+        "max_tokens": max_tokens,
+        "tokens": [r["tokens"] for r in runs],
+        "decode_tokens_per_s": float(np.median(rates)),
+        "ttft_ms": float(np.median([r["ttft"] for r in runs])) * 1e3,
+    }
+
+
+def offline_one(net, context: int, prefill_chunk: int, prompts, new_tokens: int) -> dict:
+    """A batch-1 px.Generator on each prompt alone: its decode rate ((new_tokens - 1) / (the call's time less a
+    1-token call's)) and its prefill (the 1-token call); medians over the prompts."""
+    from paddle_xla.api.generator import Generator
+
+    gen1 = Generator(net, max_batch_size=1, max_length=context, prefill_chunk=prefill_chunk)
+    kw = dict(decode_strategy="greedy_search", eos_token_id=[])
+    rates, firsts = [], []
+    for ids in prompts:
+        x = np.asarray([ids], np.int64)
+        gen1.generate(x, max_new_tokens=new_tokens, **kw)  # NOTE: compiles this prompt's programs
+        one = min(_timed(gen1.generate, x, max_new_tokens=1, **kw) for _ in range(2))
+        full = min(_timed(gen1.generate, x, max_new_tokens=new_tokens, **kw) for _ in range(2))
+        rates.append((new_tokens - 1) / (full - one))
+        firsts.append(one)
+    return {"decode_tokens_per_s": float(np.median(rates)), "prefill_ms": float(np.median(firsts)) * 1e3}
+
+
+def _timed(fn, *args, **kwargs) -> float:
+    start = time.perf_counter()
+    fn(*args, **kwargs)
+    return time.perf_counter() - start
+
+
+def eager_one(net, prompt, new_tokens: int) -> dict:
+    """PaddleFormers' eager generate on one prompt, at its faster of 1 and all threads (generate.py's
+    paddle_side): its decode rate, (new_tokens - 1) / (the call's time less a 1-token call's)."""
+    from generate import paddle_side
+
+    side = paddle_side(net, np.asarray([prompt], np.int64), new_tokens, repeats=2)
+    return {"decode_tokens_per_s": (new_tokens - 1) / (side["full"] - side["ttft"]), "threads": side["threads"]}
+
+
+def shared_prefix(url: str, vocab: int, n: int = 8, prefix: int = 384, total: int = 400) -> dict:
+    """n prompts of `total` tokens whose first `prefix` are the same, one after another: the time to the first
+    token of the first (cold) and the mean of the others."""
+    import httpx
+
+    rng = np.random.default_rng(7)
+    common = [int(i) for i in rng.integers(3, vocab, prefix)]
+    prompts = [common + [int(i) for i in rng.integers(3, vocab, total - prefix)] for _ in range(n)]
+    with httpx.Client(timeout=None) as http:
+        ttft = [stream_one(http, url, ids, 4)["ttft"] for ids in prompts]
+    warm = float(np.mean(ttft[1:]))
+    return {
+        "ttft_ms": [t * 1e3 for t in ttft],
+        "cold_ms": ttft[0] * 1e3,
+        "warm_mean_ms": warm * 1e3,
+        "ratio": warm / ttft[0],
+    }
+
+
+def at_once(base_url: str, vocab: int, n: int, totals=(64, 192)) -> dict:
+    """n requests sent together, prompt and max_tokens together `totals` tokens: the most that ran at once
+    (the server's busy sequences, read from /metrics every 50 ms)."""
+    import httpx
+
+    rng = np.random.default_rng(3)
+    jobs = []
+    for _ in range(n):
+        size = int(rng.integers(totals[0], totals[1] + 1))
+        prompt = int(rng.integers(size // 4, size * 3 // 4))
+        jobs.append(([int(i) for i in rng.integers(3, vocab, prompt)], size - prompt))
+    most, done = [0], threading.Event()
+
+    def watch():
+        with httpx.Client(timeout=10) as http:
+            while not done.is_set():
+                for line in http.get(f"{base_url}/metrics").text.splitlines():
+                    if line.startswith("paddle_xla_llm_slots_busy{"):
+                        most[0] = max(most[0], int(float(line.split()[-1])))
+                time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        level = closed_loop(f"{base_url}/v1/completions", n, jobs, stream_one)
+    finally:
+        done.set()
+        watcher.join(5)
+    return {
+        "requests": n,
+        "tokens_each": list(totals),
+        "most_at_once": most[0],
+        "output_tokens_per_s": level["output_tokens_per_s"],
+    }
+
+
 def idle(base_url: str, bound_s: float = 300.0) -> float:
     """Wait until the server holds no request (busy rows and waiting requests both 0 in its /metrics), at most
     `bound_s`; the seconds it took. A level's clients close their streams at the window's end, and the
@@ -341,6 +450,15 @@ def main() -> int:
         "--prefill-chunk", type=int, default=64, help="prompts longer than this go in this many tokens per decode chunk"
     )
     ap.add_argument("--paddle-requests", type=int, default=6)
+    ap.add_argument(
+        "--one-client-tokens", type=int, default=128, help="max_tokens of the one-client requests (prompts of 128)"
+    )
+    ap.add_argument(
+        "--at-once-kv-tokens",
+        type=int,
+        default=32 * 512,
+        help="the KV cache (--kv-cache-tokens) of the server that counts how many requests run at once",
+    )
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "serve_llm.json"))
     args = ap.parse_args()
@@ -353,6 +471,9 @@ def main() -> int:
     from paddle_xla.api.generator import Generator
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # NOTE: PaddleFormers sets the root logger to INFO
+    if args.quick:
+        # NOTE: few rows and a small at-once cache: few bucket programs to compile
+        args.warm_s, args.window_s, args.rows, args.at_once_kv_tokens = 5.0, 15.0, 4, 1024
     shape = TINY if args.quick else SHAPE
     prompt, output = ((8, 64), (4, 32)) if args.quick else ((32, 512), (16, 256))
     paddle.seed(0)
@@ -367,28 +488,31 @@ def main() -> int:
     export_s = time.perf_counter() - start
     jobs = workload(max(args.concurrency) * 16, shape["vocab_size"], prompt, output)
     prompts = [ids for ids, _ in jobs]  # NOTE: the full-batch yardstick's rows take their first ids
-    if args.quick:
-        args.warm_s, args.window_s = 5.0, 15.0
     env = server_env()
-    service = Service(
-        [
-            sys.executable,
-            "-m",
-            "paddle_xla.cli",
-            "serve",
-            folder,
-            "--port",
-            "0",
-            "--max-queue-size",
-            "1024",
-            "--request-timeout-ms",
-            "0",
-        ],
-        env,
-    )
+    argv = [
+        sys.executable,
+        "-m",
+        "paddle_xla.cli",
+        "serve",
+        folder,
+        "--port",
+        "0",
+        "--max-queue-size",
+        "1024",
+        "--request-timeout-ms",
+        "0",
+    ]
+    service = Service(argv, env)
     levels, after = [], None
+    rng = np.random.default_rng(5)
+    ones = [[int(i) for i in rng.integers(3, shape["vocab_size"], 16 if args.quick else 128)] for _ in range(3)]
+    one_tokens = 8 if args.quick else args.one_client_tokens
     try:
         url = f"http://{service.url}/v1/completions"
+        served_one = one_client(url, ones, one_tokens)
+        print(json.dumps({"one_client": served_one}), flush=True)
+        prefix = shared_prefix(url, shape["vocab_size"], **({"prefix": 32, "total": 40} if args.quick else {}))
+        print(json.dumps({"shared_prefix": prefix}), flush=True)
         for clients in args.concurrency:
             warm = args.warm_s / 10 if clients == 1 else args.warm_s
             # NOTE: each level's yardstick is timed just before it and just after it (the server idle): this
@@ -407,6 +531,16 @@ def main() -> int:
             print(json.dumps(level), flush=True)
     finally:
         service.stop()
+    many = Service([*argv, "--kv-cache-tokens", str(args.at_once_kv_tokens)], env)
+    try:
+        crowd = at_once(f"http://{many.url}", shape["vocab_size"], *((16, (16, 64)) if args.quick else (96, (64, 192))))
+        crowd["kv_cache_tokens"] = args.at_once_kv_tokens
+        crowd["server_ready_s"] = many.ready_s
+        print(json.dumps({"at_once": crowd}), flush=True)
+    finally:
+        many.stop()
+    offline_1 = offline_one(net, context, prefill_chunk, ones[:2], one_tokens)
+    eager_1 = eager_one(net, ones[0], one_tokens)
     base = offline(gen, jobs, min(32, args.rows))
     step_ms = float(np.median([lv["full_batch_step_ms"] for lv in levels]))
     purl, stop = paddle_service(net)
@@ -426,6 +560,9 @@ def main() -> int:
         "export_s": export_s,
         "server_ready_s": service.ready_s,
         "levels": levels,
+        "one_client": {"served": served_one, "offline_batch_1": offline_1, "paddleformers_eager": eager_1},
+        "shared_prefix": prefix,
+        "at_once": crowd,
         "offline": base,
         "full_batch_step_ms": step_ms,
         "paddle_service": theirs,
@@ -438,6 +575,11 @@ def main() -> int:
         "vs_offline": at32["output_tokens_per_s"] / base["output_tokens_per_s"],
         "vs_paddle_service": at32["output_tokens_per_s"] / theirs["output_tokens_per_s"],
         "itl_p99_over_step": at32["itl_p99_over_step"],
+        "one_client_vs_offline_batch_1": served_one["decode_tokens_per_s"] / offline_1["decode_tokens_per_s"],
+        "one_client_vs_paddleformers_eager": served_one["decode_tokens_per_s"] / eager_1["decode_tokens_per_s"],
+        "one_client_ttft_over_offline_prefill": served_one["ttft_ms"] / offline_1["prefill_ms"],
+        "shared_prefix_ttft_ratio": prefix["ratio"],
+        "most_at_once": crowd["most_at_once"],
     }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
@@ -461,6 +603,14 @@ def main() -> int:
         f"{theirs['output_tokens_per_s']:.1f} tok/s"
     )
     g = result["goals"]
+    print(
+        f"one client: {served_one['decode_tokens_per_s']:.1f} tok/s decode, "
+        f"{g['one_client_vs_offline_batch_1']:.2f}x the offline batch-1 generator "
+        f"({offline_1['decode_tokens_per_s']:.1f}), {g['one_client_vs_paddleformers_eager']:.2f}x PaddleFormers' eager "
+        f"({eager_1['decode_tokens_per_s']:.1f}); TTFT {g['one_client_ttft_over_offline_prefill']:.2f}x the offline "
+        f"prefill; shared prefix: TTFT {g['shared_prefix_ttft_ratio']:.2f}x the cold request's; "
+        f"{crowd['most_at_once']} of {crowd['requests']} requests at once in {crowd['kv_cache_tokens']} KV tokens"
+    )
     print(
         f"at {g['clients']} clients: {g['vs_offline']:.0%} of offline, {g['vs_paddle_service']:.2f}x the Paddle "
         f"service, ITL p99 = {g['itl_p99_over_step']:.1f}x the full-batch step"

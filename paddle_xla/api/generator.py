@@ -39,6 +39,7 @@ from ..generation import derive
 from ..generation.batch_engine import BatchEngine, Geometry, held_weights, program
 from ..generation.config import DecodeConfig, token_ids
 from ..generation.continuous import ContinuousEngine, continuous_engine, made_on_first_call
+from ..generation.paged_engine import PagedEngine, paged_engine
 from ..lowering.policy import LoweringPolicy
 from ..parallel.mesh import make_mesh
 from ..parallel.pack import split_dim, tensor_spec
@@ -121,6 +122,11 @@ class _CacheApi:
     def prefill(self, bucket: int, batch: int | None = None) -> Captured:
         with x64.scope():
             return capture_prefill(self.model, batch or self.batch, bucket)
+
+    def any_bucket(self) -> Captured:
+        """The decode step with symbolic rows and slots: one Graph for every bucket a paged engine runs."""
+        with x64.scope():
+            return capture_decode(self.model, None, None)
 
     def extend(self, tokens: int, slots: int, batch: int | None = None) -> Captured:
         """The decode step on `tokens` new tokens: a long prompt's prefill, a chunk at a time."""
@@ -213,6 +219,7 @@ class Generator:
         self._prefill_captured: dict[int, Captured] = {}
         self._prefill1_captured: dict[int, Captured] = {}
         self._continuous: ContinuousEngine | None = None
+        self._decode_any: Captured | None = None
         self._extend_captured: dict[int, Captured] = {}
         self.engine = BatchEngine(
             self.geometry,
@@ -305,11 +312,49 @@ class Generator:
             )
         return self._continuous
 
+    def paged(
+        self,
+        kv_cache_tokens: int | None = None,
+        block_size: int = 16,
+        max_seqs: int | None = None,
+        batch_invariant: bool = True,
+    ) -> PagedEngine:
+        """A server's engine over a paged KV cache (generation/paged_engine.py): `kv_cache_tokens` slots
+        (default: max_batch_size x max_length, the memory of continuous()'s rows) in blocks of `block_size`,
+        up to `max_seqs` requests at once."""
+        if self.geometry.one_length:
+            raise GenerationError(
+                "a paged engine needs a model with a cache API (a PaddleFormers causal LM): "
+                "a plain decoder's derived cache makes a batch's rows share their positions"
+            )
+        return paged_engine(
+            self.geometry,
+            self.defaults,
+            self.held.all_prepared(self.source_weights),
+            lambda name: program(self._graph_of(name), self.policy, self.held),
+            kv_cache_tokens=kv_cache_tokens,
+            block_size=block_size,
+            max_seqs=max_seqs,
+            place=_placement(self.strategy, self.decode_captured),
+            batch_invariant=batch_invariant,
+        )
+
+    def any_bucket_captured(self) -> Captured:
+        """The decode step captured with symbolic rows and cache slots (a paged engine's every bucket),
+        on first use."""
+        if self._decode_any is None:
+            src = self._source
+            assert isinstance(src, _CacheApi)  # NOTE: paged() refuses a derived cache first
+            self._decode_any = src.any_bucket()
+        return self._decode_any
+
     def _graph_of(self, name: str) -> Graph:
         """A continuous engine's program's Graph by its artifact name (decode, prefill1_<bucket>, extend1),
         captured on first use."""
         if name == "decode":
             return self.decode_captured.graph
+        if name == "decode_any":
+            return self.any_bucket_captured().graph
         if name == "extend1":
             return self._extend_graph(1)
         return self.prefill1_captured(int(name.removeprefix("prefill1_"))).graph

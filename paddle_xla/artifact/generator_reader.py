@@ -17,12 +17,13 @@ from ..errors import GenerationError, ModelLoadError
 from ..generation.batch_engine import BatchEngine, Geometry, held_weights, program
 from ..generation.config import DecodeConfig, token_ids
 from ..generation.continuous import ContinuousEngine, continuous_engine
+from ..generation.paged_engine import PagedEngine, paged_engine
 from ..graph import Graph
 from ..lowering.policy import LoweringPolicy
 from ..runtime.held import HeldWeights
 from . import synthetic_weights
 from .container import WEIGHTS, current_platform, lowering_moved, weights_of
-from .generator_writer import TOKENIZER, graph_member, program_weights
+from .generator_writer import PAGED_DECODE, TOKENIZER, graph_member, program_weights
 
 
 class GeneratorArtifact:
@@ -47,6 +48,8 @@ class GeneratorArtifact:
         if self.geometry.chunked:
             # NOTE: the prefill chunk for a batch and for one request (prompts past geometry.prefill_chunk)
             names += ["extend", "extend1"]
+        if graph_member(PAGED_DECODE) in members:
+            names.append(PAGED_DECODE)  # NOTE: absent from a plain decoder's artifact and from older ones
         self.graphs = {n: _graph(path, members, n) for n in names}
         entry = (manifest.get("exported") or {}).get(self.platform)
         if entry is not None and not prefer_graph:
@@ -105,6 +108,40 @@ class GeneratorArtifact:
                 self.geometry, self.defaults, self._weights, make, shared_products=shared, seed=self._seed
             )
         return self._continuous
+
+    @property
+    def can_page(self) -> bool:
+        """Whether this artifact holds the decode step a paged engine runs (paged())."""
+        return PAGED_DECODE in self.graphs
+
+    def paged(
+        self,
+        kv_cache_tokens: int | None = None,
+        block_size: int = 16,
+        max_seqs: int | None = None,
+        batch_invariant: bool = True,
+    ) -> PagedEngine:
+        """A server's engine over a paged KV cache (generation/paged_engine.py, px.Generator.paged's), every
+        program lowered here from the Graphs with one policy: the bucketed decode step has no executable, and
+        the prefills it follows must be the same lowering's to give a row the numbers of generate."""
+        if not self.can_page:
+            raise ModelLoadError(
+                f"{self.path!r} holds no decode step for a paged KV cache ({graph_member(PAGED_DECODE)}): "
+                "export it again with this paddle_xla (a plain decoder's generator has none)"
+            )
+        policy, held = LoweringPolicy.live(self.geometry.precision, inference=True), self._held
+        # NOTE: the weights stay as loaded (held as `held` says); a program that reads one otherwise transposes it
+        return paged_engine(
+            self.geometry,
+            self.defaults,
+            self._weights,
+            lambda n: program(self.graphs[n], policy, held),
+            kv_cache_tokens=kv_cache_tokens,
+            block_size=block_size,
+            max_seqs=max_seqs,
+            seed=self._seed,
+            batch_invariant=batch_invariant,
+        )
 
     def _continuous_programs(self):
         """(make, shared_products) for the continuous engine. Where this platform's lowering shares a decode

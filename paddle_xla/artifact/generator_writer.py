@@ -34,6 +34,9 @@ from .jax_export import avals, check_platforms
 TOKENIZER = "tokenizer.json"
 
 
+PAGED_DECODE = "decode_any"
+
+
 def graph_member(name: str) -> str:
     return f"graphs/{name}.json"
 
@@ -70,6 +73,10 @@ def export_generator(
     weights = {k: np.asarray(v) for k, v in gen.source_weights.items()}
     policies = {p: LoweringPolicy.tuned(p, g.precision, inference=True) for p in platforms}
     members = {graph_member(n): graph.to_json().encode() for n, graph in graphs.items()}
+    if not g.one_length:
+        # NOTE: the decode step with symbolic rows and slots a server's paged engine runs in every bucket: kept
+        # as a Graph only (an executable has fixed shapes), lowered where it is loaded
+        members[graph_member(PAGED_DECODE)] = gen.any_bucket_captured().graph.to_json().encode()
     stored, synthetic = synthetic_lib.leave_out(weights, synthetic_weights)
     members[fmt.WEIGHTS] = fmt.weights_bytes(stored)
     exported = {}

@@ -134,8 +134,9 @@ class _Prefill(paddle.nn.Layer):
 
 
 class _DecodeStep(paddle.nn.Layer):
-    def __init__(self, model, cache_cls, layers, tokens: int = 1):
+    def __init__(self, model, cache_cls, layers, tokens: int | None = 1, symbolic: bool = False):
         super().__init__()
+        self.symbolic = symbolic  # NOTE: a Python flag: dy2static turns a test of the feed's shape into an op
         self.model = model
         self.cache_cls = cache_cls
         self.layers = layers
@@ -143,12 +144,11 @@ class _DecodeStep(paddle.nn.Layer):
 
     def forward(self, input_ids, attention_mask, position_ids, past):
         kv = paddle.unbind(past, 0)
-        cache = self.cache_cls([(kv[2 * i], kv[2 * i + 1]) for i in range(self.layers)], config=self.model.config)
         out = self.model(
             input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=cache,
+            past_key_values=self._cache(kv),
             use_cache=True,
             return_dict=True,
         )
@@ -157,8 +157,26 @@ class _DecodeStep(paddle.nn.Layer):
             if self.tokens == 1:
                 new += [layer.keys[:, :, -1], layer.values[:, :, -1]]
             else:
-                new += [layer.keys[:, :, -self.tokens :], layer.values[:, :, -self.tokens :]]
+                n = input_ids.shape[1] if self.tokens is None else self.tokens
+                new += [layer.keys[:, :, -n:], layer.values[:, :, -n:]]
         return out.logits[:, -1], paddle.stack(new)
+
+    def _cache(self, kv):
+        """The model's cache class holding `kv`. With symbolic rows or slots its layers are filled directly:
+        PaddleFormers' own fill first makes an empty [B, H, 0, D] tensor, which needs a concrete B."""
+        pairs = [(kv[2 * i], kv[2 * i + 1]) for i in range(self.layers)]
+        if not self.symbolic:
+            return self.cache_cls(pairs, config=self.model.config)
+        cache = self.cache_cls(config=self.model.config)
+        for layer, (keys, values) in zip(cache.layers, pairs):
+            if getattr(layer, "is_sliding", False):
+                raise CaptureError(
+                    f"{type(self.model).__name__} has sliding-window attention layers: a paged KV cache "
+                    "(one Graph for every bucket) needs every layer to attend to its whole cache"
+                )
+            layer.keys, layer.values, layer.dtype, layer.place = keys, values, keys.dtype, keys.place
+            layer.is_initialized = True
+        return cache
 
 
 def capture_forward(model, batch: int) -> Captured:
@@ -172,14 +190,19 @@ def capture_prefill(model, batch: int, length: int) -> Captured:
     return from_layer(_Prefill(model), specs, training=False)
 
 
-def capture_decode(model, batch: int, slots: int, dtype: str = "float32", tokens: int = 1) -> Captured:
-    """The decode step on `tokens` new tokens per row (1: the decode step; more: a prefill chunk)."""
+def capture_decode(
+    model, batch: int | None, slots: int | None, dtype: str = "float32", tokens: int | None = 1
+) -> Captured:
+    """The decode step on `tokens` new tokens per row (1: the decode step; more: a prefill chunk). None for
+    batch, slots or tokens leaves that dimension symbolic: one Graph for every bucket a paged engine runs."""
     layers, kv_heads, head_dim = cache_geometry(model)
     past_dtype: Any = dtype  # NOTE: Paddle's stub lists the dtype names as literals
+    width = None if slots is None or tokens is None else slots + tokens
     specs = [
         InputSpec([batch, tokens], "int64", "input_ids"),
-        InputSpec([batch, slots + tokens], "int64", "attention_mask"),
+        InputSpec([batch, width], "int64", "attention_mask"),
         InputSpec([batch, tokens], "int64", "position_ids"),
         InputSpec([2 * layers, batch, kv_heads, slots, head_dim], past_dtype, "past"),
     ]
-    return from_layer(_DecodeStep(model, cache_class(model), layers, tokens), specs, training=False)
+    symbolic = batch is None or slots is None
+    return from_layer(_DecodeStep(model, cache_class(model), layers, tokens, symbolic), specs, training=False)

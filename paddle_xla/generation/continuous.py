@@ -27,7 +27,7 @@ from ..errors import GenerationError
 from ..runtime.compile_cache import ensure_compile_cache
 from . import row_logits as R
 from . import slots as SL
-from .batch_engine import padded, program_together
+from .batch_engine import padded, program_together, rows_of
 from .config import DecodeConfig
 
 CHUNK = "chunk"  # together(CHUNK): the decode step beside the batch-1 extend (a bucket: beside its prefill)
@@ -63,7 +63,7 @@ class Request:
 
 
 @dataclass
-class _Fill:
+class Filling:
     """A prompt on its way into a row: the prefill steps (ids, mask) still to run and its decode arguments."""
 
     steps: list
@@ -102,7 +102,7 @@ class ContinuousEngine:
         self._run = None
         self._absorb = None
         self.chunk_programs = None  # (the chunk, the row's write-back), made on first use (_absorb_fn)
-        self._filling: dict[int, _Fill] = {}
+        self._filling: dict[int, Filling] = {}
         self._free = jax.jit(SL.free, donate_argnums=(0,))
         self._slots = None
         self._seeds = itertools.count()
@@ -122,24 +122,7 @@ class ContinuousEngine:
 
     def check(self, request: Request) -> DecodeConfig:
         """The request's config, or a GenerationError naming the limit it breaks."""
-        g = self.geometry
-        cfg = request.config(self.defaults)
-        if not request.ids:
-            raise GenerationError("the prompt is empty: give at least one token")
-        bad = [i for i in request.ids if not 0 <= i < g.vocab_size]
-        if bad:
-            raise GenerationError(f"token id {bad[0]} is outside the vocabulary [0, {g.vocab_size})")
-        if len(request.ids) > g.max_length:
-            raise GenerationError(
-                f"the prompt ({len(request.ids)} tokens) is longer than the context (max_length={g.max_length})"
-            )
-        room = g.max_length - len(request.ids) + 1  # NOTE: the bucket's padding takes no slot (slots.packed)
-        if cfg.max_new_tokens > room:
-            raise GenerationError(
-                f"max_new_tokens={cfg.max_new_tokens} does not fit the context: a prompt of "
-                f"{len(request.ids)} tokens leaves room for {room} in max_length={g.max_length}"
-            )
-        return cfg
+        return checked(self.geometry, self.defaults, request)
 
     # ---- programs ----
     def _weights_on_device(self):
@@ -206,6 +189,10 @@ class ContinuousEngine:
         return self._slots
 
     # ---- what a scheduler calls ----
+    def fits_now(self, request: Request) -> bool:
+        """Whether a row is free for `request` now (a row holds any request check() accepts)."""
+        return self.free_row() is not None
+
     def free_row(self) -> int | None:
         rows = np.flatnonzero(~self.busy)
         return int(rows[0]) if rows.size else None
@@ -221,25 +208,9 @@ class ContinuousEngine:
         """Reserve `row` for `request` (checked: a GenerationError names what is wrong) and return how many
         `fill` calls its prompt takes: one for a prompt within a bucket, else one per prefill_chunk tokens."""
         cfg = self.check(request)
-        g, n = self.geometry, len(request.ids)
-        whole, width = g.bucket(n) is not None, g.prefill_width(n)
-        ids, mask = padded(np.asarray([request.ids], np.int64), np.ones((1, n), np.int64), width, 1, cfg.pad_token_id)
-        step = width if whole else g.prefill_chunk
-        params = R.RowParams(
-            np.array([cfg.sampling]),
-            np.array([cfg.temperature], np.float32),
-            np.array([cfg.top_k], np.int32),
-            np.array([cfg.top_p], np.float32),
-            np.array([cfg.repetition_penalty], np.float32),
-            np.array([cfg.min_new_tokens], np.int32),
-        )
-        key = (
-            jax.random.PRNGKey(request.seed)
-            if request.seed is not None
-            else jax.random.fold_in(self._base_key, next(self._seeds))
-        )
-        steps = [(ids[:, i : i + step], mask[:, i : i + step]) for i in range(0, width, step)]
-        self._filling[row] = _Fill(steps, np.int32(cfg.max_new_tokens), params, key, whole=whole)
+        steps, whole = prefill_steps(self.geometry, request, cfg)
+        key = request_key(request, self._base_key, self._seeds)
+        self._filling[row] = Filling(steps, np.int32(cfg.max_new_tokens), rows_of(cfg, 1), key, whole=whole)
         self.busy[row] = True
         return len(steps)
 
@@ -359,6 +330,45 @@ class ContinuousEngine:
                     self.step_and_fill(0)
                 self.free(0)
                 compiled(f"decode beside prefill {'chunks' if long and n == long[0] else f'bucket {n}'}")
+
+
+def checked(geometry, defaults: DecodeConfig, request: Request) -> DecodeConfig:
+    """The request's config, or a GenerationError naming the limit of the context it breaks."""
+    g = geometry
+    cfg = request.config(defaults)
+    if not request.ids:
+        raise GenerationError("the prompt is empty: give at least one token")
+    bad = [i for i in request.ids if not 0 <= i < g.vocab_size]
+    if bad:
+        raise GenerationError(f"token id {bad[0]} is outside the vocabulary [0, {g.vocab_size})")
+    if len(request.ids) > g.max_length:
+        raise GenerationError(
+            f"the prompt ({len(request.ids)} tokens) is longer than the context (max_length={g.max_length})"
+        )
+    room = g.max_length - len(request.ids) + 1  # NOTE: the bucket's padding takes no slot (slots.packed)
+    if cfg.max_new_tokens > room:
+        raise GenerationError(
+            f"max_new_tokens={cfg.max_new_tokens} does not fit the context: a prompt of "
+            f"{len(request.ids)} tokens leaves room for {room} in max_length={g.max_length}"
+        )
+    return cfg
+
+
+def prefill_steps(geometry, request: Request, cfg: DecodeConfig) -> tuple[list, bool]:
+    """The (ids, mask) of each prefill step of the request's prompt, and whether it goes in whole (one step
+    of its bucket) rather than in extend chunks."""
+    g, n = geometry, len(request.ids)
+    whole, width = g.bucket(n) is not None, g.prefill_width(n)
+    ids, mask = padded(np.asarray([request.ids], np.int64), np.ones((1, n), np.int64), width, 1, cfg.pad_token_id)
+    step = width if whole else g.prefill_chunk
+    return [(ids[:, i : i + step], mask[:, i : i + step]) for i in range(0, width, step)], whole
+
+
+def request_key(request: Request, base_key, seeds) -> jax.Array:
+    """The request's random key: from its seed, else the engine's key folded with its next count."""
+    if request.seed is not None:
+        return jax.random.PRNGKey(request.seed)
+    return jax.random.fold_in(base_key, next(seeds))
 
 
 def continuous_engine(

@@ -13,7 +13,11 @@ repeats its heads another way, runs as captured.
 The keys and values a decode step (or a prefill chunk) attends to are the cache with the step's new ones
 appended (concat([cache, new], axis=-2), in the model's cache class). The products read those parts
 where they lie, so the concatenation loses its attention readers and the step no longer copies the
-whole cache into it; a model without GQA gets the same (one group member per head). Paddle-free.
+whole cache into it; a model without GQA gets the same (one group member per head).
+
+The softmax between the two products becomes paddle_xla.slot_softmax, whose sum over the slots, like the
+values product's, runs block by block in a fixed order (ops/grouped_attention.py): a row's numbers then do
+not depend on how many empty cache slots its program carries. Paddle-free.
 """
 
 from __future__ import annotations
@@ -28,9 +32,31 @@ def rewrite(graph: Graph) -> Graph:
     """The graph with its GQA attention matmuls reading the unrepeated keys and values."""
     producer = {v: op for op in graph.block.ops for v in op.outputs}
     ops = [_grouped(op, producer) or op for op in graph.block.ops]
+    ops = _slot_softmaxes(ops)
     if all(a is b for a, b in zip(ops, graph.block.ops)):
         return graph
     return dataclasses.replace(graph, block=dataclasses.replace(graph.block, ops=tuple(ops)))
+
+
+def _slot_softmaxes(ops: list[Op]) -> list[Op]:
+    """ops with each last-axis softmax whose weights (directly or through casts) a grouped_values op reads
+    turned into paddle_xla.slot_softmax over that op's value parts."""
+    producer = {v: op for op in ops for v in op.outputs}
+    parts_of: dict[int, tuple] = {}
+    for op in ops:
+        if op.name != "paddle_xla.grouped_values":
+            continue
+        weights = producer.get(op.inputs[0])
+        while weights is not None and weights.name == "pd_op.cast":
+            weights = producer.get(weights.inputs[0])
+        if weights is not None and weights.name == "pd_op.softmax" and weights.attrs.get("axis", -1) in (-1, 3):
+            parts_of[id(weights)] = op.inputs[1:]
+    return [
+        dataclasses.replace(op, name="paddle_xla.slot_softmax", inputs=op.inputs[:1] + parts_of[id(op)], attrs={})
+        if id(op) in parts_of
+        else op
+        for op in ops
+    ]
 
 
 def _grouped(op: Op, producer) -> Op | None:

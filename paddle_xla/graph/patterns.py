@@ -35,7 +35,10 @@ def unrepeated_heads(value: int | None, producer: Mapping[Any, Op]) -> int | Non
     if axes not in ([2], [-3]) or big is None or merged is None or len(big) != 5 or len(merged) != 4:
         return None
     group, slots = big[2], big[3:]
-    if not all(isinstance(d, int) and d >= 1 for d in (group, *slots)) or merged[2:] != slots:
+    # NOTE: the slots and head size may be t's own symbolic dimensions (a decode step captured for every
+    # bucket of a paged cache); the group is always a constant
+    fixed_or_own = all(isinstance(d, int) and d >= 1 or _is_dim_of(d, t, i + 2, producer) for i, d in enumerate(slots))
+    if not (isinstance(group, int) and group >= 1) or not fixed_or_own or merged[2:] != slots:
         return None
     # NOTE: the batch and heads must be t's own (an expand may also broadcast a dimension of 1), and the
     # reshape must keep the batch (-1 there would let it fold the group into the batch instead); with

@@ -8,14 +8,24 @@ slots that copy was 1.8 GB per decode step of a 12-layer model.
 The keys and values may come in parts along the slots axis: the cache as it is and the step's new ones,
 which the model concatenates (generation/gqa_rewrite.py points the products at the parts). Each
 part is multiplied where it lies, so the step reads the cache in place instead of copying it whole into
-the concatenation first (600 MB per step at 32 rows x 768 slots in fp32). Paddle-free."""
+the concatenation first (600 MB per step at 32 rows x 768 slots in fp32).
+
+Their sums over the slots run in a fixed order whatever the number of slots: each part is cut into blocks of
+SUM_BLOCK slots from its start, each block is summed alone, and the blocks' sums are added one after the
+other, the parts' in order (the softmax's normalising sum in slot_softmax, the weighted values in
+grouped_values). Empty slots past a part's end add exact zeros. So a row reads the same numbers from a cache
+of 64 slots as from one of 512, and a paged engine may run a step over as many cache blocks as its rows
+fill (generation/paged.py) and still give each row the tokens a full-cache step gives. Paddle-free."""
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from .registry import lowering
+
+SUM_BLOCK = 16  # NOTE: slots summed as one block; a multiple of the SIMD width keeps the block sums vector code
 
 
 def _groups(heads: int, kv_heads: int) -> int:
@@ -55,13 +65,66 @@ def grouped_scores(q, *keys):
 @lowering("paddle_xla.grouped_values", amp="white")
 def grouped_values(p, *values):
     """Attention weights p [B, H, T, S] times values [B, KV, S, D] shared as in grouped_scores: [B, H, T, D].
-    Values in parts: p's slots cut the same way, each part's product summed."""
-    if len(values) == 1:
-        return _per_group_member(p, values[0], "bkts,bksd->bktd")
+    Values in parts: p's slots cut the same way. The products over the slots are summed block by block in
+    a fixed order (module docstring)."""
     sizes = [v.shape[2] for v in values]
     if sum(sizes) != p.shape[-1]:
         raise ValueError(f"attention weights over {p.shape[-1]} slots do not match values in parts of {sizes}")
+    partials = [_block_products(c, v) for c, v in zip(_cut(p, sizes), values)]
+    return _fold(jnp.concatenate(partials, axis=-2), axis=-2)
+
+
+@lowering("paddle_xla.slot_softmax", amp="black")
+def slot_softmax(x, *values):
+    """softmax(x) over its last axis, the slots that the `values` parts ([B, KV, S_i, D], read for their sizes
+    only) cut: the normalising sum taken block by block in a fixed order (module docstring). The maximum
+    subtracted first is exact in any order."""
+    top = lax.stop_gradient(jnp.max(x, axis=-1, keepdims=True))
+    # NOTE: exp on the blocks, not on x: XLA:CPU's exp rounds a value in the vector body of a loop and one in
+    # its scalar remainder differently (1 ulp), and which a slot falls in depended on the cache's length
+    exps = [jnp.exp(_blocks(part, -jnp.inf) - top[..., None]) for part in _cut(x, [v.shape[2] for v in values])]
+    total = _fold(jnp.concatenate([_fold(e, axis=-1) for e in exps], axis=-1), axis=-1)
+    parts = [(e / total[..., None, None]).reshape(*e.shape[:-2], -1)[..., : v.shape[2]] for e, v in zip(exps, values)]
+    return jnp.concatenate(parts, axis=-1)
+
+
+def _cut(x, sizes):
     bounds = np.cumsum(sizes)[:-1]
-    cuts = jnp.split(p, [int(b) for b in bounds], axis=-1)
-    out = [_per_group_member(c, v, "bkts,bksd->bktd") for c, v in zip(cuts, values)]
-    return sum(out[1:], out[0])
+    return jnp.split(x, [int(b) for b in bounds], axis=-1)
+
+
+def _blocks(x, fill):
+    """x [..., S] as [..., ceil(S / SUM_BLOCK), SUM_BLOCK], the last block filled with `fill`."""
+    s = x.shape[-1]
+    n = -(-s // SUM_BLOCK)
+    x = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, n * SUM_BLOCK - s)], constant_values=fill)
+    return x.reshape(*x.shape[:-1], n, SUM_BLOCK)
+
+
+def _block_products(p, values):
+    """p [B, H, T, S] times values [B, KV, S, D], one product per block of slots: [B, H, T, blocks, D]."""
+    b, h, t, _ = p.shape
+    kv, d = values.shape[1], values.shape[3]
+    g = _groups(h, kv)
+    pb = _blocks(p, 0.0)  # [B, H, T, n, c]
+    n = pb.shape[-2]
+    vb = jnp.pad(values, [(0, 0), (0, 0), (0, n * SUM_BLOCK - values.shape[2]), (0, 0)])
+    vb = vb.reshape(b, kv, 1, n, SUM_BLOCK, d)
+    pb = pb.reshape(b, kv, g, t, n, SUM_BLOCK)
+    if t == 1:
+        # NOTE: a decode step's products as multiplies and a chain of adds over the block: XLA:CPU turns a
+        # product over a single block (a cache of <= 16 slots) into another kernel than one over several,
+        # which rounded otherwise
+        out = _fold(pb[:, :, :, 0, :, :, None] * vb, axis=-2)[:, :, :, None]
+    else:
+        out = jnp.einsum("bkgtnc,bkxncd->bkgtnd", pb, vb)
+    return out.reshape(b, h, t, n, d)
+
+
+def _fold(x, axis):
+    """The sum along `axis`, one element after the other (XLA keeps the order of a chain of adds)."""
+    x = jnp.moveaxis(x, axis, 0)
+    out = x[0]
+    for i in range(1, x.shape[0]):
+        out = out + x[i]
+    return out

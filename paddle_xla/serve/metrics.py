@@ -75,6 +75,29 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.kv_blocks_free = Gauge(
+            "paddle_xla_llm_kv_blocks_free",
+            "Blocks of a paged KV cache no running request holds (0 without one).",
+            ["model"],
+            registry=r,
+        )
+        self.kv_blocks_used = Gauge(
+            "paddle_xla_llm_kv_blocks_used", "Blocks of a paged KV cache running requests hold.", ["model"], registry=r
+        )
+        self.bucket_rows = Histogram(
+            "paddle_xla_llm_decode_bucket_rows",
+            "Rows of the bucket a decode chunk of a paged KV cache ran in.",
+            ["model"],
+            buckets=_ROW_BUCKETS,
+            registry=r,
+        )
+        self.bucket_blocks = Histogram(
+            "paddle_xla_llm_decode_bucket_blocks",
+            "Cache blocks per row of the bucket a decode chunk of a paged KV cache ran in.",
+            ["model"],
+            buckets=_ROW_BUCKETS,
+            registry=r,
+        )
         self.ttft = Histogram(
             "paddle_xla_llm_time_to_first_token_seconds",
             "From a request's admission to the queue to its first token.",
@@ -114,6 +137,10 @@ class Metrics:
                     self.slots_busy,
                     self.slots_waiting,
                     self.kv_free,
+                    self.kv_blocks_free,
+                    self.kv_blocks_used,
+                    self.bucket_rows,
+                    self.bucket_blocks,
                     self.ttft,
                     self.itl,
                     self.prefill,
@@ -135,6 +162,10 @@ class LlmMetrics:
     busy: Any
     waiting: Any
     kv_free: Any
+    kv_blocks_free: Any
+    kv_blocks_used: Any
+    bucket_rows: Any
+    bucket_blocks: Any
     ttft: Any
     itl: Any
     prefill: Any

@@ -106,8 +106,20 @@ class DrainingServer(uvicorn.Server):
 
 
 def _llm(name: str, artifact, settings: Settings, log) -> LlmModel:
-    """A generator artifact served by the language-model routes: its continuous engine and scheduler."""
-    engine = artifact.continuous()
+    """A generator artifact served by the language-model routes: its engine (paged where the artifact holds
+    the decode step for it) and scheduler."""
+    if settings.paged_kv_cache and artifact.can_page:
+        engine = artifact.paged(
+            kv_cache_tokens=settings.kv_cache_tokens or None, batch_invariant=settings.batch_invariance
+        )
+        log(
+            f"{name}: paged KV cache of {engine.blocks.capacity_tokens} tokens in blocks of {engine.block_size}, up "
+            f"to {engine.max_seqs} requests at once; compiling {engine.programs} programs before it is ready"
+        )
+    else:
+        if settings.paged_kv_cache:
+            log(f"{name}: rows of max_length slots: {artifact.path!r} has no paged decode step (export it again)")
+        engine = artifact.continuous()
     # NOTE: the same progress as an ordinary model's warm-up (warmup.py): "NAME: compiled WHAT (i/n, t s)"
     engine.on_compiled = lambda what: log(f"{name}: compiled {what}")
     scheduler = Scheduler(name, engine, settings.max_queue_size, log, on_failure=log)

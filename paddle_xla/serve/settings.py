@@ -85,6 +85,24 @@ class Settings:
         "row (e.g. 32 rows as 4 x 8 on a small CPU)",
         decls=("--split-batches/--no-split-batches",),
     )
+    kv_cache_tokens: int = flag(
+        0,
+        "language models: KV cache slots, shared in blocks of 16 by the running requests (0: the generator's "
+        "max_batch_size x max_length)",
+    )
+    paged_kv_cache: bool = flag(
+        True,
+        "language models: give each running request a row of max_length slots instead of cache blocks",
+        kind="negated",
+        decls=("--no-paged-kv-cache",),
+    )
+    batch_invariance: bool = flag(
+        True,
+        "language models: run decode chunks in as few rows as the running requests need and more requests at "
+        "once (faster for few clients; a row's float32 rounding then depends on how many rows share its chunk)",
+        kind="negated",
+        decls=("--no-batch-invariance",),
+    )
     max_queue_size: int = flag(256, "queued requests per model; more are refused with 503")
     request_timeout_ms: int = flag(60_000, "answer 504 after this long (0: never)")
     max_body_mb: float = flag(64.0, "larger request bodies get 413")
@@ -113,6 +131,8 @@ class Settings:
         for name in ("max_queue_delay_us", "request_timeout_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, not {getattr(self, name)}.")
+        if self.kv_cache_tokens < 0:
+            raise ValueError(f"--kv-cache-tokens must be 0 or more, not {self.kv_cache_tokens}.")
         if self.max_body_mb <= 0:
             raise ValueError(f"--max-body-mb must be positive, not {self.max_body_mb}.")
         if self.body_timeout_s <= 0:

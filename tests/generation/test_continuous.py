@@ -256,8 +256,10 @@ def test_a_prefill_step_beside_a_decode_step_gives_each_request_its_tokens_alone
     gen = request.getfixturevalue(which)
     engine = gen.continuous()
     assert engine._together is not None
+    # NOTE: the second request's short prompt goes in beside the first's decode steps (its bucket's program),
+    # whatever the random ones after it do
     requests = (
-        [Request((5, 6, 7), 30)]
+        [Request((5, 6, 7), 30), Request((9, 10, 11, 12), 5)]
         + _requests(0, 10)
         + _requests(1, 3, repetition_penalty=1.3)
         + _requests(2, 2, min_new_tokens=3)

@@ -50,5 +50,21 @@ def test_serve_llm_benchmark_quick(tmp_path):
     assert steps[0] <= report["full_batch_step_ms"] <= steps[-1]
     assert report["goals"]["itl_p99_over_step"] == report["levels"][-1]["itl_p99_over_step"]
     assert report["paddle_service"]["output_tokens_per_s"] > 0 and report["offline"]["output_tokens_per_s"] > 0
-    assert set(report["goals"]) == {"clients", "vs_offline", "vs_paddle_service", "itl_p99_over_step"}
+    assert set(report["goals"]) == {
+        "clients",
+        "vs_offline",
+        "vs_paddle_service",
+        "itl_p99_over_step",
+        "one_client_vs_offline_batch_1",
+        "one_client_vs_paddleformers_eager",
+        "one_client_ttft_over_offline_prefill",
+        "shared_prefix_ttft_ratio",
+        "most_at_once",
+    }
+    one = report["one_client"]
+    assert min(one["served"]["tokens"]) > 2 and one["served"]["decode_tokens_per_s"] > 0
+    assert one["offline_batch_1"]["decode_tokens_per_s"] > 0 and one["paddleformers_eager"]["decode_tokens_per_s"] > 0
+    assert len(report["shared_prefix"]["ttft_ms"]) == 8 and report["shared_prefix"]["ratio"] > 0
+    # NOTE: 16 requests of at most 64 tokens (4 blocks each) in 1024 tokens of cache: all of them fit at once
+    assert 1 < report["at_once"]["most_at_once"] <= 16
     assert "| 8 |" in done.stdout

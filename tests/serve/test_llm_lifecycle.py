@@ -66,7 +66,7 @@ def test_sigterm_lets_running_streams_finish_then_exits_0(llm):  # noqa: F811
         server.signal(signal.SIGTERM)
         for f in futures:
             prompt, ids = f.result(timeout=60)
-            assert ids == alone(art.encode(prompt), CONTEXT - 16 + 1)
+            assert ids == alone(art.encode(prompt), CONTEXT - 16 + 1), (prompt, server.output)
         assert server.wait(60) == 0, server.output
     finally:
         started.shutdown()
@@ -144,3 +144,32 @@ def test_the_scheduler_bounds_its_waiting_queue():
             assert e.status == 503 and "shutting down" in e.message
     finally:
         loop.close()
+
+
+def test_a_small_kv_cache_makes_requests_wait_and_refuses_one_that_can_never_fit(llm):  # noqa: F811
+    # NOTE: 48 tokens of cache, 3 blocks of 16: a request of 16 + 16 tokens holds 2, so of 3 sent at once one
+    # runs at a time, each waiting for the blocks of the one before; 40 + 20 tokens would need 4 blocks
+    folder, art = llm
+    alone = Alone(art)
+    server = ServeProcess(folder, "--kv-cache-tokens", "48")
+    try:
+        with httpx.Client(base_url=f"http://{server.url}", timeout=60) as http:
+            r = http.post("/v1/completions", json={"model": "llm", "prompt": list(range(3, 43)), "max_tokens": 20})
+            assert r.status_code == 400, r.text
+            assert "needs 4 blocks of 16; the KV cache holds 3 (48 tokens)" in r.json()["error"]["message"]
+            prompts = [list(range(3 + i, 19 + i)) for i in range(3)]
+
+            def complete(ids):
+                body = {"model": "llm", "prompt": ids, "max_tokens": 16, "temperature": 0}
+                return http.post("/v1/completions", json=body).json()["choices"][0]["token_ids"]
+
+            with concurrent.futures.ThreadPoolExecutor(3) as pool:
+                got = list(pool.map(complete, prompts))
+            assert got == [alone(ids, 16) for ids in prompts]
+            _settles(http)
+            metrics = http.get("/metrics").text
+            assert 'paddle_xla_llm_kv_blocks_free{model="llm"} 3.0' in metrics
+            assert 'paddle_xla_llm_kv_blocks_used{model="llm"} 0.0' in metrics
+            assert 'paddle_xla_llm_decode_bucket_rows_count{model="llm"}' in metrics
+    finally:
+        server.stop()

@@ -123,9 +123,12 @@ class Scheduler(QueueThread):
             if self._stopped:
                 return False
             self._settle(time.monotonic())
-            admit = self._admissible()
-        for stream in admit:
-            self._begin(stream)
+            # NOTE: begun under the lock, one by one: each reserves its row (and cache blocks) before the next
+            # is asked whether it fits (begin is host bookkeeping; the prefill runs in fill)
+            for _ in range(self._admissible()):
+                if not self.engine.fits_now(self._waiting[0].request):
+                    break  # NOTE: first come, first served: it waits for blocks, and those behind it too
+                self._begin(self._waiting.popleft())
         if not self._running:
             for row in list(self._filling):
                 while row in self._filling:
@@ -139,6 +142,10 @@ class Scheduler(QueueThread):
             else:
                 out = self.engine.run_chunk()
             self._observe("decode", time.monotonic() - start)
+            bucket = getattr(self.engine, "last_bucket", None)
+            if bucket is not None and self.metrics is not None:
+                self.metrics.bucket_rows.observe(bucket[0])
+                self.metrics.bucket_blocks.observe(bucket[1])
             self._distribute(out)
             self._gauge()
         return True
@@ -155,11 +162,11 @@ class Scheduler(QueueThread):
             self._waiting.remove(stream)
             stream.send("end", _dropped(stream, now))
 
-    def _admissible(self) -> list[Stream]:
-        free = self.engine.geometry.max_batch_size - len(self._running) - len(self._filling)
+    def _admissible(self) -> int:
+        """How many waiting requests may begin now, rows allowing (the engine also asks for their blocks)."""
+        free = len(self.engine.busy) - len(self._running) - len(self._filling)
         # NOTE: with streams running, one prompt goes in at a time (one prefill step per decode chunk)
-        n = min(free, len(self._waiting), (0 if self._filling else 1) if self._running else free)
-        return [self._waiting.popleft() for _ in range(n)]
+        return min(free, len(self._waiting), (0 if self._filling else 1) if self._running else free)
 
     def _begin(self, stream: Stream) -> None:
         row = self.engine.free_row()
@@ -243,7 +250,14 @@ class Scheduler(QueueThread):
         used = sum(len(s.request.ids) + s.made - 1 for s in self._running.values()) + sum(
             len(s.request.ids) for s in self._filling.values()
         )
-        self.metrics.kv_free.set(g.max_batch_size * g.max_length - used)
+        blocks = getattr(self.engine, "blocks", None)  # NOTE: a paged engine's BlockPool
+        if blocks is None:
+            self.metrics.kv_free.set(g.max_batch_size * g.max_length - used)
+            return
+        # NOTE: a request's blocks are its own from its begin on, reserved for its prompt and max_tokens
+        self.metrics.kv_free.set(blocks.free_blocks * blocks.block_size)
+        self.metrics.kv_blocks_free.set(blocks.free_blocks)
+        self.metrics.kv_blocks_used.set(blocks.used_blocks)
 
 
 def _dropped(stream: Stream, now: float) -> str | None:

@@ -1,0 +1,369 @@
+"""PagedEngine: continuous batching over a paged KV cache, each decode chunk in the smallest bucket that holds
+its rows. The host side of paged.py; a server's scheduler (serve/llm/scheduler.py) drives it as it drives a
+ContinuousEngine (the same calls: begin, fill, run_chunk, free). Paddle-free.
+
+- **Blocks.** The cache is a pool of `num_blocks` blocks of `block_size` slots (blocks.py keeps the tables).
+  A request reserves the blocks of its prompt and max_new_tokens when it begins, and gives them back when it
+  ends or is cancelled. A request waits while its blocks are not free (`fits_now`); one that can never fit
+  is refused (`check`).
+- **Buckets.** A decode chunk runs R rows over N blocks per row, N the smallest of 1, 2, 4, ... blocks that
+  holds every row's cache after the chunk: a short context reads a few blocks, not max_length slots. The
+  attention sums in a fixed block order (ops/grouped_attention.py), so N never changes a row's numbers.
+- **Rows.** Batch-invariant (the default), R is always the generator's max_batch_size: a row's numbers are
+  then those of px.Generator.generate on its prompt alone, whatever its company, because XLA:CPU's products
+  round a row differently by how many rows they multiply (measured on a 768-wide Llama: 1, 2-16, 17-32 and
+  64 rows, four roundings). Not batch-invariant, R is the smallest of 1, 2, 4, ... max_seqs that holds the
+  running sequences (a lone request runs one row, at the offline batch-1 generator's pace) and max_seqs
+  may exceed max_batch_size (short requests run more at once in the same memory); a row's tokens may then
+  differ from generate's where two candidates' logits are within that rounding. Each (R, N) is one
+  compiled program, all compiled by warm_up.
+- **Prefill** is continuous.py's (a prompt alone, its bucket's batch-1 prefill, or the extend program a
+  chunk at a time, into a batch-1 view), then its view's filled slots go into its blocks (paged.commit)."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+
+from .. import x64
+from ..errors import GenerationError
+from ..runtime.compile_cache import ensure_compile_cache
+from . import paged as PG
+from . import slots as SL
+from .batch_engine import rows_of
+from .blocks import BlockPool
+from .config import DecodeConfig
+from .continuous import Filling, Request, checked, made_on_first_call, prefill_steps, request_key
+
+
+def powers_of_two(first: int, last: int) -> tuple[int, ...]:
+    """first, 2 * first, ... below `last`, then `last` itself."""
+    out, b = [], first
+    while b < last:
+        out.append(b)
+        b *= 2
+    return tuple(out) + (last,)
+
+
+@dataclass
+class _Fill(Filling):
+    """continuous.py's prompt on its way in, with its batch-1 view so far and its prompt's length."""
+
+    tokens: int = 0
+    view: SL.Slots | None = None
+
+
+class PagedEngine:
+    """geometry: the generator's (max_length caps one request); decode: the decode program captured with
+    symbolic rows and slots; prefill1_for(bucket), extend1: the batch-1 prefill programs continuous.py uses;
+    batch_invariant, max_seqs: the module docstring's Rows (max_seqs is max_batch_size when batch-invariant)."""
+
+    def __init__(
+        self,
+        geometry,
+        defaults: DecodeConfig,
+        decode: Callable,
+        prefill1_for: Callable[[int], Callable],
+        weights: Mapping,
+        num_blocks: int,
+        block_size: int = 16,
+        max_seqs: int | None = None,
+        seed: int = 0,
+        place: Callable | None = None,
+        extend1: Callable | None = None,
+        batch_invariant: bool = True,
+    ):
+        if geometry.chunked and extend1 is None:
+            raise GenerationError(f"prefill_chunk={geometry.prefill_chunk} needs the batch-1 extend program")
+        ensure_compile_cache()
+        self.geometry, self.defaults = geometry, defaults
+        self.blocks = BlockPool(num_blocks, block_size, prefix_cache=False)
+        self.block_size = block_size
+        self.batch_invariant = batch_invariant
+        self.max_seqs = geometry.max_batch_size if batch_invariant else max_seqs or geometry.max_batch_size
+        self.row_buckets = (self.max_seqs,) if batch_invariant else powers_of_two(1, self.max_seqs)
+        self.table_width = -(-(geometry.max_length + 1) // block_size)  # NOTE: prompt + new tokens, one spare
+        self.block_buckets = powers_of_two(1, self.table_width)
+        self._decode, self._prefill1_for, self._extend1 = decode, prefill1_for, extend1
+        self._weights, self._place = dict(weights), place or jax.device_put
+        self._params = None
+        self._state: PG.Paged | None = None
+        self._runs: dict = {}
+        self._starts: dict = {}
+        self._absorb = None
+        self._commit = jax.jit(PG.commit, donate_argnums=(0,))
+        self._free = jax.jit(PG.free, donate_argnums=(0,))
+        self._filling: dict[int, _Fill] = {}
+        self._length = np.zeros(self.max_seqs, np.int64)  # NOTE: the host's view of each slot's filled cache
+        self._seeds = itertools.count()
+        self._base_key = jax.random.PRNGKey(seed)
+        self.busy = np.zeros(self.max_seqs, bool)
+        self.last_bucket: tuple[int, int] | None = None  # (rows, blocks) of the last decode chunk
+        self.on_compiled: Callable[[str], None] | None = None
+
+    shares_products = False
+
+    @property
+    def eos(self) -> tuple[int, ...]:
+        return tuple(self.defaults.eos_token_id)
+
+    @property
+    def programs(self) -> int:
+        """How many programs warm_up compiles."""
+        g = self.geometry
+        return len(self.row_buckets) * len(self.block_buckets) + len(g.buckets) + (1 if g.chunked else 0)
+
+    def check(self, request: Request) -> DecodeConfig:
+        """The request's config, or a GenerationError naming the limit it breaks (also: more blocks than the
+        whole pool holds)."""
+        cfg = checked(self.geometry, self.defaults, request)
+        need = self.blocks.blocks_for(self._tokens(request, cfg))
+        if need > self.blocks.num_blocks - 1:
+            raise GenerationError(
+                f"a request of {self._tokens(request, cfg)} tokens needs {need} blocks of {self.block_size}; the KV "
+                f"cache holds {self.blocks.num_blocks - 1} ({self.blocks.capacity_tokens} tokens): give the "
+                "server more KV cache (--kv-cache-tokens) or ask for fewer max_tokens"
+            )
+        return cfg
+
+    @staticmethod
+    def _tokens(request: Request, cfg: DecodeConfig) -> int:
+        return len(request.ids) + cfg.max_new_tokens
+
+    def fits_now(self, request: Request) -> bool:
+        """Whether a free sequence slot and the request's blocks are free now."""
+        need = self.blocks.blocks_for(self._tokens(request, request.config(self.defaults)))
+        return self.free_row() is not None and need <= self.blocks.free_blocks
+
+    # ---- programs ----
+    def _weights_on_device(self):
+        if self._params is None:
+            self._params = self._place(self._weights)
+        return self._params
+
+    def _paged(self) -> PG.Paged:
+        if self._state is None:
+            g = self.geometry
+            with x64.scope():
+                self._state = PG.empty(
+                    2 * g.layers,
+                    self.blocks.num_blocks,
+                    g.kv_heads,
+                    self.block_size,
+                    g.head_dim,
+                    g.cache_dtype,
+                    self.max_seqs,
+                    g.vocab_size,
+                )
+        return self._state
+
+    def _start_fn(self, bucket: int):
+        if bucket not in self._starts:
+            prefill, eos, dtype = self._prefill1_for(bucket), self.eos, self.geometry.cache_dtype
+            self._starts[bucket] = jax.jit(
+                lambda w, ids, mask, limit, params, key: SL.start(
+                    prefill, w, ids, mask, np.ones(1, bool), limit[None], params, key[None], bucket, dtype, eos
+                )
+            )
+        return self._starts[bucket]
+
+    def _absorb_fn(self):
+        if self._absorb is None:
+            extend, eos = self._extend1, self.eos
+            self._absorb = jax.jit(
+                lambda w, s, ids, mask, fresh, last, limit, params, key: SL.absorb_row(
+                    extend, w, s, 0, ids, mask, fresh, last, limit, params, key, eos
+                )[0]
+            )
+        return self._absorb
+
+    def _run_fn(self, rows: int, blocks: int):
+        if (rows, blocks) not in self._runs:
+            decode, eos, pad, chunk = self._decode, self.eos, self.defaults.pad_token_id, self.geometry.chunk
+            self._runs[(rows, blocks)] = jax.jit(
+                lambda w, s, r, t: PG.run(decode, w, s, r, t, chunk, eos, pad), donate_argnums=(1,)
+            )
+        return self._runs[(rows, blocks)]
+
+    # ---- what a scheduler calls ----
+    def free_row(self) -> int | None:
+        rows = np.flatnonzero(~self.busy)
+        return int(rows[0]) if rows.size else None
+
+    def begin(self, row: int, request: Request) -> int:
+        """Reserve sequence slot `row` and the request's blocks (checked: a GenerationError names what is
+        wrong; call fits_now first, a request that does not fit now is a GenerationError here) and return how
+        many `fill` calls its prompt takes."""
+        cfg = self.check(request)
+        tokens = self._tokens(request, cfg)
+        if self.blocks.admit(row, request.ids, tokens) is None:
+            raise GenerationError(f"the KV cache has no room for {tokens} tokens now: wait for fits_now")
+        steps, whole = prefill_steps(self.geometry, request, cfg)
+        key = request_key(request, self._base_key, self._seeds)
+        self._filling[row] = _Fill(
+            steps, np.int32(cfg.max_new_tokens), rows_of(cfg, 1), key, whole, tokens=len(request.ids)
+        )
+        self.busy[row] = True
+        return len(steps)
+
+    def fill(self, row: int) -> tuple[int, bool] | None:
+        """The next prefill step of the prompt begun in `row`: None while more remain, then (its first token,
+        whether it goes on)."""
+        f = self._filling[row]
+        ids, mask = f.steps.pop(0)
+        w = self._weights_on_device()
+        with x64.scope():
+            if f.whole:
+                f.view = self._start_fn(ids.shape[1])(w, ids, mask, f.limit, f.params, f.key)
+            else:
+                if f.view is None:
+                    g = self.geometry
+                    shape = (2 * g.layers, 1, g.kv_heads, g.max_length, g.head_dim)
+                    f.view = SL.empty(shape, g.cache_dtype, g.vocab_size)
+                f.view = self._absorb_fn()(
+                    w, f.view, ids, mask, np.bool_(f.first), np.bool_(not f.steps), f.limit, f.params, f.key
+                )
+            f.first = False
+            if f.steps:
+                return None
+            table = self._table(row, self.table_width)
+            self._state = self._commit(self._paged(), np.int32(row), table, f.view)
+            token, goes_on = int(f.view.token[0]), bool(f.view.live[0])
+        del self._filling[row]
+        self._length[row] = f.tokens
+        if not goes_on:
+            self._end(row)
+        return token, goes_on
+
+    def step_and_fill(self, row: int) -> tuple[tuple[int, bool] | None, np.ndarray]:
+        """fill(row), then run_chunk() (a paged engine runs them as two programs)."""
+        done = self.fill(row)
+        return done, self.run_chunk()
+
+    def run_chunk(self) -> np.ndarray:
+        """One decode chunk of the running sequences in its bucket: tokens [max_seqs, chunk] (NO_TOKEN where a
+        slot made none). Sequences that ended give their blocks back."""
+        chunk = self.geometry.chunk
+        out = np.full((self.max_seqs, chunk), SL.NO_TOKEN, np.int32)
+        running = [int(r) for r in np.flatnonzero(self.busy) if r not in self._filling]
+        if not running:
+            return out
+        rows, blocks = self.bucket_of(running)
+        self.last_bucket = (rows, blocks)
+        index = np.full(rows, self.max_seqs, np.int32)
+        index[: len(running)] = running
+        tables = np.zeros((rows, blocks), np.int32)
+        for i, r in enumerate(running):
+            tables[i] = self._table(r, blocks)
+        with x64.scope():
+            self._state, made = self._run_fn(rows, blocks)(self._weights_on_device(), self._paged(), index, tables)
+            made, live = np.asarray(made), np.asarray(self._state.seqs.live)
+        out[running] = made[: len(running)]
+        self._length[running] += (made[: len(running)] != SL.NO_TOKEN).sum(axis=1)
+        for r in running:
+            if not live[r]:
+                self._end(r)
+        return out
+
+    def bucket_of(self, running) -> tuple[int, int]:
+        """(rows, blocks) of the smallest bucket that holds the running sequences' next chunk."""
+        rows = next(b for b in self.row_buckets if b >= len(running))
+        longest = int(self._length[running].max()) + self.geometry.chunk
+        need = min(-(-longest // self.block_size), self.table_width)
+        return rows, next(b for b in self.block_buckets if b >= need)
+
+    def _table(self, row: int, width: int) -> np.ndarray:
+        table = self.blocks.table(row)[:width]
+        return np.pad(np.asarray(table, np.int32), (0, width - len(table)))
+
+    def _end(self, row: int) -> None:
+        self.busy[row] = False
+        self.blocks.release(row)
+
+    def free(self, row: int) -> None:
+        """End `row`'s request now (cancelled, timed out), also one whose prompt is still going in."""
+        if self._filling.pop(row, None) is not None:
+            self._end(row)
+        elif self.busy[row]:
+            with x64.scope():
+                self._state = self._free(self._paged(), np.int32(row))
+            self._end(row)
+
+    def warm_up(self) -> None:
+        """Compile every prefill bucket, the chunked prefill, and the decode chunk of every (rows, blocks)
+        bucket; each told to on_compiled as it ends. No request compiles afterwards."""
+        g = self.geometry
+        done = itertools.count(1)
+        start = time.perf_counter()
+
+        def compiled(what: str) -> None:
+            nonlocal start
+            if self.on_compiled is not None:
+                self.on_compiled(f"{what} ({next(done)}/{self.programs}, {time.perf_counter() - start:.1f} s)")
+            start = time.perf_counter()
+
+        for i, bucket in enumerate(g.buckets):
+            # NOTE: the first goes on, and is cancelled: its free compiles too
+            first = i == 0 and bucket < g.max_length
+            self.begin(0, Request((1,) * bucket, max_new_tokens=2 if first else 1))
+            self.fill(0)
+            self.free(0)
+            compiled(f"prefill bucket {bucket}" + (" and a cancelled request's free" if first else ""))
+        if g.chunked:
+            self.begin(0, Request((1,) * (g.prefill_chunk + 1), max_new_tokens=1))
+            while 0 in self._filling:
+                self.fill(0)
+            compiled(f"chunked prefill ({g.prefill_chunk} tokens a chunk)")
+        with x64.scope():
+            for rows in self.row_buckets:
+                for blocks in self.block_buckets:
+                    # NOTE: no row live: the program compiles and runs no step
+                    index = np.full(rows, self.max_seqs, np.int32)
+                    self._state, _ = self._run_fn(rows, blocks)(
+                        self._weights_on_device(), self._paged(), index, np.zeros((rows, blocks), np.int32)
+                    )
+                    compiled(f"decode chunk of {rows} rows over {blocks} blocks of {self.block_size}")
+
+
+def paged_engine(
+    geometry,
+    defaults: DecodeConfig,
+    weights: Mapping,
+    program_of: Callable[[str], Callable],
+    kv_cache_tokens: int | None = None,
+    block_size: int = 16,
+    max_seqs: int | None = None,
+    seed: int = 0,
+    place: Callable | None = None,
+    batch_invariant: bool = True,
+) -> PagedEngine:
+    """The PagedEngine a server runs, on a generator's programs, whichever made them (a live px.Generator or a
+    generator artifact): program_of(name) -> run for "decode_any" (the decode step with symbolic rows and
+    slots), f"prefill1_{bucket}" and, where prompts are chunked, "extend1" (made when first run).
+
+    kv_cache_tokens: the pool's slots (default: max_batch_size x max_length, the memory of a
+    ContinuousEngine's rows); max_seqs, when not batch_invariant: sequences at once (default: as many as
+    the pool holds at 64 tokens each, at least max_batch_size and at most 4 x max_batch_size: each doubling
+    of it is one more row bucket of programs to compile)."""
+    tokens = kv_cache_tokens or geometry.max_batch_size * geometry.max_length
+    if tokens < block_size:
+        raise GenerationError(f"kv_cache_tokens={tokens} holds no block of {block_size} tokens")
+    return PagedEngine(
+        geometry,
+        defaults,
+        program_of("decode_any"),
+        lambda b: program_of(f"prefill1_{b}"),
+        weights,
+        num_blocks=tokens // block_size + 1,  # NOTE: + the null block
+        block_size=block_size,
+        max_seqs=max_seqs or max(geometry.max_batch_size, min(tokens // 64, 4 * geometry.max_batch_size)),
+        seed=seed,
+        place=place,
+        extend1=made_on_first_call(lambda: program_of("extend1")) if geometry.chunked else None,
+        batch_invariant=batch_invariant,
+    )
