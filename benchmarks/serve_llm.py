@@ -531,8 +531,10 @@ def main() -> int:
             print(json.dumps(level), flush=True)
     finally:
         service.stop()
-    many = Service([*argv, "--kv-cache-tokens", str(args.at_once_kv_tokens)], env)
+    many = Service([*argv, "--kv-cache-tokens", str(args.at_once_kv_tokens), "--no-batch-invariance"], env)
     try:
+        served_fast = one_client(f"http://{many.url}/v1/completions", ones, one_tokens)
+        print(json.dumps({"one_client_not_batch_invariant": served_fast}), flush=True)
         crowd = at_once(f"http://{many.url}", shape["vocab_size"], *((16, (16, 64)) if args.quick else (96, (64, 192))))
         crowd["kv_cache_tokens"] = args.at_once_kv_tokens
         crowd["server_ready_s"] = many.ready_s
@@ -560,7 +562,12 @@ def main() -> int:
         "export_s": export_s,
         "server_ready_s": service.ready_s,
         "levels": levels,
-        "one_client": {"served": served_one, "offline_batch_1": offline_1, "paddleformers_eager": eager_1},
+        "one_client": {
+            "served": served_one,
+            "served_not_batch_invariant": served_fast,
+            "offline_batch_1": offline_1,
+            "paddleformers_eager": eager_1,
+        },
         "shared_prefix": prefix,
         "at_once": crowd,
         "offline": base,
@@ -578,6 +585,10 @@ def main() -> int:
         "one_client_vs_offline_batch_1": served_one["decode_tokens_per_s"] / offline_1["decode_tokens_per_s"],
         "one_client_vs_paddleformers_eager": served_one["decode_tokens_per_s"] / eager_1["decode_tokens_per_s"],
         "one_client_ttft_over_offline_prefill": served_one["ttft_ms"] / offline_1["prefill_ms"],
+        "one_client_not_batch_invariant_vs_offline_batch_1": served_fast["decode_tokens_per_s"]
+        / offline_1["decode_tokens_per_s"],
+        "one_client_not_batch_invariant_vs_paddleformers_eager": served_fast["decode_tokens_per_s"]
+        / eager_1["decode_tokens_per_s"],
         "shared_prefix_ttft_ratio": prefix["ratio"],
         "most_at_once": crowd["most_at_once"],
     }
@@ -608,7 +619,10 @@ def main() -> int:
         f"{g['one_client_vs_offline_batch_1']:.2f}x the offline batch-1 generator "
         f"({offline_1['decode_tokens_per_s']:.1f}), {g['one_client_vs_paddleformers_eager']:.2f}x PaddleFormers' eager "
         f"({eager_1['decode_tokens_per_s']:.1f}); TTFT {g['one_client_ttft_over_offline_prefill']:.2f}x the offline "
-        f"prefill; shared prefix: TTFT {g['shared_prefix_ttft_ratio']:.2f}x the cold request's; "
+        f"prefill; without batch invariance {served_fast['decode_tokens_per_s']:.1f} tok/s "
+        f"({g['one_client_not_batch_invariant_vs_offline_batch_1']:.2f}x, "
+        f"{g['one_client_not_batch_invariant_vs_paddleformers_eager']:.2f}x); shared prefix: TTFT "
+        f"{g['shared_prefix_ttft_ratio']:.2f}x the cold request's; "
         f"{crowd['most_at_once']} of {crowd['requests']} requests at once in {crowd['kv_cache_tokens']} KV tokens"
     )
     print(
