@@ -506,7 +506,7 @@ def main() -> int:
     levels, after = [], None
     rng = np.random.default_rng(5)
     ones = [[int(i) for i in rng.integers(3, shape["vocab_size"], 16 if args.quick else 128)] for _ in range(3)]
-    one_tokens = 8 if args.quick else args.one_client_tokens
+    one_tokens = 32 if args.quick else args.one_client_tokens
     try:
         url = f"http://{service.url}/v1/completions"
         served_one = one_client(url, ones, one_tokens)

@@ -351,8 +351,15 @@ def paged_engine(
     the pool holds at 64 tokens each, at least max_batch_size and at most 4 x max_batch_size: each doubling
     of it is one more row bucket of programs to compile)."""
     tokens = kv_cache_tokens or geometry.max_batch_size * geometry.max_length
-    if tokens < block_size:
-        raise GenerationError(f"kv_cache_tokens={tokens} holds no block of {block_size} tokens")
+    # NOTE: warm-up prefills one prompt of each bucket (and of prefill_chunk + 1 tokens where chunked) with a
+    # new token or two: the cache must hold the largest
+    largest = geometry.prefill_chunk + 2 if geometry.chunked else geometry.buckets[-1] + 1
+    need = -(-largest // block_size) * block_size
+    if tokens < need:
+        raise GenerationError(
+            f"a KV cache of {tokens} tokens cannot hold a prompt of the largest prefill bucket and its first "
+            f"tokens ({largest} tokens, {need} in blocks of {block_size}): give at least {need} (--kv-cache-tokens)"
+        )
     return PagedEngine(
         geometry,
         defaults,

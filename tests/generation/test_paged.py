@@ -127,6 +127,9 @@ def test_a_request_that_can_never_fit_names_the_limit_and_the_fix(gen):
     small = gen.paged(kv_cache_tokens=24, block_size=BLOCK)
     with pytest.raises(GenerationError, match=r"needs 5 blocks of 8; the KV cache holds 3 .*--kv-cache-tokens"):
         small.check(Request(tuple(range(3, 30)), 10))
+    # NOTE: warm-up prefills a prompt of prefill_chunk + 1 tokens and makes one: 10 tokens, 2 blocks of 8
+    with pytest.raises(GenerationError, match=r"cannot hold .* \(10 tokens, 16 in blocks of 8\): give at least 16"):
+        gen.paged(kv_cache_tokens=8, block_size=BLOCK)
 
 
 def test_the_decode_step_gives_a_row_the_same_numbers_in_every_bucket(gen):
