@@ -73,12 +73,7 @@ class Geometry:
     def buckets(self) -> tuple[int, ...]:
         """The prompt lengths a whole prefill is made for: 16, 32, ... up to the last, which is prefill_chunk
         when prompts are chunked and max_length otherwise."""
-        last = self.prefill_chunk if self.chunked else self.max_length
-        out, b = [], FIRST_BUCKET
-        while b < last:
-            out.append(b)
-            b *= 2
-        return tuple(out) + (last,)
+        return powers_of_two(FIRST_BUCKET, self.prefill_chunk if self.chunked else self.max_length)
 
     def bucket(self, n: int) -> int | None:
         """The bucket a prompt of n tokens is prefilled whole in; None: it is prefilled in chunks."""
@@ -102,6 +97,16 @@ class Geometry:
     @classmethod
     def from_dict(cls, d: Mapping) -> Geometry:
         return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
+
+
+def powers_of_two(first: int, last: int) -> tuple[int, ...]:
+    """first, 2 * first, ... below `last`, then `last` itself (prompt buckets; a paged engine's row and block
+    buckets)."""
+    out, b = [], first
+    while b < last:
+        out.append(b)
+        b *= 2
+    return tuple(out) + (last,)
 
 
 def program(graph: Graph, policy: LoweringPolicy, held: HeldWeights | None = None):

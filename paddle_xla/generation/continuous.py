@@ -302,15 +302,7 @@ class ContinuousEngine:
         g = self.geometry
         long = (g.prefill_chunk + 1,) if g.chunked else ()
         total = 1 + len(g.buckets) + len(long) + (len(g.buckets + long) if self._together is not None else 0)
-        done = itertools.count(1)
-        start = time.perf_counter()
-
-        def compiled(what: str) -> None:
-            nonlocal start
-            if self.on_compiled is not None:
-                self.on_compiled(f"{what} ({next(done)}/{total}, {time.perf_counter() - start:.1f} s)")
-            start = time.perf_counter()
-
+        compiled = compile_progress_lines(self.on_compiled, total)
         self.insert(0, Request((1,), max_new_tokens=3))
         self.free(0)
         compiled(f"a request's insert and free (batch of {g.max_batch_size} rows, context {g.max_length})")
@@ -330,6 +322,20 @@ class ContinuousEngine:
                     self.step_and_fill(0)
                 self.free(0)
                 compiled(f"decode beside prefill {'chunks' if long and n == long[0] else f'bucket {n}'}")
+
+
+def compile_progress_lines(on_compiled: Callable[[str], None] | None, total: int) -> Callable[[str], None]:
+    """compiled(what): tells on_compiled "WHAT (i/total, t s)", t the time since the previous line (warm-up's
+    progress, one line per program)."""
+    done = itertools.count(1)
+    start = [time.perf_counter()]
+
+    def compiled(what: str) -> None:
+        if on_compiled is not None:
+            on_compiled(f"{what} ({next(done)}/{total}, {time.perf_counter() - start[0]:.1f} s)")
+        start[0] = time.perf_counter()
+
+    return compiled
 
 
 def checked(geometry, defaults: DecodeConfig, request: Request) -> DecodeConfig:

@@ -23,7 +23,6 @@ ContinuousEngine (the same calls: begin, fill, run_chunk, free). Paddle-free.
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -35,19 +34,18 @@ from ..errors import GenerationError
 from ..runtime.compile_cache import ensure_compile_cache
 from . import paged as PG
 from . import slots as SL
-from .batch_engine import rows_of
+from .batch_engine import powers_of_two, rows_of
 from .blocks import BlockPool
 from .config import DecodeConfig
-from .continuous import Filling, Request, checked, made_on_first_call, prefill_steps, request_key
-
-
-def powers_of_two(first: int, last: int) -> tuple[int, ...]:
-    """first, 2 * first, ... below `last`, then `last` itself."""
-    out, b = [], first
-    while b < last:
-        out.append(b)
-        b *= 2
-    return tuple(out) + (last,)
+from .continuous import (
+    Filling,
+    Request,
+    checked,
+    compile_progress_lines,
+    made_on_first_call,
+    prefill_steps,
+    request_key,
+)
 
 
 @dataclass
@@ -298,14 +296,7 @@ class PagedEngine:
         """Compile every prefill bucket, the chunked prefill, and the decode chunk of every (rows, blocks)
         bucket; each told to on_compiled as it ends. No request compiles afterwards."""
         g = self.geometry
-        done = itertools.count(1)
-        start = time.perf_counter()
-
-        def compiled(what: str) -> None:
-            nonlocal start
-            if self.on_compiled is not None:
-                self.on_compiled(f"{what} ({next(done)}/{self.programs}, {time.perf_counter() - start:.1f} s)")
-            start = time.perf_counter()
+        compiled = compile_progress_lines(self.on_compiled, self.programs)
 
         for i, bucket in enumerate(g.buckets):
             # NOTE: the first goes on, and is cancelled: its free compiles too
