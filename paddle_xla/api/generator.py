@@ -318,10 +318,11 @@ class Generator:
         block_size: int = 16,
         max_seqs: int | None = None,
         batch_invariant: bool = True,
+        prefix_cache: bool = True,
     ) -> PagedEngine:
         """A server's engine over a paged KV cache (generation/paged_engine.py): `kv_cache_tokens` slots
         (default: max_batch_size x max_length, the memory of continuous()'s rows) in blocks of `block_size`,
-        up to `max_seqs` requests at once."""
+        up to `max_seqs` requests at once, reusing cached prompt prefixes unless prefix_cache is False."""
         if self.geometry.one_length:
             raise GenerationError(
                 "a paged engine needs a model with a cache API (a PaddleFormers causal LM): "
@@ -337,6 +338,7 @@ class Generator:
             max_seqs=max_seqs,
             place=_placement(self.strategy, self.decode_captured),
             batch_invariant=batch_invariant,
+            prefix_cache=prefix_cache,
         )
 
     def any_bucket_captured(self) -> Captured:

@@ -120,6 +120,7 @@ class GeneratorArtifact:
         block_size: int = 16,
         max_seqs: int | None = None,
         batch_invariant: bool = True,
+        prefix_cache: bool = True,
     ) -> PagedEngine:
         """A server's engine over a paged KV cache (generation/paged_engine.py, px.Generator.paged's), every
         program lowered here from the Graphs with one policy: the bucketed decode step has no executable, and
@@ -141,6 +142,7 @@ class GeneratorArtifact:
             max_seqs=max_seqs,
             seed=self._seed,
             batch_invariant=batch_invariant,
+            prefix_cache=prefix_cache,
         )
 
     def _continuous_programs(self):

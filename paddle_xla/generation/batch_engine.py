@@ -334,11 +334,12 @@ class BatchEngine:
         prompts' bucket, or (longer than prefill_chunk) the extend program a chunk at a time."""
         g, eos, b = self.geometry, tuple(cfg.eos_token_id), self.geometry.max_batch_size
         limit, rows = np.full(b, cfg.max_new_tokens, np.int32), rows_of(cfg, b)
-        bucket, width = g.bucket(ids.shape[1]), g.prefill_width(ids.shape[1])
-        ids, mask = padded(ids, mask, width, b, cfg.pad_token_id)
+        bucket, c = g.bucket(ids.shape[1]), g.prefill_chunk
         if bucket is not None:
+            ids, mask = padded(ids, mask, bucket, b, cfg.pad_token_id)
             return self._start_fn(bucket, eos, cfg.pad_token_id)(params, ids, mask, live, limit, rows, keys)
-        c = g.prefill_chunk
+        ids, mask = chunk_layout(ids, mask, c, b, cfg.pad_token_id)
+        width = ids.shape[1]
         state = SL.empty((2 * g.layers, b, g.kv_heads, g.max_length, g.head_dim), g.cache_dtype, g.vocab_size)
         for i in range(0, width, c):
             state = self._absorb_fn(eos)(
@@ -415,6 +416,27 @@ class BatchEngine:
                 f"max_new_tokens={cfg.max_new_tokens} does not fit the cache: a prompt of {span} "
                 f"tokens leaves room for {room} in max_length={g.max_length}"
             )
+
+
+def chunk_layout(ids, mask, chunk: int, rows: int, pad: int):
+    """ids and mask [B, w] laid out for a chunked prefill as [rows, K * chunk]: each row's real tokens in
+    whole chunks from its first token, its last (partial) chunk left-padded, and its chunks right-aligned
+    (a shorter row's first chunks are padding). So a token's K/V are computed in the same chunk, beside the
+    same tokens, whatever follows it in the prompt: a prefix's blocks are then the same numbers in every
+    prompt that begins with it (the prefix cache's hits change no result, paged_engine.py). Padding repeats
+    the row's first id, as `padded` does."""
+    real = [row[m != 0] for row, m in zip(np.asarray(ids), np.asarray(mask))]
+    counts = [max(1, -(-len(r) // chunk)) for r in real]
+    width = max(counts) * chunk
+    out = np.full((rows, width), pad, np.int64)
+    m = np.zeros((rows, width), np.int64)
+    out[: len(real)] = np.asarray(ids)[:, :1]
+    for i, (r, k) in enumerate(zip(real, counts)):
+        whole, start = (k - 1) * chunk, width - k * chunk
+        out[i, start : start + whole], m[i, start : start + whole] = r[:whole], 1
+        tail = len(r) - whole
+        out[i, width - tail :], m[i, width - tail :] = r[whole:], 1
+    return out, m
 
 
 def padded(ids, mask, width: int, rows: int, pad: int):

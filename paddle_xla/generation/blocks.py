@@ -90,14 +90,19 @@ def _require(condition: bool, message: str) -> None:
 class BlockPool:
     """The block tables of a paged KV cache of `num_blocks` blocks of `block_size` tokens, with a prefix cache."""
 
-    def __init__(self, num_blocks: int, block_size: int, prefix_cache: bool = True) -> None:
+    def __init__(self, num_blocks: int, block_size: int, prefix_cache: bool = True, granule: int = 1) -> None:
         if num_blocks < 2:
             raise GenerationError(f"a KV cache of {num_blocks} blocks is too small: block 0 is reserved, use >= 2")
         if block_size < 1:
             raise GenerationError(f"block_size={block_size} must be at least 1 token")
+        if granule < 1:
+            raise GenerationError(f"granule={granule} must be at least 1 block")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.prefix_cache = prefix_cache
+        # NOTE: hits and registrations come in whole granules of blocks: an engine whose prefill computes a
+        # block's K/V the same way only at its prefill-chunk boundaries (paged_engine.py) sets its chunk here
+        self.granule = granule
         self.stats = PrefixCacheStats()
         # NOTE: reversed so that pop() hands out 1, 2, 3, ... first (tables are easy to read in tests and logs)
         self._free: list[int] = list(range(num_blocks - 1, NULL_BLOCK, -1))
@@ -152,10 +157,13 @@ class BlockPool:
         """The cached blocks an admission of this prompt would reuse now (a scheduler may ask before admitting)."""
         return self._hits(self._keys(prompt), len(prompt))
 
-    def admit(self, seq: Hashable, prompt: Sequence[int], total_tokens: int) -> Admission | None:
-        """Reserve the blocks of a sequence that may hold `total_tokens` tokens; None if they are not free now."""
+    def admit(
+        self, seq: Hashable, prompt: Sequence[int], total_tokens: int, cacheable: bool = True
+    ) -> Admission | None:
+        """Reserve the blocks of a sequence that may hold `total_tokens` tokens; None if they are not free now.
+        cacheable False: the prompt's blocks are never registered (an engine computes them another way)."""
         self._check_request(seq, prompt, total_tokens)
-        keys = self._keys(prompt)
+        keys = self._keys(prompt) if cacheable else ()
         hits = self._hits(keys, len(prompt))
         fresh = self.blocks_for(total_tokens) - len(hits)
         if fresh > self._allocatable_besides(hits):
@@ -185,19 +193,22 @@ class BlockPool:
             )
 
     def _keys(self, prompt: Sequence[int]) -> tuple[bytes, ...]:
-        return prompt_block_keys(prompt, self.block_size) if self.prefix_cache else ()
+        if not self.prefix_cache:
+            return ()
+        keys = prompt_block_keys(prompt, self.block_size)
+        return keys[: len(keys) // self.granule * self.granule]
 
     def _hits(self, keys: Sequence[bytes], prompt_tokens: int) -> tuple[int, ...]:
         # NOTE: the prompt's last token is always prefilled (the engine needs its logits), so only blocks
         # lying wholly within the first prompt_tokens - 1 tokens may be hits
-        hittable = (prompt_tokens - 1) // self.block_size
+        hittable = (prompt_tokens - 1) // self.block_size // self.granule * self.granule
         hits = []
         for key in keys[:hittable]:
             block = self._block_of_key.get(key)
             if block is None:
                 break
             hits.append(block)
-        return tuple(hits)
+        return tuple(hits[: len(hits) // self.granule * self.granule])
 
     def _allocatable_besides(self, hits: Iterable[int]) -> int:
         # NOTE: a hit that sits in the LRU list is about to be referenced again: it is no block to evict

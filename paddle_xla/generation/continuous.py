@@ -27,7 +27,7 @@ from ..errors import GenerationError
 from ..runtime.compile_cache import ensure_compile_cache
 from . import row_logits as R
 from . import slots as SL
-from .batch_engine import padded, program_together, rows_of
+from .batch_engine import chunk_layout, padded, program_together, rows_of
 from .config import DecodeConfig
 
 CHUNK = "chunk"  # together(CHUNK): the decode step beside the batch-1 extend (a bucket: beside its prefill)
@@ -192,6 +192,10 @@ class ContinuousEngine:
     def fits_now(self, request: Request) -> bool:
         """Whether a row is free for `request` now (a row holds any request check() accepts)."""
         return self.free_row() is not None
+
+    def hit_tokens(self, row: int) -> int:
+        """Prompt tokens of the request begun in `row` that a prefix cache held: none (this engine has none)."""
+        return 0
 
     def free_row(self) -> int | None:
         rows = np.flatnonzero(~self.busy)
@@ -360,14 +364,22 @@ def checked(geometry, defaults: DecodeConfig, request: Request) -> DecodeConfig:
     return cfg
 
 
-def prefill_steps(geometry, request: Request, cfg: DecodeConfig) -> tuple[list, bool]:
-    """The (ids, mask) of each prefill step of the request's prompt, and whether it goes in whole (one step
-    of its bucket) rather than in extend chunks."""
+def prefill_steps(geometry, request: Request, cfg: DecodeConfig, start: int = 0) -> tuple[list, bool]:
+    """The (ids, mask) of each prefill step of the request's prompt from token `start` (a multiple of
+    prefill_chunk: the tokens before are in the cache), and whether it goes in whole (one step of its
+    bucket) rather than in extend chunks (batch_engine.chunk_layout)."""
     g, n = geometry, len(request.ids)
-    whole, width = g.bucket(n) is not None, g.prefill_width(n)
-    ids, mask = padded(np.asarray([request.ids], np.int64), np.ones((1, n), np.int64), width, 1, cfg.pad_token_id)
-    step = width if whole else g.prefill_chunk
-    return [(ids[:, i : i + step], mask[:, i : i + step]) for i in range(0, width, step)], whole
+    if start == 0 and g.bucket(n) is not None:
+        ids, mask = padded(
+            np.asarray([request.ids], np.int64), np.ones((1, n), np.int64), g.bucket(n), 1, cfg.pad_token_id
+        )
+        return [(ids, mask)], True
+    rest = np.asarray([(request.ids[0],) + request.ids[start:]], np.int64)  # NOTE: [0]: the padding's id
+    mask = np.ones(rest.shape, np.int64)
+    mask[0, 0] = 0
+    ids, mask = chunk_layout(rest, mask, g.prefill_chunk, 1, cfg.pad_token_id)
+    c = g.prefill_chunk
+    return [(ids[:, i : i + c], mask[:, i : i + c]) for i in range(0, ids.shape[1], c)], False
 
 
 def request_key(request: Request, base_key, seeds) -> jax.Array:

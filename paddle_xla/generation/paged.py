@@ -164,13 +164,31 @@ def run(decode: Callable, weights, state: Paged, rows, tables, chunk: int, eos_i
     return state, out
 
 
-def commit(state: Paged, seq, table, view: SL.Slots) -> Paged:
+def prefix_view(pool: tuple, table, hit, prefix_ids, slots: int, vocab: int) -> SL.Slots:
+    """A batch-1 slots view of `slots` slots whose first `hit` hold the K/V of the cached blocks `table` [N]
+    lists (a prefix-cache hit), ready for the extend program's chunks of the rest of the prompt (fresh False):
+    valid and cursor cover the hit, seen holds prefix_ids [1, slots] (the prompt's first `hit` ids, then
+    repeats of its first)."""
+    past = gathered(pool, table[None, :])[:, :, :, :slots]
+    filled = jnp.arange(slots) < hit
+    view = SL.empty((len(pool), 1, pool[0].shape[1], slots, pool[0].shape[3]), pool[0].dtype, vocab)
+    return view._replace(
+        past=tuple(jnp.where(filled[None, None, :, None], layer, 0).astype(pool[0].dtype) for layer in past),
+        valid=filled[None, :].astype(jnp.int64),
+        cursor=jnp.reshape(hit, (1,)).astype(jnp.int32),
+        seen=R.seen_tokens(prefix_ids, vocab),
+    )
+
+
+def commit(state: Paged, seq, table, view: SL.Slots, start=0) -> Paged:
     """A prefilled batch-1 slots view (continuous.py's prefill of one prompt, `view.cursor` slots filled) put
-    into sequence slot `seq`: its filled slots into the blocks `table` [N] lists, its state into the slot."""
+    into sequence slot `seq`: its filled slots from `start` on (those before: prefix-cache hits, shared, never
+    written) into the blocks `table` [N] lists, its state into the slot."""
     bs = state.pool[0].shape[2]
     width = view.valid.shape[1]
     slot = jnp.arange(width)
-    at = jnp.where(slot < view.cursor[0], table[jnp.minimum(slot // bs, table.shape[0] - 1)], state.pool[0].shape[0])
+    keep = (slot >= start) & (slot < view.cursor[0])
+    at = jnp.where(keep, table[jnp.minimum(slot // bs, table.shape[0] - 1)], state.pool[0].shape[0])
     pool = tuple(
         layer.at[at, :, slot % bs].set(jnp.swapaxes(past[0], 0, 1).astype(layer.dtype), mode="drop")
         for layer, past in zip(state.pool, view.past)

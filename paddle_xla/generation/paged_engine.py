@@ -18,7 +18,13 @@ ContinuousEngine (the same calls: begin, fill, run_chunk, free). Paddle-free.
   differ from generate's where two candidates' logits are within that rounding. Each (R, N) is one
   compiled program, all compiled by warm_up.
 - **Prefill** is continuous.py's (a prompt alone, its bucket's batch-1 prefill, or the extend program a
-  chunk at a time, into a batch-1 view), then its view's filled slots go into its blocks (paged.commit)."""
+  chunk at a time, into a batch-1 view), then its view's filled slots go into its blocks (paged.commit).
+- **Prefix cache** (on by default). A prompt longer than a prefill chunk is cut into whole chunks from its
+  first token (batch_engine.chunk_layout), so a chunk's K/V are the same numbers in every prompt that
+  begins with the same tokens. Its whole chunks' blocks are registered once written (blocks.py: a hash
+  chain, LRU); a later prompt that begins with them takes them into a view (paged.prefix_view) and
+  prefills from the next chunk on, the cold prompt's remaining chunks exactly: a hit changes no number.
+  Hits come in whole prefill chunks, and only prompts longer than one chunk hit."""
 
 from __future__ import annotations
 
@@ -35,7 +41,7 @@ from ..runtime.compile_cache import ensure_compile_cache
 from . import paged as PG
 from . import slots as SL
 from .batch_engine import powers_of_two, rows_of
-from .blocks import BlockPool
+from .blocks import BlockPool, PrefixCacheStats
 from .config import DecodeConfig
 from .continuous import (
     Filling,
@@ -54,6 +60,7 @@ class _Fill(Filling):
 
     tokens: int = 0
     view: SL.Slots | None = None
+    hit: int = 0  # leading prompt tokens whose K/V came from the prefix cache
 
 
 class PagedEngine:
@@ -75,12 +82,17 @@ class PagedEngine:
         place: Callable | None = None,
         extend1: Callable | None = None,
         batch_invariant: bool = True,
+        prefix_cache: bool = True,
     ):
         if geometry.chunked and extend1 is None:
             raise GenerationError(f"prefill_chunk={geometry.prefill_chunk} needs the batch-1 extend program")
         ensure_compile_cache()
         self.geometry, self.defaults = geometry, defaults
-        self.blocks = BlockPool(num_blocks, block_size, prefix_cache=False)
+        # NOTE: a prefix's K/V are the same numbers in every prompt only at prefill-chunk boundaries
+        # (batch_engine.chunk_layout), so hits come in whole chunks, and only prompts that are chunked hit
+        self.prefix_cache = prefix_cache and geometry.chunked and geometry.prefill_chunk % block_size == 0
+        granule = geometry.prefill_chunk // block_size if self.prefix_cache else 1
+        self.blocks = BlockPool(num_blocks, block_size, prefix_cache=self.prefix_cache, granule=granule)
         self.block_size = block_size
         self.batch_invariant = batch_invariant
         self.max_seqs = geometry.max_batch_size if batch_invariant else max_seqs or geometry.max_batch_size
@@ -94,6 +106,7 @@ class PagedEngine:
         self._runs: dict = {}
         self._starts: dict = {}
         self._absorb = None
+        self._prefix = jax.jit(PG.prefix_view, static_argnums=(4, 5))
         self._commit = jax.jit(PG.commit, donate_argnums=(0,))
         self._free = jax.jit(PG.free, donate_argnums=(0,))
         self._filling: dict[int, _Fill] = {}
@@ -114,7 +127,12 @@ class PagedEngine:
     def programs(self) -> int:
         """How many programs warm_up compiles."""
         g = self.geometry
-        return len(self.row_buckets) * len(self.block_buckets) + len(g.buckets) + (1 if g.chunked else 0)
+        return (
+            len(self.row_buckets) * len(self.block_buckets)
+            + len(g.buckets)
+            + (1 if g.chunked else 0)
+            + (1 if self.prefix_cache else 0)
+        )
 
     def check(self, request: Request) -> DecodeConfig:
         """The request's config, or a GenerationError naming the limit it breaks (also: more blocks than the
@@ -199,15 +217,34 @@ class PagedEngine:
         many `fill` calls its prompt takes."""
         cfg = self.check(request)
         tokens = self._tokens(request, cfg)
-        if self.blocks.admit(row, request.ids, tokens) is None:
+        # NOTE: a prompt within a bucket is prefilled whole, by another program than chunk_layout's chunks
+        chunked = self.geometry.bucket(len(request.ids)) is None
+        admitted = self.blocks.admit(row, request.ids, tokens, cacheable=chunked)
+        if admitted is None:
             raise GenerationError(f"the KV cache has no room for {tokens} tokens now: wait for fits_now")
-        steps, whole = prefill_steps(self.geometry, request, cfg)
+        hit = admitted.hit_tokens
+        steps, whole = prefill_steps(self.geometry, request, cfg, start=hit)
         key = request_key(request, self._base_key, self._seeds)
-        self._filling[row] = _Fill(
-            steps, np.int32(cfg.max_new_tokens), rows_of(cfg, 1), key, whole, tokens=len(request.ids)
-        )
+        f = _Fill(steps, np.int32(cfg.max_new_tokens), rows_of(cfg, 1), key, whole, tokens=len(request.ids), hit=hit)
+        if hit:
+            f.view, f.first = self._hit_view(row, request.ids[:hit]), False
+        self._filling[row] = f
         self.busy[row] = True
         return len(steps)
+
+    def hit_tokens(self, row: int) -> int:
+        """Prompt tokens of the request begun in `row` that came from the prefix cache (0 once it is prefilled)."""
+        f = self._filling.get(row)
+        return f.hit if f is not None else 0
+
+    def _hit_view(self, row: int, prefix) -> SL.Slots:
+        """The batch-1 view of a request whose first len(prefix) tokens are cached blocks (paged.prefix_view)."""
+        g = self.geometry
+        ids = np.full((1, g.max_length), prefix[0], np.int64)
+        ids[0, : len(prefix)] = prefix
+        with x64.scope():
+            table = self._table(row, self.table_width)
+            return self._prefix(self._paged().pool, table, np.int32(len(prefix)), ids, g.max_length, g.vocab_size)
 
     def fill(self, row: int) -> tuple[int, bool] | None:
         """The next prefill step of the prompt begun in `row`: None while more remain, then (its first token,
@@ -230,9 +267,10 @@ class PagedEngine:
             if f.steps:
                 return None
             table = self._table(row, self.table_width)
-            self._state = self._commit(self._paged(), np.int32(row), table, f.view)
+            self._state = self._commit(self._paged(), np.int32(row), table, f.view, np.int32(f.hit))
             token, goes_on = int(f.view.token[0]), bool(f.view.live[0])
         del self._filling[row]
+        self.blocks.commit_prompt(row)
         self._length[row] = f.tokens
         if not goes_on:
             self._end(row)
@@ -310,6 +348,13 @@ class PagedEngine:
             while 0 in self._filling:
                 self.fill(0)
             compiled(f"chunked prefill ({g.prefill_chunk} tokens a chunk)")
+        if self.prefix_cache:
+            # NOTE: the same prompt again hits the chunk just cached; warm-up's prompts count in no statistics
+            self.begin(0, Request((1,) * (g.prefill_chunk + 1), max_new_tokens=1))
+            while 0 in self._filling:
+                self.fill(0)
+            self.blocks.stats = PrefixCacheStats()
+            compiled("a prefix-cache hit's view of its cached blocks")
         with x64.scope():
             for rows in self.row_buckets:
                 for blocks in self.block_buckets:
@@ -332,6 +377,7 @@ def paged_engine(
     seed: int = 0,
     place: Callable | None = None,
     batch_invariant: bool = True,
+    prefix_cache: bool = True,
 ) -> PagedEngine:
     """The PagedEngine a server runs, on a generator's programs, whichever made them (a live px.Generator or a
     generator artifact): program_of(name) -> run for "decode_any" (the decode step with symbolic rows and
@@ -364,4 +410,5 @@ def paged_engine(
         place=place,
         extend1=made_on_first_call(lambda: program_of("extend1")) if geometry.chunked else None,
         batch_invariant=batch_invariant,
+        prefix_cache=prefix_cache,
     )

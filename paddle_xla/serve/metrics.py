@@ -84,6 +84,18 @@ class Metrics:
         self.kv_blocks_used = Gauge(
             "paddle_xla_llm_kv_blocks_used", "Blocks of a paged KV cache running requests hold.", ["model"], registry=r
         )
+        self.prefix_hit_tokens = Counter(
+            "paddle_xla_llm_prefix_cache_hit_tokens",
+            "Prompt tokens whose K/V a request took from the prefix cache instead of prefilling them.",
+            ["model"],
+            registry=r,
+        )
+        self.prefix_hit_rate = Gauge(
+            "paddle_xla_llm_prefix_cache_hit_rate",
+            "Of the prompt tokens admitted since start, the share the prefix cache held (0 without one).",
+            ["model"],
+            registry=r,
+        )
         self.bucket_rows = Histogram(
             "paddle_xla_llm_decode_bucket_rows",
             "Rows of the bucket a decode chunk of a paged KV cache ran in.",
@@ -126,7 +138,12 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
-        self.tokens_in = Counter("paddle_xla_llm_prompt_tokens", "Prompt tokens prefilled.", ["model"], registry=r)
+        self.tokens_in = Counter(
+            "paddle_xla_llm_prompt_tokens",
+            "Prompt tokens prefilled (prefix-cache hits not counted).",
+            ["model"],
+            registry=r,
+        )
         self.tokens_out = Counter("paddle_xla_llm_generated_tokens", "Tokens generated.", ["model"], registry=r)
 
     def llm(self, model: str) -> LlmMetrics:
@@ -139,6 +156,8 @@ class Metrics:
                     self.kv_free,
                     self.kv_blocks_free,
                     self.kv_blocks_used,
+                    self.prefix_hit_tokens,
+                    self.prefix_hit_rate,
                     self.bucket_rows,
                     self.bucket_blocks,
                     self.ttft,
@@ -164,6 +183,8 @@ class LlmMetrics:
     kv_free: Any
     kv_blocks_free: Any
     kv_blocks_used: Any
+    prefix_hit_tokens: Any
+    prefix_hit_rate: Any
     bucket_rows: Any
     bucket_blocks: Any
     ttft: Any

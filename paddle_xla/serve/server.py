@@ -110,11 +110,18 @@ def _llm(name: str, artifact, settings: Settings, log) -> LlmModel:
     the decode step for it) and scheduler."""
     if settings.paged_kv_cache and artifact.can_page:
         engine = artifact.paged(
-            kv_cache_tokens=settings.kv_cache_tokens or None, batch_invariant=settings.batch_invariance
+            kv_cache_tokens=settings.kv_cache_tokens or None,
+            batch_invariant=settings.batch_invariance,
+            prefix_cache=settings.prefix_cache,
+        )
+        cache = (
+            f"prefix cache in chunks of {engine.geometry.prefill_chunk} tokens"
+            if engine.prefix_cache
+            else "no prefix cache"
         )
         log(
             f"{name}: paged KV cache of {engine.blocks.capacity_tokens} tokens in blocks of {engine.block_size}, up "
-            f"to {engine.max_seqs} requests at once; compiling {engine.programs} programs before it is ready"
+            f"to {engine.max_seqs} requests at once, {cache}; compiling {engine.programs} programs before it is ready"
         )
     else:
         if settings.paged_kv_cache:

@@ -96,6 +96,13 @@ class Settings:
         kind="negated",
         decls=("--no-paged-kv-cache",),
     )
+    prefix_cache: bool = flag(
+        True,
+        "language models: prefill every prompt from its first token (by default a prompt whose first "
+        "prefill chunks are cached from an earlier request reuses their KV blocks)",
+        kind="negated",
+        decls=("--no-prefix-cache",),
+    )
     batch_invariance: bool = flag(
         True,
         "language models: run decode chunks in as few rows as the running requests need and more requests at "

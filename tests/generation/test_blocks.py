@@ -118,6 +118,17 @@ def test_an_equal_prefix_committed_twice_keeps_the_first_block():
     assert pool.cached_blocks == 1 and pool.free_blocks == 9
 
 
+def test_hits_and_registrations_come_in_whole_granules():
+    pool = BlockPool(num_blocks=20, block_size=2, granule=2)
+    pool.admit("a", list(range(7)), 8)  # 3 full blocks: only the first granule (2 blocks) is registered
+    pool.commit_prompt("a")
+    assert pool.cached_blocks == 2
+    assert pool.prefix_hits(list(range(9))) == pool.table("a")[:2]
+    assert pool.prefix_hits(list(range(4))) == ()  # NOTE: the last token is always prefilled: 1 block < a granule
+    pool.release("a")
+    pool.check()
+
+
 def test_without_the_prefix_cache_nothing_is_hit():
     pool = BlockPool(num_blocks=20, block_size=2, prefix_cache=False)
     _serve(pool, "a", [1, 2, 3, 4, 5], 8)
@@ -207,29 +218,34 @@ class BlockPoolMachine(RuleBasedStateMachine):
         self.next_seq = 0
 
     # NOTE: pools of a few requests: they fill up and evict, and the longest requests can never fit
-    @initialize(num_blocks=st.integers(4, 24), block_size=st.integers(1, 3), prefix_cache=st.booleans())
-    def make_pool(self, num_blocks, block_size, prefix_cache):
-        self.pool = BlockPool(num_blocks, block_size, prefix_cache)
+    @initialize(
+        num_blocks=st.integers(4, 24),
+        block_size=st.integers(1, 3),
+        prefix_cache=st.booleans(),
+        granule=st.integers(1, 2),
+    )
+    def make_pool(self, num_blocks, block_size, prefix_cache, granule):
+        self.pool = BlockPool(num_blocks, block_size, prefix_cache, granule)
 
     def _holders(self, block):
         return [seq for seq in self.live if block in self.pool.table(seq)]
 
-    @rule(prompt=prompts(), new_tokens=st.integers(0, 8), prefill_now=st.booleans())
-    def admit(self, prompt, new_tokens, prefill_now):
+    @rule(prompt=prompts(), new_tokens=st.integers(0, 8), prefill_now=st.booleans(), cacheable=st.booleans())
+    def admit(self, prompt, new_tokens, prefill_now, cacheable):
         pool, bs = self.pool, self.pool.block_size
         seq, total = self.next_seq, len(prompt) + new_tokens
         self.next_seq += 1
         needed = pool.blocks_for(total)
         if needed > pool.num_blocks - 1:
             with pytest.raises(GenerationError, match="raise --kv-cache-tokens"):
-                pool.admit(seq, prompt, total)
+                pool.admit(seq, prompt, total, cacheable)
             event("admit: can never fit")
             return
-        hits = pool.prefix_hits(prompt)
+        hits = pool.prefix_hits(prompt) if cacheable else ()
         back_from_lru = sum(1 for block in hits if not self._holders(block))
         allocatable = pool.free_blocks - back_from_lru
         cached_before = pool.cached_blocks
-        admission = pool.admit(seq, prompt, total)
+        admission = pool.admit(seq, prompt, total, cacheable)
         if needed - len(hits) > allocatable:
             assert admission is None
             event("admit: waits (full)")
@@ -240,6 +256,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
         assert len(admission.table) == needed and admission.table[: len(hits)] == hits
         assert admission.hit_tokens == len(hits) * bs <= len(prompt) - 1
         assert pool.prefix_cache or not hits
+        assert len(hits) % pool.granule == 0
         assert pool.free_blocks == allocatable - (needed - len(hits))
         generated = tuple(1000 + seq for _ in range(new_tokens))  # NOTE: tokens no prompt has
         self.live[seq] = Live(prompt + generated)

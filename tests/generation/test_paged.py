@@ -8,6 +8,7 @@ import pytest
 from paddle_xla import x64
 from paddle_xla.api.generator import Generator
 from paddle_xla.errors import GenerationError
+from paddle_xla.generation import paged as PG
 from paddle_xla.generation.batch_engine import program
 from paddle_xla.generation.continuous import Request
 from paddle_xla.generation.slots import NO_TOKEN
@@ -172,3 +173,51 @@ def test_a_decode_chunk_updates_the_pool_in_place(engine):
     pool = f"f32[{engine.blocks.num_blocks},{g.kv_heads},{BLOCK},{g.head_dim}]"
     copies = [line.strip() for line in hlo.splitlines() if f"= {pool}" in line and " copy(" in line]
     assert not copies, copies
+
+
+def _prompt_kv(engine, request):
+    """Prefill `request` alone, then read its prompt's K/V back from its blocks ([2L, H, n, D]) and free it;
+    also the first token and the prompt tokens the prefix cache gave it."""
+    hits = engine.blocks.stats.hit_tokens_total
+    row = engine.free_row()
+    engine.begin(row, request)
+    while (done := engine.fill(row)) is None:
+        pass
+    with x64.scope():
+        past = np.asarray(PG.gathered(engine._paged().pool, np.asarray([engine._table(row, engine.table_width)])))
+    engine.free(row)
+    return past[:, 0, :, : len(request.ids)], done[0], engine.blocks.stats.hit_tokens_total - hits
+
+
+def test_a_prefix_cache_hit_gives_the_cold_prompts_numbers_to_the_bit(gen, engine):
+    # NOTE: chunks of 8 tokens: b shares a's first two chunks and is prefilled from token 16 on, beside
+    # blocks a's prefill wrote; its K/V and first token are those of b prefilled cold, with the cache off
+    rng = np.random.default_rng(5)
+    shared = tuple(int(i) for i in rng.integers(3, 100, 16))
+    a = Request(shared + tuple(int(i) for i in rng.integers(3, 100, 11)), 4)
+    b = Request(shared + tuple(int(i) for i in rng.integers(3, 100, 9)), 4)
+    engine.blocks.prefix_cache = False
+    try:
+        cold, first, hit = _prompt_kv(engine, b)
+    finally:
+        engine.blocks.prefix_cache = True
+    assert hit == 0
+    _prompt_kv(engine, a)
+    warm, warm_first, hit = _prompt_kv(engine, b)
+    assert hit == 16 and warm_first == first
+    np.testing.assert_array_equal(warm, cold)
+    engine.blocks.check()
+
+
+def test_requests_that_share_prefixes_get_their_tokens_alone(gen, engine):
+    rng = np.random.default_rng(6)
+    system = tuple(int(i) for i in rng.integers(3, 100, 17))
+    requests = [Request(system[: 8 + 3 * i] + tuple(int(t) for t in rng.integers(3, 100, 1 + i)), 6) for i in range(4)]
+    requests += [Request(system + (7,) * i, 5, decode_strategy="sampling", top_k=5, seed=3) for i in range(1, 4)]
+    before = engine.blocks.stats.hit_tokens_total
+    with compiles_seen() as seen:
+        got, _, _ = serve(engine, requests)
+    assert not seen, seen
+    assert engine.blocks.stats.hit_tokens_total - before >= 16 * 3, engine.blocks.stats
+    for i, r in enumerate(requests):
+        assert got[i] == _alone(gen, r, **({"seed": r.seed} if r.seed is not None else {})), (i, r)

@@ -146,7 +146,7 @@ def test_the_scheduler_bounds_its_waiting_queue():
         loop.close()
 
 
-def test_a_small_kv_cache_makes_requests_wait_and_refuses_one_that_can_never_fit(llm):  # noqa: F811
+def test_a_small_kv_cache_makes_requests_wait_refuses_one_that_can_never_fit_and_reuses_prefixes(llm):  # noqa: F811
     # NOTE: 48 tokens of cache, 3 blocks of 16: a request of 16 + 16 tokens holds 2, so of 3 sent at once one
     # runs at a time, each waiting for the blocks of the one before; 40 + 20 tokens would need 4 blocks
     folder, art = llm
@@ -171,5 +171,13 @@ def test_a_small_kv_cache_makes_requests_wait_and_refuses_one_that_can_never_fit
             assert 'paddle_xla_llm_kv_blocks_free{model="llm"} 3.0' in metrics
             assert 'paddle_xla_llm_kv_blocks_used{model="llm"} 0.0' in metrics
             assert 'paddle_xla_llm_decode_bucket_rows_count{model="llm"}' in metrics
+            # NOTE: prompts longer than a prefill chunk (16) that share their first: the second and third
+            # prefill from token 16 on, beside the first's block, and get the tokens of their prompts alone
+            shared = [(7 * i) % 90 + 3 for i in range(16)]
+            prompts = [shared + [50 + i] * (2 + i) for i in range(3)]
+            assert [complete(ids) for ids in prompts] == [alone(ids, 16) for ids in prompts]
+            _settles(http)
+            metrics = http.get("/metrics").text
+            assert 'paddle_xla_llm_prefix_cache_hit_tokens_total{model="llm"} 32.0' in metrics
     finally:
         server.stop()

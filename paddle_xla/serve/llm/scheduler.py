@@ -37,6 +37,7 @@ class Stream:
     cancelled: bool = False
     row: int | None = None
     made: int = 0
+    hit: int = 0  # prompt tokens the prefix cache held
     last: int | None = None
     submitted: float = field(default_factory=time.monotonic)
     last_at: float | None = None  # when its previous tokens went out
@@ -175,6 +176,9 @@ class Scheduler(QueueThread):
         except Exception as e:  # NOTE: checked at submit; anything else is this request's error, not the server's
             stream.send("end", f"error: {type(e).__name__}: {e}")
             return
+        stream.hit = self.engine.hit_tokens(row)
+        if self.metrics is not None:
+            self.metrics.prefix_hit_tokens.inc(stream.hit)
         self._filling[row] = stream
 
     def _fill(self, row: int, beside: bool = False):
@@ -202,7 +206,7 @@ class Scheduler(QueueThread):
         del self._filling[row]
         token, goes_on = done
         if self.metrics is not None:
-            self.metrics.tokens_in.inc(len(stream.request.ids))
+            self.metrics.tokens_in.inc(len(stream.request.ids) - stream.hit)
         self._emit(stream, token)
         if goes_on:
             stream.row = row
@@ -258,6 +262,7 @@ class Scheduler(QueueThread):
         self.metrics.kv_free.set(blocks.free_blocks * blocks.block_size)
         self.metrics.kv_blocks_free.set(blocks.free_blocks)
         self.metrics.kv_blocks_used.set(blocks.used_blocks)
+        self.metrics.prefix_hit_rate.set(blocks.stats.hit_rate)
 
 
 def _dropped(stream: Stream, now: float) -> str | None:
