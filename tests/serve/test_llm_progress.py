@@ -37,8 +37,9 @@ def test_serve_logs_each_paged_engine_compile_with_its_count(tiny):
         lines = [line for line in server.lines if ": compiled " in line]
     finally:
         server.stop()
-    assert "tiny: paged KV cache of 64 tokens in blocks of 16, up to 2 requests at once; compiling 5 programs" in (
-        server.output
+    assert (
+        "tiny: paged KV cache of 64 tokens in blocks of 16, up to 2 requests at once, no prefix cache; compiling 5 programs"
+        in (server.output)
     )
     for what in (
         "prefill bucket 16 and a cancelled request's free",

@@ -1,11 +1,12 @@
 """The scheduler of one served language model: a thread that runs its ContinuousEngine.
 
 Between decode chunks it drops what was cancelled or ran past its deadline (freeing the row at once),
-and prefills waiting requests into free rows. While streams are running, it runs one prefill step per
-decode chunk (a prompt within a bucket whole, a longer one one prefill_chunk of tokens at a time, over
-as many rounds as it takes), so that a prompt of any length holds them up for one chunk at most; that
-prefill step runs beside the decode step as one program where the engine can (engine.step_and_fill). With
-none running, it prefills as many as there are free rows, whole. The tokens of each chunk go to their
+and prefills waiting requests into free rows. While streams are running, it prefills about one
+prefill_chunk of prompt tokens per decode chunk: several short prompts whole, or one step of a longer
+prompt (prefill_chunk tokens at a time, over as many rounds as it takes), so that new requests hold the
+running streams up for about one chunk; the last prefill step runs beside the decode step as one program
+where the engine can (engine.step_and_fill). With none running, it prefills as many as there are free
+rows, whole. The tokens of each chunk go to their
 requests' asyncio queues on the server's event loop. Paddle-free.
 
 A request's events on its queue: ("token", id) ..., then ("end", reason) with reason "stop" (EOS),
@@ -126,9 +127,12 @@ class Scheduler(QueueThread):
             self._settle(time.monotonic())
             # NOTE: begun under the lock, one by one: each reserves its row (and cache blocks) before the next
             # is asked whether it fits (begin is host bookkeeping; the prefill runs in fill)
+            budget = self._prefill_budget()
             for _ in range(self._admissible()):
-                if not self.engine.fits_now(self._waiting[0].request):
+                first = self.engine.geometry.prefill_width(len(self._waiting[0].request.ids))
+                if not self.engine.fits_now(self._waiting[0].request) or (self._filling and first > budget):
                     break  # NOTE: first come, first served: it waits for blocks, and those behind it too
+                budget -= min(first, self.engine.geometry.prefill_chunk or first)
                 self._begin(self._waiting.popleft())
         if not self._running:
             for row in list(self._filling):
@@ -138,8 +142,12 @@ class Scheduler(QueueThread):
         if self._running:
             start = time.monotonic()
             if self._filling:
-                # NOTE: the decode chunk with one prefill step beside it (one program where the engine can)
-                out = self._fill(next(iter(self._filling)), beside=True)
+                # NOTE: the prompts begun this round one prefill step each, the last beside the decode chunk (one
+                # program where the engine can)
+                *alone, last = self._filling
+                for row in alone:
+                    self._fill(row)
+                out = self._fill(last, beside=True)
             else:
                 out = self.engine.run_chunk()
             self._observe("decode", time.monotonic() - start)
@@ -164,10 +172,20 @@ class Scheduler(QueueThread):
             stream.send("end", _dropped(stream, now))
 
     def _admissible(self) -> int:
-        """How many waiting requests may begin now, rows allowing (the engine also asks for their blocks)."""
+        """How many waiting requests may begin now, rows allowing (the engine also asks for their blocks, and
+        _prefill_budget bounds their prompts)."""
         free = len(self.engine.busy) - len(self._running) - len(self._filling)
-        # NOTE: with streams running, one prompt goes in at a time (one prefill step per decode chunk)
-        return min(free, len(self._waiting), (0 if self._filling else 1) if self._running else free)
+        # NOTE: with streams running, new prompts go in only once the last one is in
+        return min(free, len(self._waiting), (0 if self._filling else free) if self._running else free)
+
+    def _prefill_budget(self) -> int:
+        """Prompt tokens (their prefill steps' widths) that may go in beside one decode chunk while streams run:
+        one prefill chunk's worth, so short prompts go in several at once and a new request delays the running
+        streams by about one prefill chunk at most (unbounded when nothing runs: the prompts all go in now)."""
+        g = self.engine.geometry
+        if not self._running:
+            return 1 << 62
+        return g.prefill_chunk if g.chunked else g.buckets[-1]
 
     def _begin(self, stream: Stream) -> None:
         row = self.engine.free_row()
