@@ -38,8 +38,8 @@ def test_serve_logs_each_paged_engine_compile_with_its_count(tiny):
     finally:
         server.stop()
     assert (
-        "tiny: paged KV cache of 64 tokens in blocks of 16, up to 2 requests at once, no prefix cache; compiling 5 programs"
-        in (server.output)
+        "tiny: paged KV cache of 64 tokens in blocks of 16, up to 2 requests at once, no prefix cache; "
+        "compiling 5 programs" in (server.output)
     )
     for what in (
         "prefill bucket 16 and a cancelled request's free",
