@@ -319,9 +319,11 @@ class Generator:
         max_seqs: int | None = None,
         batch_invariant: bool = True,
         prefix_cache: bool = True,
+        kv_cache_memory: float | None = None,
     ) -> PagedEngine:
         """A server's engine over a paged KV cache (generation/paged_engine.py): `kv_cache_tokens` slots
-        (default: max_batch_size x max_length, the memory of continuous()'s rows) in blocks of `block_size`,
+        (default: max_batch_size x max_length, the memory of continuous()'s rows; or kv_cache_memory, a
+        fraction of the device's memory left after the weights) in blocks of `block_size`,
         up to `max_seqs` requests at once, reusing cached prompt prefixes unless prefix_cache is False."""
         if self.geometry.one_length:
             raise GenerationError(
@@ -339,6 +341,7 @@ class Generator:
             place=_placement(self.strategy, self.decode_captured),
             batch_invariant=batch_invariant,
             prefix_cache=prefix_cache,
+            kv_cache_memory=kv_cache_memory,
         )
 
     def any_bucket_captured(self) -> Captured:

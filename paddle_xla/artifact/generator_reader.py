@@ -121,6 +121,7 @@ class GeneratorArtifact:
         max_seqs: int | None = None,
         batch_invariant: bool = True,
         prefix_cache: bool = True,
+        kv_cache_memory: float | None = None,
     ) -> PagedEngine:
         """A server's engine over a paged KV cache (generation/paged_engine.py, px.Generator.paged's), every
         program lowered here from the Graphs with one policy: the bucketed decode step has no executable, and
@@ -143,6 +144,7 @@ class GeneratorArtifact:
             seed=self._seed,
             batch_invariant=batch_invariant,
             prefix_cache=prefix_cache,
+            kv_cache_memory=kv_cache_memory,
         )
 
     def _continuous_programs(self):

@@ -378,16 +378,22 @@ def paged_engine(
     place: Callable | None = None,
     batch_invariant: bool = True,
     prefix_cache: bool = True,
+    kv_cache_memory: float | None = None,
+    device=None,
 ) -> PagedEngine:
     """The PagedEngine a server runs, on a generator's programs, whichever made them (a live px.Generator or a
     generator artifact): program_of(name) -> run for "decode_any" (the decode step with symbolic rows and
     slots), f"prefill1_{bucket}" and, where prompts are chunked, "extend1" (made when first run).
 
     kv_cache_tokens: the pool's slots (default: max_batch_size x max_length, the memory of a
-    ContinuousEngine's rows); max_seqs, when not batch_invariant: sequences at once (default: as many as
-    the pool holds at 64 tokens each, at least max_batch_size and at most 4 x max_batch_size: each doubling
-    of it is one more row bucket of programs to compile)."""
-    tokens = kv_cache_tokens or geometry.max_batch_size * geometry.max_length
+    ContinuousEngine's rows); kv_cache_memory: instead, this fraction of `device`'s memory (default: the
+    first device) left once the weights are on it (kv_tokens_in_memory); max_seqs, when not batch_invariant:
+    sequences at once (default: as many as the pool holds at 64 tokens each, at least max_batch_size and at
+    most 4 x max_batch_size: each doubling of it is one more row bucket of programs to compile)."""
+    if kv_cache_memory is not None:
+        tokens = kv_tokens_in_memory(kv_cache_memory, geometry, weights, block_size, device)
+    else:
+        tokens = kv_cache_tokens or geometry.max_batch_size * geometry.max_length
     # NOTE: warm-up prefills one prompt of each bucket (and of prefill_chunk + 1 tokens where chunked) with a
     # new token or two: the cache must hold the largest
     largest = geometry.prefill_chunk + 2 if geometry.chunked else geometry.buckets[-1] + 1
@@ -412,3 +418,31 @@ def paged_engine(
         batch_invariant=batch_invariant,
         prefix_cache=prefix_cache,
     )
+
+
+def kv_tokens_in_memory(fraction: float, geometry, weights: Mapping, block_size: int = 16, device=None) -> int:
+    """The KV-cache tokens (whole blocks) that `fraction` of the device's memory holds once the weights are
+    on it: fraction x (its memory limit - what it holds now - the weights' bytes, where they are not on it
+    yet) / (2 x layers x KV heads x head dim x the cache dtype's bytes per token). A GenerationError where the
+    device does not report its memory (XLA:CPU does not) or the fraction leaves no block."""
+    if not 0 < fraction < 1:
+        raise GenerationError(f"kv_cache_memory={fraction} is no fraction of the device's memory: give 0 < F < 1")
+    device = device or jax.devices()[0]
+    stats = device.memory_stats() or {}
+    if "bytes_limit" not in stats:
+        raise GenerationError(
+            f"{device.platform} device {device.id} does not report its memory, so no fraction of it can size the "
+            "KV cache: give its size in tokens instead (--kv-cache-tokens)"
+        )
+    placed = any(getattr(w, "devices", lambda: ())() == {device} for w in weights.values())
+    weight_bytes = 0 if placed else sum(int(w.nbytes) for w in weights.values())
+    free = stats["bytes_limit"] - stats.get("bytes_in_use", 0) - weight_bytes
+    g = geometry
+    per_token = 2 * g.layers * g.kv_heads * g.head_dim * np.dtype(g.cache_dtype).itemsize
+    tokens = int(fraction * max(free, 0) // per_token) // block_size * block_size
+    if tokens < block_size:
+        raise GenerationError(
+            f"{fraction} of the {free / 2**30:.2f} GiB {device.platform} device {device.id} has free after the "
+            f"weights holds no block of {block_size} tokens ({per_token} bytes a token): give a larger fraction"
+        )
+    return tokens

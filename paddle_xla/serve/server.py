@@ -111,6 +111,7 @@ def _llm(name: str, artifact, settings: Settings, log) -> LlmModel:
     if settings.paged_kv_cache and artifact.can_page:
         engine = artifact.paged(
             kv_cache_tokens=settings.kv_cache_tokens or None,
+            kv_cache_memory=settings.kv_cache_memory or None,
             batch_invariant=settings.batch_invariance,
             prefix_cache=settings.prefix_cache,
         )

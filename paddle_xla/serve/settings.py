@@ -90,6 +90,11 @@ class Settings:
         "language models: KV cache slots, shared in blocks of 16 by the running requests (0: the generator's "
         "max_batch_size x max_length)",
     )
+    kv_cache_memory: float = flag(
+        0.0,
+        "language models: the KV cache as this fraction of the device memory left once the weights are on it "
+        "(0 < F < 1; the device must report its memory, as GPUs do; instead of --kv-cache-tokens)",
+    )
     paged_kv_cache: bool = flag(
         True,
         "language models: give each running request a row of max_length slots instead of cache blocks",
@@ -140,6 +145,12 @@ class Settings:
                 raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, not {getattr(self, name)}.")
         if self.kv_cache_tokens < 0:
             raise ValueError(f"--kv-cache-tokens must be 0 or more, not {self.kv_cache_tokens}.")
+        if not 0 <= self.kv_cache_memory < 1:
+            raise ValueError(
+                f"--kv-cache-memory is a fraction of the device's memory: 0 < F < 1, not {self.kv_cache_memory}."
+            )
+        if self.kv_cache_memory and self.kv_cache_tokens:
+            raise ValueError("give the KV cache's size once: --kv-cache-tokens or --kv-cache-memory, not both.")
         if self.max_body_mb <= 0:
             raise ValueError(f"--max-body-mb must be positive, not {self.max_body_mb}.")
         if self.body_timeout_s <= 0:

@@ -11,6 +11,7 @@ from paddle_xla.errors import GenerationError
 from paddle_xla.generation import paged as PG
 from paddle_xla.generation.batch_engine import program
 from paddle_xla.generation.continuous import Request
+from paddle_xla.generation.paged_engine import kv_tokens_in_memory
 from paddle_xla.generation.slots import NO_TOKEN
 from paddle_xla.runtime.compile_cache import compiles_seen
 
@@ -221,3 +222,20 @@ def test_requests_that_share_prefixes_get_their_tokens_alone(gen, engine):
     assert engine.blocks.stats.hit_tokens_total - before >= 16 * 3, engine.blocks.stats
     for i, r in enumerate(requests):
         assert got[i] == _alone(gen, r, **({"seed": r.seed} if r.seed is not None else {})), (i, r)
+
+
+def test_the_kv_cache_sized_as_a_fraction_of_the_device_memory_left_after_the_weights(gen):
+    class Gpu:
+        platform, id = "gpu", 0
+
+        def memory_stats(self):
+            return {"bytes_limit": 2**30, "bytes_in_use": 2**28}
+
+    g, weights = gen.geometry, {"w": np.zeros(2**20, np.float32)}  # NOTE: 4 MiB, not on the device yet
+    per_token = 2 * g.layers * g.kv_heads * g.head_dim * 4
+    tokens = kv_tokens_in_memory(0.5, g, weights, 16, Gpu())
+    assert tokens % 16 == 0 and 0 <= 0.5 * (2**30 - 2**28 - 2**22) - tokens * per_token < 16 * per_token
+    with pytest.raises(GenerationError, match="does not report its memory.*--kv-cache-tokens"):
+        gen.paged(kv_cache_memory=0.5)  # NOTE: XLA:CPU reports none
+    with pytest.raises(GenerationError, match="holds no block of 16 tokens"):
+        kv_tokens_in_memory(1e-9, g, weights, 16, Gpu())
