@@ -459,6 +459,12 @@ def main() -> int:
         default=32 * 512,
         help="the KV cache (--kv-cache-tokens) of the server that counts how many requests run at once",
     )
+    ap.add_argument(
+        "--at-once-prefill-tokens",
+        type=int,
+        default=256,
+        help="that server's --max-prefill-tokens: prompt tokens let in beside each decode chunk",
+    )
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "serve_llm.json"))
     args = ap.parse_args()
@@ -531,12 +537,23 @@ def main() -> int:
             print(json.dumps(level), flush=True)
     finally:
         service.stop()
-    many = Service([*argv, "--kv-cache-tokens", str(args.at_once_kv_tokens), "--no-batch-invariance"], env)
+    many = Service(
+        [
+            *argv,
+            "--kv-cache-tokens",
+            str(args.at_once_kv_tokens),
+            "--no-batch-invariance",
+            "--max-prefill-tokens",
+            str(args.at_once_prefill_tokens),
+        ],
+        env,
+    )
     try:
         served_fast = one_client(f"http://{many.url}/v1/completions", ones, one_tokens)
         print(json.dumps({"one_client_not_batch_invariant": served_fast}), flush=True)
         crowd = at_once(f"http://{many.url}", shape["vocab_size"], *((16, (16, 64)) if args.quick else (96, (64, 192))))
         crowd["kv_cache_tokens"] = args.at_once_kv_tokens
+        crowd["max_prefill_tokens"] = args.at_once_prefill_tokens
         crowd["server_ready_s"] = many.ready_s
         print(json.dumps({"at_once": crowd}), flush=True)
     finally:

@@ -130,7 +130,9 @@ def _llm(name: str, artifact, settings: Settings, log) -> LlmModel:
         engine = artifact.continuous()
     # NOTE: the same progress as an ordinary model's warm-up (warmup.py): "NAME: compiled WHAT (i/n, t s)"
     engine.on_compiled = lambda what: log(f"{name}: compiled {what}")
-    scheduler = Scheduler(name, engine, settings.max_queue_size, log, on_failure=log)
+    scheduler = Scheduler(
+        name, engine, settings.max_queue_size, log, on_failure=log, max_prefill_tokens=settings.max_prefill_tokens
+    )
     return LlmModel(name, artifact, scheduler, int(time.time()))
 
 

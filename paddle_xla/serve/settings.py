@@ -101,6 +101,11 @@ class Settings:
         kind="negated",
         decls=("--no-paged-kv-cache",),
     )
+    max_prefill_tokens: int = flag(
+        0,
+        "language models: prompt tokens prefilled beside one decode chunk while requests run (0: the "
+        "generator's prefill_chunk); more lets short requests in faster and holds running streams up longer",
+    )
     prefix_cache: bool = flag(
         True,
         "language models: prefill every prompt from its first token (by default a prompt whose first "
@@ -143,6 +148,8 @@ class Settings:
         for name in ("max_queue_delay_us", "request_timeout_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, not {getattr(self, name)}.")
+        if self.max_prefill_tokens < 0:
+            raise ValueError(f"--max-prefill-tokens must be 0 or more, not {self.max_prefill_tokens}.")
         if self.kv_cache_tokens < 0:
             raise ValueError(f"--kv-cache-tokens must be 0 or more, not {self.kv_cache_tokens}.")
         if not 0 <= self.kv_cache_memory < 1:

@@ -215,11 +215,12 @@ def test_requests_that_share_prefixes_get_their_tokens_alone(gen, engine):
     system = tuple(int(i) for i in rng.integers(3, 100, 17))
     requests = [Request(system[: 8 + 3 * i] + tuple(int(t) for t in rng.integers(3, 100, 1 + i)), 6) for i in range(4)]
     requests += [Request(system + (7,) * i, 5, decode_strategy="sampling", top_k=5, seed=3) for i in range(1, 4)]
+    requests += [Request(system + (9, 9, 4), 6, repetition_penalty=1.5)]  # NOTE: its prefix's ids count as seen
     before = engine.blocks.stats.hit_tokens_total
     with compiles_seen() as seen:
         got, _, _ = serve(engine, requests)
     assert not seen, seen
-    assert engine.blocks.stats.hit_tokens_total - before >= 16 * 3, engine.blocks.stats
+    assert engine.blocks.stats.hit_tokens_total - before >= 16 * 4, engine.blocks.stats
     for i, r in enumerate(requests):
         assert got[i] == _alone(gen, r, **({"seed": r.seed} if r.seed is not None else {})), (i, r)
 

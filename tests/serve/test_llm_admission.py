@@ -71,13 +71,28 @@ def test_short_prompts_go_in_several_per_decode_chunk_and_a_long_one_a_chunk_at_
     try:
         submit(10, 100)  # NOTE: nothing runs: both go in whole (100 tokens: 2 chunks of 64), then a chunk
         assert _round(scheduler, engine) == [("fill", 0), ("fill", 1), ("fill", 1), ("chunk",)]
-        # NOTE: prefill widths 32, 32, 16, 128 against a budget of 64 per decode chunk
+        # NOTE: first prefill steps of 32, 32, 16, 64 tokens against a budget of 64 per decode chunk
         submit(20, 20, 10, 100)
         assert _round(scheduler, engine) == [("fill", 2), ("beside", 3)]
-        assert _round(scheduler, engine) == [("beside", 4)]  # NOTE: 16 + 128 > 64: the long one waits
+        assert _round(scheduler, engine) == [("beside", 4)]  # NOTE: 16 + 64 > 64: the long one waits
         assert _round(scheduler, engine) == [("beside", 5)]  # its first chunk, alone
         assert _round(scheduler, engine) == [("beside", 5)]  # its last
         assert _round(scheduler, engine) == [("chunk",)]
         assert len(scheduler._running) == 6 and not scheduler._waiting
+    finally:
+        loop.close()
+
+
+def test_a_larger_prefill_budget_lets_more_short_prompts_in_per_decode_chunk():
+    engine, loop = Recording(), asyncio.new_event_loop()
+    scheduler = Scheduler("m", engine, max_waiting=16, log=print, on_failure=print, max_prefill_tokens=128)
+    try:
+        for n in (10, 20, 20, 10, 100, 10):
+            scheduler.submit(Stream(Request((3,) * n, 50), loop))
+            if n == 10 and not scheduler._running:
+                assert _round(scheduler, engine) == [("fill", 0), ("chunk",)]
+        # NOTE: widths 32 + 32 + 16 = 80 of 128; the 100-token prompt's first step (64) would pass it
+        assert _round(scheduler, engine) == [("fill", 1), ("fill", 2), ("beside", 3)]
+        assert _round(scheduler, engine) == [("fill", 4), ("beside", 5)]  # NOTE: 64 + 16
     finally:
         loop.close()

@@ -58,8 +58,10 @@ class Scheduler(QueueThread):
         log: Callable[[str], None],
         on_failure: Callable[[str], None],
         metrics=None,
+        max_prefill_tokens: int = 0,
     ):
         super().__init__()
+        self.max_prefill_tokens = max_prefill_tokens  # NOTE: 0: the engine's prefill chunk (_prefill_budget)
         self.name, self.engine, self.max_waiting, self.log, self.on_failure = name, engine, max_waiting, log, on_failure
         self.metrics = metrics  # serve/metrics.py's LlmMetrics for this model, or None
         self.ready = False
@@ -129,10 +131,11 @@ class Scheduler(QueueThread):
             # is asked whether it fits (begin is host bookkeeping; the prefill runs in fill)
             budget = self._prefill_budget()
             for _ in range(self._admissible()):
-                first = self.engine.geometry.prefill_width(len(self._waiting[0].request.ids))
-                if not self.engine.fits_now(self._waiting[0].request) or (self._filling and first > budget):
+                g, request = self.engine.geometry, self._waiting[0].request
+                first = min(g.prefill_width(len(request.ids)), g.prefill_chunk or g.max_length)  # its first step
+                if not self.engine.fits_now(request) or (self._filling and first > budget):
                     break  # NOTE: first come, first served: it waits for blocks, and those behind it too
-                budget -= min(first, self.engine.geometry.prefill_chunk or first)
+                budget -= first
                 self._begin(self._waiting.popleft())
         if not self._running:
             for row in list(self._filling):
@@ -179,13 +182,14 @@ class Scheduler(QueueThread):
         return min(free, len(self._waiting), (0 if self._filling else free) if self._running else free)
 
     def _prefill_budget(self) -> int:
-        """Prompt tokens (their prefill steps' widths) that may go in beside one decode chunk while streams run:
-        one prefill chunk's worth, so short prompts go in several at once and a new request delays the running
-        streams by about one prefill chunk at most (unbounded when nothing runs: the prompts all go in now)."""
+        """Prompt tokens (their first prefill steps' widths) that may go in beside one decode chunk while streams
+        run: max_prefill_tokens, by default one prefill chunk's worth, so short prompts go in several at once and
+        new requests delay the running streams by about one prefill chunk (unbounded when nothing runs: the
+        prompts all go in now)."""
         g = self.engine.geometry
         if not self._running:
             return 1 << 62
-        return g.prefill_chunk if g.chunked else g.buckets[-1]
+        return self.max_prefill_tokens or (g.prefill_chunk if g.chunked else g.buckets[-1])
 
     def _begin(self, stream: Stream) -> None:
         row = self.engine.free_row()
