@@ -343,16 +343,13 @@ class PagedEngine:
             self.fill(0)
             self.free(0)
             compiled(f"prefill bucket {bucket}" + (" and a cancelled request's free" if first else ""))
+        long = Request((1,) * ((g.prefill_chunk or 0) + 1), max_new_tokens=1)
         if g.chunked:
-            self.begin(0, Request((1,) * (g.prefill_chunk + 1), max_new_tokens=1))
-            while 0 in self._filling:
-                self.fill(0)
+            self._prefill_alone(long)
             compiled(f"chunked prefill ({g.prefill_chunk} tokens a chunk)")
         if self.prefix_cache:
             # NOTE: the same prompt again hits the chunk just cached; warm-up's prompts count in no statistics
-            self.begin(0, Request((1,) * (g.prefill_chunk + 1), max_new_tokens=1))
-            while 0 in self._filling:
-                self.fill(0)
+            self._prefill_alone(long)
             self.blocks.stats = PrefixCacheStats()
             compiled("a prefix-cache hit's view of its cached blocks")
         with x64.scope():
@@ -364,6 +361,12 @@ class PagedEngine:
                         self._weights_on_device(), self._paged(), index, np.zeros((rows, blocks), np.int32)
                     )
                     compiled(f"decode chunk of {rows} rows over {blocks} blocks of {self.block_size}")
+
+    def _prefill_alone(self, request: Request) -> None:
+        """Begin `request` in sequence slot 0 and run all its prefill steps (warm-up: it makes one token)."""
+        self.begin(0, request)
+        while 0 in self._filling:
+            self.fill(0)
 
 
 def paged_engine(

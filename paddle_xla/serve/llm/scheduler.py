@@ -129,10 +129,10 @@ class Scheduler(QueueThread):
             self._settle(time.monotonic())
             # NOTE: begun under the lock, one by one: each reserves its row (and cache blocks) before the next
             # is asked whether it fits (begin is host bookkeeping; the prefill runs in fill)
-            budget = self._prefill_budget()
+            g, budget = self.engine.geometry, self._prefill_budget()
             for _ in range(self._admissible()):
-                g, request = self.engine.geometry, self._waiting[0].request
-                first = min(g.prefill_width(len(request.ids)), g.prefill_chunk or g.max_length)  # its first step
+                request = self._waiting[0].request
+                first = g.bucket(len(request.ids)) or g.prefill_chunk  # NOTE: its first prefill step's width
                 if not self.engine.fits_now(request) or (self._filling and first > budget):
                     break  # NOTE: first come, first served: it waits for blocks, and those behind it too
                 budget -= first
@@ -179,17 +179,16 @@ class Scheduler(QueueThread):
         _prefill_budget bounds their prompts)."""
         free = len(self.engine.busy) - len(self._running) - len(self._filling)
         # NOTE: with streams running, new prompts go in only once the last one is in
-        return min(free, len(self._waiting), (0 if self._filling else free) if self._running else free)
+        return 0 if self._running and self._filling else min(free, len(self._waiting))
 
     def _prefill_budget(self) -> int:
         """Prompt tokens (their first prefill steps' widths) that may go in beside one decode chunk while streams
         run: max_prefill_tokens, by default one prefill chunk's worth, so short prompts go in several at once and
         new requests delay the running streams by about one prefill chunk (unbounded when nothing runs: the
         prompts all go in now)."""
-        g = self.engine.geometry
         if not self._running:
             return 1 << 62
-        return self.max_prefill_tokens or (g.prefill_chunk if g.chunked else g.buckets[-1])
+        return self.max_prefill_tokens or self.engine.geometry.buckets[-1]  # NOTE: prefill_chunk where chunked
 
     def _begin(self, stream: Stream) -> None:
         row = self.engine.free_row()
