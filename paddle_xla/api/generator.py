@@ -137,12 +137,13 @@ class _CacheApi:
 class _Derived:
     """A plain decoder (forward(input_ids) -> logits, no cache API): the cache derived from its forward
     (generation/derive.py), checked against the forward before use. Its rows share their positions, so a
-    call's prompts must have one length."""
+    call's prompts must have one length, and a server runs its decode step one row at a time (any_bucket)."""
 
     def __init__(self, model: paddle.nn.Layer, batch: int, slots: int, vocab: int, first_bucket: int) -> None:
         with x64.scope():
             self.forward = capture_forward(model, batch)
-        self.batch, self.one_length = batch, True
+        self.model, self.batch, self.one_length = model, batch, True
+        self._forward1: Captured | None = None
         first = self.prefill(first_bucket)
         with x64.scope():
             cache = jax.eval_shape(
@@ -161,8 +162,24 @@ class _Derived:
             self.forward.graph, first.graph, self.decode.graph, dict(self.forward.weights), slots, vocab
         )
 
-    def prefill(self, bucket: int) -> Captured:
-        return dataclasses.replace(self.forward, graph=derive.derive(self.forward.graph, self.batch, bucket, None))
+    def _forward_of(self, batch: int) -> Captured:
+        """The forward captured for `batch` rows: the generator's, or one row's (a server's), captured on first use."""
+        if batch == self.batch:
+            return self.forward
+        assert batch == 1  # NOTE: a server prefills one request at a time
+        if self._forward1 is None:
+            with x64.scope():
+                self._forward1 = capture_forward(self.model, 1)
+        return self._forward1
+
+    def prefill(self, bucket: int, batch: int | None = None) -> Captured:
+        forward = self._forward_of(batch or self.batch)
+        return dataclasses.replace(forward, graph=derive.derive(forward.graph, batch or self.batch, bucket, None))
+
+    def any_bucket(self) -> Captured:
+        """One row's decode step over any number of slots: a paged engine runs it per row (paged.per_row)."""
+        forward = self._forward_of(1)
+        return dataclasses.replace(forward, graph=derive.one_row_step(forward.graph))
 
 
 class Generator:
@@ -224,7 +241,7 @@ class Generator:
         self.engine = BatchEngine(
             self.geometry,
             self.defaults,
-            program(self.decode_captured.graph, self.policy, self.held),
+            self._decode_program(),
             self._prefill_program,
             self.held.all_prepared(self.source_weights),
             seed=seed,
@@ -276,6 +293,13 @@ class Generator:
         assert captured is not None  # NOTE: asked for only where prompts are chunked
         return captured.graph
 
+    def _decode_program(self) -> Callable:
+        """generate's decode step; a plain decoder's runs one row's step per row (derive.per_row), as a server's
+        paged engine does, so that a served request gets generate's numbers."""
+        if self.geometry.one_length:
+            return derive.per_row(program(self.any_bucket_captured().graph, self.policy, self.held))
+        return program(self.decode_captured.graph, self.policy, self.held)
+
     def _prefill_program(self, bucket: int) -> Callable:
         return program(self.prefill_captured(bucket).graph, self.policy, self.held)
 
@@ -287,15 +311,8 @@ class Generator:
 
     def prefill1_captured(self, bucket: int) -> Captured:
         """The batch-1 prefill a continuous batch inserts one request with, captured on first use."""
-        if self.geometry.one_length:
-            raise GenerationError(
-                "continuous batching needs a model with a cache API (a PaddleFormers causal LM): "
-                "a plain decoder's derived cache makes a batch's rows share their positions"
-            )
         if bucket not in self._prefill1_captured:
-            src = self._source
-            assert isinstance(src, _CacheApi)  # NOTE: one_length is False only for a cache API
-            self._prefill1_captured[bucket] = src.prefill(bucket, batch=1)
+            self._prefill1_captured[bucket] = self._source.prefill(bucket, batch=1)
         return self._prefill1_captured[bucket]
 
     def continuous(self) -> ContinuousEngine:
@@ -325,11 +342,6 @@ class Generator:
         (default: max_batch_size x max_length, the memory of continuous()'s rows; or kv_cache_memory, a
         fraction of the device's memory left after the weights) in blocks of `block_size`,
         up to `max_seqs` requests at once, reusing cached prompt prefixes unless prefix_cache is False."""
-        if self.geometry.one_length:
-            raise GenerationError(
-                "a paged engine needs a model with a cache API (a PaddleFormers causal LM): "
-                "a plain decoder's derived cache makes a batch's rows share their positions"
-            )
         return paged_engine(
             self.geometry,
             self.defaults,
@@ -348,9 +360,7 @@ class Generator:
         """The decode step captured with symbolic rows and cache slots (a paged engine's every bucket),
         on first use."""
         if self._decode_any is None:
-            src = self._source
-            assert isinstance(src, _CacheApi)  # NOTE: paged() refuses a derived cache first
-            self._decode_any = src.any_bucket()
+            self._decode_any = self._source.any_bucket()
         return self._decode_any
 
     def _graph_of(self, name: str) -> Graph:

@@ -43,13 +43,13 @@ class GeneratorArtifact:
             raise ModelLoadError(f"The generation record of {path!r} is incomplete ({e}); export it again.") from None
         self.platform = current_platform()
         names = ["decode"] + [f"prefill_{b}" for b in self.geometry.buckets]
-        # NOTE: the batch-1 prefills a continuous batch inserts with (absent from a plain decoder's artifact)
+        # NOTE: the batch-1 prefills a server inserts with (absent from a plain decoder's older artifacts)
         names += [n for n in (f"prefill1_{b}" for b in self.geometry.buckets) if graph_member(n) in members]
         if self.geometry.chunked:
             # NOTE: the prefill chunk for a batch and for one request (prompts past geometry.prefill_chunk)
             names += ["extend", "extend1"]
         if graph_member(PAGED_DECODE) in members:
-            names.append(PAGED_DECODE)  # NOTE: absent from a plain decoder's artifact and from older ones
+            names.append(PAGED_DECODE)  # NOTE: absent from older artifacts
         self.graphs = {n: _graph(path, members, n) for n in names}
         entry = (manifest.get("exported") or {}).get(self.platform)
         if entry is not None and not prefer_graph:
@@ -100,8 +100,7 @@ class GeneratorArtifact:
             if f"prefill1_{self.geometry.buckets[0]}" not in self.graphs:
                 raise ModelLoadError(
                     f"{self.path!r} holds no batch-1 prefill programs, which serving needs: "
-                    "export it again with this paddle_xla (a plain decoder's generator cannot be "
-                    "served: its rows share their positions)"
+                    "export it again with this paddle_xla"
                 )
             make, shared = self._continuous_programs()
             self._continuous = continuous_engine(
@@ -129,7 +128,7 @@ class GeneratorArtifact:
         if not self.can_page:
             raise ModelLoadError(
                 f"{self.path!r} holds no decode step for a paged KV cache ({graph_member(PAGED_DECODE)}): "
-                "export it again with this paddle_xla (a plain decoder's generator has none)"
+                "export it again with this paddle_xla"
             )
         policy, held = LoweringPolicy.live(self.geometry.precision, inference=True), self._held
         # NOTE: the weights stay as loaded (held as `held` says); a program that reads one otherwise transposes it

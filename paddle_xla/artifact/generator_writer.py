@@ -4,6 +4,9 @@ Members, besides the manifest:
   graphs/decode.json, graphs/prefill_<P>.json   the captured programs (one prefill per prompt bucket P)
   graphs/extend.json, graphs/extend1.json       the prefill chunk, for the batch and for one request
                                                 (when prompts past geometry.prefill_chunk are chunked)
+  graphs/prefill1_<P>.json                      the batch-1 prefills a server inserts one request with
+  graphs/decode_any.json                        the decode step with symbolic rows and slots (a plain
+                                                decoder's: one row's) a server's paged engine runs; no executable
   weights.safetensors                           every weight, as Paddle holds it (with synthetic_weights: the
                                                 ones of fewer than 2 dimensions; the rest are drawn on load)
   exported/<platform>/<program>.bin             jax.export StableHLO of each program, per platform
@@ -65,18 +68,16 @@ def export_generator(
     g = gen.geometry
     graphs = {"decode": gen.decode_captured.graph}
     graphs.update({f"prefill_{b}": gen.prefill_captured(b).graph for b in g.buckets})
-    if not g.one_length:
-        # NOTE: the batch-1 prefills a server's continuous batch inserts one request with
-        graphs.update({f"prefill1_{b}": gen.prefill1_captured(b).graph for b in g.buckets})
+    # NOTE: the batch-1 prefills a server's engine inserts one request with
+    graphs.update({f"prefill1_{b}": gen.prefill1_captured(b).graph for b in g.buckets})
     if g.chunked:
         graphs.update({"extend": gen.extend_captured(g.max_batch_size).graph, "extend1": gen.extend_captured(1).graph})
     weights = {k: np.asarray(v) for k, v in gen.source_weights.items()}
     policies = {p: LoweringPolicy.tuned(p, g.precision, inference=True) for p in platforms}
     members = {graph_member(n): graph.to_json().encode() for n, graph in graphs.items()}
-    if not g.one_length:
-        # NOTE: the decode step with symbolic rows and slots a server's paged engine runs in every bucket: kept
-        # as a Graph only (an executable has fixed shapes), lowered where it is loaded
-        members[graph_member(PAGED_DECODE)] = gen.any_bucket_captured().graph.to_json().encode()
+    # NOTE: the decode step with symbolic rows (a plain decoder's: one row's) and slots a server's paged engine
+    # runs in every bucket: kept as a Graph only (an executable has fixed shapes), lowered where it is loaded
+    members[graph_member(PAGED_DECODE)] = gen.any_bucket_captured().graph.to_json().encode()
     stored, synthetic = synthetic_lib.leave_out(weights, synthetic_weights)
     members[fmt.WEIGHTS] = fmt.weights_bytes(stored)
     exported = {}

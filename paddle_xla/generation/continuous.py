@@ -406,6 +406,12 @@ def continuous_engine(
     generator captures it then, and a server may never see a prompt that long). shared_products:
     (graph_of(name) -> Graph, policy, held) to run a decode step beside a prefill as one program that
     shares their linear layers' products (batch_engine.program_together); None runs them apart."""
+    if geometry.one_length:
+        raise GenerationError(
+            "a plain decoder's derived cache shares its positions across a decode step's rows, so only the "
+            "paged engine, which runs its step one row at a time, serves it: serve it with the paged KV cache "
+            "(drop --no-paged-kv-cache; px.Generator.paged())"
+        )
     extend1 = made_on_first_call(lambda: program_of("extend1")) if geometry.chunked else None
     together = None
     if shared_products is not None:

@@ -8,7 +8,8 @@ which positions they see, and those are rewritten:
 - the *attention matmuls*, the matmuls whose two operands both come from the tokens (a linear
   layer's other operand is a weight). Their second operand, keys for `q @ k^T` (transpose_y) and
   values for `att @ v`, is what a later position reads of earlier ones: it is the cache. In the decode
-  step it is the cache entry followed by this token's own ([B, H, S + 1, D]);
+  step it is the cache entry followed by this token's own ([B, H, S + 1, D], a concatenation along the
+  slots, as a cache class writes it, so the attention's sums run in a fixed order: gqa_rewrite.py);
 - the scores `q @ k^T` get the slot mask (padding and empty slots at the lowest value), since the
   model's own causal mask, built from T = 1, masks nothing;
 - `arange` over the input's length (positions for learned or rotary embeddings) gives the true
@@ -25,7 +26,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Callable
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -146,18 +149,27 @@ def derive(graph: Graph, batch: int, length: int, slots: int | None) -> Graph:
     if slots is not None:
         past = r.new()
         feeds.append(Tensor("past", past, (len(matmuls), batch, -1, slots, -1), "float32"))
+    # NOTE: a step's cache is appended to an attention operand right where the operand is made, as a cache
+    # class does: the values' concatenation then comes before the softmax, which reads its parts (gqa_rewrite)
+    operands: dict[int | None, list[int]] = {}
+    for m in matmuls:
+        operands.setdefault(m.inputs[1], []).append(entry[m.index])
+    appended: dict[int, int] = {}
     cached = []
     for op in graph.block.ops:
         inputs = [r.read(v) for v in op.inputs]
         if op.index in entry:
             if step:
-                inputs[1] = r.add("paddle_xla.cache_concat", [inputs[1], past], {"entry": entry[op.index]}, op)
+                inputs[1] = appended[entry[op.index]]
             cached.append(inputs[1])
         r.copy(op, inputs)
         if op.index in entry and op.attrs.get("transpose_y"):
             r.rename[op.outputs[0]] = r.add("paddle_xla.mask_keys", [op.outputs[0], mask], {}, op)
         if op.index in aranges:
             r.rename[op.outputs[0]] = r.add("paddle_xla.positions", [op.outputs[0], pos], {}, op)
+        for v in op.outputs if step else ():
+            for e in operands.get(v, ()):
+                appended[e] = _after_cache(r, r.read(v), past, e, op)
     logits = r.add("paddle_xla.last_position", [r.read(graph.fetches[0].value)])
     kv = r.add("paddle_xla.stack_cache", cached, {"new_only": step})
     fetches = (
@@ -173,6 +185,44 @@ def derive(graph: Graph, batch: int, length: int, slots: int | None) -> Graph:
         fetches=fetches,
         meta={**graph.meta, "derived": "decode" if step else "prefill"},
     )
+
+
+def _after_cache(r: _Rewriter, new: int, past: int, entry: int, like: Op) -> int:
+    """The attention operand `new` [B, H, 1, D] after cache entry `entry` of `past`: concat([cached, new],
+    axis=-2), written as a model's own cache class writes it, so that the attention reads the two parts where
+    they lie and sums over the slots in a fixed order (gqa_rewrite.py, ops/grouped_attention.py): a row's
+    numbers then do not depend on how many cache slots its step carries."""
+    cached = r.add("paddle_xla.cache_entry", [past, new], {"entry": entry}, like)
+    parts = r.add("builtin.combine", [cached, new], {}, like)
+    axis = r.add("pd_op.full", [], {"shape": [1], "value": -2.0, "dtype": "int32"}, like)
+    return r.add("pd_op.concat", [parts, axis], {}, like)
+
+
+def one_row_step(graph: Graph) -> Graph:
+    """The decode step of one row over any number of cache slots (symbolic): a derived cache's rows share
+    their positions within a call, so a paged engine runs this step once per row (paged.per_row)."""
+    step = derive(graph, 1, 1, 16)
+    ids, mask, pos, past = step.feeds
+    feeds = (
+        ids,
+        dataclasses.replace(mask, shape=(1, -1)),
+        pos,
+        dataclasses.replace(past, shape=(past.shape[0], 1, -1, -1, -1)),
+    )
+    return dataclasses.replace(step, feeds=feeds)
+
+
+def per_row(decode: Callable) -> Callable:
+    """one_row_step's program as the step of R rows, each at its own position: decode(weights, ids [R, 1],
+    mask [R, S + 1], positions [R, 1], past [2L, R, H, S, D]) -> (logits [R, V], new [2L, R, H, D]). vmap
+    batches the rows' products into one, as a step of R rows computes them. px.Generator's
+    generate and a server's paged engine both run a derived decode step so, and give a row the same numbers."""
+
+    def one(weights, ids, mask, positions, past):
+        logits, new = decode(weights, ids[None], mask[None], positions[None], past[:, None])
+        return logits[0], new[:, 0]
+
+    return jax.vmap(one, in_axes=(None, 0, 0, 0, 1), out_axes=(0, 1))
 
 
 def check_against_forward(

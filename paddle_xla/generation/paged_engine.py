@@ -38,6 +38,7 @@ import numpy as np
 from .. import x64
 from ..errors import GenerationError
 from ..runtime.compile_cache import ensure_compile_cache
+from . import derive
 from . import paged as PG
 from . import slots as SL
 from .batch_engine import powers_of_two, rows_of
@@ -386,7 +387,8 @@ def paged_engine(
 ) -> PagedEngine:
     """The PagedEngine a server runs, on a generator's programs, whichever made them (a live px.Generator or a
     generator artifact): program_of(name) -> run for "decode_any" (the decode step with symbolic rows and
-    slots), f"prefill1_{bucket}" and, where prompts are chunked, "extend1" (made when first run).
+    slots; a plain decoder's: of one row, run per row, derive.per_row), f"prefill1_{bucket}" and, where
+    prompts are chunked, "extend1" (made when first run).
 
     kv_cache_tokens: the pool's slots (default: max_batch_size x max_length, the memory of a
     ContinuousEngine's rows); kv_cache_memory: instead, this fraction of `device`'s memory (default: the
@@ -406,10 +408,11 @@ def paged_engine(
             f"a KV cache of {tokens} tokens cannot hold a prompt of the largest prefill bucket and its first "
             f"tokens ({largest} tokens, {need} in blocks of {block_size}): give at least {need} (--kv-cache-tokens)"
         )
+    decode = program_of("decode_any")
     return PagedEngine(
         geometry,
         defaults,
-        program_of("decode_any"),
+        derive.per_row(decode) if geometry.one_length else decode,
         lambda b: program_of(f"prefill1_{b}"),
         weights,
         num_blocks=tokens // block_size + 1,  # NOTE: + the null block

@@ -17,11 +17,11 @@ _MASKED = {
 }
 
 
-@lowering("paddle_xla.cache_concat")
-def cache_concat(y, past, *, entry):
-    """An attention operand (keys or values, [B, H, 1, D]) after cache entry `entry` of `past`
-    [M, B, H, S, D]: the model's own view of every position so far."""
-    return jnp.concatenate([past[entry].astype(y.dtype), y], axis=-2)
+@lowering("paddle_xla.cache_entry")
+def cache_entry(past, y, *, entry):
+    """Cache entry `entry` of `past` [M, B, H, S, D] in the dtype of the step's own attention operand y
+    [B, H, 1, D] (keys or values), which the derived step appends to it (generation/derive.py)."""
+    return past[entry].astype(y.dtype)
 
 
 @lowering("paddle_xla.mask_keys")

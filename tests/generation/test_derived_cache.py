@@ -4,17 +4,25 @@ running the whole forward for every new token."""
 
 import math
 
+import jax
 import numpy as np
 import paddle
 import pytest
 
 import paddle_xla as px
 import paddle_xla.artifact as pxa
+from paddle_xla import x64
 from paddle_xla.api.generator import Generator
 from paddle_xla.errors import GenerationError
+from paddle_xla.generation import derive
+from paddle_xla.generation.batch_engine import program
+from paddle_xla.generation.continuous import Request
 from paddle_xla.models.gpt import GPT, GPTConfig
 from paddle_xla.models.llama import Llama, LlamaConfig
 from paddle_xla.runtime.compile_cache import compiles_seen
+
+from .test_continuous import _alone
+from .test_paged import serve
 
 VOCAB, BATCH, SLOTS = 96, 3, 40
 
@@ -98,7 +106,9 @@ def test_greedy_equals_paddles_whole_forward_per_token(built, batch, length, new
 def test_the_decode_step_reads_a_cache_and_compiles_once(built):
     net, gen = built
     ops = [op.name for op in gen.decode_captured.graph.ops()]
-    assert ops.count("paddle_xla.cache_concat") == 2 * gen.geometry.layers == 4
+    # NOTE: each cache entry appended to its attention operand as a cache class appends it (a concat along the
+    # slots), which the grouped products read in parts with fixed-order sums
+    assert ops.count("paddle_xla.cache_entry") == 2 * gen.geometry.layers == 4
     assert gen.decode_captured.graph.feeds[-1].shape == (4, BATCH, gen.geometry.kv_heads, SLOTS, gen.geometry.head_dim)
     gen.generate(_prompts(2, 5), max_new_tokens=4)  # warm-up: bucket 16
     with compiles_seen() as compiles:
@@ -132,3 +142,52 @@ def test_a_derived_generator_exports_and_runs_without_the_model(tmp_path):
     np.testing.assert_array_equal(art.generate(ids, max_new_tokens=7)[0], gen.generate(ids, max_new_tokens=7)[0])
     with pytest.raises(GenerationError, match="one length"):
         art.generate(ids, attention_mask=np.array([[1] * 5, [0] + [1] * 4]))
+
+
+def test_one_rows_decode_step_gives_each_row_its_numbers_at_its_own_position_over_any_slots(built):
+    # NOTE: a server's paged engine runs the derived step per row (derive.per_row) over the blocks its rows
+    # fill: a row's logits and K/V are the same bits whatever the slots and whatever the other rows' positions
+    _, gen = built
+    g = gen.geometry
+    step = jax.jit(derive.per_row(program(gen.any_bucket_captured().graph, gen.policy, gen.held)))
+    weights = gen.held.all_prepared(gen.source_weights)
+    rng = np.random.default_rng(0)
+    past = rng.standard_normal((2 * g.layers, BATCH, g.kv_heads, SLOTS, g.head_dim)).astype(np.float32)
+    ids = _prompts(BATCH, 1)
+    filled = np.array([13, 5, 22])
+    mask = (np.arange(SLOTS + 1)[None, :] < filled[:, None]) | (np.arange(SLOTS + 1) == SLOTS)[None, :]
+    with x64.scope():
+        want = step(weights, ids, mask.astype(np.int64), filled[:, None], past)
+        for slots in (24, 32):
+            m = np.concatenate([mask[:, :slots], mask[:, -1:]], axis=1).astype(np.int64)
+            got = step(weights, ids, m, filled[:, None], past[:, :, :, :slots])
+            for a, b in zip(got, want):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        alone = step(
+            weights,
+            ids[1:2].repeat(BATCH, 0),
+            np.repeat(mask[1:2], BATCH, 0).astype(np.int64),
+            np.full((BATCH, 1), filled[1]),
+            past[:, 1:2].repeat(BATCH, 1),
+        )
+        np.testing.assert_array_equal(np.asarray(alone[0])[0], np.asarray(want[0])[1])
+
+
+def test_a_paged_engine_serves_a_plain_decoder_with_generates_tokens(built):
+    # NOTE: requests of 1-27 tokens at their own positions beside each other, in blocks of 8 (2 to 5 a
+    # request, so decode chunks run over several block buckets), greedy and seeded sampling
+    _, gen = built
+    engine = gen.paged(block_size=8)
+    rng = np.random.default_rng(5)
+    requests = []
+    for _ in range(7):
+        ids = tuple(int(i) for i in rng.integers(3, VOCAB, rng.integers(1, 28)))
+        requests.append(Request(ids, min(int(rng.integers(2, 14)), SLOTS - len(ids) + 1)))
+    requests.append(Request(requests[0].ids, 8, decode_strategy="sampling", top_p=0.8, seed=11))
+    got, buckets, most = serve(engine, requests)
+    assert most == BATCH and len({blocks for _, blocks in buckets}) >= 2, (most, buckets)
+    for i, r in enumerate(requests):
+        assert got[i] == _alone(gen, r, **({"seed": r.seed} if r.seed is not None else {})), (i, r)
+    assert engine.blocks.free_blocks == engine.blocks.num_blocks - 1
+    with pytest.raises(GenerationError, match="only the paged engine.*drop --no-paged-kv-cache"):
+        gen.continuous()
