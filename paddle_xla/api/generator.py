@@ -39,6 +39,7 @@ from ..generation import derive
 from ..generation.batch_engine import BatchEngine, Geometry, held_weights, program
 from ..generation.config import DecodeConfig, token_ids
 from ..generation.continuous import ContinuousEngine, continuous_engine, made_on_first_call
+from ..generation.generate_programs import generate_program
 from ..generation.paged_engine import PagedEngine, paged_engine
 from ..lowering.policy import LoweringPolicy
 from ..parallel.mesh import make_mesh
@@ -136,8 +137,10 @@ class _CacheApi:
 
 class _Derived:
     """A plain decoder (forward(input_ids) -> logits, no cache API): the cache derived from its forward
-    (generation/derive.py), checked against the forward before use. Its rows share their positions, so a
-    call's prompts must have one length, and a server runs its decode step one row at a time (any_bucket)."""
+    (generation/derive.py), checked against the forward before use. The rows of one call of a derived program
+    share their positions, so generate and a server run one row's programs for each row (rows_in_turn,
+    derive.per_row) and prompts of any length go together; an exported artifact's generate runs the batch's
+    programs, and there a call's prompts must have one length."""
 
     def __init__(self, model: paddle.nn.Layer, batch: int, slots: int, vocab: int, first_bucket: int) -> None:
         with x64.scope():
@@ -177,7 +180,7 @@ class _Derived:
         return dataclasses.replace(forward, graph=derive.derive(forward.graph, batch or self.batch, bucket, None))
 
     def any_bucket(self) -> Captured:
-        """One row's decode step over any number of slots: a paged engine runs it per row (paged.per_row)."""
+        """One row's decode step over any number of slots, run per row (derive.per_row)."""
         forward = self._forward_of(1)
         return dataclasses.replace(forward, graph=derive.one_row_step(forward.graph))
 
@@ -186,7 +189,7 @@ class Generator:
     """Generates with `model` for up to `max_batch_size` prompts and `max_length` cache slots.
 
     A PaddleFormers causal LM keeps its own cache class; a plain decoder (forward(input_ids) -> logits)
-    gets a cache derived from its forward, and then a call's prompts must share one length.
+    gets a cache derived from its forward.
 
     chunk: decode steps per device call. prefill_chunk: prompts longer than this are prefilled this many
     tokens at a time against the cache (one program for every length), shorter ones whole in a bucket of
@@ -241,14 +244,16 @@ class Generator:
         self.engine = BatchEngine(
             self.geometry,
             self.defaults,
-            self._decode_program(),
-            self._prefill_program,
+            self._generate_program("decode"),
+            lambda bucket: self._generate_program(f"prefill_{bucket}"),
             self.held.all_prepared(self.source_weights),
             seed=seed,
             place=_placement(self.strategy, self.decode_captured),
-            extend=self._extend_program(max_batch_size),
+            # NOTE: captured when it first runs: a generator may never see a prompt that long
+            extend=made_on_first_call(lambda: self._generate_program("extend")) if self.geometry.chunked else None,
         )
         self.engine.name = type(model).__name__  # NOTE: its compiles' progress lines name the model
+        self.engine.rows_in_turn = True
 
     @property
     def max_batch_size(self) -> int:
@@ -282,26 +287,14 @@ class Generator:
             self._extend_captured[batch] = src.extend(g.prefill_chunk, g.max_length, batch)
         return self._extend_captured[batch]
 
-    def _extend_program(self, batch: int) -> Callable | None:
-        """The extend program, captured when it first runs (None when prompts are not chunked)."""
-        if not self.geometry.chunked:
-            return None
-        return made_on_first_call(lambda: program(self._extend_graph(batch), self.policy, self.held))
-
     def _extend_graph(self, batch: int) -> Graph:
         captured = self.extend_captured(batch)
         assert captured is not None  # NOTE: asked for only where prompts are chunked
         return captured.graph
 
-    def _decode_program(self) -> Callable:
-        """generate's decode step; a plain decoder's runs one row's step per row (derive.per_row), as a server's
-        paged engine does, so that a served request gets generate's numbers."""
-        if self.geometry.one_length:
-            return derive.per_row(program(self.any_bucket_captured().graph, self.policy, self.held))
-        return program(self.decode_captured.graph, self.policy, self.held)
-
-    def _prefill_program(self, bucket: int) -> Callable:
-        return program(self.prefill_captured(bucket).graph, self.policy, self.held)
+    def _generate_program(self, name: str) -> Callable:
+        """generate's program `name`, made from the Graphs a server runs (generation/generate_programs.py)."""
+        return generate_program(name, self._graph_of, self.policy, self.held, self.geometry.one_length)
 
     def generate(
         self, input_ids: Any, attention_mask: Any = None, seed: int | None = None, **kwargs: Any

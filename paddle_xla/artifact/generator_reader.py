@@ -17,6 +17,7 @@ from ..errors import GenerationError, ModelLoadError
 from ..generation.batch_engine import BatchEngine, Geometry, held_weights, program
 from ..generation.config import DecodeConfig, token_ids
 from ..generation.continuous import ContinuousEngine, continuous_engine
+from ..generation.generate_programs import generate_program
 from ..generation.paged_engine import PagedEngine, paged_engine
 from ..graph import Graph
 from ..lowering.policy import LoweringPolicy
@@ -51,6 +52,11 @@ class GeneratorArtifact:
         if graph_member(PAGED_DECODE) in members:
             names.append(PAGED_DECODE)  # NOTE: absent from older artifacts
         self.graphs = {n: _graph(path, members, n) for n in names}
+        # NOTE: an artifact that holds the server's Graphs (batch-1 prefills; a plain decoder's one-row step) runs
+        # generate's programs made from them (generation/generate_programs.py), as its executables do
+        sources = all(f"prefill1_{b}" in self.graphs for b in self.geometry.buckets) and (
+            not self.geometry.one_length or PAGED_DECODE in self.graphs
+        )
         entry = (manifest.get("exported") or {}).get(self.platform)
         if entry is not None and not prefer_graph:
             self.mode, self.why = "exported", f"runs the executables exported for {self.platform}"
@@ -70,7 +76,12 @@ class GeneratorArtifact:
             )
             policy = LoweringPolicy.live(self.geometry.precision, inference=True)
             held = held_weights(self.graphs["decode"], policy, self.geometry.quant_type)
-            make = lambda n: program(self.graphs[n], policy, held)  # noqa: E731
+            one_length = self.geometry.one_length
+            make = (
+                (lambda n: generate_program(n, self.graphs.__getitem__, policy, held, one_length))
+                if sources
+                else (lambda n: program(self.graphs[n], policy, held))
+            )
         weights = held.all_prepared(synthetic_weights.fill(manifest, weights_of(path, members[WEIGHTS])))
         chunked = self.geometry.chunked
         self.engine = BatchEngine(
@@ -82,6 +93,7 @@ class GeneratorArtifact:
             seed=seed,
             extend=make("extend") if chunked else None,
         )
+        self.engine.rows_in_turn = sources
         self._make, self._held, self._weights, self._seed = make, held, weights, seed
         self._continuous: ContinuousEngine | None = None
         self._tokenizer_text = members.get(TOKENIZER)

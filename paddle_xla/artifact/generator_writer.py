@@ -27,7 +27,8 @@ import numpy as np
 from .. import x64
 from ..errors import ExportError
 from ..files import atomic_write
-from ..generation.batch_engine import held_weights, program
+from ..generation.batch_engine import held_weights
+from ..generation.generate_programs import generate_program
 from ..lowering.policy import LoweringPolicy
 from ..ops.util import dtype as jax_dtype
 from . import container as fmt
@@ -77,7 +78,9 @@ def export_generator(
     members = {graph_member(n): graph.to_json().encode() for n, graph in graphs.items()}
     # NOTE: the decode step with symbolic rows (a plain decoder's: one row's) and slots a server's paged engine
     # runs in every bucket: kept as a Graph only (an executable has fixed shapes), lowered where it is loaded
-    members[graph_member(PAGED_DECODE)] = gen.any_bucket_captured().graph.to_json().encode()
+    paged_decode = gen.any_bucket_captured().graph
+    members[graph_member(PAGED_DECODE)] = paged_decode.to_json().encode()
+    graph_of = {**graphs, PAGED_DECODE: paged_decode}.__getitem__
     stored, synthetic = synthetic_lib.leave_out(weights, synthetic_weights)
     members[fmt.WEIGHTS] = fmt.weights_bytes(stored)
     exported = {}
@@ -85,7 +88,10 @@ def export_generator(
         held = held_weights(graphs["decode"], policies[p], g.quant_type)
         laid_out = held.all_prepared(weights)
         for name, graph in graphs.items():
-            members[program_member(p, name)] = _serialized(graph, policies[p], held, laid_out, p, g.cache_dtype)
+            # NOTE: generate's own programs (decode, prefill_<P>, extend) are made from the server's Graphs, as
+            # px.Generator makes them, and exported at the batch's shapes
+            run = generate_program(name, graph_of, policies[p], held, g.one_length)
+            members[program_member(p, name)] = _serialized(graph, run, laid_out, p, g.cache_dtype)
         exported[p] = {"programs": {n: program_member(p, n) for n in graphs}, **held.to_manifest()}
     text = tokenizer_json(tokenizer)
     if text is not None:
@@ -117,8 +123,8 @@ def program_weights(graph) -> list[str]:
     return sorted(p.name for p in graph.params)
 
 
-def _serialized(graph, policy, held, weights, platform: str, cache_dtype) -> bytes:
-    run = program(graph, policy, held)
+def _serialized(graph, run, weights, platform: str, cache_dtype) -> bytes:
+    """`run` (graph's program, or generate's made from others at its shapes) exported for `platform`."""
     mine = {k: weights[k] for k in program_weights(graph)}
     # NOTE: the decode step reads the KV cache in the engine's cache dtype (bf16 under bf16), not the
     # float32 the capture declared

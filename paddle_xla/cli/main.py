@@ -1,4 +1,4 @@
-"""`paddle-xla`: check, export, plan, validate, bench, demo, run, generate, serve, launch, install.
+"""`paddle-xla`: check, export, plan, plan-serving, validate, bench, demo, run, generate, serve, launch, install.
 
 A user's mistake (a PaddleXlaError, a bad MODULE:FACTORY, a missing extra) ends in one line on
 stderr that names the fix, and exit status 2; --verbose shows the traceback too (main)."""
@@ -468,18 +468,9 @@ def generate_text(
     """Generate from a prompt with an exported language model. Needs JAX (and tokenizers), not Paddle."""
     import numpy as np
 
-    from ..artifact import reader as pxa
-
     if (prompt is None) == (ids is None):
         raise typer.BadParameter("give either --prompt TEXT or --ids 1,2,3", param_hint="--prompt")
-    model = pxa.load(artifact)
-    from ..artifact.generator_reader import GeneratorArtifact
-
-    if not isinstance(model, GeneratorArtifact):  # NOTE: the kind "generator" opens as one
-        raise TargetError(
-            f"{artifact} is a {model.manifest.get('kind', 'inference')} artifact, not a generator: "
-            "export one with px.export(px.Generator(model, ...), path)"
-        )
+    model = _generator(artifact)
     model.engine.name = os.path.splitext(os.path.basename(artifact))[0]  # NOTE: named in compile progress
     kw: dict[str, Any] = dict(
         max_new_tokens=max_new_tokens,
@@ -500,6 +491,53 @@ def generate_text(
         raise typer.BadParameter(f"--ids takes comma-separated integers, not {ids!r}", param_hint="--ids") from None
     out, _ = model.generate(np.asarray([row], np.int64), **kw)
     typer.echo(",".join(str(int(t)) for t in out[0]))
+
+
+def _generator(artifact: str):
+    """The generator artifact at `artifact`; a TargetError naming the fix where it holds another kind."""
+    from ..artifact import reader as pxa
+    from ..artifact.generator_reader import GeneratorArtifact
+
+    model = pxa.load(artifact)
+    if not isinstance(model, GeneratorArtifact):  # NOTE: the kind "generator" opens as one
+        raise TargetError(
+            f"{artifact} is a {model.manifest.get('kind', 'inference')} artifact, not a generator: "
+            "export one with px.export(px.Generator(model, ...), path)"
+        )
+    return model
+
+
+@app.command("plan-serving")
+def plan_serving(
+    artifact: str = typer.Argument(..., help="a generator .pxa written by px.export(gen, ...)"),
+    device: str = typer.Option("h100", help="device profile: h100 | h200 | tpu-v5e | tpu-v5p | cpu (this machine)"),
+    kv_cache_tokens: int | None = typer.Option(None, "--kv-cache-tokens", help="the KV cache's tokens, as serve's"),
+    kv_cache_memory: float | None = typer.Option(
+        None, "--kv-cache-memory", help="instead, this fraction of the memory the weights leave, as serve's"
+    ),
+):
+    """The memory serving ARTIFACT takes on one DEVICE (weights, KV cache, working arrays) and the largest KV
+    cache that fits; exit status 1 where it does not fit."""
+    from ..planner.profiles import profile
+    from ..planner.serving import serving_memory
+
+    if kv_cache_tokens is not None and kv_cache_memory is not None:
+        raise typer.BadParameter(
+            "give --kv-cache-tokens or --kv-cache-memory, not both", param_hint="--kv-cache-memory"
+        )
+    prof = profile(device)
+    # NOTE: the engine a server would build (batch-invariant, the default), sized but compiling nothing
+    engine = _generator(artifact).paged(kv_cache_tokens=kv_cache_tokens)
+    plan = serving_memory(
+        engine.serving_shape(),
+        engine.weight_bytes,
+        prof.name,
+        prof.memory_bytes,
+        kv_tokens=None if kv_cache_memory is not None else engine.blocks.capacity_tokens,
+        kv_cache_memory=kv_cache_memory,
+    )
+    typer.echo(plan.table())
+    raise typer.Exit(0 if plan.fits else 1)
 
 
 def _with_settings_flags(command):

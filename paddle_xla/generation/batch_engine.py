@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from .. import x64
 from ..errors import GenerationError
@@ -137,6 +138,41 @@ def program_together(graphs, policy: LoweringPolicy, held: HeldWeights | None = 
     return run
 
 
+def rows_in_turn(run: Callable, axes: tuple[int, ...], out_axes: tuple[int, ...]) -> Callable:
+    """A batch-1 program as the program of B rows, run for one row after another (a loop on the device):
+    feeds cut along their batch axes `axes`, fetches put back along `out_axes`. XLA:CPU rounds a product by
+    how many rows it multiplies (a prompt of 16 tokens alone and in 32 rows: logits 1e-6 apart), so a prompt
+    prefilled so gets the very numbers a server's batch-1 prefill gives it, whatever its batch.
+
+    The feeds are (ids [B, T], mask [B, ..., T], ...), a prefill's or an extend chunk's: a row whose T tokens
+    are all padding (a batch's padding row, or a chunk before a short prompt's first) is skipped, its fetches
+    left zeros, which nothing reads (its K/V go into no slot; a prompt's last chunk holds its last token). So a
+    call with one prompt prefills one row, not the batch."""
+
+    def batched(weights, *feeds):
+        b, width = feeds[0].shape[axes[0]], feeds[0].shape[1]
+        runs = jnp.any(feeds[1][:, -width:] != 0, axis=1)
+
+        def one(i):
+            return run(weights, *(lax.dynamic_slice_in_dim(f, i, 1, a) for f, a in zip(feeds, axes)))
+
+        shapes = jax.eval_shape(one, 0)
+        outs = tuple(jnp.zeros(s.shape[:a] + (b,) + s.shape[a + 1 :], s.dtype) for s, a in zip(shapes, out_axes))
+
+        def body(i, outs):
+            def put(outs):
+                done = one(i)
+                return tuple(
+                    lax.dynamic_update_slice_in_dim(o, r.astype(o.dtype), i, a) for o, r, a in zip(outs, done, out_axes)
+                )
+
+            return lax.cond(runs[i], put, lambda outs: outs, outs)
+
+        return lax.fori_loop(0, b, body, outs)
+
+    return batched
+
+
 def _rewritten(graph: Graph) -> Graph:
     return last_logits.rewrite(gqa_rewrite.rewrite(graph))
 
@@ -237,6 +273,9 @@ class BatchEngine:
         self._key = jax.random.PRNGKey(seed)
         self._calls = itertools.count()
         self.name = "language model"  # NOTE: what the compile progress lines call it (px.Generator: the class)
+        # NOTE: the prefills run one row at a time (rows_in_turn): a plain decoder's rows then need not share
+        # their positions (its decode step runs per row too)
+        self.rows_in_turn = False
 
     # ---- programs: a start per prompt bucket, one decode chunk (per eos and pad ids) ----
     def _prefill(self, bucket: int):
@@ -393,7 +432,7 @@ class BatchEngine:
             if mask.shape != ids.shape:
                 raise GenerationError(f"attention_mask shape {mask.shape} differs from input_ids' {ids.shape}")
         mask = (mask != 0).astype(np.int64)
-        if g.one_length and (mask != mask[:1]).any():
+        if g.one_length and not self.rows_in_turn and (mask != mask[:1]).any():
             raise GenerationError(
                 "this model has no cache API, so the prompts of one generate call share their "
                 f"positions and must have one length (got {sorted(set(mask.sum(-1).tolist()))} "

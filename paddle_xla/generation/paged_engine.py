@@ -37,6 +37,7 @@ import numpy as np
 
 from .. import x64
 from ..errors import GenerationError
+from ..planner.serving import ServingShape
 from ..runtime.compile_cache import ensure_compile_cache
 from . import derive
 from . import paged as PG
@@ -134,6 +135,26 @@ class PagedEngine:
             + (1 if g.chunked else 0)
             + (1 if self.prefix_cache else 0)
         )
+
+    def serving_shape(self) -> ServingShape:
+        """What this engine's memory depends on, for the planner (planner/serving.py)."""
+        g = self.geometry
+        return ServingShape(
+            g.layers,
+            g.kv_heads,
+            g.head_dim,
+            np.dtype(g.cache_dtype).itemsize,
+            g.vocab_size,
+            g.max_length,
+            self.block_size,
+            self.row_buckets[-1],
+            self.block_buckets[-1] * self.block_size,
+        )
+
+    @property
+    def weight_bytes(self) -> int:
+        """The weights' bytes as the programs hold them (half, int8 or float32)."""
+        return sum(int(w.nbytes) for w in self._weights.values())
 
     def check(self, request: Request) -> DecodeConfig:
         """The request's config, or a GenerationError naming the limit it breaks (also: more blocks than the

@@ -46,6 +46,9 @@ PROFILES = {
     "ipu-bow": DeviceProfile(
         "ipu-bow", 0.9 * GB, 350.0, 87.5, 320.0, 0.5, 112 * GB, "Graphcore Bow-2000 datasheet", ("fp16", "fp32")
     ),
+    # NOTE: NVIDIA H100 SXM datasheet: 80 GB HBM3, BF16 1,979 TFLOPS with sparsity (989 dense), FP32 67 TFLOPS,
+    # NVLink 900 GB/s.
+    "h100": DeviceProfile("h100", 80 * GB, 989.0, 67.0, 900.0, 0.5, 0.0, "NVIDIA H100 datasheet"),
     # NOTE: NVIDIA H200 SXM datasheet: 141 GB HBM3e, BF16 1,979 TFLOPS with sparsity (989 dense),
     # FP32 67 TFLOPS, NVLink 900 GB/s.
     "h200": DeviceProfile("h200", 141 * GB, 989.0, 67.0, 900.0, 0.5, 0.0, "NVIDIA H200 datasheet"),

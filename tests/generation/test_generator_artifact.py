@@ -228,3 +228,19 @@ def test_synthetic_weights_leave_the_matrices_out_and_draw_them_when_loaded(expo
             theirs.set_value(values[mine.name])
     live = Generator(twin, max_batch_size=BATCH, max_length=SLOTS, chunk=4)
     np.testing.assert_array_equal(got, live.generate(ids, attention_mask=mask, max_new_tokens=6)[0])
+
+
+def test_cli_plans_the_memory_of_serving_without_paddle(exported, tmp_path):
+    _, gen, path, _ = exported
+    g = gen.geometry
+    token = 2 * g.layers * g.kv_heads * g.head_dim * 4
+    plan = cli("plan-serving", path, "--device", "tpu-v5e", "--kv-cache-tokens", "4096", cwd=tmp_path)
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    assert f"KV cache: 4096 tokens x {token} bytes" in plan.stdout and "fits" in plan.stdout
+    # NOTE: 16 GB holds fewer tokens than this: exit 1, the largest pool that fits named
+    too_big = cli(
+        "plan-serving", path, "--device", "tpu-v5e", "--kv-cache-tokens", str(16 * 10**9 // token), cwd=tmp_path
+    )
+    assert too_big.returncode == 1 and "does NOT fit" in too_big.stdout and "--kv-cache-tokens" in too_big.stdout
+    both = cli("plan-serving", path, "--kv-cache-tokens", "64", "--kv-cache-memory", "0.5", cwd=tmp_path)
+    assert both.returncode == 2 and "not both" in both.stderr

@@ -1,0 +1,126 @@
+"""The memory a served language model needs on one device: its weights as held, its KV-cache pool, and the
+working arrays of its largest decode chunk and of a prompt going in, beside them; and how large a pool a
+device holds. The pool is sized as a server sizes it (`--kv-cache-tokens`, or `--kv-cache-memory` F: F of
+what the weights leave). Paddle-free.
+
+The working arrays are counted from the engine's shapes (generation/paged.py), not measured:
+- a decode chunk of R rows over N blocks gathers the rows' blocks into one view, R x N x block_size tokens
+  of keys and values (its largest bucket: every row's whole table);
+- a prompt going in is prefilled into a batch-1 view of max_length slots (a prefix-cache hit builds one
+  too);
+- each row's logits, and the sampling's copies of them (probabilities, a sorted copy for top-p, the
+  penalties' seen tokens): 4 float32 arrays of the vocabulary per row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import StrategyError
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class ServingShape:
+    """What a served generator's memory depends on (a PagedEngine's geometry and buckets)."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    cache_itemsize: int  # bytes of one cached number (4 fp32, 2 bf16)
+    vocab_size: int
+    max_length: int
+    block_size: int
+    rows: int  # the largest decode bucket's rows (max_seqs)
+    table_slots: int  # the largest decode bucket's slots per row (its blocks x block_size)
+
+    @property
+    def kv_token_bytes(self) -> int:
+        """One token's keys and values over every layer."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.cache_itemsize
+
+    @property
+    def work_bytes(self) -> int:
+        """The working arrays beside the weights and the pool (the module docstring's three)."""
+        gathered = self.rows * self.table_slots * self.kv_token_bytes
+        prefill_view = self.max_length * self.kv_token_bytes
+        logits = 4 * self.rows * self.vocab_size * 4
+        return gathered + prefill_view + logits
+
+
+@dataclass(frozen=True)
+class ServingMemory:
+    device: str
+    memory_bytes: float
+    weight_bytes: int
+    kv_tokens: int
+    shape: ServingShape
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.kv_tokens * self.shape.kv_token_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weight_bytes + self.kv_bytes + self.shape.work_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.memory_bytes
+
+    @property
+    def most_kv_tokens(self) -> int:
+        """The largest pool, in whole blocks, that fits beside the weights and the working arrays."""
+        room = self.memory_bytes - self.weight_bytes - self.shape.work_bytes
+        bs = self.shape.block_size
+        return max(0, int(room // self.shape.kv_token_bytes) // bs * bs)
+
+    def table(self) -> str:
+        s = self.shape
+        rows = [
+            ("weights, as held", self.weight_bytes),
+            (f"KV cache: {self.kv_tokens} tokens x {s.kv_token_bytes} bytes", self.kv_bytes),
+            (
+                f"decode chunk's gathered blocks: {s.rows} rows x {s.table_slots} slots",
+                s.rows * s.table_slots * s.kv_token_bytes,
+            ),
+            (f"a prompt's prefill view: {s.max_length} slots", s.max_length * s.kv_token_bytes),
+            (f"logits and sampling: {s.rows} rows x {s.vocab_size}", 4 * s.rows * s.vocab_size * 4),
+        ]
+        width = max(len(name) for name, _ in rows)
+        lines = [f"serving memory on one {self.device} ({_size(self.memory_bytes)}):"]
+        lines += [f"  {name:<{width}}  {_size(size):>11}" for name, size in rows]
+        verdict = "fits" if self.fits else "does NOT fit"
+        lines.append(f"  {'total':<{width}}  {_size(self.total_bytes):>11}: {verdict}")
+        lines.append(f"the largest KV cache that fits: {self.most_kv_tokens} tokens (--kv-cache-tokens)")
+        return "\n".join(lines)
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GiB", GIB), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def serving_memory(
+    shape: ServingShape,
+    weight_bytes: int,
+    device: str,
+    memory_bytes: float,
+    kv_tokens: int | None = None,
+    kv_cache_memory: float | None = None,
+) -> ServingMemory:
+    """The memory of a server holding `shape`'s engine on one device of `memory_bytes`: a pool of kv_tokens,
+    or (kv_cache_memory F) F of the memory the weights leave, in whole blocks, as a server sizes it on a
+    device that reports its memory (generation/paged_engine.py: kv_tokens_in_memory)."""
+    if kv_cache_memory is not None:
+        if not 0 < kv_cache_memory < 1:
+            raise StrategyError(f"kv_cache_memory={kv_cache_memory} is no fraction of the memory: give 0 < F < 1")
+        free = max(0.0, memory_bytes - weight_bytes)
+        bs = shape.block_size
+        kv_tokens = int(kv_cache_memory * free // shape.kv_token_bytes) // bs * bs
+    if kv_tokens is None:
+        raise StrategyError("serving_memory needs kv_tokens or kv_cache_memory")
+    return ServingMemory(device, memory_bytes, weight_bytes, kv_tokens, shape)
