@@ -89,15 +89,16 @@ class ServingMemory:
             (f"logits and sampling: {s.rows} rows x {s.vocab_size}", 4 * s.rows * s.vocab_size * 4),
         ]
         width = max(len(name) for name, _ in rows)
-        lines = [f"serving memory on one {self.device} ({_size(self.memory_bytes)}):"]
-        lines += [f"  {name:<{width}}  {_size(size):>11}" for name, size in rows]
+        lines = [f"serving memory on one {self.device} ({size_text(self.memory_bytes)}):"]
+        lines += [f"  {name:<{width}}  {size_text(size):>11}" for name, size in rows]
         verdict = "fits" if self.fits else "does NOT fit"
-        lines.append(f"  {'total':<{width}}  {_size(self.total_bytes):>11}: {verdict}")
+        lines.append(f"  {'total':<{width}}  {size_text(self.total_bytes):>11}: {verdict}")
         lines.append(f"the largest KV cache that fits: {self.most_kv_tokens} tokens (--kv-cache-tokens)")
         return "\n".join(lines)
 
 
-def _size(n: float) -> str:
+def size_text(n: float) -> str:
+    """n bytes in GiB, MiB, KiB or bytes, whichever reads best."""
     for unit, scale in (("GiB", GIB), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= scale:
             return f"{n / scale:.2f} {unit}"

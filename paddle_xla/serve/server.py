@@ -15,6 +15,7 @@ from collections.abc import Callable
 import uvicorn
 
 from ..errors import PaddleXlaError
+from ..planner.serving import size_text
 from . import repository
 from .app import ServerState, build_app
 from .batcher import ModelWorker
@@ -123,6 +124,12 @@ def _llm(name: str, artifact, settings: Settings, log) -> LlmModel:
         log(
             f"{name}: paged KV cache of {engine.blocks.capacity_tokens} tokens in blocks of {engine.block_size}, up "
             f"to {engine.max_seqs} requests at once, {cache}; compiling {engine.programs} programs before it is ready"
+        )
+        shape = engine.serving_shape()
+        log(
+            f"{name}: device memory: weights {size_text(engine.weight_bytes)}, KV cache "
+            f"{size_text(engine.blocks.capacity_tokens * shape.kv_token_bytes)}, working arrays about "
+            f"{size_text(shape.work_bytes)} (paddle-xla plan-serving sizes it for a device)"
         )
     else:
         if settings.paged_kv_cache:

@@ -44,6 +44,7 @@ def test_a_plain_decoder_serves_requests_of_different_lengths_at_once_with_gener
     server = ServeProcess(folder)
     try:
         assert "gpt: paged KV cache of 192 tokens in blocks of 16" in server.output
+        assert "gpt: device memory: weights " in server.output and "KV cache 192.00 KiB" in server.output
         client = OpenAI(base_url=f"http://{server.url}/v1", api_key="unused", max_retries=0, timeout=60)
 
         def complete(ids):
