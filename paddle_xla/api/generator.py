@@ -139,8 +139,7 @@ class _Derived:
     """A plain decoder (forward(input_ids) -> logits, no cache API): the cache derived from its forward
     (generation/derive.py), checked against the forward before use. The rows of one call of a derived program
     share their positions, so generate and a server run one row's programs for each row (rows_in_turn,
-    derive.per_row) and prompts of any length go together; an exported artifact's generate runs the batch's
-    programs, and there a call's prompts must have one length."""
+    derive.per_row) and prompts of any length go together (in an artifact exported since, too)."""
 
     def __init__(self, model: paddle.nn.Layer, batch: int, slots: int, vocab: int, first_bucket: int) -> None:
         with x64.scope():
@@ -266,15 +265,18 @@ class Generator:
     def prefill_captured(self, bucket: int) -> Captured:
         """The prefill for prompts left-padded to `bucket` tokens, captured on first use."""
         if bucket not in self._prefill_captured:
-            captured = self._source.prefill(bucket)
-            missing = set(captured.weights) - set(self.source_weights)
-            if missing:
-                raise GenerationError(
-                    f"the prefill reads weights the decode step does not ({sorted(missing)[:3]}): "
-                    "the two captures of the model disagree"
-                )
-            self._prefill_captured[bucket] = captured
+            self._prefill_captured[bucket] = self._same_weights(self._source.prefill(bucket))
         return self._prefill_captured[bucket]
+
+    def _same_weights(self, captured: Captured) -> Captured:
+        """`captured`, refused where it reads a weight the decode step does not (two captures disagree)."""
+        missing = set(captured.weights) - set(self.source_weights)
+        if missing:
+            raise GenerationError(
+                f"the prefill reads weights the decode step does not ({sorted(missing)[:3]}): "
+                "the two captures of the model disagree"
+            )
+        return captured
 
     def extend_captured(self, batch: int) -> Captured | None:
         """The prefill chunk program for `batch` rows (the generator's batch, or 1 for a server's inserts),
@@ -303,9 +305,10 @@ class Generator:
         return self.engine.generate(input_ids, attention_mask=attention_mask, seed=seed, **kwargs)
 
     def prefill1_captured(self, bucket: int) -> Captured:
-        """The batch-1 prefill a continuous batch inserts one request with, captured on first use."""
+        """The batch-1 prefill a server inserts one request with (and generate runs row by row), captured on
+        first use."""
         if bucket not in self._prefill1_captured:
-            self._prefill1_captured[bucket] = self._source.prefill(bucket, batch=1)
+            self._prefill1_captured[bucket] = self._same_weights(self._source.prefill(bucket, batch=1))
         return self._prefill1_captured[bucket]
 
     def continuous(self) -> ContinuousEngine:

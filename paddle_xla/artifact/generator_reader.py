@@ -24,7 +24,7 @@ from ..lowering.policy import LoweringPolicy
 from ..runtime.held import HeldWeights
 from . import synthetic_weights
 from .container import WEIGHTS, current_platform, lowering_moved, weights_of
-from .generator_writer import PAGED_DECODE, TOKENIZER, graph_member, program_weights
+from .generator_writer import PAGED_DECODE, ROWS_IN_TURN, TOKENIZER, graph_member, program_weights
 
 
 class GeneratorArtifact:
@@ -93,7 +93,9 @@ class GeneratorArtifact:
             seed=seed,
             extend=make("extend") if chunked else None,
         )
-        self.engine.rows_in_turn = sources
+        # NOTE: exported executables say how they were made (those of an artifact written before may hold the
+        # batch's prefills beside the server's Graphs); Graphs lowered here are made row by row where they can be
+        self.engine.rows_in_turn = bool(gen.get(ROWS_IN_TURN)) if self.mode == "exported" else sources
         self._make, self._held, self._weights, self._seed = make, held, weights, seed
         self._continuous: ContinuousEngine | None = None
         self._tokenizer_text = members.get(TOKENIZER)

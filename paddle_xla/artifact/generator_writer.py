@@ -39,6 +39,7 @@ TOKENIZER = "tokenizer.json"
 
 
 PAGED_DECODE = "decode_any"
+ROWS_IN_TURN = "rows_in_turn"
 
 
 def graph_member(name: str) -> str:
@@ -106,6 +107,9 @@ def export_generator(
             "geometry": g.to_dict(),
             "defaults": dataclasses.asdict(gen.defaults),
             "buckets": list(g.buckets),
+            # NOTE: the executables prefill row by row (and run a plain decoder's decode step per row): a loader
+            # lets a plain decoder's prompts of different lengths go together only then
+            ROWS_IN_TURN: True,
         },
         "exported": exported,
         "lowering": fmt.lowering_record(policies, g.precision),

@@ -146,8 +146,8 @@ def rows_in_turn(run: Callable, axes: tuple[int, ...], out_axes: tuple[int, ...]
 
     The feeds are (ids [B, T], mask [B, ..., T], ...), a prefill's or an extend chunk's: a row whose T tokens
     are all padding (a batch's padding row, or a chunk before a short prompt's first) is skipped, its fetches
-    left zeros, which nothing reads (its K/V go into no slot; a prompt's last chunk holds its last token). So a
-    call with one prompt prefills one row, not the batch."""
+    left zeros, which no live row reads (its K/V go into no slot; a prompt's last chunk holds its last token;
+    a padding row's token is chosen from zeros and never used). So a call with one prompt prefills one row."""
 
     def batched(weights, *feeds):
         b, width = feeds[0].shape[axes[0]], feeds[0].shape[1]

@@ -200,7 +200,7 @@ def _after_cache(r: _Rewriter, new: int, past: int, entry: int, like: Op) -> int
 
 def one_row_step(graph: Graph) -> Graph:
     """The decode step of one row over any number of cache slots (symbolic): a derived cache's rows share
-    their positions within a call, so a paged engine runs this step once per row (paged.per_row)."""
+    their positions within a call, so generate and a paged engine run this step once per row (per_row)."""
     step = derive(graph, 1, 1, 16)
     ids, mask, pos, past = step.feeds
     feeds = (

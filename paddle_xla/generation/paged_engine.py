@@ -154,7 +154,7 @@ class PagedEngine:
     @property
     def weight_bytes(self) -> int:
         """The weights' bytes as the programs hold them (half, int8 or float32)."""
-        return sum(int(w.nbytes) for w in self._weights.values())
+        return held_bytes(self._weights)
 
     def check(self, request: Request) -> DecodeConfig:
         """The request's config, or a GenerationError naming the limit it breaks (also: more blocks than the
@@ -416,14 +416,15 @@ def paged_engine(
     first device) left once the weights are on it (kv_tokens_in_memory); max_seqs, when not batch_invariant:
     sequences at once (default: as many as the pool holds at 64 tokens each, at least max_batch_size and at
     most 4 x max_batch_size: each doubling of it is one more row bucket of programs to compile)."""
-    if kv_cache_memory is not None:
-        tokens = kv_tokens_in_memory(kv_cache_memory, geometry, weights, block_size, device)
-    else:
-        tokens = kv_cache_tokens or geometry.max_batch_size * geometry.max_length
     # NOTE: warm-up prefills one prompt of each bucket (and of prefill_chunk + 1 tokens where chunked) with a
     # new token or two: the cache must hold the largest
     largest = geometry.prefill_chunk + 2 if geometry.chunked else geometry.buckets[-1] + 1
     need = -(-largest // block_size) * block_size
+    if kv_cache_memory is not None:
+        tokens = kv_tokens_in_memory(kv_cache_memory, geometry, weights, block_size, device)
+    else:
+        # NOTE: the default holds the largest prompt even at max_batch_size 1 (an unchunked one: max_length + 1)
+        tokens = kv_cache_tokens or max(geometry.max_batch_size * geometry.max_length, need)
     if tokens < need:
         raise GenerationError(
             f"a KV cache of {tokens} tokens cannot hold a prompt of the largest prefill bucket and its first "
@@ -461,8 +462,9 @@ def kv_tokens_in_memory(fraction: float, geometry, weights: Mapping, block_size:
             f"{device.platform} device {device.id} does not report its memory, so no fraction of it can size the "
             "KV cache: give its size in tokens instead (--kv-cache-tokens)"
         )
-    placed = any(getattr(w, "devices", lambda: ())() == {device} for w in weights.values())
-    weight_bytes = 0 if placed else sum(int(w.nbytes) for w in weights.values())
+    leaves = jax.tree.leaves(dict(weights))
+    placed = any(getattr(w, "devices", lambda: ())() == {device} for w in leaves)
+    weight_bytes = 0 if placed else held_bytes(weights)
     free = stats["bytes_limit"] - stats.get("bytes_in_use", 0) - weight_bytes
     g = geometry
     per_token = 2 * g.layers * g.kv_heads * g.head_dim * np.dtype(g.cache_dtype).itemsize
@@ -473,3 +475,8 @@ def kv_tokens_in_memory(fraction: float, geometry, weights: Mapping, block_size:
             f"weights holds no block of {block_size} tokens ({per_token} bytes a token): give a larger fraction"
         )
     return tokens
+
+
+def held_bytes(weights: Mapping) -> int:
+    """The weights' bytes as held: every array of each (an int8 weight is its values and its scales)."""
+    return sum(int(leaf.nbytes) for leaf in jax.tree.leaves(dict(weights)))

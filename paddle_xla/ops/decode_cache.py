@@ -24,6 +24,13 @@ def cache_entry(past, y, *, entry):
     return past[entry].astype(y.dtype)
 
 
+@lowering("paddle_xla.cache_concat")
+def cache_concat(y, past, *, entry):
+    """An attention operand [B, H, 1, D] after cache entry `entry` of `past` [M, B, H, S, D]: the op artifacts
+    written before the derived cache became cache_entry + concat still hold (their Graphs lower again)."""
+    return jnp.concatenate([past[entry].astype(y.dtype), y], axis=-2)
+
+
 @lowering("paddle_xla.mask_keys")
 def mask_keys(scores, mask):
     """Attention scores [..., queries, keys] with the keys whose mask [B, keys] is 0 at the lowest value."""

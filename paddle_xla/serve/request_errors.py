@@ -12,6 +12,7 @@ class RequestError(PaddleXlaError):
         super().__init__(message)
         self.status, self.message, self.headers = status, message, headers or {}
         self.param: str | None = None  # the request field at fault, where one is (OpenAI's "param")
+        self.code: str | None = None  # OpenAI's machine-readable "code" (e.g. "model_not_found"), where one fits
 
 
 def bad_request(message: str) -> RequestError:

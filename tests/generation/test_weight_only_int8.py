@@ -105,6 +105,11 @@ def test_an_int8_artifact_reloads_with_the_live_tokens(llama, tmp_path):
         got = art.generate(ids, attention_mask=mask, max_new_tokens=8)
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])
+    # NOTE: a server sizes it (its start-up line, plan-serving): an int8 weight is its values and its scales
+    int8 = sorted(gen.held.int8)[0]
+    held = art.paged().weight_bytes
+    assert held < sum(np.asarray(w).nbytes for w in gen.source_weights.values()) and held > 0, held
+    assert art.paged()._weights[int8].q.dtype == np.int8
 
 
 def test_quant_type_errors_name_the_fix(llama):

@@ -9,6 +9,7 @@ import time
 
 import httpx
 import numpy as np
+import openai
 import pytest
 from generation.test_generator import _model
 from generation.test_generator_artifact import WORDS, _tokenizer
@@ -78,9 +79,13 @@ def _words(rng, n):
     return " ".join(WORDS[i] for i in rng.integers(3, len(WORDS), n))
 
 
-def test_models_lists_the_generator(client):
+def test_models_lists_and_retrieves_the_generator(client):
     models = client.models.list().data
     assert [m.id for m in models] == ["llm"] and models[0].owned_by == "paddle_xla"
+    assert client.models.retrieve("llm") == models[0]
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.models.retrieve("nope")
+    assert missing.value.code == "model_not_found" and "Unknown model 'nope'" in missing.value.message
 
 
 def test_a_greedy_completion_is_the_artifacts_generate_alone(client, llm, alone):
@@ -264,6 +269,7 @@ BAD = [
     ({"model": "llm", "prompt": "w5", "n": 2}, 400, "'n'=2 is not supported"),
     ({"model": "llm", "prompt": "w5", "logprobs": 2}, 400, "'logprobs'"),
     ({"model": "llm", "prompt": "w5", "colour": "red"}, 400, "Unknown field"),
+    ({"model": "llm", "prompt": "w5", "max_tokens": 3, "min_tokens": 4}, 400, "'min_tokens'=4 exceeds 'max_tokens'=3"),
 ]
 BAD_CHAT = [
     ({"model": "llm", "messages": [{"role": "wizard", "content": "w5"}]}, 400, "role .* is not one of"),
@@ -283,7 +289,9 @@ def test_bad_input_gets_an_openai_error_and_the_server_keeps_serving(server, cli
             r = http.post(path, json=body)
             assert r.status_code == status, (body, r.text)
             error = r.json()["error"]
-            assert re.search(message, error["message"]) and error["code"] == status and error["type"], (body, error)
+            # NOTE: OpenAI's `code` is a string or null, its `type` a string; the status is the response's
+            code = "model_not_found" if status == 404 else None
+            assert re.search(message, error["message"]) and error["code"] == code and error["type"], (body, error)
         for raw in (b"{not json", b"[1, 2]"):
             r = http.post("/v1/completions", content=raw, headers={"content-type": "application/json"})
             assert r.status_code == 400 and "JSON" in r.json()["error"]["message"]

@@ -5,6 +5,6 @@ KServe's generate extension.
   requests.py   OpenAI request bodies read and checked, each wrong field named in a 400
   chat.py       chat messages to a prompt with the model's template, in Jinja2's sandbox
   text.py       token ids to streamed text: incremental detokenization and `stop` strings
-  routes.py     the Starlette routes: /v1/models, /v1/completions, /v1/chat/completions, generate(_stream)
+  routes.py     the Starlette routes: /v1/models(/{id}), /v1/completions, /v1/chat/completions, generate(_stream)
 
 Paddle-free."""

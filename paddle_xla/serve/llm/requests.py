@@ -147,12 +147,17 @@ def sampling(data: dict, default_max_tokens: int | None) -> Sampling:
     max_tokens = _integer(data, "max_tokens", None, low=1)
     if max_tokens is None:
         max_tokens = _integer(data, "max_completion_tokens", default_max_tokens, low=1)
+    min_tokens = _integer(data, "min_tokens", 0, low=0)
+    if max_tokens is not None and min_tokens > max_tokens:
+        raise bad(
+            f"'min_tokens'={min_tokens} exceeds 'max_tokens'={max_tokens}: ask for at most as many.", "min_tokens"
+        )
     return Sampling(
         max_tokens=max_tokens,
         temperature=float(_number(data, "temperature", 1.0, 0.0, 2.0)),
         top_p=float(_number(data, "top_p", 1.0, 0.0, 1.0, low_open=True)),
         top_k=_integer(data, "top_k", 0, low=0),
-        min_tokens=_integer(data, "min_tokens", 0, low=0),
+        min_tokens=min_tokens,
         repetition_penalty=float(_number(data, "repetition_penalty", 1.0, 0.0, low_open=True)),
         seed=_integer(data, "seed", None),
         stop=_stop(data),

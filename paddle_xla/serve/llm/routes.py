@@ -88,6 +88,7 @@ def routes(handlers: LlmHandlers) -> list[Route]:
     h = handlers
     return [
         Route("/v1/models", h.list_models),
+        Route("/v1/models/{name}", h.retrieve_model),
         Route("/v1/completions", h.completions, methods=["POST"]),
         Route("/v1/chat/completions", h.chat_completions, methods=["POST"]),
         Route("/v2/models/{name}/generate", h.generate, methods=["POST"]),
@@ -100,7 +101,9 @@ def gone_response() -> Response:
     return Response(status_code=499)
 
 
-def openai_error(e: RequestError) -> JSONResponse:
+def openai_error_body(e: RequestError) -> dict:
+    """OpenAI's error body: a string `type` by the status, the offending `param`, and a string `code` or null
+    (the HTTP status is the response's, not the body's)."""
     kind = {
         400: "invalid_request_error",
         401: "authentication_error",
@@ -109,8 +112,22 @@ def openai_error(e: RequestError) -> JSONResponse:
         503: "service_unavailable",
         504: "timeout",
     }.get(e.status, "server_error")
-    body = {"error": {"message": e.message, "type": kind, "param": getattr(e, "param", None), "code": e.status}}
-    return JSONResponse(body, e.status, headers=e.headers)
+    return {"error": {"message": e.message, "type": kind, "param": e.param, "code": e.code}}
+
+
+def openai_error(e: RequestError) -> JSONResponse:
+    return JSONResponse(openai_error_body(e), e.status, headers=e.headers)
+
+
+def _model_card(m: LlmModel) -> dict:
+    """A served model as OpenAI's model object (and vLLM's max_model_len)."""
+    return {
+        "id": m.name,
+        "object": "model",
+        "created": m.created,
+        "owned_by": "paddle_xla",
+        "max_model_len": m.artifact.geometry.max_length,
+    }
 
 
 class LlmHandlers:
@@ -119,21 +136,13 @@ class LlmHandlers:
 
     # ---- OpenAI ----
     async def list_models(self, request: Request) -> Response:
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": [
-                    {
-                        "id": m.name,
-                        "object": "model",
-                        "created": m.created,
-                        "owned_by": "paddle_xla",
-                        "max_model_len": m.artifact.geometry.max_length,
-                    }
-                    for m in self.llms.values()
-                ],
-            }
-        )
+        return JSONResponse({"object": "list", "data": [_model_card(m) for m in self.llms.values()]})
+
+    async def retrieve_model(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in self.llms:
+            return openai_error(self._unknown(name))
+        return JSONResponse(_model_card(self.llms[name]))
 
     async def completions(self, request: Request) -> Response:
         return await self._openai(request, R.completion, chat=False)
@@ -241,14 +250,15 @@ class LlmHandlers:
             raise unavailable("The server is shutting down; send the request to another replica.")
         return await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout_s)
 
+    def _unknown(self, name: str, param: str = "model") -> RequestError:
+        error = RequestError(404, f"Unknown model {name!r}; this server serves language models {sorted(self.llms)}.")
+        error.param, error.code = param, "model_not_found"
+        return error
+
     def _model(self, name: str, status_name: str = "model") -> LlmModel:
         model = self.llms.get(name)  # NOTE: a dict lookup, never a path
         if model is None:
-            error = RequestError(
-                404, f"Unknown model {name!r}; this server serves language models {sorted(self.llms)}."
-            )
-            error.param = status_name
-            raise error
+            raise self._unknown(name, status_name)
         if not model.scheduler.ready:
             raise unavailable(f"Model {name!r} is still compiling; retry shortly.")
         return model
@@ -385,7 +395,7 @@ class _Reply:
                 yield self._chunk({"index": 0, **body, "finish_reason": piece.finish, "token_ids": piece.ids})
         except RequestError as e:
             # NOTE: the 200 and the first events are out; the error ends the stream as an event of its own
-            yield {"data": json.dumps({"error": {"message": e.message, "code": e.status}})}
+            yield {"data": json.dumps(openai_error_body(e))}
         if include_usage:
             yield {"data": json.dumps({**self._head(True), "choices": [], "usage": self._usage(made)})}
         yield {"data": "[DONE]"}
