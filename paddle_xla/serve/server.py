@@ -175,6 +175,7 @@ def _bind_error(host: str, port: int, e: OSError) -> str:
 async def _serve(
     server: uvicorn.Server, sock: socket.socket, workers: dict[str, ModelWorker], url: str, drain_s: float
 ) -> None:
+    _let_streams_finish_on_drain()
     loop = asyncio.get_running_loop()
     for worker in workers.values():
         worker.start(loop) if isinstance(worker, ModelWorker) else worker.start()
@@ -200,6 +201,15 @@ async def _announce_ready(workers: dict[str, ModelWorker]) -> None:
 def _stop(workers: dict[str, ModelWorker], drain_s: float) -> None:
     for worker in workers.values():
         worker.stop(drain_s)
+
+
+def _let_streams_finish_on_drain() -> None:
+    # NOTE: sse-starlette ends every open event stream once uvicorn begins to shut down (it polls for that every
+    # 0.5 s), so on SIGTERM a long stream was cut short without an error; a drain lets running streams finish
+    # instead, within uvicorn's graceful-shutdown timeout (drain_s)
+    from sse_starlette.sse import AppStatus
+
+    AppStatus.disable_automatic_graceful_drain()
 
 
 def _let_uvicorn_signals_end_quietly() -> None:
