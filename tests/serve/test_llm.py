@@ -274,6 +274,7 @@ BAD = [
 BAD_CHAT = [
     ({"model": "llm", "messages": [{"role": "wizard", "content": "w5"}]}, 400, "role .* is not one of"),
     ({"model": "llm", "messages": []}, 400, "'messages' must be a non-empty list"),
+    ({"model": "llm", "messages": [{"role": "tool", "content": "4"}]}, 400, r"role 'tool'\) must carry 'tool_call_id'"),
     ({"model": "llm", "messages": [{"role": "user", "content": 5}]}, 400, "content must be a string"),
 ]
 

@@ -208,6 +208,11 @@ def chat(data: dict) -> Parsed:
         role = m.get("role")
         if role not in ROLES:
             raise bad(f"messages[{i}].role {json.dumps(role)[:40]} is not one of {list(ROLES)}.", "messages")
+        if role == "tool" and not isinstance(m.get("tool_call_id"), str):
+            raise bad(
+                f"messages[{i}] (role 'tool') must carry 'tool_call_id', the id of the tool call it answers.",
+                "messages",
+            )
         out.append({"role": role, "content": _content(m.get("content"), i)})
     return Parsed(_model(data), None, tuple(out), sampling(data, None))
 
