@@ -270,6 +270,11 @@ BAD = [
     ({"model": "llm", "prompt": "w5", "logprobs": 2}, 400, "'logprobs'"),
     ({"model": "llm", "prompt": "w5", "colour": "red"}, 400, "Unknown field"),
     ({"model": "llm", "prompt": "w5", "max_tokens": 3, "min_tokens": 4}, 400, "'min_tokens'=4 exceeds 'max_tokens'=3"),
+    # NOTE: JSON's true is no 1 and 0 no false; logprobs 0 asks for logprobs (none past the chosen token)
+    ({"model": "llm", "prompt": "w5", "n": True}, 400, "'n'=true is not supported"),
+    ({"model": "llm", "prompt": "w5", "echo": 0}, 400, "'echo'=0 is not supported"),
+    ({"model": "llm", "prompt": "w5", "logprobs": 0}, 400, "'logprobs'=0 is not supported"),
+    ({"model": "llm", "prompt": "w5", "stream_options": {"include_usage": True}}, 400, "only for a streamed request"),
 ]
 BAD_CHAT = [
     ({"model": "llm", "messages": [{"role": "wizard", "content": "w5"}]}, 400, "role .* is not one of"),

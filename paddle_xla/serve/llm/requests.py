@@ -84,8 +84,19 @@ def _integer(data, name, default, low=None):
     return value
 
 
+def _same(value, allowed) -> bool:
+    """JSON equality: true is no 1 and 0 no false (Python's == says they are), 0 and 0.0 are one number."""
+    if isinstance(value, bool) or isinstance(allowed, bool):
+        return isinstance(value, bool) and isinstance(allowed, bool) and value == allowed
+    return type(value) is type(allowed) and value == allowed or _numbers(value, allowed) and value == allowed
+
+
+def _numbers(*values) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
 def _fixed(data: dict, name: str, allowed: tuple) -> None:
-    if name in data and data[name] not in allowed:
+    if name in data and not any(_same(data[name], a) for a in allowed):
         raise bad(
             f"'{name}'={json.dumps(data[name])[:40]} is not supported by this server (it takes "
             f"{' or '.join(json.dumps(a) for a in allowed)}).",
@@ -140,6 +151,8 @@ def sampling(data: dict, default_max_tokens: int | None) -> Sampling:
         ("top_logprobs", (None,)),
     ):
         _fixed(data, name, allowed)
+    if data.get("stream_options") is not None and data.get("stream") is not True:
+        raise bad("'stream_options' is only for a streamed request: set 'stream': true, or drop it.", "stream_options")
     options = _typed(data, "stream_options", (dict,), {}, "an object")
     include_usage = options.get("include_usage", False)
     if not isinstance(include_usage, bool):
