@@ -144,6 +144,13 @@ def test_a_stop_string_ends_the_completion_where_it_begins(client, llm):
             assert r.finish_reason == "stop"
             text = r.text
         assert text == free[: free.index(stop)]
+    # NOTE: one rule, vLLM's: the ids and the usage count the token that completed the stop string, the text
+    # leaves the string out unless include_stop_str_in_output
+    cut = client.completions.create(**kw, stop=stop)
+    kept = client.completions.create(**kw, stop=stop, extra_body={"include_stop_str_in_output": True})
+    assert kept.choices[0].text == free[: free.index(stop) + len(stop)]
+    ids = cut.choices[0].model_extra["token_ids"]
+    assert ids == kept.choices[0].model_extra["token_ids"] and cut.usage.completion_tokens == len(ids)
 
 
 def test_a_seeded_sample_is_the_same_with_or_without_company(client):

@@ -3,9 +3,9 @@ and range, named in a 400 when wrong. Paddle-free.
 
 Meanings follow OpenAI's API: temperature 0 is greedy decoding, above 0 sampling at that temperature;
 `max_tokens` defaults to 16 for completions and to the room the context leaves for chat; `n` must be 1.
-vLLM's extensions `top_k`, `repetition_penalty` and `min_tokens` are accepted too. A field the API has
-but paddle_xla does not implement (`logprobs`, `echo`, penalties other than 0, ...) is refused by name
-rather than ignored, so a client never gets an answer to a question it did not ask."""
+vLLM's extensions `top_k`, `repetition_penalty`, `min_tokens` and `include_stop_str_in_output` are accepted
+too. A field the API has but paddle_xla does not implement (`logprobs`, `echo`, penalties other than 0,
+...) is refused by name rather than ignored, so a client never gets an answer to a question it did not ask."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ class Sampling:
     stop: tuple[str, ...]
     stream: bool
     include_usage: bool
+    include_stop_str: bool = False  # vLLM's include_stop_str_in_output: the text keeps the stop string
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,7 @@ COMMON = {
     "top_k",
     "repetition_penalty",
     "min_tokens",
+    "include_stop_str_in_output",
     "seed",
     "stop",
     "n",
@@ -176,6 +178,7 @@ def sampling(data: dict, default_max_tokens: int | None) -> Sampling:
         stop=_stop(data),
         stream=_typed(data, "stream", (bool,), False, "true or false"),
         include_usage=include_usage,
+        include_stop_str=_typed(data, "include_stop_str_in_output", (bool,), False, "true or false"),
     )
 
 

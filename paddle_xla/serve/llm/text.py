@@ -2,8 +2,10 @@
 
 A token may be part of a character (byte-level BPE splits UTF-8), so the text of the ids so far is
 decoded whole and only the part past what was sent goes out, holding back a trailing U+FFFD (an
-unfinished character). A stop string ends the completion where it begins; the text that might be the
-start of one is held back until the next token says whether it is."""
+unfinished character). A stop string ends the completion where it begins (or, include_stop, where it ends:
+vLLM's include_stop_str_in_output); the text that might be the start of one is held back until the next
+token says whether it is. The ids and the usage count every token made, the one that completed the stop
+string too (as vLLM counts them): the text alone leaves the stop string out."""
 
 from __future__ import annotations
 
@@ -13,8 +15,8 @@ INCOMPLETE = "\ufffd"
 
 
 class TextStream:
-    def __init__(self, decode: Callable[[list[int]], str] | None, stop: Sequence[str] = ()):
-        self.decode, self.stop = decode, [s for s in stop if s]
+    def __init__(self, decode: Callable[[list[int]], str] | None, stop: Sequence[str] = (), include_stop: bool = False):
+        self.decode, self.stop, self.include_stop = decode, [s for s in stop if s], include_stop
         self.ids: list[int] = []
         self.sent = ""  # text already handed out
         self.stopped = False  # a stop string was met: the completion ends here
@@ -32,10 +34,11 @@ class TextStream:
         if self.decode is None or self.stopped:
             return ""
         text = self.decode(self.ids)
-        cut = self._stop_at(text)
-        if cut is not None:
+        met = self._stop_at(text)
+        if met is not None:
             self.stopped = True
-            return self._take(text[:cut])
+            at, length = met
+            return self._take(text[: at + length if self.include_stop else at])
         if not final:
             text = text.rstrip(INCOMPLETE)
             text = text[: len(text) - self._held(text)]
@@ -47,8 +50,10 @@ class TextStream:
         self.sent += new
         return new
 
-    def _stop_at(self, text: str) -> int | None:
-        found = [i for i in (text.find(s, max(0, len(self.sent) - len(s))) for s in self.stop) if i >= 0]
+    def _stop_at(self, text: str) -> tuple[int, int] | None:
+        """(where, length) of the first stop string in the text not yet sent, if any."""
+        found = [(text.find(s, max(0, len(self.sent) - len(s))), len(s)) for s in self.stop]
+        found = [f for f in found if f[0] >= 0]
         return min(found) if found else None
 
     def _held(self, text: str) -> int:
