@@ -51,6 +51,7 @@ def build_app(
     routes = [
         Route("/v2/health/live", h.live),
         Route("/v2/health/ready", h.ready),
+        Route("/health", h.ready),  # NOTE: vLLM's readiness probe: 200 once every model is compiled, 503 before
         Route("/v2", h.server_metadata),
         Route("/metrics", h.metrics_text),
     ]

@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse
 
 from .request_errors import RequestError
 
-OPEN_PATHS = ("/v2/health/",)  # NOTE: load balancers probe health without credentials
+OPEN_PATHS = ("/v2/health/", "/health")  # NOTE: load balancers probe health without credentials
 
 
 class BearerAuth:

@@ -84,6 +84,8 @@ def test_the_bearer_token_guards_the_new_routes_and_a_restart_after_kill_9_serve
                 assert r.status_code == 401, path
             r = http.post("/v1/completions", json=body, headers={"Authorization": "Bearer s3cret"})
             assert r.status_code == 200
+            # NOTE: vLLM's /health, open to probes as KServe's health routes are: 200 once every model is ready
+            assert http.get("/health").status_code == 200
         server.proc.kill()
         server.wait(30)
     finally:
