@@ -12,7 +12,8 @@ from starlette.responses import JSONResponse
 
 from .request_errors import RequestError
 
-OPEN_PATHS = ("/v2/health/", "/health")  # NOTE: load balancers probe health without credentials
+OPEN_PATHS = ("/v2/health/",)  # NOTE: load balancers probe health without credentials
+OPEN_ROUTES = ("/health",)  # NOTE: vLLM's probe, this path exactly
 
 
 class BearerAuth:
@@ -22,7 +23,8 @@ class BearerAuth:
         self.app, self.expected = app, f"Bearer {token}".encode() if token else None
 
     async def __call__(self, scope, receive, send):
-        if self.expected and scope["type"] == "http" and not scope["path"].startswith(OPEN_PATHS):
+        path = scope.get("path", "")
+        if self.expected and scope["type"] == "http" and not (path.startswith(OPEN_PATHS) or path in OPEN_ROUTES):
             given = Headers(scope=scope).get("authorization", "").encode()
             if not hmac.compare_digest(given, self.expected):  # NOTE: constant time, so no timing leak
                 response = JSONResponse(

@@ -310,6 +310,10 @@ def test_bad_input_gets_an_openai_error_and_the_server_keeps_serving(server, cli
             assert r.status_code == 400 and "JSON" in r.json()["error"]["message"]
         r = http.post("/v1/completions", json={"model": "llm", "prompt": "w5 " * 30000})
         assert r.status_code == 413
+        # NOTE: null is the default for OpenAI's nullable fields, as OpenAI and vLLM take it
+        nulls = dict.fromkeys(("n", "echo", "presence_penalty", "frequency_penalty", "logprobs", "seed"))
+        r = http.post("/v1/completions", json={"model": "llm", "prompt": "w5", "max_tokens": 2, **nulls})
+        assert r.status_code == 200, r.text
     r = client.completions.create(model="llm", prompt="w5 w6", max_tokens=3, temperature=0)
     assert len(r.choices[0].model_extra["token_ids"]) == 3
 

@@ -142,12 +142,13 @@ CHAT_FIELDS = COMMON | {"messages", "max_completion_tokens", "top_logprobs"}
 
 def sampling(data: dict, default_max_tokens: int | None) -> Sampling:
     for name, allowed in (
-        ("n", (1,)),
+        # NOTE: null is what OpenAI's API and vLLM take as the default for each of these
+        ("n", (None, 1)),
         ("logprobs", (None, False)),
-        ("presence_penalty", (0, 0.0)),
-        ("frequency_penalty", (0, 0.0)),
+        ("presence_penalty", (None, 0)),
+        ("frequency_penalty", (None, 0)),
         ("logit_bias", (None, {})),
-        ("echo", (False,)),
+        ("echo", (None, False)),
         ("best_of", (None, 1)),
         ("suffix", (None,)),
         ("top_logprobs", (None,)),

@@ -51,10 +51,11 @@ class TextStream:
         return new
 
     def _stop_at(self, text: str) -> tuple[int, int] | None:
-        """(where, length) of the first stop string in the text not yet sent, if any."""
-        found = [(text.find(s, max(0, len(self.sent) - len(s))), len(s)) for s in self.stop]
-        found = [f for f in found if f[0] >= 0]
-        return min(found) if found else None
+        """(where, length) of the stop string that begins first in the text not yet sent (of two that begin
+        at one place, the one listed first, as vLLM takes it), if any."""
+        found = [(text.find(s, max(0, len(self.sent) - len(s))), i, len(s)) for i, s in enumerate(self.stop)]
+        at = min((f for f in found if f[0] >= 0), default=None)
+        return (at[0], at[2]) if at is not None else None
 
     def _held(self, text: str) -> int:
         """How many trailing characters could begin a stop string."""
