@@ -6,8 +6,8 @@ from paddle_xla.serve.llm.text import TextStream
 VOCAB = list("abcdefghijklmnopqrstuvwxyz HELO!") + ["HE", "LLO"]
 
 
-def _run(pieces, stop, include_stop=False):
-    stream, out = TextStream(lambda ids: "".join(VOCAB[i] for i in ids), stop, include_stop), []
+def _run(pieces, stop, include_stop=False, min_tokens=0):
+    stream, out = TextStream(lambda ids: "".join(VOCAB[i] for i in ids), stop, include_stop, min_tokens), []
     for piece in pieces:
         out.append(stream.push(VOCAB.index(piece)))
         if stream.stopped:
@@ -28,3 +28,10 @@ def test_of_two_stop_strings_the_first_to_begin_and_then_the_first_listed_wins()
     assert _run(pieces, ["HELLO", "HELL"], include_stop=True) == ("ab HELLO", True)
     assert _run(pieces, ["HELL", "HELLO"], include_stop=True) == ("ab HELL", True)
     assert _run(pieces, ["HELL", "HELLO"]) == ("ab ", True)
+
+
+def test_no_stop_string_ends_the_text_before_min_tokens():
+    # NOTE: the first "!" is the 2nd token, before min_tokens=3: it is text; the second one ends it
+    assert _run("a!b!c", ["!"], min_tokens=3) == ("a!b", True)
+    assert _run("a!b!c", ["!"]) == ("a", True)
+    assert _run("HELLO HELLO", ["HELLO"], min_tokens=4) == ("HELLO ", True)

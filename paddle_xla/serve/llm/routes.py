@@ -304,7 +304,9 @@ class LlmHandlers:
         timeout = self.settings.request_timeout_ms / 1e3
         stream = Stream(request, asyncio.get_running_loop(), deadline=time.monotonic() + timeout if timeout else None)
         model.scheduler.submit(stream)
-        text = TextStream(model.artifact.decode if model.has_tokenizer else None, s.stop, s.include_stop_str)
+        text = TextStream(
+            model.artifact.decode if model.has_tokenizer else None, s.stop, s.include_stop_str, s.min_tokens
+        )
         done = False
         try:
             while True:
