@@ -250,9 +250,9 @@ class Generator:
             place=_placement(self.strategy, self.decode_captured),
             # NOTE: captured when it first runs: a generator may never see a prompt that long
             extend=made_on_first_call(lambda: self._generate_program("extend")) if self.geometry.chunked else None,
+            rows_in_turn=True,
         )
         self.engine.name = type(model).__name__  # NOTE: its compiles' progress lines name the model
-        self.engine.rows_in_turn = True
 
     @property
     def max_batch_size(self) -> int:

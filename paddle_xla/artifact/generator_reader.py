@@ -92,10 +92,10 @@ class GeneratorArtifact:
             weights,
             seed=seed,
             extend=make("extend") if chunked else None,
+            # NOTE: exported executables say how they were made (those of an artifact written before may hold the
+            # batch's prefills beside the server's Graphs); Graphs lowered here are made row by row where they can
+            rows_in_turn=bool(gen.get(ROWS_IN_TURN)) if self.mode == "exported" else sources,
         )
-        # NOTE: exported executables say how they were made (those of an artifact written before may hold the
-        # batch's prefills beside the server's Graphs); Graphs lowered here are made row by row where they can be
-        self.engine.rows_in_turn = bool(gen.get(ROWS_IN_TURN)) if self.mode == "exported" else sources
         self._make, self._held, self._weights, self._seed = make, held, weights, seed
         self._continuous: ContinuousEngine | None = None
         self._tokenizer_text = members.get(TOKENIZER)

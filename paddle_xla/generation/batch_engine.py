@@ -245,7 +245,9 @@ class BatchEngine:
     extend: run(weights, ids [B,c], mask [B,S+c], pos [B,c], past) -> (logits, the chunk's K/V), c the
     geometry's prefill_chunk (needed when geometry.chunked: longer prompts are prefilled in chunks);
     weights: name -> array as the programs read them (held.py's precision and layout);
-    place: puts them on the devices (default: jax.device_put; a tensor-split generator shards them)."""
+    place: puts them on the devices (default: jax.device_put; a tensor-split generator shards them);
+    rows_in_turn: the prefills run one row at a time (generate_programs.py), so a plain decoder's prompts
+    may differ in length."""
 
     def __init__(
         self,
@@ -257,6 +259,7 @@ class BatchEngine:
         seed: int = 0,
         place: Callable | None = None,
         extend: Callable | None = None,
+        rows_in_turn: bool = False,
     ):
         if geometry.chunked and extend is None:
             raise GenerationError(f"prefill_chunk={geometry.prefill_chunk} needs the extend program")
@@ -273,9 +276,7 @@ class BatchEngine:
         self._key = jax.random.PRNGKey(seed)
         self._calls = itertools.count()
         self.name = "language model"  # NOTE: what the compile progress lines call it (px.Generator: the class)
-        # NOTE: the prefills run one row at a time (rows_in_turn): a plain decoder's rows then need not share
-        # their positions (its decode step runs per row too)
-        self.rows_in_turn = False
+        self.rows_in_turn = rows_in_turn
 
     # ---- programs: a start per prompt bucket, one decode chunk (per eos and pad ids) ----
     def _prefill(self, bucket: int):

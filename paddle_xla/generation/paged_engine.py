@@ -37,7 +37,7 @@ import numpy as np
 
 from .. import x64
 from ..errors import GenerationError
-from ..planner.serving import ServingShape
+from ..planner.serving import ServingShape, kv_token_bytes, pool_tokens
 from ..runtime.compile_cache import ensure_compile_cache
 from . import derive
 from . import paged as PG
@@ -467,8 +467,8 @@ def kv_tokens_in_memory(fraction: float, geometry, weights: Mapping, block_size:
     weight_bytes = 0 if placed else held_bytes(weights)
     free = stats["bytes_limit"] - stats.get("bytes_in_use", 0) - weight_bytes
     g = geometry
-    per_token = 2 * g.layers * g.kv_heads * g.head_dim * np.dtype(g.cache_dtype).itemsize
-    tokens = int(fraction * max(free, 0) // per_token) // block_size * block_size
+    per_token = kv_token_bytes(g.layers, g.kv_heads, g.head_dim, np.dtype(g.cache_dtype).itemsize)
+    tokens = pool_tokens(fraction, free, per_token, block_size)
     if tokens < block_size:
         raise GenerationError(
             f"{fraction} of the {free / 2**30:.2f} GiB {device.platform} device {device.id} has free after the "

@@ -21,6 +21,17 @@ from ..errors import StrategyError
 GIB = 2**30
 
 
+def kv_token_bytes(layers: int, kv_heads: int, head_dim: int, itemsize: int) -> int:
+    """One token's keys and values over every layer."""
+    return 2 * layers * kv_heads * head_dim * itemsize
+
+
+def pool_tokens(fraction: float, free_bytes: float, token_bytes: int, block_size: int) -> int:
+    """The KV-cache tokens, in whole blocks, that `fraction` of `free_bytes` holds (the server's sizing:
+    generation/paged_engine.py's kv_tokens_in_memory, and the plan's)."""
+    return int(fraction * max(free_bytes, 0) // token_bytes) // block_size * block_size
+
+
 @dataclass(frozen=True)
 class ServingShape:
     """What a served generator's memory depends on (a PagedEngine's geometry and buckets)."""
@@ -37,16 +48,22 @@ class ServingShape:
 
     @property
     def kv_token_bytes(self) -> int:
-        """One token's keys and values over every layer."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.cache_itemsize
+        return kv_token_bytes(self.layers, self.kv_heads, self.head_dim, self.cache_itemsize)
+
+    def work_parts(self) -> list[tuple[str, int]]:
+        """The working arrays beside the weights and the pool (the module docstring's three), named."""
+        return [
+            (
+                f"decode chunk's gathered blocks: {self.rows} rows x {self.table_slots} slots",
+                self.rows * self.table_slots * self.kv_token_bytes,
+            ),
+            (f"a prompt's prefill view: {self.max_length} slots", self.max_length * self.kv_token_bytes),
+            (f"logits and sampling: {self.rows} rows x {self.vocab_size}", 4 * self.rows * self.vocab_size * 4),
+        ]
 
     @property
     def work_bytes(self) -> int:
-        """The working arrays beside the weights and the pool (the module docstring's three)."""
-        gathered = self.rows * self.table_slots * self.kv_token_bytes
-        prefill_view = self.max_length * self.kv_token_bytes
-        logits = 4 * self.rows * self.vocab_size * 4
-        return gathered + prefill_view + logits
+        return sum(size for _, size in self.work_parts())
 
 
 @dataclass(frozen=True)
@@ -73,20 +90,14 @@ class ServingMemory:
     def most_kv_tokens(self) -> int:
         """The largest pool, in whole blocks, that fits beside the weights and the working arrays."""
         room = self.memory_bytes - self.weight_bytes - self.shape.work_bytes
-        bs = self.shape.block_size
-        return max(0, int(room // self.shape.kv_token_bytes) // bs * bs)
+        return pool_tokens(1.0, room, self.shape.kv_token_bytes, self.shape.block_size)
 
     def table(self) -> str:
         s = self.shape
         rows = [
             ("weights, as held", self.weight_bytes),
             (f"KV cache: {self.kv_tokens} tokens x {s.kv_token_bytes} bytes", self.kv_bytes),
-            (
-                f"decode chunk's gathered blocks: {s.rows} rows x {s.table_slots} slots",
-                s.rows * s.table_slots * s.kv_token_bytes,
-            ),
-            (f"a prompt's prefill view: {s.max_length} slots", s.max_length * s.kv_token_bytes),
-            (f"logits and sampling: {s.rows} rows x {s.vocab_size}", 4 * s.rows * s.vocab_size * 4),
+            *s.work_parts(),
         ]
         width = max(len(name) for name, _ in rows)
         lines = [f"serving memory on one {self.device} ({size_text(self.memory_bytes)}):"]
@@ -119,9 +130,7 @@ def serving_memory(
     if kv_cache_memory is not None:
         if not 0 < kv_cache_memory < 1:
             raise StrategyError(f"kv_cache_memory={kv_cache_memory} is no fraction of the memory: give 0 < F < 1")
-        free = max(0.0, memory_bytes - weight_bytes)
-        bs = shape.block_size
-        kv_tokens = int(kv_cache_memory * free // shape.kv_token_bytes) // bs * bs
+        kv_tokens = pool_tokens(kv_cache_memory, memory_bytes - weight_bytes, shape.kv_token_bytes, shape.block_size)
     if kv_tokens is None:
         raise StrategyError("serving_memory needs kv_tokens or kv_cache_memory")
     return ServingMemory(device, memory_bytes, weight_bytes, kv_tokens, shape)
