@@ -30,7 +30,7 @@ from ..lowering.policy import LoweringPolicy
 from ..lowering.shared_products import lower_together
 from ..runtime.compile_cache import compile_progress, ensure_compile_cache
 from ..runtime.held import HeldWeights
-from . import gqa_rewrite, last_logits
+from . import gqa_rewrite, last_logits, row_means
 from . import row_logits as R
 from . import slots as SL
 from .config import DecodeConfig, decode_config
@@ -112,8 +112,9 @@ def powers_of_two(first: int, last: int) -> tuple[int, ...]:
 
 def program(graph: Graph, policy: LoweringPolicy, held: HeldWeights | None = None):
     """The Graph as run(weights, *feeds) -> fetches, weights a dict holding (at least) its persistables, laid
-    out as `held` says (None: as Paddle holds them). Its grouped-query attention reads the keys and values
-    unrepeated (gqa_rewrite.py), and its LM head multiplies only the position it returns (last_logits.py)."""
+        out as `held` says (None: as Paddle holds them). Its grouped-query attention reads the keys and values
+        unrepeated (gqa_rewrite.py), its LM head multiplies only the position it returns (last_logits.py), and its
+    means over the last axis sum in a fixed order (row_means.py)."""
     fn = lower(_rewritten(graph), policy)
     inputs = _inputs_of(graph, policy, held)
 
@@ -174,7 +175,7 @@ def rows_in_turn(run: Callable, axes: tuple[int, ...], out_axes: tuple[int, ...]
 
 
 def _rewritten(graph: Graph) -> Graph:
-    return last_logits.rewrite(gqa_rewrite.rewrite(graph))
+    return row_means.rewrite(last_logits.rewrite(gqa_rewrite.rewrite(graph)))
 
 
 def _inputs_of(graph: Graph, policy: LoweringPolicy, held: HeldWeights | None):

@@ -109,12 +109,8 @@ def step(decode: Callable, weights, state: Paged, rows, tables, eos_ids: tuple[i
     the pool before the write, and XLA updates it in place. Written after the decode, the pool was read (by
     the gather) and updated in one loop body, and XLA:CPU copied all of it twice per step."""
     s = _rows(state.seqs, rows)
-    r, n = tables.shape
-    bs = state.pool[0].shape[2]
     pool = _written(state.pool, tables, s.length - 1, s.pending_on, jnp.moveaxis(s.pending, 1, 0))
-    filled = (jnp.arange(n * bs)[None, :] < s.length[:, None]).astype(jnp.int64)
-    mask = jnp.concatenate([filled, jnp.ones((r, 1), jnp.int64)], axis=-1)
-    logits, new = decode(weights, s.token[:, None], mask, s.position[:, None], gathered(pool, tables))
+    logits, new = _decoded(decode, weights, pool, s, tables)
     split = jax.vmap(jax.random.split)(s.keys)
     token, term = R.choose(logits, s.params, s.seen, s.t, split[:, 1], eos_ids)
     token, scores, live = SL.finish(token, term, s.scores, s.live, s.t, s.limit, eos_ids, pad)
@@ -132,6 +128,24 @@ def step(decode: Callable, weights, state: Paged, rows, tables, eos_ids: tuple[i
         pending_on=s.live,
     )
     return Paged(pool, _put_rows(state.seqs, rows, after)), made
+
+
+def _decoded(decode: Callable, weights, pool: tuple, s: Seqs, tables):
+    """The decode program on the rows' last tokens over their first N blocks: (logits, new K/V)."""
+    r, n = tables.shape
+    filled = (jnp.arange(n * pool[0].shape[2])[None, :] < s.length[:, None]).astype(jnp.int64)
+    mask = jnp.concatenate([filled, jnp.ones((r, 1), jnp.int64)], axis=-1)
+    return decode(weights, s.token[:, None], mask, s.position[:, None], gathered(pool, tables))
+
+
+def row_numbers(decode: Callable, weights, state: Paged, rows, tables, eos_ids: tuple[int, ...]):
+    """What a step computes for its rows before it writes anything: (logits, new K/V, tokens, score terms).
+    A row bucket keeps a row's numbers when these are the full bucket's rows' to the bit (paged_engine.py)."""
+    s = _rows(state.seqs, rows)
+    logits, new = _decoded(decode, weights, state.pool, s, tables)
+    split = jax.vmap(jax.random.split)(s.keys)
+    token, term = R.choose(logits, s.params, s.seen, s.t, split[:, 1], eos_ids)
+    return logits, new, token, term
 
 
 def _written(pool: tuple, tables, slot, on, new) -> tuple:

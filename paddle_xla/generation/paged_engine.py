@@ -9,14 +9,19 @@ ContinuousEngine (the same calls: begin, fill, run_chunk, free). Paddle-free.
 - **Buckets.** A decode chunk runs R rows over N blocks per row, N the smallest of 1, 2, 4, ... blocks that
   holds every row's cache after the chunk: a short context reads a few blocks, not max_length slots. The
   attention sums in a fixed block order (ops/grouped_attention.py), so N never changes a row's numbers.
-- **Rows.** Batch-invariant (the default), R is always the generator's max_batch_size: a row's numbers are
-  then those of px.Generator.generate on its prompt alone, whatever its company, because XLA:CPU's products
-  round a row differently by how many rows they multiply (measured on a 768-wide Llama: 1, 2-16, 17-32 and
-  64 rows, four roundings). Not batch-invariant, R is the smallest of 1, 2, 4, ... max_seqs that holds the
-  running sequences (a lone request runs one row, at the offline batch-1 generator's pace) and max_seqs
-  may exceed max_batch_size (short requests run more at once in the same memory); a row's tokens may then
-  differ from generate's where two candidates' logits are within that rounding. Each (R, N) is one
-  compiled program, all compiled by warm_up.
+- **Rows.** R is the smallest row bucket that holds the running sequences, up to max_seqs (which may exceed
+  max_batch_size: short requests run more at once in the same memory). Batch-invariant (the default), the
+  buckets are 2, 4, ... max_seqs, and a row's numbers are those of px.Generator.generate on its prompt
+  alone (generate's decode runs max_batch_size rows), whatever its company and its bucket: a float32
+  weight held as [N, K] gives a row the same product bits at any 2 to 160 rows (one row is a matrix-vector
+  product, rounded otherwise: so no bucket of 1), and the sums that XLA:CPU rounded by row count (a mean,
+  a softmax, a decode step's score against its own key) run in a fixed order (ops/fixed_order.py).
+  warm_up checks it: a bucket whose step does not give a row the logits, K/V, token and score of a
+  max_batch_size-row step to the bit (another device, an int8 or half weight, a norm lowered otherwise)
+  is dropped, and steps run in the buckets that do. Not batch-invariant, the buckets are 1, 2, 4, ...
+  max_seqs (a lone request runs one row, at the offline batch-1 generator's pace), and a row's tokens may
+  differ from generate's where two candidates' logits are within a rounding. Each (R, N) is one compiled
+  program, all compiled by warm_up.
 - **Prefill** is continuous.py's (a prompt alone, its bucket's batch-1 prefill, or the extend program a
   chunk at a time, into a batch-1 view), then its view's filled slots go into its blocks (paged.commit).
 - **Prefix cache** (on by default). A prompt longer than a prefill chunk is cut into whole chunks from its
@@ -33,6 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .. import x64
@@ -68,7 +74,7 @@ class _Fill(Filling):
 class PagedEngine:
     """geometry: the generator's (max_length caps one request); decode: the decode program captured with
     symbolic rows and slots; prefill1_for(bucket), extend1: the batch-1 prefill programs continuous.py uses;
-    batch_invariant, max_seqs: the module docstring's Rows (max_seqs is max_batch_size when batch-invariant)."""
+    batch_invariant, max_seqs: the module docstring's Rows."""
 
     def __init__(
         self,
@@ -97,8 +103,9 @@ class PagedEngine:
         self.blocks = BlockPool(num_blocks, block_size, prefix_cache=self.prefix_cache, granule=granule)
         self.block_size = block_size
         self.batch_invariant = batch_invariant
-        self.max_seqs = geometry.max_batch_size if batch_invariant else max_seqs or geometry.max_batch_size
-        self.row_buckets = (self.max_seqs,) if batch_invariant else powers_of_two(1, self.max_seqs)
+        self.max_seqs = max_seqs or geometry.max_batch_size
+        self.row_buckets = powers_of_two(min(2 if batch_invariant else 1, self.max_seqs), self.max_seqs)
+        self._rows_to_check = batch_invariant and self.row_buckets != (geometry.max_batch_size,)
         self.table_width = -(-(geometry.max_length + 1) // block_size)  # NOTE: prompt + new tokens, one spare
         self.block_buckets = powers_of_two(1, self.table_width)
         self._decode, self._prefill1_for, self._extend1 = decode, prefill1_for, extend1
@@ -131,6 +138,7 @@ class PagedEngine:
         g = self.geometry
         return (
             len(self.row_buckets) * len(self.block_buckets)
+            + (len(self.row_buckets) if self._rows_to_check else 0)
             + len(g.buckets)
             + (1 if g.chunked else 0)
             + (1 if self.prefix_cache else 0)
@@ -357,7 +365,10 @@ class PagedEngine:
         bucket; each told to on_compiled as it ends. No request compiles afterwards."""
         g = self.geometry
         compiled = compile_progress_lines(self.on_compiled, self.programs)
-
+        if self._rows_to_check:
+            wanted = self.row_buckets
+            self._keep_row_buckets(self._invariant_row_buckets())
+            compiled(_checked_line(wanted, self.row_buckets, g.max_batch_size))
         for i, bucket in enumerate(g.buckets):
             # NOTE: the first goes on, and is cancelled: its free compiles too
             first = i == 0 and bucket < g.max_length
@@ -384,11 +395,82 @@ class PagedEngine:
                     )
                     compiled(f"decode chunk of {rows} rows over {blocks} blocks of {self.block_size}")
 
+    def _invariant_row_buckets(self) -> tuple[int, ...]:
+        """The row buckets whose decode step gives each row the numbers of generate's step of max_batch_size
+        rows to the bit (logits, K/V, token and score of rows sampling with top-k, top-p and a penalty, on
+        random cache blocks), and max_batch_size itself."""
+        full, most = self.geometry.max_batch_size, self.row_buckets[-1]
+        tables = np.arange(1, most + 1, dtype=np.int32)[:, None]
+        decode, eos = self._decode, self.eos
+        probe = jax.jit(lambda w, state, rows, tables: PG.row_numbers(decode, w, state, rows, tables, eos))
+        with x64.scope():
+            state, w = self._probe_state(most), self._weights_on_device()
+            numbers = {
+                r: [np.asarray(a) for a in probe(w, state, np.arange(r, dtype=np.int32), tables[:r])]
+                for r in sorted(set(self.row_buckets) | {full})
+            }
+        logits, new, token, term = numbers[full]
+
+        def same(r):
+            got, n = numbers[r], min(r, full)
+            return (
+                np.array_equal(got[0][:n], logits[:n])
+                and np.array_equal(got[1][:, :n], new[:, :n])
+                and np.array_equal(got[2][:n], token[:n])
+                and np.array_equal(got[3][:n], term[:n])
+            )
+
+        return tuple(sorted({r for r in self.row_buckets if same(r)} | {full}))
+
+    def _keep_row_buckets(self, kept: tuple[int, ...]) -> None:
+        """Run decode chunks in `kept` only; fewer sequences at once where the largest buckets went."""
+        self.row_buckets, self._rows_to_check = kept, False
+        if kept[-1] < self.max_seqs and self._state is None:
+            self.max_seqs = kept[-1]
+            self._length = np.zeros(self.max_seqs, np.int64)
+            self.busy = np.zeros(self.max_seqs, bool)
+
+    def _probe_state(self, rows: int) -> PG.Paged:
+        """A paged state of `rows` sequences, one random block each (block r + 1), every one sampling."""
+        g, bs, n = self.geometry, self.block_size, rows + 1
+        rng = np.random.default_rng(0)
+        empty = PG.empty(2 * g.layers, rows + 1, g.kv_heads, bs, g.head_dim, g.cache_dtype, rows, g.vocab_size)
+        pool = tuple(jnp.asarray(0.5 * rng.standard_normal(layer.shape), layer.dtype) for layer in empty.pool)
+        params = empty.seqs.params._replace(
+            sampling=jnp.ones(n, bool),
+            temperature=jnp.full(n, 0.7, jnp.float32),
+            top_k=jnp.full(n, max(1, g.vocab_size // 4), jnp.int32),
+            top_p=jnp.full(n, 0.9, jnp.float32),
+            penalty=jnp.full(n, 1.1, jnp.float32),
+        )
+        seqs = empty.seqs._replace(
+            length=jnp.full(n, bs - 1, jnp.int32),
+            token=jnp.asarray(rng.integers(0, g.vocab_size, n)),
+            position=jnp.full(n, bs - 1, jnp.int64),
+            live=jnp.ones(n, bool),
+            seen=jnp.asarray(rng.random((n, g.vocab_size)) < 0.01),
+            keys=jnp.asarray(rng.integers(0, 2**32, (n, 2), dtype=np.uint32)),
+            params=params,
+        )
+        return PG.Paged(pool, seqs)
+
     def _prefill_alone(self, request: Request) -> None:
         """Begin `request` in sequence slot 0 and run all its prefill steps (warm-up: it makes one token)."""
         self.begin(0, request)
         while 0 in self._filling:
             self.fill(0)
+
+
+def _checked_line(wanted: tuple[int, ...], kept: tuple[int, ...], full: int) -> str:
+    """warm_up's line for the row-bucket check (full: generate's rows, max_batch_size)."""
+    if kept == wanted:
+        others = [r for r in kept if r != full]
+        return f"decode steps of {', '.join(map(str, others))} rows give a row the numbers of {full} rows (checked)"
+    dropped = sorted(set(wanted) - set(kept))
+    return (
+        f"decode steps of {', '.join(map(str, dropped))} rows round a row otherwise than {full} rows here: they run "
+        f"{' or '.join(map(str, kept))} rows"
+    )
 
 
 def paged_engine(
@@ -413,7 +495,7 @@ def paged_engine(
 
     kv_cache_tokens: the pool's slots (default: max_batch_size x max_length, the memory of a
     ContinuousEngine's rows); kv_cache_memory: instead, this fraction of `device`'s memory (default: the
-    first device) left once the weights are on it (kv_tokens_in_memory); max_seqs, when not batch_invariant:
+    first device) left once the weights are on it (kv_tokens_in_memory); max_seqs:
     sequences at once (default: as many as the pool holds at 64 tokens each, at least max_batch_size and at
     most 4 x max_batch_size: each doubling of it is one more row bucket of programs to compile)."""
     # NOTE: warm-up prefills one prompt of each bucket (and of prefill_chunk + 1 tokens where chunked) with a

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .fixed_order import fixed_sum, fold
 from .registry import lowering
 
 SUM_BLOCK = 16  # NOTE: slots summed as one block; a multiple of the SIMD width keeps the block sums vector code
@@ -58,8 +59,22 @@ def grouped_scores(q, *keys):
     """q [B, H, T, D] times the transposed keys [B, KV, S, D], each key head serving H // KV query heads
     (head h reads key head h // (H // KV)): [B, H, T, S], as q @ repeat(keys)^T. Keys in parts (the slots
     axis cut, [B, KV, S_i, D] each): the parts' scores side by side, as if the keys were concatenated."""
-    parts = [_per_group_member(q, k, "bktd,bksd->bkts") for k in keys]
+    parts = [_one_slot_scores(q, k) if _one_slot(q, k) else _per_group_member(q, k, "bktd,bksd->bkts") for k in keys]
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1)
+
+
+def _one_slot(q, keys) -> bool:
+    return q.shape[2] == 1 and keys.shape[2] == 1
+
+
+def _one_slot_scores(q, keys):
+    """A decode step's query [B, H, 1, D] against one key per head [B, KV, 1, D] (the step's own): products
+    summed in a fixed order. As a product XLA:CPU ran it as B x KV dot products, whose sums it rounded
+    otherwise at 2-8 rows than at 16 or more (a paged step's row buckets, fixed_order.py)."""
+    b, h, _, d = q.shape
+    kv = keys.shape[1]
+    products = q.reshape(b, kv, _groups(h, kv), d) * keys.reshape(b, kv, 1, d)
+    return fixed_sum(products).reshape(b, h, 1, 1)
 
 
 @lowering("paddle_xla.grouped_values", amp="white")
@@ -71,7 +86,7 @@ def grouped_values(p, *values):
     if sum(sizes) != p.shape[-1]:
         raise ValueError(f"attention weights over {p.shape[-1]} slots do not match values in parts of {sizes}")
     partials = [_block_products(c, v) for c, v in zip(_cut(p, sizes), values)]
-    return _fold(jnp.concatenate(partials, axis=-2), axis=-2)
+    return fold(jnp.concatenate(partials, axis=-2), axis=-2)
 
 
 @lowering("paddle_xla.slot_softmax", amp="black")
@@ -83,7 +98,7 @@ def slot_softmax(x, *values):
     # NOTE: exp on the blocks, not on x: XLA:CPU's exp rounds a value in the vector body of a loop and one in
     # its scalar remainder differently (1 ulp), and which a slot falls in depended on the cache's length
     exps = [jnp.exp(_blocks(part, -jnp.inf) - top[..., None]) for part in _cut(x, [v.shape[2] for v in values])]
-    total = _fold(jnp.concatenate([_fold(e, axis=-1) for e in exps], axis=-1), axis=-1)
+    total = fold(jnp.concatenate([fold(e, axis=-1) for e in exps], axis=-1), axis=-1)
     parts = [(e / total[..., None, None]).reshape(*e.shape[:-2], -1)[..., : v.shape[2]] for e, v in zip(exps, values)]
     return jnp.concatenate(parts, axis=-1)
 
@@ -115,16 +130,7 @@ def _block_products(p, values):
         # NOTE: a decode step's products as multiplies and a chain of adds over the block: XLA:CPU turns a
         # product over a single block (a cache of <= 16 slots) into another kernel than one over several,
         # which rounded otherwise
-        out = _fold(pb[:, :, :, 0, :, :, None] * vb, axis=-2)[:, :, :, None]
+        out = fold(pb[:, :, :, 0, :, :, None] * vb, axis=-2)[:, :, :, None]
     else:
         out = jnp.einsum("bkgtnc,bkxncd->bkgtnd", pb, vb)
     return out.reshape(b, h, t, n, d)
-
-
-def _fold(x, axis):
-    """The sum along `axis`, one element after the other (XLA keeps the order of a chain of adds)."""
-    x = jnp.moveaxis(x, axis, 0)
-    out = x[0]
-    for i in range(1, x.shape[0]):
-        out = out + x[i]
-    return out

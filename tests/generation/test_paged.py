@@ -11,7 +11,7 @@ from paddle_xla.errors import GenerationError
 from paddle_xla.generation import paged as PG
 from paddle_xla.generation.batch_engine import program
 from paddle_xla.generation.continuous import Request
-from paddle_xla.generation.paged_engine import kv_tokens_in_memory
+from paddle_xla.generation.paged_engine import kv_tokens_in_memory, paged_engine
 from paddle_xla.generation.slots import NO_TOKEN
 from paddle_xla.planner.serving import serving_memory
 from paddle_xla.runtime.compile_cache import compiles_seen
@@ -83,7 +83,9 @@ def test_requests_get_their_tokens_alone_in_every_bucket_and_nothing_compiles_af
     with compiles_seen() as seen:
         got, buckets, _ = serve(engine, requests)
     assert not seen, seen
-    assert {rows for rows, _ in buckets} == {BATCH} and len({blocks for _, blocks in buckets}) >= 2, buckets
+    # NOTE: warm-up checked the 2-row step against the full one: a few rows run in it, with the same tokens
+    assert engine.row_buckets == (2, BATCH), engine.row_buckets
+    assert {rows for rows, _ in buckets} == {2, BATCH} and len({blocks for _, blocks in buckets}) >= 2, buckets
     for i, r in enumerate(requests):
         assert got[i] == _alone(gen, r, **({"seed": r.seed} if r.seed is not None else {})), (i, r)
     assert engine.blocks.free_blocks == engine.blocks.num_blocks - 1
@@ -159,6 +161,33 @@ def test_the_decode_step_gives_a_row_the_same_numbers_in_every_bucket(gen):
         small_logits, small_kv = step(run, rows, slots)
         np.testing.assert_array_equal(small_logits, logits[:rows])
         np.testing.assert_array_equal(small_kv, kv[:, :rows])
+
+
+def test_warm_up_drops_the_row_buckets_whose_step_rounds_a_row_otherwise(gen):
+    # NOTE: a step whose logits move with its row count (as an int8 or half weight's product, or another
+    # device's, may) keeps only the full bucket, and says so; steps then run max_batch_size rows
+    def rounding_by_rows(name):
+        run = program(gen._graph_of(name), gen.policy, gen.held)
+        if name != "decode_any":
+            return run
+
+        def step(w, ids, *rest):
+            logits, new = run(w, ids, *rest)
+            return logits * (1.0 + 1e-6 * (ids.shape[0] < BATCH)), new
+
+        return step
+
+    weights = gen.held.all_prepared(gen.source_weights)
+    engine = paged_engine(gen.geometry, gen.defaults, weights, rounding_by_rows, block_size=BLOCK, prefix_cache=False)
+    lines = []
+    engine.on_compiled = lines.append
+    engine.warm_up()
+    assert engine.row_buckets == (BATCH,), engine.row_buckets
+    assert lines[0].startswith(
+        f"decode steps of 2 rows round a row otherwise than {BATCH} rows here: they run {BATCH} rows"
+    )
+    request = Request(tuple(range(3, 12)), 6)
+    assert serve(engine, [request])[0][0] == _alone(gen, request)
 
 
 def test_a_decode_chunk_updates_the_pool_in_place(engine):
