@@ -74,7 +74,7 @@ class _Fill(Filling):
 class PagedEngine:
     """geometry: the generator's (max_length caps one request); decode: the decode program captured with
     symbolic rows and slots; prefill1_for(bucket), extend1: the batch-1 prefill programs continuous.py uses;
-    batch_invariant, max_seqs: the module docstring's Rows."""
+    batch_invariant, max_seqs: the module docstring's Rows (batch-invariant, max_seqs is at least max_batch_size)."""
 
     def __init__(
         self,
@@ -103,7 +103,10 @@ class PagedEngine:
         self.blocks = BlockPool(num_blocks, block_size, prefix_cache=self.prefix_cache, granule=granule)
         self.block_size = block_size
         self.batch_invariant = batch_invariant
-        self.max_seqs = max_seqs or geometry.max_batch_size
+        # NOTE: batch-invariant, generate's max_batch_size rows are a bucket: its step is what every row must match
+        self.max_seqs = (
+            max(max_seqs or 0, geometry.max_batch_size) if batch_invariant else max_seqs or geometry.max_batch_size
+        )
         self.row_buckets = powers_of_two(min(2 if batch_invariant else 1, self.max_seqs), self.max_seqs)
         self._rows_to_check = batch_invariant and self.row_buckets != (geometry.max_batch_size,)
         self.table_width = -(-(geometry.max_length + 1) // block_size)  # NOTE: prompt + new tokens, one spare
