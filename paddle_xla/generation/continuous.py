@@ -328,11 +328,13 @@ class ContinuousEngine:
                 compiled(f"decode beside prefill {'chunks' if long and n == long[0] else f'bucket {n}'}")
 
 
-def compile_progress_lines(on_compiled: Callable[[str], None] | None, total: int) -> Callable[[str], None]:
-    """compiled(what): tells on_compiled "WHAT (i/total, t s)", t the time since the previous line (warm-up's
-    progress, one line per program)."""
+def compile_progress_lines(
+    on_compiled: Callable[[str], None] | None, total: int, since: float | None = None
+) -> Callable[[str], None]:
+    """compiled(what): tells on_compiled "WHAT (i/total, t s)", t the time since the previous line (the first:
+    since `since`, a perf_counter time, default now) (warm-up's progress, one line per program)."""
     done = itertools.count(1)
-    start = [time.perf_counter()]
+    start = [time.perf_counter() if since is None else since]
 
     def compiled(what: str) -> None:
         if on_compiled is not None:

@@ -34,6 +34,7 @@ ContinuousEngine (the same calls: begin, fill, run_chunk, free). Paddle-free.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -108,7 +109,9 @@ class PagedEngine:
             max(max_seqs or 0, geometry.max_batch_size) if batch_invariant else max_seqs or geometry.max_batch_size
         )
         self.row_buckets = powers_of_two(min(2 if batch_invariant else 1, self.max_seqs), self.max_seqs)
-        self._rows_to_check = batch_invariant and self.row_buckets != (geometry.max_batch_size,)
+        # NOTE: warm_up checks the row buckets once (the module docstring's Rows)
+        self.checks_rows = batch_invariant and self.row_buckets != (geometry.max_batch_size,)
+        self._rows_checked = False
         self.table_width = -(-(geometry.max_length + 1) // block_size)  # NOTE: prompt + new tokens, one spare
         self.block_buckets = powers_of_two(1, self.table_width)
         self._decode, self._prefill1_for, self._extend1 = decode, prefill1_for, extend1
@@ -141,7 +144,7 @@ class PagedEngine:
         g = self.geometry
         return (
             len(self.row_buckets) * len(self.block_buckets)
-            + (len(self.row_buckets) if self._rows_to_check else 0)
+            + (1 if self.checks_rows else 0)
             + len(g.buckets)
             + (1 if g.chunked else 0)
             + (1 if self.prefix_cache else 0)
@@ -366,12 +369,16 @@ class PagedEngine:
     def warm_up(self) -> None:
         """Compile every prefill bucket, the chunked prefill, and the decode chunk of every (rows, blocks)
         bucket; each told to on_compiled as it ends. No request compiles afterwards."""
-        g = self.geometry
-        compiled = compile_progress_lines(self.on_compiled, self.programs)
-        if self._rows_to_check:
+        g, began = self.geometry, time.perf_counter()
+        checked = None
+        if self.checks_rows and not self._rows_checked:
             wanted = self.row_buckets
             self._keep_row_buckets(self._invariant_row_buckets())
-            compiled(_checked_line(wanted, self.row_buckets, g.max_batch_size))
+            checked = _checked_line(wanted, self.row_buckets, g.max_batch_size)
+        # NOTE: counted after the check: a bucket it drops has no programs to compile
+        compiled = compile_progress_lines(self.on_compiled, self.programs, began)
+        if checked is not None:
+            compiled(checked)
         for i, bucket in enumerate(g.buckets):
             # NOTE: the first goes on, and is cancelled: its free compiles too
             first = i == 0 and bucket < g.max_length
@@ -427,8 +434,10 @@ class PagedEngine:
 
     def _keep_row_buckets(self, kept: tuple[int, ...]) -> None:
         """Run decode chunks in `kept` only; fewer sequences at once where the largest buckets went."""
-        self.row_buckets, self._rows_to_check = kept, False
-        if kept[-1] < self.max_seqs and self._state is None:
+        if self._state is not None:
+            raise GenerationError("the row buckets are checked before any request runs (warm_up first)")
+        self.row_buckets, self._rows_checked = kept, True
+        if kept[-1] < self.max_seqs:
             self.max_seqs = kept[-1]
             self._length = np.zeros(self.max_seqs, np.int64)
             self.busy = np.zeros(self.max_seqs, bool)
@@ -466,10 +475,10 @@ class PagedEngine:
 
 def _checked_line(wanted: tuple[int, ...], kept: tuple[int, ...], full: int) -> str:
     """warm_up's line for the row-bucket check (full: generate's rows, max_batch_size)."""
-    if kept == wanted:
+    dropped = sorted(set(wanted) - set(kept))
+    if not dropped:
         others = [r for r in kept if r != full]
         return f"decode steps of {', '.join(map(str, others))} rows give a row the numbers of {full} rows (checked)"
-    dropped = sorted(set(wanted) - set(kept))
     return (
         f"decode steps of {', '.join(map(str, dropped))} rows round a row otherwise than {full} rows here: they run "
         f"{' or '.join(map(str, kept))} rows"

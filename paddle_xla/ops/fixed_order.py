@@ -64,6 +64,8 @@ def softmax(x):
 def row_mean(x, axis, *, keepdim=False):
     """pd_op.mean, over the last axis of a float in a fixed order (module docstring); any other mean as
     pd_op.mean takes it."""
-    if _int_like(x) or _axes(x, axis) != (x.ndim - 1,):
+    if _int_like(x) or _axes(x, axis) != (x.ndim - 1,) or x.shape[-1] == 0:
         return mean(x, axis, keepdim=keepdim)
-    return fixed_sum(x, keepdims=keepdim) / jnp.asarray(x.shape[-1], x.dtype)
+    # NOTE: summed in float32 at least, as jnp.mean sums a half-precision float
+    total = fixed_sum(x.astype(jnp.promote_types(x.dtype, jnp.float32)), keepdims=keepdim)
+    return (total / x.shape[-1]).astype(x.dtype)

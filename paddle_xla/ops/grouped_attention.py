@@ -73,8 +73,9 @@ def _one_slot_scores(q, keys):
     otherwise at 2-8 rows than at 16 or more (a paged step's row buckets, fixed_order.py)."""
     b, h, _, d = q.shape
     kv = keys.shape[1]
-    products = q.reshape(b, kv, _groups(h, kv), d) * keys.reshape(b, kv, 1, d)
-    return fixed_sum(products).reshape(b, h, 1, 1)
+    # NOTE: in float32, as XLA:CPU's dot accumulates a half-precision product
+    products = q.reshape(b, kv, _groups(h, kv), d).astype(jnp.float32) * keys.reshape(b, kv, 1, d).astype(jnp.float32)
+    return fixed_sum(products).astype(jnp.result_type(q, keys)).reshape(b, h, 1, 1)
 
 
 @lowering("paddle_xla.grouped_values", amp="white")

@@ -115,8 +115,8 @@ class Settings:
     )
     batch_invariance: bool = flag(
         True,
-        "language models: let a lone request's decode chunks run one row, and more requests run at once "
-        "(faster for one client; a row's float32 rounding then depends on how many rows share its chunk)",
+        "language models: let a lone request's decode chunks run one row (faster for one client; a row's "
+        "float32 rounding then depends on how many rows share its chunk)",
         kind="negated",
         decls=("--no-batch-invariance",),
     )

@@ -41,7 +41,10 @@ def test_row_mean_is_fixed_over_the_last_axis_and_pd_op_mean_otherwise():
     got = _each_row_alike(lambda v: row_mean(v, [-1], keepdim=True), x)
     assert got.shape == (32, 1, 1)
     np.testing.assert_allclose(got[..., 0], x.mean(-1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(row_mean(jnp.asarray(x), [2])), got[..., 0])  # NOTE: the same axis
     np.testing.assert_array_equal(np.asarray(row_mean(jnp.asarray(x), [0])), np.asarray(jnp.mean(x, axis=0)))
+    half = np.asarray(row_mean(jnp.asarray(x, jnp.bfloat16), [-1]), np.float32)
+    np.testing.assert_allclose(half, x.astype(jnp.bfloat16).astype(np.float32).mean(-1), rtol=1e-2)
     ints = np.arange(12, dtype=np.int64).reshape(3, 4)
     np.testing.assert_array_equal(np.asarray(row_mean(jnp.asarray(ints), [-1])), [1, 5, 9])
 

@@ -11,7 +11,7 @@ from paddle_xla.errors import GenerationError
 from paddle_xla.generation import paged as PG
 from paddle_xla.generation.batch_engine import program
 from paddle_xla.generation.continuous import Request
-from paddle_xla.generation.paged_engine import kv_tokens_in_memory, paged_engine
+from paddle_xla.generation.paged_engine import _checked_line, kv_tokens_in_memory, paged_engine
 from paddle_xla.generation.slots import NO_TOKEN
 from paddle_xla.planner.serving import serving_memory
 from paddle_xla.runtime.compile_cache import compiles_seen
@@ -183,11 +183,23 @@ def test_warm_up_drops_the_row_buckets_whose_step_rounds_a_row_otherwise(gen):
     engine.on_compiled = lines.append
     engine.warm_up()
     assert engine.row_buckets == (BATCH,), engine.row_buckets
+    assert all(f"({i}/{len(lines)}, " in line for i, line in enumerate(lines, 1)), lines  # NOTE: counted after it
     assert lines[0].startswith(
         f"decode steps of 2 rows round a row otherwise than {BATCH} rows here: they run {BATCH} rows"
     )
     request = Request(tuple(range(3, 12)), 6)
     assert serve(engine, [request])[0][0] == _alone(gen, request)
+
+
+def test_the_row_check_line_names_what_it_dropped_and_not_the_reference_bucket_it_adds():
+    # NOTE: max_batch_size 6 is no power of two: the check adds its bucket, which drops nothing
+    assert _checked_line((2, 4, 8, 16, 24), (2, 4, 6, 8, 16, 24), 6) == (
+        "decode steps of 2, 4, 8, 16, 24 rows give a row the numbers of 6 rows (checked)"
+    )
+    assert (
+        _checked_line((2, 4, 8), (8,), 8)
+        == "decode steps of 2, 4 rows round a row otherwise than 8 rows here: they run 8 rows"
+    )
 
 
 def test_a_decode_chunk_updates_the_pool_in_place(engine):
