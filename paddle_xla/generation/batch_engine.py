@@ -112,8 +112,8 @@ def powers_of_two(first: int, last: int) -> tuple[int, ...]:
 
 def program(graph: Graph, policy: LoweringPolicy, held: HeldWeights | None = None):
     """The Graph as run(weights, *feeds) -> fetches, weights a dict holding (at least) its persistables, laid
-        out as `held` says (None: as Paddle holds them). Its grouped-query attention reads the keys and values
-        unrepeated (gqa_rewrite.py), its LM head multiplies only the position it returns (last_logits.py), and its
+    out as `held` says (None: as Paddle holds them). Its grouped-query attention reads the keys and values
+    unrepeated (gqa_rewrite.py), its LM head multiplies only the position it returns (last_logits.py), and its
     means over the last axis sum in a fixed order (row_means.py)."""
     fn = lower(_rewritten(graph), policy)
     inputs = _inputs_of(graph, policy, held)

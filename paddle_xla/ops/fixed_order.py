@@ -31,10 +31,14 @@ def fold(x, axis):
 def fixed_sum(x, keepdims: bool = False):
     """x summed along its last axis in a fixed order (module docstring)."""
     while x.shape[-1] > 1:
-        n = -(-x.shape[-1] // LANES)
-        x = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, n * LANES - x.shape[-1])])
-        x = fold(x.reshape(*x.shape[:-1], n, LANES), axis=-1)
+        x = fold(blocks(x, 0.0), axis=-1)
     return x if keepdims else x[..., 0]
+
+
+def blocks(x, fill):
+    """x [..., S] as [..., ceil(S / LANES), LANES], the last block filled with `fill` (padded_lanes)."""
+    x = padded_lanes(x, fill)
+    return x.reshape(*x.shape[:-1], x.shape[-1] // LANES, LANES)
 
 
 def padded_lanes(x, fill):

@@ -23,10 +23,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .fixed_order import fixed_sum, fold
+from .fixed_order import LANES, blocks, fixed_sum, fold
 from .registry import lowering
 
-SUM_BLOCK = 16  # NOTE: slots summed as one block; a multiple of the SIMD width keeps the block sums vector code
+SUM_BLOCK = LANES  # NOTE: slots summed as one block (fixed_order.blocks)
 
 
 def _groups(heads: int, kv_heads: int) -> int:
@@ -98,7 +98,7 @@ def slot_softmax(x, *values):
     top = lax.stop_gradient(jnp.max(x, axis=-1, keepdims=True))
     # NOTE: exp on the blocks, not on x: XLA:CPU's exp rounds a value in the vector body of a loop and one in
     # its scalar remainder differently (1 ulp), and which a slot falls in depended on the cache's length
-    exps = [jnp.exp(_blocks(part, -jnp.inf) - top[..., None]) for part in _cut(x, [v.shape[2] for v in values])]
+    exps = [jnp.exp(blocks(part, -jnp.inf) - top[..., None]) for part in _cut(x, [v.shape[2] for v in values])]
     total = fold(jnp.concatenate([fold(e, axis=-1) for e in exps], axis=-1), axis=-1)
     parts = [(e / total[..., None, None]).reshape(*e.shape[:-2], -1)[..., : v.shape[2]] for e, v in zip(exps, values)]
     return jnp.concatenate(parts, axis=-1)
@@ -109,20 +109,12 @@ def _cut(x, sizes):
     return jnp.split(x, [int(b) for b in bounds], axis=-1)
 
 
-def _blocks(x, fill):
-    """x [..., S] as [..., ceil(S / SUM_BLOCK), SUM_BLOCK], the last block filled with `fill`."""
-    s = x.shape[-1]
-    n = -(-s // SUM_BLOCK)
-    x = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, n * SUM_BLOCK - s)], constant_values=fill)
-    return x.reshape(*x.shape[:-1], n, SUM_BLOCK)
-
-
 def _block_products(p, values):
     """p [B, H, T, S] times values [B, KV, S, D], one product per block of slots: [B, H, T, blocks, D]."""
     b, h, t, _ = p.shape
     kv, d = values.shape[1], values.shape[3]
     g = _groups(h, kv)
-    pb = _blocks(p, 0.0)  # [B, H, T, n, c]
+    pb = blocks(p, 0.0)  # [B, H, T, n, c]
     n = pb.shape[-2]
     vb = jnp.pad(values, [(0, 0), (0, 0), (0, n * SUM_BLOCK - values.shape[2]), (0, 0)])
     vb = vb.reshape(b, kv, 1, n, SUM_BLOCK, d)
