@@ -479,7 +479,7 @@ def main() -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # NOTE: PaddleFormers sets the root logger to INFO
     if args.quick:
         # NOTE: few rows and a small at-once cache: few bucket programs to compile
-        args.warm_s, args.window_s, args.rows, args.at_once_kv_tokens = 5.0, 15.0, 4, 1024
+        args.warm_s, args.window_s, args.rows, args.at_once_kv_tokens = 5.0, 8.0, 4, 1024
     shape = TINY if args.quick else SHAPE
     prompt, output = ((8, 64), (4, 32)) if args.quick else ((32, 512), (16, 256))
     paddle.seed(0)

@@ -35,7 +35,7 @@ from ..capture.causal_lm import (
     vocab_size,
 )
 from ..errors import GenerationError
-from ..generation import derive
+from ..generation import all_logits, derive
 from ..generation.batch_engine import BatchEngine, Geometry, held_weights, program
 from ..generation.config import DecodeConfig, token_ids
 from ..generation.continuous import ContinuousEngine, continuous_engine, made_on_first_call
@@ -342,7 +342,7 @@ class Generator:
             self.geometry,
             self.defaults,
             self.held.all_prepared(self.source_weights),
-            lambda name: program(self._graph_of(name), self.policy, self.held),
+            lambda name: program(all_logits.named(self._graph_of, name), self.policy, self.held),
             kv_cache_tokens=kv_cache_tokens,
             block_size=block_size,
             max_seqs=max_seqs,

@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import x64
 from ..errors import GenerationError, ModelLoadError
+from ..generation import all_logits
 from ..generation.batch_engine import BatchEngine, Geometry, held_weights, program
 from ..generation.config import DecodeConfig, token_ids
 from ..generation.continuous import ContinuousEngine, continuous_engine
@@ -150,7 +151,7 @@ class GeneratorArtifact:
             self.geometry,
             self.defaults,
             self._weights,
-            lambda n: program(self.graphs[n], policy, held),
+            lambda n: program(all_logits.named(self.graphs.__getitem__, n), policy, held),
             kv_cache_tokens=kv_cache_tokens,
             block_size=block_size,
             max_seqs=max_seqs,
@@ -172,14 +173,18 @@ class GeneratorArtifact:
         graphs = self.graphs
         return (lambda n: program(graphs[n], policy, held)), (graphs.__getitem__, policy, held)
 
-    def encode(self, prompt: str) -> list[int]:
-        ids = self._tokenizer().encode(prompt).ids
+    def encode(self, prompt: str, add_special_tokens: bool = True) -> list[int]:
+        ids = self._tokenizer().encode(prompt, add_special_tokens=add_special_tokens).ids
         if not ids:
             raise GenerationError(f"the prompt {prompt!r} encodes to no tokens")
         return ids
 
     def decode(self, ids) -> str:
         return self._tokenizer().decode([int(i) for i in ids], skip_special_tokens=True)
+
+    def token_text(self, token: int) -> str:
+        """One token's own text, a special token's too (what a logprobs entry names)."""
+        return self._tokenizer().decode([int(token)], skip_special_tokens=False)
 
     def complete(self, prompt: str, **kwargs) -> str:
         """The text generated after `prompt` (tokens up to the row's EOS), through the artifact's tokenizer."""

@@ -56,11 +56,19 @@ def is_generator(model) -> bool:
 
 
 def export_generator(
-    gen, path: str, platforms=("cpu",), tokenizer=None, chat_template: str | None = None, synthetic_weights=None
+    gen,
+    path: str,
+    platforms=("cpu",),
+    tokenizer=None,
+    chat_template: str | None = None,
+    synthetic_weights=None,
+    request_defaults: dict | None = None,
 ) -> dict:
     """Write `gen` to `path` atomically (see the module docstring) and return the manifest. With
     `synthetic_weights` the weights of 2 or more dimensions are left out and drawn when loaded
-    (synthetic_weights.py): an artifact that measures speed on another machine, not the model's tokens."""
+    (synthetic_weights.py): an artifact that measures speed on another machine, not the model's tokens.
+    `request_defaults`: sampling fields (temperature, top_p, top_k, repetition_penalty) a served request
+    that leaves them out takes, as a checkpoint's generation_config.json gives them."""
     platforms = check_platforms(platforms)
     if getattr(gen, "strategy", None) is not None and gen.strategy.tensor > 1:
         raise ExportError(
@@ -110,6 +118,7 @@ def export_generator(
             # NOTE: the executables prefill row by row (and run a plain decoder's decode step per row): a loader
             # lets a plain decoder's prompts of different lengths go together only then
             ROWS_IN_TURN: True,
+            **({"request_defaults": dict(request_defaults)} if request_defaults else {}),
         },
         "exported": exported,
         "lowering": fmt.lowering_record(policies, g.precision),

@@ -358,11 +358,21 @@ def demo():
 @app.command("export")
 def export_model(
     target: str = typer.Argument(
-        ..., help="MODULE:FACTORY returning a paddle.nn.Layer, or a saved inference model's path prefix"
+        ...,
+        help="MODULE:FACTORY returning a paddle.nn.Layer, a saved inference model's path prefix, or a "
+        "PaddleFormers checkpoint folder (save_pretrained's: a language model's generator artifact)",
     ),
     output: str = typer.Option(..., "--output", "-o", help="the .pxa file to write"),
     input_spec: list[str] | None = typer.Option(None, "--input-spec", help=_SPEC_OPTION_HELP),
-    precision: str = typer.Option("fp32", help="fp32 | bf16 | fp16 (Paddle AMP O1: half compute)"),
+    precision: str | None = typer.Option(
+        None, help="fp32 | bf16 | fp16 (Paddle AMP O1: half compute; default fp32, a checkpoint its own dtype)"
+    ),
+    max_batch_size: int = typer.Option(8, "--max-batch-size", help="checkpoint folders: the generator's rows"),
+    max_model_len: int = typer.Option(
+        0,
+        "--max-model-len",
+        help="checkpoint folders: the longest prompt plus completion (0: the model's, at most 4096)",
+    ),
     platform: list[str] | None = typer.Option(
         None, "--platform", help="cpu | cuda | rocm | tpu, once each (default: cpu)"
     ),
@@ -376,6 +386,20 @@ def export_model(
     import numpy as np
 
     import paddle_xla as px
+
+    from ..api import checkpoint_folder as ckpt
+
+    if os.path.isdir(target) and ckpt.is_checkpoint(target):
+        dtype = {v: k for k, v in ckpt.DTYPES.items()}.get(precision or "", "auto")
+        if precision is not None and dtype == "auto":
+            raise typer.BadParameter(f"{precision!r}: give fp32, bf16 or fp16", param_hint="--precision")
+        if input_spec or example_input:
+            raise typer.BadParameter(f"{target} is a checkpoint folder: its generator's inputs are its own")
+        options = ckpt.BuildOptions(max_batch_size, max_model_len, dtype)
+        ckpt.export_checkpoint(target, output, options, progress=typer.echo, platforms=tuple(platform or ("cpu",)))
+        typer.echo(f"wrote {output}: serve it with paddle-xla serve {os.path.dirname(output) or '.'}")
+        return
+    precision = precision or "fp32"
 
     model, specs = _model_or_saved(target), _specs_for(target, input_spec)
     examples = None

@@ -11,6 +11,8 @@
   derive.py          a KV cache derived from a plain decoder's forward (a model with no cache API)
   gqa_rewrite.py     grouped-query attention reading the unrepeated keys and values, sums in fixed order
   last_logits.py     the LM head on the prompt's last position only
+  all_logits.py      the LM head on every position (a prompt's own log-probabilities)
+  prompt_scores.py   PromptScorer: a prompt's log-probabilities (echo), beside a paged engine's requests
 
 The model side is capture/causal_lm.py (it imports paddle); px.Generator (api/generator.py) joins the two,
 and artifact/generator_reader.py runs the same engine without Paddle.

@@ -228,6 +228,8 @@ def rows_of(cfg: DecodeConfig, batch: int) -> R.RowParams:
         full(cfg.top_p, np.float32),
         full(cfg.repetition_penalty, np.float32),
         full(cfg.min_new_tokens, np.int32),
+        full(False, bool),
+        full(False, bool),
     )
 
 
@@ -362,7 +364,7 @@ class BatchEngine:
             chunks = [np.where(live, np.asarray(state.token), pad)[:, None]]
             run = self._run_fn(eos, pad)
             while bool(np.asarray(state.live).any()):
-                state, out = run(params, state)
+                state, out, _ = run(params, state)
                 chunks.append(np.asarray(out))
             scores = np.asarray(state.scores)
         out = np.concatenate(chunks, axis=1)[:batch]

@@ -46,6 +46,8 @@ class Request:
     repetition_penalty: float = 1.0
     min_new_tokens: int = 0
     seed: int | None = None
+    logprobs: bool = False  # its tokens' TokenScores go to the host (engine.scores: ScoresOut)
+    ignore_eos: bool = False  # vLLM's: an EOS does not end it (it is a token like any other)
 
     def config(self, defaults: DecodeConfig) -> DecodeConfig:
         """The checked DecodeConfig these arguments make (a GenerationError names what is wrong)."""
@@ -108,6 +110,7 @@ class ContinuousEngine:
         self._seeds = itertools.count()
         self._base_key = jax.random.PRNGKey(seed)
         self.busy = np.zeros(geometry.max_batch_size, bool)  # the host's view: rows holding a request
+        self.scores = ScoresOut(geometry.max_batch_size)
         # NOTE: warm_up's progress, one line per program compiled, e.g. "prefill bucket 16 (2/5, 1.3 s)"
         self.on_compiled: Callable[[str], None] | None = None
 
@@ -214,8 +217,10 @@ class ContinuousEngine:
         cfg = self.check(request)
         steps, whole = prefill_steps(self.geometry, request, cfg)
         key = request_key(request, self._base_key, self._seeds)
-        self._filling[row] = Filling(steps, np.int32(cfg.max_new_tokens), rows_of(cfg, 1), key, whole=whole)
+        params = request_params(cfg, request)
+        self._filling[row] = Filling(steps, np.int32(cfg.max_new_tokens), params, key, whole=whole)
         self.busy[row] = True
+        self.scores.wanted[row] = request.logprobs
         return len(steps)
 
     def fill(self, row: int) -> tuple[int, bool] | None:
@@ -245,6 +250,7 @@ class ContinuousEngine:
             if f.steps:
                 return None
             token, goes_on = int(token), bool(goes_on)
+            self.scores.keep_first(row, self._slots.first, row)
         del self._filling[row]
         self.busy[row] = goes_on
         return token, goes_on
@@ -261,32 +267,40 @@ class ContinuousEngine:
         ids, mask = f.steps.pop(0)
         with x64.scope():
             w, s, at = self._weights_on_device(), self._state(), np.int32(row)
+            wanted = self.scores.any_running(self.busy, self._filling)
             if f.whole:
-                s, made, view, token, goes_on = self._beside_fn(ids.shape[1])(
+                s, made, scores, view, token, goes_on = self._beside_fn(ids.shape[1])(
                     w, s, at, ids, mask, f.limit, f.params, f.key
                 )
             else:
-                s, made, view, token, goes_on = self._beside_fn(None)(
+                s, made, scores, view, token, goes_on = self._beside_fn(None)(
                     w, s, at, ids, mask, np.bool_(f.first), np.bool_(not f.steps), f.limit, f.params, f.key
                 )
             self._slots = self._put(s, at, view)
             f.first = False
             out, live = np.asarray(made)[:, None], np.asarray(self._slots.live)
+            self.scores.keep_chunk(jax.tree.map(lambda a: a[:, None], scores) if wanted else None)
             done = None if f.steps else (int(token), bool(goes_on))
+            if done is not None:
+                self.scores.keep_first(row, view.first, 0)
         if done is not None:
             del self._filling[row]
         self.busy &= live
         self.busy[list(self._filling)] = True
         if self.geometry.chunk > 1 and self.busy.any():
+            step_scores = self.scores.last
             out = np.concatenate([out, self.run_chunk()], axis=1)
+            self.scores.keep_chunk(join_steps(step_scores, self.scores.last, out.shape))
         return done, out
 
     def run_chunk(self) -> np.ndarray:
         """One decode chunk: tokens [B, chunk] each row made (NO_TOKEN where none). Rows that ended are
         free afterwards."""
         with x64.scope():
-            self._slots, out = self._run_fn()(self._weights_on_device(), self._state())
+            wanted = self.scores.any_running(self.busy, self._filling)
+            self._slots, out, scores = self._run_fn()(self._weights_on_device(), self._state())
             out, live = np.asarray(out), np.asarray(self._slots.live)
+            self.scores.keep_chunk(scores if wanted else None)
         self.busy &= live
         self.busy[list(self._filling)] = True  # NOTE: a row whose prompt is still going in
         return out
@@ -434,6 +448,58 @@ def continuous_engine(
         extend1=extend1,
         together=together,
     )
+
+
+def request_params(cfg: DecodeConfig, request: Request) -> R.RowParams:
+    """One request's decode arguments as the [1] arrays a prefill takes, its logprobs and ignore_eos among them."""
+    return rows_of(cfg, 1)._replace(
+        logprobs=np.full(1, request.logprobs, bool), ignore_eos=np.full(1, request.ignore_eos, bool)
+    )
+
+
+class ScoresOut:
+    """The TokenScores an engine hands its scheduler, copied from the device only where a request wants them:
+    `first[row]` (its first token's, left by fill until taken) and `last` (the last decode chunk's, rows as
+    run_chunk's tokens; None when no running request wanted them)."""
+
+    def __init__(self, rows: int):
+        self.wanted = np.zeros(rows, bool)  # NOTE: by sequence slot, set at begin
+        self.first: dict[int, R.TokenScores] = {}
+        self.last: R.TokenScores | None = None
+
+    def any_running(self, busy, filling) -> bool:
+        running = busy.copy()
+        running[list(filling)] = False
+        return bool(self.wanted[running].any())
+
+    def keep_first(self, row: int, scores: R.TokenScores, index: int) -> None:
+        if self.wanted[row]:
+            self.first[row] = R.TokenScores(*(np.asarray(a[index]) for a in scores))
+
+    def keep_chunk(self, scores: R.TokenScores | None) -> None:
+        self.last = None if scores is None else R.TokenScores(*(np.asarray(a) for a in scores))
+
+
+def join_steps(head: R.TokenScores | None, tail: R.TokenScores | None, shape) -> R.TokenScores | None:
+    """Two runs of steps' TokenScores side by side ([B, n] + [B, m]), zeros for a run that kept none."""
+    if head is None and tail is None:
+        return None
+    some = head if head is not None else tail
+    assert some is not None  # NOTE: for mypy; one of them is
+    rows, k = some.top_ids.shape[0], some.top_ids.shape[-1]
+
+    def filled(part, steps):
+        if part is not None:
+            return part
+        return R.TokenScores(
+            np.zeros((rows, steps), np.float32),
+            np.zeros((rows, steps, k), np.int32),
+            np.zeros((rows, steps, k), np.float32),
+        )
+
+    head = filled(head, 1)
+    tail = filled(tail, shape[1] - 1)
+    return R.TokenScores(*(np.concatenate([a, b], axis=1) for a, b in zip(head, tail)))
 
 
 def made_on_first_call(make: Callable[[], Callable]) -> Callable:

@@ -103,7 +103,7 @@ def gathered(pool: tuple, tables) -> jax.Array:
 
 def step(decode: Callable, weights, state: Paged, rows, tables, eos_ids: tuple[int, ...], pad: int):
     """One decode step of the bucket's rows (rows [R] sequence slots, tables [R, N] their first N blocks).
-    Returns (state, the tokens the rows made [R], NO_TOKEN where a row made none).
+    Returns (state, the tokens the rows made [R], NO_TOKEN where a row made none, their TokenScores [R]).
 
     The K/V a step makes go into the pool at the start of the next step, not at its end: then nothing reads
     the pool before the write, and XLA updates it in place. Written after the decode, the pool was read (by
@@ -113,7 +113,8 @@ def step(decode: Callable, weights, state: Paged, rows, tables, eos_ids: tuple[i
     logits, new = _decoded(decode, weights, pool, s, tables)
     split = jax.vmap(jax.random.split)(s.keys)
     token, term = R.choose(logits, s.params, s.seen, s.t, split[:, 1], eos_ids)
-    token, scores, live = SL.finish(token, term, s.scores, s.live, s.t, s.limit, eos_ids, pad)
+    token_scores = R.token_scores(logits, token, s.params.logprobs & s.live)
+    token, scores, live = SL.finish(token, term, s.scores, s.live, s.t, s.limit, eos_ids, pad, s.params.ignore_eos)
     made = jnp.where(s.live, token, SL.NO_TOKEN)
     after = s._replace(
         length=s.length + s.live,
@@ -127,7 +128,7 @@ def step(decode: Callable, weights, state: Paged, rows, tables, eos_ids: tuple[i
         pending=jnp.moveaxis(new, 1, 0).astype(s.pending.dtype),
         pending_on=s.live,
     )
-    return Paged(pool, _put_rows(state.seqs, rows, after)), made
+    return Paged(pool, _put_rows(state.seqs, rows, after)), made, token_scores
 
 
 def _decoded(decode: Callable, weights, pool: tuple, s: Seqs, tables):
@@ -161,21 +162,23 @@ def _written(pool: tuple, tables, slot, on, new) -> tuple:
 
 def run(decode: Callable, weights, state: Paged, rows, tables, chunk: int, eos_ids: tuple[int, ...], pad: int):
     """Up to `chunk` decode steps of the bucket's rows, fewer once none is live. Returns (state, tokens
-    [R, chunk]: what each row made at each step, NO_TOKEN where it made none). The tables must hold the
-    blocks of every slot the chunk writes (blocks.py reserves a sequence's blocks up front)."""
+    [R, chunk]: what each row made at each step, NO_TOKEN where it made none, and their TokenScores [R,
+    chunk]). The tables must hold the blocks of every slot the chunk writes (blocks.py reserves a sequence's
+    blocks up front)."""
     out = jnp.full((rows.shape[0], chunk), SL.NO_TOKEN, jnp.int32)
+    scores = R.no_scores((rows.shape[0], chunk), state.seqs.seen.shape[1])
 
     def more(c):
-        i, s, _ = c
+        i, s, _, _ = c
         return (i < chunk) & jnp.any(s.seqs.live[rows])
 
     def body(c):
-        i, s, out = c
-        s, made = step(decode, weights, s, rows, tables, eos_ids, pad)
-        return i + 1, s, lax.dynamic_update_index_in_dim(out, made.astype(out.dtype), i, axis=1)
+        i, s, out, scores = c
+        s, made, step_scores = step(decode, weights, s, rows, tables, eos_ids, pad)
+        return i + 1, s, SL.at_step(out, made, i), SL.at_step(scores, step_scores, i)
 
-    _, state, out = lax.while_loop(more, body, (jnp.asarray(0, jnp.int32), state, out))
-    return state, out
+    _, state, out, scores = lax.while_loop(more, body, (jnp.asarray(0, jnp.int32), state, out, scores))
+    return state, out, scores
 
 
 def prefix_view(pool: tuple, table, hit, prefix_ids, slots: int, vocab: int) -> SL.Slots:

@@ -48,19 +48,23 @@ from ..planner.serving import ServingShape, kv_token_bytes, pool_tokens
 from ..runtime.compile_cache import ensure_compile_cache
 from . import derive
 from . import paged as PG
+from . import row_logits as R
 from . import slots as SL
-from .batch_engine import powers_of_two, rows_of
+from .batch_engine import powers_of_two
 from .blocks import BlockPool, PrefixCacheStats
 from .config import DecodeConfig
 from .continuous import (
     Filling,
     Request,
+    ScoresOut,
     checked,
     compile_progress_lines,
     made_on_first_call,
     prefill_steps,
     request_key,
+    request_params,
 )
+from .prompt_scores import PromptScorer
 
 
 @dataclass
@@ -92,6 +96,7 @@ class PagedEngine:
         extend1: Callable | None = None,
         batch_invariant: bool = True,
         prefix_cache: bool = True,
+        prompt_scorer: PromptScorer | None = None,
     ):
         if geometry.chunked and extend1 is None:
             raise GenerationError(f"prefill_chunk={geometry.prefill_chunk} needs the batch-1 extend program")
@@ -129,7 +134,9 @@ class PagedEngine:
         self._seeds = itertools.count()
         self._base_key = jax.random.PRNGKey(seed)
         self.busy = np.zeros(self.max_seqs, bool)
+        self.scores = ScoresOut(self.max_seqs)
         self.last_bucket: tuple[int, int] | None = None  # (rows, blocks) of the last decode chunk
+        self.prompt_scorer = prompt_scorer  # NOTE: None: this model's prompts are not scored (a plain decoder)
         self.on_compiled: Callable[[str], None] | None = None
 
     shares_products = False
@@ -148,6 +155,7 @@ class PagedEngine:
             + len(g.buckets)
             + (1 if g.chunked else 0)
             + (1 if self.prefix_cache else 0)
+            + (1 if self.prompt_scorer is not None else 0)
         )
 
     def serving_shape(self) -> ServingShape:
@@ -261,7 +269,9 @@ class PagedEngine:
         hit = admitted.hit_tokens
         steps, whole = prefill_steps(self.geometry, request, cfg, start=hit)
         key = request_key(request, self._base_key, self._seeds)
-        f = _Fill(steps, np.int32(cfg.max_new_tokens), rows_of(cfg, 1), key, whole, tokens=len(request.ids), hit=hit)
+        params = request_params(cfg, request)
+        f = _Fill(steps, np.int32(cfg.max_new_tokens), params, key, whole, tokens=len(request.ids), hit=hit)
+        self.scores.wanted[row] = request.logprobs
         if hit:
             f.view, f.first = self._hit_view(row, request.ids[:hit]), False
         self._filling[row] = f
@@ -305,12 +315,22 @@ class PagedEngine:
             table = self._table(row, self.table_width)
             self._state = self._commit(self._paged(), np.int32(row), table, f.view, np.int32(f.hit))
             token, goes_on = int(f.view.token[0]), bool(f.view.live[0])
+            self.scores.keep_first(row, f.view.first, 0)
         del self._filling[row]
         self.blocks.commit_prompt(row)
         self._length[row] = f.tokens
         if not goes_on:
             self._end(row)
         return token, goes_on
+
+    def score_prompt(self, ids) -> R.TokenScores:
+        """The prompt's own log-probabilities (prompt_scores.py), beside the running requests (their cache and
+        rows untouched)."""
+        if self.prompt_scorer is None:
+            raise GenerationError(
+                "this model's prompts are not scored (a plain decoder's prefill has no logits per position)"
+            )
+        return self.prompt_scorer(self._weights_on_device(), ids)
 
     def step_and_fill(self, row: int) -> tuple[tuple[int, bool] | None, np.ndarray]:
         """fill(row), then run_chunk() (a paged engine runs them as two programs)."""
@@ -332,9 +352,13 @@ class PagedEngine:
         tables = np.zeros((rows, blocks), np.int32)
         for i, r in enumerate(running):
             tables[i] = self._table(r, blocks)
+        wanted = bool(self.scores.wanted[running].any())
         with x64.scope():
-            self._state, made = self._run_fn(rows, blocks)(self._weights_on_device(), self._paged(), index, tables)
+            self._state, made, scores = self._run_fn(rows, blocks)(
+                self._weights_on_device(), self._paged(), index, tables
+            )
             made, live = np.asarray(made), np.asarray(self._state.seqs.live)
+        self.scores.keep_chunk(_by_slot(scores, running, self.max_seqs) if wanted else None)
         out[running] = made[: len(running)]
         self._length[running] += (made[: len(running)] != SL.NO_TOKEN).sum(axis=1)
         for r in running:
@@ -390,6 +414,13 @@ class PagedEngine:
         if g.chunked:
             self._prefill_alone(long)
             compiled(f"chunked prefill ({g.prefill_chunk} tokens a chunk)")
+        if self.prompt_scorer is not None:
+            try:
+                self.score_prompt((1, 1))
+                compiled("a prompt's log-probabilities (echo)")
+            except GenerationError as e:  # NOTE: the model still serves; echo with logprobs gets a 400
+                self.prompt_scorer = None
+                compiled(f"no prompt log-probabilities: {e}")
         if self.prefix_cache:
             # NOTE: the same prompt again hits the chunk just cached; warm-up's prompts count in no statistics
             self._prefill_alone(long)
@@ -400,7 +431,7 @@ class PagedEngine:
                 for blocks in self.block_buckets:
                     # NOTE: no row live: the program compiles and runs no step
                     index = np.full(rows, self.max_seqs, np.int32)
-                    self._state, _ = self._run_fn(rows, blocks)(
+                    self._state, _, _ = self._run_fn(rows, blocks)(
                         self._weights_on_device(), self._paged(), index, np.zeros((rows, blocks), np.int32)
                     )
                     compiled(f"decode chunk of {rows} rows over {blocks} blocks of {self.block_size}")
@@ -441,6 +472,7 @@ class PagedEngine:
             self.max_seqs = kept[-1]
             self._length = np.zeros(self.max_seqs, np.int64)
             self.busy = np.zeros(self.max_seqs, bool)
+            self.scores = ScoresOut(self.max_seqs)
 
     def _probe_state(self, rows: int) -> PG.Paged:
         """A paged state of `rows` sequences, one random block each (block r + 1), every one sampling."""
@@ -503,7 +535,8 @@ def paged_engine(
     """The PagedEngine a server runs, on a generator's programs, whichever made them (a live px.Generator or a
     generator artifact): program_of(name) -> run for "decode_any" (the decode step with symbolic rows and
     slots; a plain decoder's: of one row, run per row, derive.per_row), f"prefill1_{bucket}" and, where
-    prompts are chunked, "extend1" (made when first run).
+    prompts are chunked, "extend1" (made when first run), and all_logits.ALL_LOGITS + one of those (a prompt's
+    scores, prompt_scores.py).
 
     kv_cache_tokens: the pool's slots (default: max_batch_size x max_length, the memory of a
     ContinuousEngine's rows); kv_cache_memory: instead, this fraction of `device`'s memory (default: the
@@ -539,6 +572,8 @@ def paged_engine(
         extend1=made_on_first_call(lambda: program_of("extend1")) if geometry.chunked else None,
         batch_invariant=batch_invariant,
         prefix_cache=prefix_cache,
+        # NOTE: a plain decoder's derived prefill is captured per row from its forward: no scores per position
+        prompt_scorer=None if geometry.one_length else PromptScorer(geometry, program_of),
     )
 
 
@@ -574,3 +609,14 @@ def kv_tokens_in_memory(fraction: float, geometry, weights: Mapping, block_size:
 def held_bytes(weights: Mapping) -> int:
     """The weights' bytes as held: every array of each (an int8 weight is its values and its scales)."""
     return sum(int(leaf.nbytes) for leaf in jax.tree.leaves(dict(weights)))
+
+
+def _by_slot(scores, running: list[int], slots: int):
+    """A bucket's TokenScores [R, chunk] on the host as [slots, chunk], the running sequences' rows in place."""
+    out = []
+    for a in scores:
+        a = np.asarray(a)
+        full = np.zeros((slots,) + a.shape[1:], a.dtype)
+        full[running] = a[: len(running)]
+        out.append(full)
+    return type(scores)(*out)

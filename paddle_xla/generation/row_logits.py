@@ -23,7 +23,7 @@ step carries (a paged server's row buckets). Paddle-free.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +39,8 @@ class RowParams(NamedTuple):
     top_p: jax.Array  # [B] float32, 1.0: off
     penalty: jax.Array  # [B] float32 (repetition_penalty)
     min_new: jax.Array  # [B] int32 (min_new_tokens)
+    logprobs: jax.Array  # [B] bool: the row's tokens' log-probabilities and top alternatives are wanted
+    ignore_eos: jax.Array  # [B] bool: an EOS does not end the row (vLLM's ignore_eos; max_new_tokens does)
 
 
 def row_params(batch: int) -> RowParams:
@@ -50,7 +52,43 @@ def row_params(batch: int) -> RowParams:
         jnp.full(batch, 1.0, jnp.float32),
         jnp.full(batch, 1.0, jnp.float32),
         jnp.zeros(batch, jnp.int32),
+        jnp.zeros(batch, bool),
+        jnp.zeros(batch, bool),
     )
+
+
+TOP_LOGPROBS = 20  # NOTE: the most alternatives a request may ask for (OpenAI's chat top_logprobs)
+
+
+class TokenScores(NamedTuple):
+    """Chosen tokens' log-probabilities under the model's own logits (before penalties, temperature and
+    filters, as vLLM reports them) and the most likely alternatives: [..., K] with K = min(TOP_LOGPROBS,
+    vocab), highest first."""
+
+    # NOTE: jax arrays on the device, NumPy arrays once an engine copies them to the host
+    logprob: Any  # [...] float32
+    top_ids: Any  # [..., K] int32
+    top_logprobs: Any  # [..., K] float32
+
+
+def no_scores(shape: tuple[int, ...], vocab: int) -> TokenScores:
+    k = min(TOP_LOGPROBS, vocab)
+    return TokenScores(
+        jnp.zeros(shape, jnp.float32), jnp.zeros(shape + (k,), jnp.int32), jnp.zeros(shape + (k,), jnp.float32)
+    )
+
+
+def token_scores(logits, tokens, wanted) -> TokenScores:
+    """The tokens' [B] TokenScores under logits [B, V]; zeros (the work skipped at run time) unless a row is
+    `wanted` [B]. The log_softmax sums in a fixed order, so a row's values do not depend on its company."""
+
+    def scored(logits):
+        log_probs = fixed_order.log_softmax(logits.astype(jnp.float32))
+        top, ids = lax.top_k(log_probs, min(TOP_LOGPROBS, logits.shape[-1]))
+        chosen = jnp.take_along_axis(log_probs, tokens[:, None].astype(jnp.int32), axis=-1)[:, 0]
+        return TokenScores(chosen, ids.astype(jnp.int32), top)
+
+    return lax.cond(jnp.any(wanted), scored, lambda x: no_scores(x.shape[:1], x.shape[-1]), logits)
 
 
 def seen_tokens(ids, vocab_size: int):

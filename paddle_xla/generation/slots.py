@@ -53,6 +53,7 @@ class Slots(NamedTuple):
     pending: jax.Array  # [B, 2L, H, D]
     pending_at: jax.Array  # [B] int32: the slot they go into
     pending_on: jax.Array  # [B] bool: whether they go in at all (the row was live when it made them)
+    first: R.TokenScores  # [B]: the first token's scores, where the row's request wants them
 
 
 def empty(cache_shape, cache_dtype, vocab: int) -> Slots:
@@ -78,6 +79,7 @@ def empty(cache_shape, cache_dtype, vocab: int) -> Slots:
         jnp.zeros((batch, layers2, heads, dim), cache_dtype),
         i32(),
         jnp.zeros(batch, bool),
+        R.no_scores((batch,), vocab),
     )
 
 
@@ -148,6 +150,7 @@ def _started(
         jnp.zeros((batch, layers2, heads, dim), cache_dtype),
         jnp.zeros(batch, jnp.int32),
         jnp.zeros(batch, bool),
+        R.no_scores((batch,), logits.shape[-1]),
     )
     return _first_tokens(s, logits, s.position, live, limit, params, keys, eos_ids)
 
@@ -160,7 +163,7 @@ def _first_tokens(
     split = jax.vmap(jax.random.split)(keys)
     batch = logits.shape[0]
     token, term = R.choose(logits, params, s.seen, jnp.zeros(batch, jnp.int32), split[:, 1], eos_ids)
-    goes_on = live & ~_ended(token, eos_ids) & (limit > 1)
+    goes_on = live & ~(_ended(token, eos_ids) & ~params.ignore_eos) & (limit > 1)
     return s._replace(
         token=token.astype(jnp.int64),
         position=position.astype(jnp.int64),
@@ -171,6 +174,7 @@ def _first_tokens(
         seen=R.mark_seen(s.seen, token),
         keys=split[:, 0],
         params=params,
+        first=R.token_scores(logits, token, params.logprobs & live),
     )
 
 
@@ -200,12 +204,12 @@ def absorb(
     into the next slots (padding takes none). fresh [B]: the chunk is the row's first (its old cache and
     state are dropped). last (a bool): the chunk ends the prompts, so the rows' first tokens are chosen
     and the live ones start decoding (live, limit, params, keys as in start). Returns (slots, logits)."""
-    feeds, kept = _chunk_feeds(s, ids, mask, fresh)
+    feeds, kept = chunk_feeds(s, ids, mask, fresh)
     logits, kv = extend(weights, *feeds)
     return _absorbed(s, kept, logits, kv, mask, last, live, limit, params, keys, eos_ids), logits
 
 
-def _chunk_feeds(s: Slots, ids, mask, fresh):
+def chunk_feeds(s: Slots, ids, mask, fresh):
     """The extend program's feeds for a chunk, and what _absorbed keeps of the rows' state."""
     valid = jnp.where(fresh[:, None], 0, s.valid)
     cursor = jnp.where(fresh, 0, s.cursor)
@@ -223,6 +227,14 @@ def _absorbed(
     s: Slots, kept, logits, kv, mask, last, live, limit, params: R.RowParams, keys, eos_ids: tuple[int, ...]
 ) -> Slots:
     """absorb's slots from its extend program's logits and the chunk's K/V."""
+    filled = chunk_written(s, kept, kv, mask)
+    begun = _first_tokens(filled, logits, filled.cursor, live, limit, params, keys, eos_ids)
+    return jax.tree.map(lambda b, f: jnp.where(last, b, f), begun, filled)
+
+
+def chunk_written(s: Slots, kept, kv, mask) -> Slots:
+    """The slots with a chunk's real tokens' K/V (the extend program's `kv`) in their rows' next slots; no row
+    live (its first token is not chosen yet). kept: what chunk_feeds kept of the rows' state."""
     valid, cursor, seen = kept
     batch, slots = s.valid.shape
     at = jnp.where(mask != 0, cursor[:, None] + jnp.cumsum(mask, axis=-1).astype(jnp.int32) - 1, slots)
@@ -232,7 +244,7 @@ def _absorbed(
         for layer, new in zip(s.past, kv)
     )
     valid = valid.at[rows, at].set(1, mode="drop")
-    filled = s._replace(
+    return s._replace(
         past=past,
         valid=valid,
         cursor=cursor + jnp.sum(mask, axis=-1).astype(jnp.int32),
@@ -240,8 +252,6 @@ def _absorbed(
         live=jnp.zeros(batch, bool),
         pending_on=jnp.zeros(batch, bool),
     )
-    begun = _first_tokens(filled, logits, filled.cursor, live, limit, params, keys, eos_ids)
-    return jax.tree.map(lambda b, f: jnp.where(last, b, f), begun, filled)
 
 
 def absorb_row(
@@ -317,9 +327,11 @@ def free(s: Slots, row) -> Slots:
     return s._replace(live=_set_row(s.live, row, False))
 
 
-def step(decode: Callable, weights, s: Slots, eos_ids: tuple[int, ...], pad: int) -> tuple[Slots, jax.Array]:
-    """One decode step for every row; returns the slots and the tokens the live rows made ([B], NO_TOKEN
-    for the others).
+def step(
+    decode: Callable, weights, s: Slots, eos_ids: tuple[int, ...], pad: int
+) -> tuple[Slots, jax.Array, R.TokenScores]:
+    """One decode step for every row; returns the slots, the tokens the live rows made ([B], NO_TOKEN
+    for the others) and their scores (zeros where a row does not want them).
 
     The K/V a step makes are written into the cache at the start of the next step, not at its end: then
     nothing reads the cache before the write, and XLA updates it in place. Written after the decode, the
@@ -348,30 +360,36 @@ def _step_feeds(s: Slots):
     return s.token[:, None], mask, s.position[:, None], jnp.stack(s.past)
 
 
-def _stepped(s: Slots, logits, new, eos_ids: tuple[int, ...], pad: int) -> tuple[Slots, jax.Array]:
-    """step's slots and tokens from its decode program's logits and K/V."""
+def _stepped(s: Slots, logits, new, eos_ids: tuple[int, ...], pad: int) -> tuple[Slots, jax.Array, R.TokenScores]:
+    """step's slots, tokens and scores from its decode program's logits and K/V."""
     split = jax.vmap(jax.random.split)(s.keys)
     token, term = R.choose(logits, s.params, s.seen, s.t, split[:, 1], eos_ids)
-    token, scores, live = finish(token, term, s.scores, s.live, s.t, s.limit, eos_ids, pad)
+    scores_made = R.token_scores(logits, token, s.params.logprobs & s.live)
+    token, scores, live = finish(token, term, s.scores, s.live, s.t, s.limit, eos_ids, pad, s.params.ignore_eos)
     made = jnp.where(s.live, token, NO_TOKEN)
     seen = jnp.where(s.live[:, None], R.mark_seen(s.seen, token), s.seen)
-    return Slots(
-        s.past,
-        s.valid,
-        s.cursor + s.live,
-        token.astype(s.token.dtype),
-        s.position + s.live,
-        live,
-        s.t + s.live,
-        s.limit,
-        scores,
-        seen,
-        split[:, 0],
-        s.params,
-        jnp.moveaxis(new, 1, 0).astype(s.past[0].dtype),
-        s.cursor,
-        s.live,
-    ), made
+    return (
+        Slots(
+            s.past,
+            s.valid,
+            s.cursor + s.live,
+            token.astype(s.token.dtype),
+            s.position + s.live,
+            live,
+            s.t + s.live,
+            s.limit,
+            scores,
+            seen,
+            split[:, 0],
+            s.params,
+            jnp.moveaxis(new, 1, 0).astype(s.past[0].dtype),
+            s.cursor,
+            s.live,
+            s.first,
+        ),
+        made,
+        scores_made,
+    )
 
 
 def step_beside_chunk(
@@ -392,13 +410,13 @@ def step_beside_chunk(
     """step, and absorb_row's chunk into `row`, in one program: both(weights, step feeds, chunk feeds) runs the
     decode step and the batch-1 extend with their linear layers' products shared (batch_engine.program_together).
     The row is not live in the step (its prompt is going in), so the step leaves it as it was. Returns (the
-    slots after the step, the step's tokens [B], then absorb_row's three: the row's state for with_row, its
-    first token, whether it goes on)."""
+    slots after the step, the step's tokens [B] and their scores, then absorb_row's three: the row's state for
+    with_row, its first token, whether it goes on)."""
     s = _with_pending_written(s)
     view = _row_of(s, row)
-    feeds, kept = _chunk_feeds(view, ids, mask, jnp.reshape(fresh, (1,)))
+    feeds, kept = chunk_feeds(view, ids, mask, jnp.reshape(fresh, (1,)))
     (logits, new), (chunk_logits, kv) = both(weights, _step_feeds(s), feeds)
-    stepped, made = _stepped(s, logits, new, eos_ids, pad)
+    stepped, made, scores = _stepped(s, logits, new, eos_ids, pad)
     view = _absorbed(
         view,
         kept,
@@ -412,7 +430,7 @@ def step_beside_chunk(
         key[None],
         eos_ids,
     )
-    return stepped, made, view, view.token[0], view.live[0]
+    return stepped, made, scores, view, view.token[0], view.live[0]
 
 
 def step_beside_prompt(
@@ -432,7 +450,7 @@ def step_beside_prompt(
     batch-1 prefill of the bucket in place of the extend). Returns as step_beside_chunk."""
     s = _with_pending_written(s)
     (logits, new), (prompt_logits, kv) = both(weights, _step_feeds(s), _prompt_feeds(ids, mask))
-    stepped, made = _stepped(s, logits, new, eos_ids, pad)
+    stepped, made, scores = _stepped(s, logits, new, eos_ids, pad)
     one = _started(
         prompt_logits,
         kv,
@@ -446,32 +464,39 @@ def step_beside_prompt(
         s.past[0].dtype,
         eos_ids,
     )
-    return stepped, made, one, one.token[0], one.live[0]
+    return stepped, made, scores, one, one.token[0], one.live[0]
 
 
-def finish(token, term, scores, live, t, limit, eos_ids: tuple[int, ...], pad: int):
+def finish(token, term, scores, live, t, limit, eos_ids: tuple[int, ...], pad: int, ignore_eos=False):
     """PaddleFormers' end of a step: rows that had ended get pad_token_id and keep their score; the others
     move the running mean of their score terms (t: the tokens before this one) and end at an EOS or at
     their limit. Returns (tokens, scores, live)."""
     token = jnp.where(live, token, pad)
     n = t.astype(jnp.float32)
     scores = jnp.where(live, (scores * n + term) / (n + 1), scores)
-    return token, scores, live & ~_ended(token, eos_ids) & (t + 1 < limit)
+    return token, scores, live & ~(_ended(token, eos_ids) & ~ignore_eos) & (t + 1 < limit)
 
 
 def run(decode: Callable, weights, s: Slots, chunk: int, eos_ids: tuple[int, ...], pad: int):
     """Up to `chunk` decode steps, fewer once no row is live. Returns (slots, tokens [B, chunk]: what each
-    row made at each step, NO_TOKEN where it made none)."""
-    out = jnp.full((s.valid.shape[0], chunk), NO_TOKEN, jnp.int32)
+    row made at each step, NO_TOKEN where it made none, and their TokenScores [B, chunk])."""
+    batch = s.valid.shape[0]
+    out = jnp.full((batch, chunk), NO_TOKEN, jnp.int32)
+    scores = R.no_scores((batch, chunk), s.seen.shape[1])
 
     def more(c):
-        i, s, _ = c
+        i, s, _, _ = c
         return (i < chunk) & jnp.any(s.live)
 
     def body(c):
-        i, s, out = c
-        s, made = step(decode, weights, s, eos_ids, pad)
-        return i + 1, s, lax.dynamic_update_index_in_dim(out, made.astype(out.dtype), i, axis=1)
+        i, s, out, scores = c
+        s, made, step_scores = step(decode, weights, s, eos_ids, pad)
+        return i + 1, s, at_step(out, made, i), at_step(scores, step_scores, i)
 
-    _, s, out = lax.while_loop(more, body, (jnp.asarray(0, jnp.int32), s, out))
-    return s, out
+    _, s, out, scores = lax.while_loop(more, body, (jnp.asarray(0, jnp.int32), s, out, scores))
+    return s, out, scores
+
+
+def at_step(out, made, i):
+    """A chunk's outputs (arrays [B, chunk, ...]) with step i's (arrays [B, ...]) in place."""
+    return jax.tree.map(lambda o, m: lax.dynamic_update_index_in_dim(o, m.astype(o.dtype), i, axis=1), out, made)

@@ -1,4 +1,6 @@
-"""The model repository: every *.pxa directly in one folder is a model, named by its file stem.
+"""The model repository: every *.pxa directly in one folder is a model, named by its file stem, and so is
+every PaddleFormers checkpoint folder there (or the folder itself, when it is one), named by its folder
+(api/checkpoint_folder.py builds its generator artifact, or finds it in the cache).
 
 Names are looked up in the dict built here, never joined into a path, so a request cannot reach a
 file the scan did not list. Artifacts load through paddle_xla.artifact.load, which checks every
@@ -9,12 +11,15 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
+import tempfile
 from collections.abc import Callable
 
 import numpy as np
 
+from ..api import checkpoint_folder
+from ..api.checkpoint_folder import checkpoints_in, is_checkpoint
 from ..artifact import reader as pxa
-from ..errors import ModelLoadError
+from ..errors import ExportError, ModelLoadError
 from .datatypes import kserve_name, numpy_dtype
 from .layout import BatchLayout, layout_of
 
@@ -55,12 +60,18 @@ class ServedModel:
 
 
 def scan(
-    folder: str, batching: bool, buckets: bool, progress: Callable[[str], None] = print, generators: dict | None = None
+    folder: str,
+    batching: bool,
+    buckets: bool,
+    progress: Callable[[str], None] = print,
+    generators: dict | None = None,
+    checkpoint_options=None,
 ) -> dict[str, ServedModel]:
     """Load every *.pxa in `folder`. Any artifact that cannot be served stops the start-up, naming
     the file (Triton's default, --exit-on-error): a half-served repository is easy to miss.
     Generator artifacts (px.export of a px.Generator) go into `generators` (name -> artifact), served by
-    the language-model routes; without that dict they are refused."""
+    the language-model routes; without that dict they are refused. So do checkpoint folders' artifacts, built
+    with `checkpoint_options` (api/checkpoint_folder.BuildOptions)."""
     if os.path.isfile(folder):
         raise ModelLoadError(
             f"{folder!r} is a file; serve takes the folder that holds it (every *.pxa there is "
@@ -71,13 +82,19 @@ def scan(
             f"Model repository {folder!r} does not exist. Give the folder that holds your *.pxa "
             "files (paddle-xla serve . for the current one)."
         )
+    checkpoints = checkpoints_in(folder)
     files = sorted(f for f in os.listdir(folder) if f.endswith(".pxa") and os.path.isfile(os.path.join(folder, f)))
-    if not files:
+    if checkpoints and is_checkpoint(folder):
+        files = []  # NOTE: the folder is one model
+    if not files and not checkpoints:
         raise ModelLoadError(
-            f"No *.pxa files in {folder!r}. Write one with px.export(model, "
+            f"No *.pxa files or checkpoint folders in {folder!r}. Write one with px.export(model, "
             f"'{os.path.join(folder, 'name.pxa')}') or paddle-xla export MODULE:FACTORY "
-            f"--input-spec ... -o {os.path.join(folder, 'name.pxa')}."
+            f"--input-spec ... -o {os.path.join(folder, 'name.pxa')}, or save a PaddleFormers model there "
+            "with save_pretrained."
         )
+    if checkpoints:
+        _checkpoints(checkpoints, files, generators, checkpoint_options, progress)
     models = {}
     for file in files:
         progress(f"loading {file}")
@@ -93,6 +110,28 @@ def scan(
         for note in model.layout.notes:
             progress(f"{model.name}: {note}")
     return models
+
+
+def _checkpoints(checkpoints: dict, files: list, generators: dict | None, options, progress) -> None:
+    """Each checkpoint folder's generator artifact, built (or found in the cache) and loaded into `generators`."""
+    if generators is None:
+        raise ModelLoadError(
+            f"{sorted(checkpoints.values())} are checkpoint folders; this server has no language-model routes"
+        )
+    clash = sorted(set(checkpoints) & {f[: -len(".pxa")] for f in files})
+    if clash:
+        raise ModelLoadError(
+            f"{clash} name both a .pxa file and a checkpoint folder; rename one of them (a model's name is its file "
+            "stem or its folder's name)"
+        )
+    # NOTE: used only with the cache off; an artifact is read whole when loaded, so its file can go then
+    with tempfile.TemporaryDirectory(prefix="paddle-xla-checkpoints-") as scratch:
+        for name, path in checkpoints.items():
+            try:
+                built = checkpoint_folder.built(path, options or checkpoint_folder.BuildOptions(), progress, scratch)
+            except ExportError as e:
+                raise ModelLoadError(f"Cannot serve checkpoint folder {path!r}: {e}") from None
+            generators[name] = pxa.load(built)
 
 
 def load_model(path: str, batching: bool, buckets: bool, artifact=None) -> ServedModel:

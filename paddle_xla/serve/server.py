@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import uvicorn
 
+from ..api.checkpoint_folder import BuildOptions
 from ..errors import PaddleXlaError
 from ..planner.serving import size_text
 from . import repository
@@ -41,7 +42,8 @@ def run(folder: str, settings: Settings) -> int:
         print(f"paddle-xla serve: error: {_bind_error(settings.host, settings.port, e)}", file=sys.stderr, flush=True)
         return 1
     try:
-        models = repository.scan(folder, settings.batching, bool(settings.seq_buckets), log, generators)
+        options = BuildOptions(settings.max_batch_size, settings.max_model_len, settings.dtype)
+        models = repository.scan(folder, settings.batching, bool(settings.seq_buckets), log, generators, options)
         llms = {name: _llm(name, artifact, settings, log) for name, artifact in generators.items()}
     except (PaddleXlaError, OSError) as e:
         sock.close()

@@ -59,7 +59,9 @@ class Settings:
     host: str = flag("127.0.0.1", "address to bind (0.0.0.0: reachable from other machines)")
     port: int = flag(8000, "0: a free port (the 'listening on' line says which)")
     # rows (the sum of the requests' batch dims) in one call
-    max_batch_size: int = flag(16, "most rows in one model call; larger requests are refused (400)")
+    max_batch_size: int = flag(
+        16, "most rows in one model call; larger requests are refused (400); a checkpoint folder's generator rows"
+    )
     max_queue_delay_us: int = flag(
         2000,
         "how long a batch waits for company, from its first request or the previous call's end, whichever is later",
@@ -120,6 +122,11 @@ class Settings:
         kind="negated",
         decls=("--no-batch-invariance",),
     )
+    max_model_len: int = flag(
+        0,
+        "checkpoint folders: the longest prompt plus completion (0: the model's max_position_embeddings, at most 4096)",
+    )
+    dtype: str = flag("auto", "checkpoint folders: auto (the checkpoint's own) | float32 | bfloat16 | float16")
     max_queue_size: int = flag(256, "queued requests per model; more are refused with 503")
     request_timeout_ms: int = flag(60_000, "answer 504 after this long (0: never)")
     max_body_mb: float = flag(64.0, "larger request bodies get 413")
@@ -148,6 +155,10 @@ class Settings:
         for name in ("max_queue_delay_us", "request_timeout_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be 0 or more, not {getattr(self, name)}.")
+        if self.max_model_len < 0:
+            raise ValueError(f"--max-model-len must be 0 or more, not {self.max_model_len}.")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"--dtype takes auto, float32, bfloat16 or float16, not {self.dtype!r}.")
         if self.max_prefill_tokens < 0:
             raise ValueError(f"--max-prefill-tokens must be 0 or more, not {self.max_prefill_tokens}.")
         if self.kv_cache_tokens < 0:

@@ -55,18 +55,21 @@ def _alone(gen, request: Request, **kw):
     return row[: ends[0] + 1] if ends else row
 
 
-def serve(engine, requests, admit_per_chunk=1, cancel=None, steps=None, beside=False):
+def serve(engine, requests, admit_per_chunk=1, cancel=None, steps=None, beside=False, scores=None):
     """Drive the engine as a scheduler does: begin up to `admit_per_chunk` waiting requests in free rows and
     run one prefill step of each prompt going in between decode chunks; `cancel` = {request index: after
     how many tokens it is freed}; `steps`: a list that gets each round's (prefill steps run, rows that got
     tokens); `beside`: with streams running, the first prompt's prefill step goes with the decode chunk
-    (engine.step_and_fill), as the server runs it. Returns each one's tokens."""
+    (engine.step_and_fill), as the server runs it; `scores`: a dict that gets each request's tokens' TokenScores
+    where it asked for logprobs (engine.scores). Returns each one's tokens."""
     got, rows, waiting, filling = {i: [] for i in range(len(requests))}, {}, list(range(len(requests))), {}
 
     def landed(row, i, done):
         if done is not None:
             del filling[row]
             got[i].append(done[0])
+            if row in engine.scores.first and scores is not None:
+                scores.setdefault(i, []).append(engine.scores.first.pop(row))
             if done[1]:
                 rows[row] = i
 
@@ -91,6 +94,9 @@ def serve(engine, requests, admit_per_chunk=1, cancel=None, steps=None, beside=F
             steps.append((len(filling), sorted(r for r in rows if (out[r] != NO_TOKEN).any())))
         for row, i in list(rows.items()):
             got[i] += [int(t) for t in out[row] if t != NO_TOKEN]
+            if scores is not None and requests[i].logprobs:
+                last = engine.scores.last
+                scores[i] += [type(last)(*(a[row, j] for a in last)) for j, t in enumerate(out[row]) if t != NO_TOKEN]
             if cancel and i in cancel and len(got[i]) >= cancel[i]:
                 engine.free(row)
             if not engine.busy[row]:
@@ -319,3 +325,61 @@ def test_no_compile_after_warm_up_beside_prefills(gen1):
             beside=True,
         )
     assert not compiles, f"{len(compiles)} compiles after warm-up"
+
+
+def paddle_logprobs(net, ids) -> np.ndarray:
+    """log_softmax of the Paddle model's logits at every position of `ids`: [T, V] float64."""
+    import paddle
+
+    with paddle.no_grad():
+        out = net(paddle.to_tensor([list(ids)]))
+    logits = out.logits if hasattr(out, "logits") else out[0]
+    return paddle.nn.functional.log_softmax(logits.astype("float32"), axis=-1).numpy()[0].astype(np.float64)
+
+
+def test_logprobs_are_paddles_log_softmax_through_every_prefill_path_and_engine(gen):
+    """A request that asks for logprobs gets, for each token it makes (its first from a whole or chunked prefill,
+    beside a decode step or not, then from decode chunks), Paddle's log_softmax of the model's logits there
+    (before temperature), and the top alternatives; the continuous and the paged engine give the same."""
+    mine = [
+        Request((5, 6, 7), 9, logprobs=True),
+        Request(tuple(range(3, 23)), 6, decode_strategy="sampling", temperature=1.5, seed=3, logprobs=True),
+    ]
+    requests = _requests(0, 2) + mine[:1] + _requests(1, 2) + mine[1:]
+    engines = {"continuous": gen.continuous(), "paged": gen.paged()}
+    found = {}
+    for name, engine in engines.items():
+        scores = {}
+        got = serve(engine, requests, beside=True, scores=scores)
+        assert sorted(scores) == [2, 5]
+        for i in scores:
+            made = scores[i]
+            assert len(made) == len(got[i])
+            want = paddle_logprobs(gen.model, requests[i].ids + tuple(got[i]))
+            for j, (token, s) in enumerate(zip(got[i], made)):
+                row = want[len(requests[i].ids) - 1 + j]
+                assert abs(float(s.logprob) - row[token]) < 1e-4
+                np.testing.assert_allclose(s.top_logprobs, np.sort(row)[::-1][:20], atol=1e-4)
+                np.testing.assert_allclose(row[s.top_ids], s.top_logprobs, atol=1e-4)
+        found[name] = (got, scores)
+    assert found["continuous"][0] == found["paged"][0]
+    for i in (2, 5):
+        for a, b in zip(found["continuous"][1][i], found["paged"][1][i]):
+            np.testing.assert_allclose(a.logprob, b.logprob, atol=1e-5)
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_a_prompts_scores_are_paddles_log_softmax_in_chunks_or_whole(chunked, gen):
+    """engine.score_prompt (echo with logprobs): each prompt token's log-probability after the ones before it
+    and each position's top alternatives, from prefill chunks of 8 (the last one padded) or one prefill bucket."""
+    if not chunked:
+        gen = Generator(gen.model, max_batch_size=BATCH, max_length=SLOTS, chunk=4, prefill_chunk=128)
+    assert gen.geometry.chunked == chunked
+    net, engine = gen.model, gen.paged()
+    for n in (1, 8, 19):
+        ids = [int(i) for i in np.random.default_rng(n).integers(3, VOCAB, n)]
+        got = engine.score_prompt(ids)
+        want = paddle_logprobs(net, ids)
+        np.testing.assert_allclose(got.logprob[:-1], want[np.arange(n - 1), ids[1:]], atol=1e-4)
+        np.testing.assert_allclose(got.top_logprobs, np.sort(want, axis=1)[:, ::-1][:, :20], atol=1e-4)
+        np.testing.assert_allclose(np.take_along_axis(want, got.top_ids, axis=1), got.top_logprobs, atol=1e-4)

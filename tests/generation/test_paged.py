@@ -8,6 +8,7 @@ import pytest
 from paddle_xla import x64
 from paddle_xla.api.generator import Generator
 from paddle_xla.errors import GenerationError
+from paddle_xla.generation import all_logits
 from paddle_xla.generation import paged as PG
 from paddle_xla.generation.batch_engine import program
 from paddle_xla.generation.continuous import Request
@@ -167,7 +168,7 @@ def test_warm_up_drops_the_row_buckets_whose_step_rounds_a_row_otherwise(gen):
     # NOTE: a step whose logits move with its row count (as an int8 or half weight's product, or another
     # device's, may) keeps only the full bucket, and says so; steps then run max_batch_size rows
     def rounding_by_rows(name):
-        run = program(gen._graph_of(name), gen.policy, gen.held)
+        run = program(all_logits.named(gen._graph_of, name), gen.policy, gen.held)
         if name != "decode_any":
             return run
 

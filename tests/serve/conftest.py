@@ -70,3 +70,22 @@ def main_server(model_dirs):
     server = ServeProcess(model_dirs["all"], *MAIN_FLAGS)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def checkpoint(tmp_path_factory):
+    """A tiny PaddleFormers checkpoint folder (tests/serve/checkpoint_server.py): (folder, the Paddle model it
+    holds, generation_config.json's eos list, the compile cache folder its server uses)."""
+    from .checkpoint_server import make_checkpoint
+
+    return make_checkpoint(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def checkpoint_server(checkpoint):
+    """`paddle-xla serve FOLDER` on that checkpoint folder."""
+    from .checkpoint_server import serve_checkpoint
+
+    server = serve_checkpoint(checkpoint)
+    yield server
+    server.stop()

@@ -273,14 +273,14 @@ BAD = [
     ({"model": "nope", "prompt": "w5"}, 404, "Unknown model 'nope'"),
     ({"model": "llm", "prompt": "w5", "max_tokens": "ten"}, 400, "'max_tokens' must be an integer"),
     ({"model": "llm", "prompt": "w5", "temperature": 3}, 400, "'temperature' must lie in"),
-    ({"model": "llm", "prompt": "w5", "n": 2}, 400, "'n'=2 is not supported"),
-    ({"model": "llm", "prompt": "w5", "logprobs": 2}, 400, "'logprobs'"),
+    ({"model": "llm", "prompt": "w5", "n": 129}, 400, "'n' must be at most 128"),
+    ({"model": "llm", "prompt": "w5", "logprobs": 6}, 400, "'logprobs' must be at most 5"),
     ({"model": "llm", "prompt": "w5", "colour": "red"}, 400, "Unknown field"),
     ({"model": "llm", "prompt": "w5", "max_tokens": 3, "min_tokens": 4}, 400, "'min_tokens'=4 exceeds 'max_tokens'=3"),
-    # NOTE: JSON's true is no 1 and 0 no false; logprobs 0 asks for logprobs (none past the chosen token)
-    ({"model": "llm", "prompt": "w5", "n": True}, 400, "'n'=true is not supported"),
-    ({"model": "llm", "prompt": "w5", "echo": 0}, 400, "'echo'=0 is not supported"),
-    ({"model": "llm", "prompt": "w5", "logprobs": 0}, 400, "'logprobs'=0 is not supported"),
+    # NOTE: JSON's true is no 1 and 0 no false
+    ({"model": "llm", "prompt": "w5", "n": True}, 400, "'n' must be an integer"),
+    ({"model": "llm", "prompt": "w5", "echo": 0}, 400, "'echo' must be true or false"),
+    ({"model": "llm", "prompt": "w5", "logprobs": True}, 400, "'logprobs' must be an integer"),
     ({"model": "llm", "prompt": "w5", "stream_options": {"include_usage": True}}, 400, "only for a streamed request"),
 ]
 BAD_CHAT = [

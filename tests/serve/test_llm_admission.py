@@ -6,7 +6,7 @@ import asyncio
 import numpy as np
 
 from paddle_xla.generation.batch_engine import Geometry
-from paddle_xla.generation.continuous import Request
+from paddle_xla.generation.continuous import Request, ScoresOut
 from paddle_xla.serve.llm.scheduler import Scheduler, Stream
 
 
@@ -21,6 +21,7 @@ class Recording:
         self.busy = np.zeros(8, bool)
         self.steps: dict[int, int] = {}
         self.log: list[tuple] = []
+        self.scores = ScoresOut(8)  # NOTE: no request here asks for logprobs
 
     def fits_now(self, request):
         return True

@@ -23,8 +23,9 @@ def _template(text: str):
     return env.from_string(text)
 
 
-def render(chat: dict | None, messages, model: str) -> str:
-    """The prompt text for `messages` ({role, content} dicts), ending where the assistant's turn begins."""
+def render(chat: dict | None, messages, model: str, args: dict | None = None) -> str:
+    """The prompt text for `messages` ({role, content} dicts), ending where the assistant's turn begins unless
+    `args` say add_generation_prompt false; `args` (documents, chat_template_kwargs) are the template's too."""
     if not chat or not chat.get("template"):
         raise RequestError(
             400,
@@ -32,11 +33,13 @@ def render(chat: dict | None, messages, model: str) -> str:
             "px.export(gen, path, tokenizer=..., chat_template=...)",
         )
     try:
-        return _template(chat["template"]).render(
-            messages=list(messages),
-            add_generation_prompt=True,
-            bos_token=chat.get("bos_token", ""),
-            eos_token=chat.get("eos_token", ""),
-        )
+        variables = {
+            "bos_token": chat.get("bos_token", ""),
+            "eos_token": chat.get("eos_token", ""),
+            "add_generation_prompt": True,
+            **(args or {}),
+            "messages": list(messages),
+        }
+        return _template(chat["template"]).render(**variables)
     except TemplateError as e:
         raise RequestError(400, f"The chat template of {model!r} refused these messages: {e}") from None

@@ -2,13 +2,18 @@
 and range, named in a 400 when wrong. Paddle-free.
 
 Meanings follow OpenAI's API: temperature 0 is greedy decoding, above 0 sampling at that temperature;
-`max_tokens` defaults to 16 for completions and to the room the context leaves for chat; `n` must be 1.
-vLLM's extensions `top_k`, `repetition_penalty`, `min_tokens` and `include_stop_str_in_output` are accepted
-too. A field the API has but paddle_xla does not implement (`logprobs`, `echo`, penalties other than 0,
-...) is refused by name rather than ignored, so a client never gets an answer to a question it did not ask."""
+`max_tokens` defaults to 16 for completions and to the room the context leaves for chat; `n` is 1-128 (and
+completions' `best_of` n-20);
+`logprobs` is an integer 0-5 for completions, `logprobs: true` with `top_logprobs` 0-20 for chat; a
+completion's `echo` puts the prompt first (with `max_tokens` 0: the prompt alone, scored where `logprobs`).
+vLLM's extensions `top_k`, `repetition_penalty`, `min_tokens`, `include_stop_str_in_output`, `stop_token_ids`
+and `ignore_eos` are accepted too. A field the API has but paddle_xla does not implement (penalties other than 0,
+`logit_bias`, `suffix`) is refused by name rather than ignored, so a client never gets an answer to a
+question it did not ask."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +22,10 @@ from ..request_errors import RequestError
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 COMPLETION_DEFAULT_MAX_TOKENS = 16
+COMPLETION_MAX_LOGPROBS = 5  # NOTE: OpenAI's limits; the engine keeps TOP_LOGPROBS = 20 alternatives
+CHAT_MAX_TOP_LOGPROBS = 20
+MAX_N = 128
+MAX_BEST_OF = 20
 
 
 @dataclass(frozen=True)
@@ -32,6 +41,12 @@ class Sampling:
     stream: bool
     include_usage: bool
     include_stop_str: bool = False  # vLLM's include_stop_str_in_output: the text keeps the stop string
+    logprobs: int | None = None  # None: not asked; else the most likely alternatives wanted per token
+    echo: bool = False  # completions: the prompt comes first in the text (and its tokens in logprobs)
+    n: int = 1  # choices returned
+    best_of: int = 1  # choices made (completions: the n best of them are returned)
+    stop_token_ids: tuple[int, ...] = ()  # vLLM's: any of these ends the completion (it stays in the text)
+    ignore_eos: bool = False  # vLLM's: the model's EOS does not end the completion
 
 
 @dataclass(frozen=True)
@@ -40,6 +55,7 @@ class Parsed:
     prompt: str | tuple[int, ...] | None  # completions: text or token ids
     messages: tuple[dict, ...] | None  # chat: role/content pairs
     sampling: Sampling
+    template_args: dict = dataclasses.field(default_factory=dict)  # chat: what else the template receives
 
 
 def bad(message: str, param: str | None = None) -> RequestError:
@@ -125,6 +141,8 @@ COMMON = {
     "repetition_penalty",
     "min_tokens",
     "include_stop_str_in_output",
+    "stop_token_ids",
+    "ignore_eos",
     "seed",
     "stop",
     "n",
@@ -137,21 +155,23 @@ COMMON = {
     "logit_bias",
 }
 COMPLETION_FIELDS = COMMON | {"prompt", "echo", "best_of", "suffix"}
-CHAT_FIELDS = COMMON | {"messages", "max_completion_tokens", "top_logprobs"}
+CHAT_FIELDS = COMMON | {
+    "messages",
+    "max_completion_tokens",
+    "top_logprobs",
+    "add_generation_prompt",
+    "documents",
+    "chat_template_kwargs",
+}
 
 
-def sampling(data: dict, default_max_tokens: int | None) -> Sampling:
+def sampling(data: dict, default_max_tokens: int | None, fewest_tokens: int = 1) -> Sampling:
     for name, allowed in (
         # NOTE: null is what OpenAI's API and vLLM take as the default for each of these
-        ("n", (None, 1)),
-        ("logprobs", (None, False)),
         ("presence_penalty", (None, 0)),
         ("frequency_penalty", (None, 0)),
         ("logit_bias", (None, {})),
-        ("echo", (None, False)),
-        ("best_of", (None, 1)),
         ("suffix", (None,)),
-        ("top_logprobs", (None,)),
     ):
         _fixed(data, name, allowed)
     if data.get("stream_options") is not None and data.get("stream") is not True:
@@ -160,15 +180,20 @@ def sampling(data: dict, default_max_tokens: int | None) -> Sampling:
     include_usage = options.get("include_usage", False)
     if not isinstance(include_usage, bool):
         raise bad("'stream_options.include_usage' must be true or false.", "stream_options")
-    max_tokens = _integer(data, "max_tokens", None, low=1)
+    max_tokens = _integer(data, "max_tokens", None, low=fewest_tokens)
     if max_tokens is None:
-        max_tokens = _integer(data, "max_completion_tokens", default_max_tokens, low=1)
+        max_tokens = _integer(data, "max_completion_tokens", default_max_tokens, low=fewest_tokens)
     min_tokens = _integer(data, "min_tokens", 0, low=0)
     if max_tokens is not None and min_tokens > max_tokens:
         raise bad(
             f"'min_tokens'={min_tokens} exceeds 'max_tokens'={max_tokens}: ask for at most as many.", "min_tokens"
         )
+    n = _integer(data, "n", 1, low=1)
+    if n > MAX_N:
+        raise bad(f"'n' must be at most {MAX_N}, got {n}.", "n")
     return Sampling(
+        n=n,
+        best_of=n,
         max_tokens=max_tokens,
         temperature=float(_number(data, "temperature", 1.0, 0.0, 2.0)),
         top_p=float(_number(data, "top_p", 1.0, 0.0, 1.0, low_open=True)),
@@ -180,7 +205,18 @@ def sampling(data: dict, default_max_tokens: int | None) -> Sampling:
         stream=_typed(data, "stream", (bool,), False, "true or false"),
         include_usage=include_usage,
         include_stop_str=_typed(data, "include_stop_str_in_output", (bool,), False, "true or false"),
+        stop_token_ids=_stop_ids(data),
+        ignore_eos=_typed(data, "ignore_eos", (bool,), False, "true or false"),
     )
+
+
+def _stop_ids(data: dict) -> tuple[int, ...]:
+    ids = data.get("stop_token_ids")
+    if ids is None:
+        return ()
+    if isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        return tuple(ids)
+    raise bad("'stop_token_ids' must be a list of token ids (integers of 0 or more).", "stop_token_ids")
 
 
 def _unknown(data: dict, known: set) -> None:
@@ -189,7 +225,13 @@ def _unknown(data: dict, known: set) -> None:
         raise bad(f"Unknown field(s) {extra}; this endpoint takes {sorted(known)}.", extra[0])
 
 
-def _model(data: dict) -> str:
+def with_defaults(data: dict, defaults: dict) -> dict:
+    """The body with the model's own defaults (a checkpoint's generation_config.json) where it leaves a field
+    out or sends null; the request's own values win."""
+    return {**data, **{k: v for k, v in defaults.items() if data.get(k) is None}}
+
+
+def model_name(data: dict) -> str:
     model = data.get("model")
     if not isinstance(model, str) or not model:
         raise bad("'model' must name a served model (GET /v1/models lists them).", "model")
@@ -210,7 +252,25 @@ def completion(data: dict) -> Parsed:
         prompt = tuple(prompt)
     else:
         raise bad("'prompt' must be a string or a list of token ids (one prompt per request).", "prompt")
-    return Parsed(_model(data), prompt, None, sampling(data, COMPLETION_DEFAULT_MAX_TOKENS))
+    # NOTE: echo with max_tokens 0 asks for the prompt's scores alone (what evaluation harnesses send)
+    echo = _typed(data, "echo", (bool,), False, "true or false")
+    s = sampling(data, COMPLETION_DEFAULT_MAX_TOKENS, fewest_tokens=0 if echo else 1)
+    logprobs = _integer(data, "logprobs", None, low=0)
+    if logprobs is not None and logprobs > COMPLETION_MAX_LOGPROBS:
+        raise bad(f"'logprobs' must be at most {COMPLETION_MAX_LOGPROBS}, got {logprobs}.", "logprobs")
+    return Parsed(
+        model_name(data), prompt, None, dataclasses.replace(s, logprobs=logprobs, echo=echo, best_of=_best_of(data, s))
+    )
+
+
+def _best_of(data: dict, s: Sampling) -> int:
+    """Completions' best_of: how many choices are made (at least n, at most 20; not streamed past n)."""
+    best_of = _integer(data, "best_of", s.n, low=1)
+    if not s.n <= best_of <= MAX_BEST_OF:
+        raise bad(f"'best_of' must lie in ['n'={s.n}, {MAX_BEST_OF}], got {best_of}.", "best_of")
+    if best_of > s.n and s.stream:
+        raise bad("'best_of' above 'n' cannot be streamed (the best are known at the end): drop one.", "best_of")
+    return best_of
 
 
 def chat(data: dict) -> Parsed:
@@ -231,7 +291,35 @@ def chat(data: dict) -> Parsed:
                 "messages",
             )
         out.append({"role": role, "content": _content(m.get("content"), i)})
-    return Parsed(_model(data), None, tuple(out), sampling(data, None))
+    s = dataclasses.replace(sampling(data, None), logprobs=_top(data))
+    return Parsed(model_name(data), None, tuple(out), s, _template_args(data))
+
+
+def _template_args(data: dict) -> dict:
+    """What the chat template receives besides the messages (vLLM's fields): add_generation_prompt (default
+    true), documents, and chat_template_kwargs (e.g. enable_thinking) as variables of their own."""
+    extra = _typed(data, "chat_template_kwargs", (dict,), {}, "an object")
+    reserved = sorted(set(extra) & {"messages", "add_generation_prompt", "documents"})
+    if reserved:
+        raise bad(
+            f"'chat_template_kwargs' may not set {reserved}: they are fields of their own.", "chat_template_kwargs"
+        )
+    documents = _typed(data, "documents", (list,), None, "a list of objects")
+    if documents is not None and not all(isinstance(d, dict) for d in documents):
+        raise bad("'documents' must be a list of objects.", "documents")
+    args = {**extra, "add_generation_prompt": _typed(data, "add_generation_prompt", (bool,), True, "true or false")}
+    return args if documents is None else {**args, "documents": documents}
+
+
+def _top(data: dict) -> int | None:
+    """Chat's logprobs: `logprobs: true` asks for them, `top_logprobs` (0-20, with it) for alternatives."""
+    wanted = _typed(data, "logprobs", (bool,), False, "true or false")
+    top = _integer(data, "top_logprobs", None, low=0)
+    if top is not None and top > CHAT_MAX_TOP_LOGPROBS:
+        raise bad(f"'top_logprobs' must be at most {CHAT_MAX_TOP_LOGPROBS}, got {top}.", "top_logprobs")
+    if top is not None and not wanted:
+        raise bad("'top_logprobs' needs 'logprobs': true.", "top_logprobs")
+    return (top or 0) if wanted else None
 
 
 def _content(content, i: int) -> str:

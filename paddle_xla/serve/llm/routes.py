@@ -13,10 +13,10 @@ OpenAI's body, {"error": {"message", "type", "param", "code"}}, on /v1 and KServ
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 import traceback
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -32,6 +32,8 @@ from ..http_io import error_response, read_body
 from ..request_errors import RequestError, unavailable
 from . import chat as chat_mod
 from . import requests as R
+from .logprobs import Logprobs
+from .replies import Piece, Reply, chained, openai_error_body
 from .scheduler import Scheduler, Stream
 from .text import TextStream
 
@@ -50,12 +52,10 @@ class LlmModel:
     def has_tokenizer(self) -> bool:
         return self.artifact.manifest.get("tokenizer") is not None
 
-
-@dataclass
-class Piece:
-    text: str
-    ids: list[int]
-    finish: str | None = None
+    @property
+    def request_defaults(self) -> dict:
+        """Sampling fields a request that leaves them out takes (a checkpoint's generation_config.json)."""
+        return (self.artifact.manifest.get("generation") or {}).get("request_defaults") or {}
 
 
 class ClientGone(Exception):
@@ -101,20 +101,6 @@ def gone_response() -> Response:
     return Response(status_code=499)
 
 
-def openai_error_body(e: RequestError) -> dict:
-    """OpenAI's error body: a string `type` by the status, the offending `param`, and a string `code` or null
-    (the HTTP status is the response's, not the body's)."""
-    kind = {
-        400: "invalid_request_error",
-        401: "authentication_error",
-        404: "not_found_error",
-        413: "invalid_request_error",
-        503: "service_unavailable",
-        504: "timeout",
-    }.get(e.status, "server_error")
-    return {"error": {"message": e.message, "type": kind, "param": e.param, "code": e.code}}
-
-
 def openai_error(e: RequestError) -> JSONResponse:
     return JSONResponse(openai_error_body(e), e.status, headers=e.headers)
 
@@ -152,23 +138,38 @@ class LlmHandlers:
 
     async def _openai(self, request: Request, parse, chat: bool) -> Response:
         try:
-            parsed = parse(R.body_json(await self._body(request)))
-            model = self._model(parsed.model)
+            data = R.body_json(await self._body(request))
+            model = self._model(R.model_name(data))
+            parsed = parse(R.with_defaults(data, model.request_defaults))
             ids = self._prompt_ids(model, parsed)
-            pieces = self._events(model, ids, parsed.sampling)
+            s = parsed.sampling
+            echo = self._echo_text(model, parsed, ids)
+            if s.best_of > self.settings.max_queue_size:
+                raise R.bad(
+                    f"{s.best_of} choices can never wait in a queue of {self.settings.max_queue_size} "
+                    "(--max-queue-size): ask for fewer.",
+                    "best_of" if s.best_of > s.n else "n",
+                )
+            # NOTE: best_of ranks its choices by their tokens' log-probabilities, so it asks the engine for them
+            rank = s.best_of > s.n
+            made = [self._events(model, ids, _choice_sampling(s, i), echo, rank) for i in range(s.best_of)]
             # NOTE: errors before the first token get their status
-            first = await unless_gone(request, anext(pieces))
+            choices = await unless_gone(request, _firsts(made))
         except ClientGone:
             return gone_response()
         except RequestError as e:
             return openai_error(e)
         except Exception as e:  # NOTE: a bug still answers in OpenAI's form, and the server keeps serving
             return openai_error(self._internal(e))
-        reply = _Reply(model.name, chat, len(ids))
-        if parsed.sampling.stream:
-            return EventSourceResponse(reply.stream(first, pieces, parsed.sampling.include_usage))
+        token_text = model.artifact.token_text if model.has_tokenizer else None
+        top = s.logprobs
+        reply = Reply(
+            model.name, chat, len(ids), lambda: Logprobs(top, chat, token_text) if top is not None else None, s.n
+        )
+        if s.stream:
+            return EventSourceResponse(reply.stream(choices, s.include_usage))
         try:
-            return JSONResponse(await unless_gone(request, reply.whole(first, pieces)))
+            return JSONResponse(await unless_gone(request, reply.whole(choices)))
         except ClientGone:
             return gone_response()
         except RequestError as e:
@@ -198,7 +199,7 @@ class LlmHandlers:
         if stream:
 
             async def events():
-                async for piece in _chain(first, pieces):
+                async for piece in chained(first, pieces):
                     yield {
                         "data": json.dumps(
                             {**head, "text_output": piece.text, "token_ids": piece.ids, "finish_reason": piece.finish}
@@ -209,7 +210,7 @@ class LlmHandlers:
 
         async def whole():
             text, ids_out, finish = [], [], None
-            async for piece in _chain(first, pieces):
+            async for piece in chained(first, pieces):
                 text.append(piece.text)
                 ids_out += piece.ids
                 finish = piece.finish or finish
@@ -241,7 +242,10 @@ class LlmHandlers:
             fields["prompt"] = data["text_input"]
         else:
             raise R.bad("the request needs 'text_input' (text) or 'input_ids' (token ids).", "text_input")
-        parsed = R.completion(fields)
+        parsed = R.completion(R.with_defaults(fields, model.request_defaults))
+        for name, default in (("logprobs", None), ("echo", False), ("n", 1), ("best_of", 1)):
+            if getattr(parsed.sampling, name) != default:
+                raise R.bad(f"'{name}' is served on /v1/completions (KServe's generate makes one output).", name)
         return self._prompt_ids(model, parsed), parsed.sampling
 
     # ---- shared ----
@@ -266,21 +270,33 @@ class LlmHandlers:
     def _prompt_ids(self, model: LlmModel, parsed: R.Parsed) -> tuple[int, ...]:
         prompt = parsed.prompt
         if parsed.messages is not None:
-            prompt = chat_mod.render(model.artifact.manifest.get("chat"), parsed.messages, model.name)
+            prompt = chat_mod.render(
+                model.artifact.manifest.get("chat"), parsed.messages, model.name, parsed.template_args
+            )
         if isinstance(prompt, str):
             if not model.has_tokenizer:
                 raise R.bad(
                     f"Model {model.name!r} was exported without a tokenizer: send token ids as the prompt.", "prompt"
                 )
             try:
-                return tuple(model.artifact.encode(prompt))
+                # NOTE: a chat template writes its own special tokens (a BOS): the tokenizer adds none (vLLM's rule)
+                return tuple(model.artifact.encode(prompt, add_special_tokens=parsed.messages is None))
             except GenerationError as e:
                 raise R.bad(str(e), "prompt") from None
         assert prompt is not None  # NOTE: a request holds a prompt or messages
         return prompt
 
-    async def _events(self, model: LlmModel, ids, s: R.Sampling) -> AsyncIterator[Piece]:
+    def _echo_text(self, model: LlmModel, parsed: R.Parsed, ids) -> str:
+        """The prompt as an echo gives it back: its text, or its ids decoded."""
+        if isinstance(parsed.prompt, str):
+            return parsed.prompt
+        return model.artifact.decode(ids) if model.has_tokenizer else ""
+
+    async def _events(
+        self, model: LlmModel, ids, s: R.Sampling, echo_text: str = "", rank: bool = False
+    ) -> AsyncIterator[Piece]:
         engine, g = model.scheduler.engine, model.artifact.geometry
+        scored = s.echo and s.logprobs is not None
         max_new = s.max_tokens
         if max_new is None:  # NOTE: chat without max_tokens: what the context leaves (padding takes no slot)
             max_new = max(1, g.max_length - len(ids) + 1)
@@ -294,31 +310,53 @@ class LlmHandlers:
             repetition_penalty=s.repetition_penalty,
             min_new_tokens=s.min_tokens,
             seed=s.seed,
+            logprobs=s.logprobs is not None or rank,
+            ignore_eos=s.ignore_eos,
         )
         try:
-            engine.check(request)
+            # NOTE: max_tokens 0 (an echo's prompt alone) needs the room of the prompt only
+            engine.check(dataclasses.replace(request, max_new_tokens=max(1, max_new)))
         except GenerationError as e:
             # NOTE: in the API's own words: PaddleFormers' max_new_tokens is OpenAI's max_tokens
             message = str(e).replace("max_new_tokens", "max_tokens")
             raise R.bad(message, "max_tokens" if "max_tokens" in message else "prompt") from None
+        if scored and getattr(engine, "prompt_scorer", None) is None:
+            raise R.bad(
+                f"Model {model.name!r} does not score prompts (echo with logprobs): it is served without the "
+                "paged KV cache, or it is a plain decoder; drop 'echo' or 'logprobs'.",
+                "echo",
+            )
+        if s.echo and not scored and max_new == 0:
+            yield Piece(echo_text, [], "length")
+            return
         timeout = self.settings.request_timeout_ms / 1e3
         stream = Stream(request, asyncio.get_running_loop(), deadline=time.monotonic() + timeout if timeout else None)
-        model.scheduler.submit(stream)
+        stream.score_prompt = scored
+        model.scheduler.submit(stream)  # NOTE: before the echo's text: a full queue's 503 still gets its status
+        if s.echo and not scored:
+            yield Piece(echo_text, [])
         text = TextStream(
             model.artifact.decode if model.has_tokenizer else None, s.stop, s.include_stop_str, s.min_tokens
         )
         done = False
         try:
             while True:
-                kind, value = await stream.queue.get()
+                kind, value, *more = await stream.queue.get()
+                if kind == "prompt_scores":
+                    yield Piece(echo_text, [], scores=_prompt_entries(ids, value))
+                    continue
                 if kind == "token":
                     delta = text.push(value)
+                    scores = [(value, more[0])] if more and more[0] is not None else []
+                    # NOTE: a stop token id ends it as a stop string does (not before min_tokens: vLLM's rule)
+                    if value in s.stop_token_ids and len(text.ids) >= s.min_tokens and not text.stopped:
+                        delta += text.end_here()
                     if text.stopped:
                         done = True
                         model.scheduler.cancel(stream)
-                        yield Piece(delta, [value], "stop")
+                        yield Piece(delta, [value], "stop", scores)
                         return
-                    yield Piece(delta, [value])
+                    yield Piece(delta, [value], scores=scores)
                     continue
                 done = True
                 if value == "timeout":
@@ -342,65 +380,30 @@ class LlmHandlers:
         return RequestError(500, f"Internal error: {type(e).__name__}: {e}")
 
 
-async def _chain(first: Piece, rest: AsyncIterator[Piece]) -> AsyncIterator[Piece]:
-    yield first
-    async for piece in rest:
-        yield piece
+def _prompt_entries(ids, scores) -> list:
+    """A prompt's logprobs entries: its first token has none (nothing comes before it), token t the scores of
+    position t - 1."""
+    return [(int(ids[0]), None)] + [
+        (int(ids[t]), type(scores)(*(a[t - 1] for a in scores))) for t in range(1, len(ids))
+    ]
 
 
-class _Reply:
-    """OpenAI's response objects for one completion (text or chat), whole or as stream chunks."""
+def _choice_sampling(s: R.Sampling, i: int) -> R.Sampling:
+    """Choice i's sampling: its own key (a seeded request's choice i draws from seed + i)."""
+    return dataclasses.replace(s, seed=None if s.seed is None else s.seed + i)
 
-    def __init__(self, model: str, chat: bool, prompt_tokens: int):
-        self.model, self.chat, self.prompt_tokens = model, chat, prompt_tokens
-        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        self.created = int(time.time())
-        self.object = "chat.completion" if chat else "text_completion"
 
-    def _usage(self, completion_tokens: int) -> dict:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": self.prompt_tokens + completion_tokens,
-        }
-
-    def _head(self, chunk: bool) -> dict:
-        kind = self.object + (".chunk" if chunk and self.chat else "")
-        return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
-
-    async def whole(self, first: Piece, rest: AsyncIterator[Piece]) -> dict:
-        text, ids, finish = [], [], None
-        async for piece in _chain(first, rest):
-            text.append(piece.text)
-            ids += piece.ids
-            finish = piece.finish or finish
-        content = "".join(text)
-        choice = (
-            {"index": 0, "message": {"role": "assistant", "content": content}}
-            if self.chat
-            else {"index": 0, "text": content, "logprobs": None}
-        )
-        return {
-            **self._head(False),
-            "choices": [{**choice, "finish_reason": finish, "token_ids": ids}],
-            "usage": self._usage(len(ids)),
-        }
-
-    async def stream(self, first: Piece, rest: AsyncIterator[Piece], include_usage: bool):
-        made = 0
-        try:
-            if self.chat:
-                yield self._chunk({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None})
-            async for piece in _chain(first, rest):
-                made += len(piece.ids)
-                body = {"delta": {"content": piece.text}} if self.chat else {"text": piece.text, "logprobs": None}
-                yield self._chunk({"index": 0, **body, "finish_reason": piece.finish, "token_ids": piece.ids})
-        except RequestError as e:
-            # NOTE: the 200 and the first events are out; the error ends the stream as an event of its own
-            yield {"data": json.dumps(openai_error_body(e))}
-        if include_usage:
-            yield {"data": json.dumps({**self._head(True), "choices": [], "usage": self._usage(made)})}
-        yield {"data": "[DONE]"}
-
-    def _chunk(self, choice: dict) -> dict:
-        return {"data": json.dumps({**self._head(True), "choices": [choice]})}
+async def _firsts(made: list) -> list:
+    """Each choice's (first piece, the rest). As soon as one fails before its first piece (or this is
+    cancelled: the client left), every choice is closed, their requests cancelled, and the error raised."""
+    tasks = [asyncio.ensure_future(anext(pieces)) for pieces in made]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        return [(task.result(), pieces) for task, pieces in zip(tasks, made)]
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for pieces in made:
+            await pieces.aclose()
+        raise

@@ -9,8 +9,12 @@ where the engine can (engine.step_and_fill). With none running, it prefills as m
 rows, whole. The tokens of each chunk go to their
 requests' asyncio queues on the server's event loop. Paddle-free.
 
-A request's events on its queue: ("token", id) ..., then ("end", reason) with reason "stop" (EOS),
-"length" (max_tokens), "cancelled", "timeout" or "error: <message>".
+A request's events on its queue: ("prompt_scores", TokenScores [T]) first where it asked for its prompt's
+log-probabilities (engine.score_prompt: one prompt's whole pass per round, between decode chunks, so it
+holds running streams up for a prompt's prefill, not one chunk's), ("token", id, scores)
+..., then ("end", reason) with reason "stop" (EOS), "length" (max_tokens), "cancelled", "timeout" or
+"error: <message>". scores: the token's TokenScores on the host (generation/row_logits.py) where the request
+asked for logprobs, else None.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ class Stream:
     last: int | None = None
     submitted: float = field(default_factory=time.monotonic)
     last_at: float | None = None  # when its previous tokens went out
+    score_prompt: bool = False  # NOTE: its prompt's log-probabilities first (echo with logprobs)
 
     def send(self, *event) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
@@ -66,6 +71,7 @@ class Scheduler(QueueThread):
         self.metrics = metrics  # serve/metrics.py's LlmMetrics for this model, or None
         self.ready = False
         self._waiting: collections.deque[Stream] = collections.deque()
+        self._scoring: collections.deque[Stream] = collections.deque()  # NOTE: prompts to score before they wait
         self._running: dict[int, Stream] = {}
         self._filling: dict[int, Stream] = {}  # rows whose prompt is going in, oldest first
         self._stopped = False
@@ -78,8 +84,8 @@ class Scheduler(QueueThread):
     def submit(self, stream: Stream) -> None:
         """Queue a checked request; 503 when the waiting queue is full or the server is draining."""
         with self._cond:
-            self._admit(self.name, len(self._waiting), self.max_waiting, "waiting for a slot")
-            self._waiting.append(stream)
+            self._admit(self.name, len(self._waiting) + len(self._scoring), self.max_waiting, "waiting for a slot")
+            (self._scoring if stream.score_prompt else self._waiting).append(stream)
             self._cond.notify()
 
     def cancel(self, stream: Stream) -> None:
@@ -114,13 +120,14 @@ class Scheduler(QueueThread):
                 pass
         except Exception as e:
             self.on_failure(f"{self.name}: the decode loop failed: {type(e).__name__}: {e}")
-            for stream in list(self._running.values()) + list(self._filling.values()) + list(self._waiting):
+            streams = [*self._running.values(), *self._filling.values(), *self._waiting, *self._scoring]
+            for stream in streams:
                 stream.send("end", f"error: {type(e).__name__}: {e}")
 
     def _next(self) -> bool:
         """One round: settle cancellations and deadlines, admit, run one chunk. False when done."""
         with self._cond:
-            while not self._waiting and not self._running and not self._filling and not self._stopped:
+            while not (self._waiting or self._scoring or self._running or self._filling or self._stopped):
                 if self._stopping:
                     return False
                 self._cond.wait(0.5)
@@ -137,6 +144,9 @@ class Scheduler(QueueThread):
                     break  # NOTE: first come, first served: it waits for blocks, and those behind it too
                 budget -= first
                 self._begin(self._waiting.popleft())
+            scoring = self._scoring.popleft() if self._scoring else None
+        if scoring is not None:
+            self._score(scoring)
         if not self._running:
             for row in list(self._filling):
                 while row in self._filling:
@@ -170,9 +180,10 @@ class Scheduler(QueueThread):
                     self.engine.free(row)
                     del rows[row]
                     stream.send("end", reason)
-        for stream in [s for s in self._waiting if _dropped(s, now)]:
-            self._waiting.remove(stream)
-            stream.send("end", _dropped(stream, now))
+        for queue in (self._waiting, self._scoring):
+            for stream in [s for s in queue if _dropped(s, now)]:
+                queue.remove(stream)
+                stream.send("end", _dropped(stream, now))
 
     def _admissible(self) -> int:
         """How many waiting requests may begin now, rows allowing (the engine also asks for their blocks, and
@@ -189,6 +200,24 @@ class Scheduler(QueueThread):
         if not self._running:
             return 1 << 62
         return self.max_prefill_tokens or self.engine.geometry.buckets[-1]  # NOTE: prefill_chunk where chunked
+
+    def _score(self, stream: Stream) -> None:
+        """Its prompt's log-probabilities out (one scoring pass, beside whatever runs), then it waits for a row,
+        first in line; a request for no new tokens ends there."""
+        start = time.monotonic()
+        try:
+            scores = self.engine.score_prompt(stream.request.ids)
+        except Exception as e:  # NOTE: this request's failure, not the loop's
+            stream.send("end", f"error: {type(e).__name__}: {e}")
+            return
+        finally:
+            self._observe("prefill", time.monotonic() - start)
+        stream.send("prompt_scores", scores)
+        if stream.request.max_new_tokens == 0:
+            stream.send("end", "length")
+            return
+        with self._cond:
+            self._waiting.appendleft(stream)
 
     def _begin(self, stream: Stream) -> None:
         row = self.engine.free_row()
@@ -228,7 +257,7 @@ class Scheduler(QueueThread):
         token, goes_on = done
         if self.metrics is not None:
             self.metrics.tokens_in.inc(len(stream.request.ids) - stream.hit)
-        self._emit(stream, token)
+        self._emit(stream, token, self.engine.scores.first.pop(row, None))
         if goes_on:
             stream.row = row
             self._running[row] = stream
@@ -237,17 +266,19 @@ class Scheduler(QueueThread):
         return out
 
     def _distribute(self, out) -> None:
+        scores = self.engine.scores.last
         for row, stream in list(self._running.items()):
-            made = [int(t) for t in out[row] if t != NO_TOKEN]
-            if made:
+            steps = [j for j, t in enumerate(out[row]) if t != NO_TOKEN]
+            if steps:
                 self._observe("itl", time.monotonic() - stream.last_at)
-            for token in made:
-                self._emit(stream, token)
+            for j in steps:
+                wanted = scores is not None and stream.request.logprobs
+                self._emit(stream, int(out[row][j]), _at(scores, row, j) if wanted else None)
             if not self.engine.busy[row]:
                 del self._running[row]
                 stream.send("end", self._reason(stream))
 
-    def _emit(self, stream: Stream, token: int) -> None:
+    def _emit(self, stream: Stream, token: int, scores=None) -> None:
         now = time.monotonic()
         if stream.made == 0:
             self._observe("ttft", now - stream.submitted)
@@ -255,10 +286,10 @@ class Scheduler(QueueThread):
             self.metrics.tokens_out.inc()
         stream.made += 1
         stream.last, stream.last_at = token, now
-        stream.send("token", token)
+        stream.send("token", token, scores)
 
     def _reason(self, stream: Stream) -> str:
-        return "stop" if stream.last in self.engine.eos else "length"
+        return "stop" if stream.last in self.engine.eos and not stream.request.ignore_eos else "length"
 
     def _observe(self, name: str, seconds: float) -> None:
         if self.metrics is not None:
@@ -284,6 +315,11 @@ class Scheduler(QueueThread):
         self.metrics.kv_blocks_free.set(blocks.free_blocks)
         self.metrics.kv_blocks_used.set(blocks.used_blocks)
         self.metrics.prefix_hit_rate.set(blocks.stats.hit_rate)
+
+
+def _at(scores, row: int, step: int):
+    """One token's TokenScores out of a chunk's [rows, steps, ...] arrays."""
+    return type(scores)(*(a[row, step] for a in scores))
 
 
 def _dropped(stream: Stream, now: float) -> str | None:

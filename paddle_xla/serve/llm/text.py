@@ -39,6 +39,12 @@ class TextStream:
         """What is left to send once the completion has ended."""
         return self._advance(final=True)
 
+    def end_here(self) -> str:
+        """What is left to send now that a stop token id has ended the completion (vLLM's stop_token_ids)."""
+        rest = self._advance(final=True)
+        self.stopped = True
+        return rest
+
     def _advance(self, final: bool) -> str:
         if self.decode is None or self.stopped:
             return ""

@@ -1,0 +1,139 @@
+"""`paddle-xla serve DIR` on a PaddleFormers save_pretrained folder (config, safetensors, tokenizer.json,
+tokenizer_config.json's chat template, generation_config.json), and `paddle-xla export DIR -o FILE`: the
+served model's tokens are PaddleFormers' own generate's on the same weights, generation_config.json's
+eos_token_id list and sampling defaults are honoured, and a restart finds the built artifact in the cache."""
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from generation.test_generator_artifact import _tokenizer
+from jinja2 import Template
+from openai import OpenAI
+
+import paddle_xla.artifact as pxa
+from paddle_xla.api import checkpoint_folder as ckpt
+from paddle_xla.cli.main import main as cli_main
+
+from .checkpoint_server import BOS, PROMPT, ROWS, TEMPLATE, paddle_greedy
+from .harness import ROOT
+
+
+@pytest.fixture(scope="module")
+def server(checkpoint_server):
+    return checkpoint_server
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return OpenAI(base_url=f"http://{server.url}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def test_the_folder_is_a_model_named_by_the_folder(client, server):
+    assert [m.id for m in client.models.list().data] == ["tiny-llama"]
+    assert "tiny-llama: capturing LlamaForCausalLM (fp32, max_batch_size 4, max_model_len 64)" in server.output
+
+
+def test_a_completion_is_paddleformers_generate_with_the_eos_list_and_the_folders_defaults(client, checkpoint):
+    folder, net, eos, _ = checkpoint
+    r = client.completions.create(model="tiny-llama", prompt=PROMPT, max_tokens=20)  # NOTE: no temperature
+    want = paddle_greedy(net, PROMPT, 20, eos)
+    want = want[: want.index(eos[1]) + 1]
+    choice = r.choices[0]
+    assert choice.model_extra["token_ids"] == want and want[-1] == eos[1]
+    assert choice.finish_reason == "stop" and r.usage.completion_tokens == len(want)
+    # NOTE: a text prompt gets the tokenizer's BOS
+    r = client.completions.create(model="tiny-llama", prompt="w5 w9 w14 w20", max_tokens=20)
+    made = paddle_greedy(net, [BOS] + PROMPT, 20, eos)
+    ends = [i for i, t in enumerate(made) if t in eos]
+    want = made[: ends[0] + 1] if ends else made
+    assert r.usage.prompt_tokens == len(PROMPT) + 1 and r.choices[0].model_extra["token_ids"] == want
+
+
+def test_vllms_ignore_eos_and_stop_token_ids(client, checkpoint):
+    net, eos = checkpoint[1], checkpoint[2]
+    kw = dict(model="tiny-llama", prompt=PROMPT, max_tokens=16)
+    past = client.completions.create(**kw, extra_body={"ignore_eos": True}).choices[0]
+    made = past.model_extra["token_ids"]
+    assert len(made) == 16 and past.finish_reason == "length" and eos[1] in made
+    # NOTE: greedy, so the same tokens as PaddleFormers' generate up to where an eos would end it
+    want = paddle_greedy(net, PROMPT, 16, eos)
+    assert made[: len(want)] == want
+    k = next(i for i, t in enumerate(made) if i >= 1 and t not in made[:i])
+    stopped = client.completions.create(**kw, extra_body={"ignore_eos": True, "stop_token_ids": [made[k]]}).choices[0]
+    assert stopped.model_extra["token_ids"] == made[: k + 1] and stopped.finish_reason == "stop"
+    assert stopped.text == " ".join(f"w{t}" for t in made[: k + 1])
+
+
+def test_chat_renders_the_folders_template_once_with_its_bos_and_the_requests_template_arguments(client):
+    messages = [{"role": "user", "content": "w5 w9"}]
+
+    def prompt_tokens(**kw):
+        r = client.chat.completions.create(model="tiny-llama", messages=messages, max_tokens=3, **kw)
+        return r.usage.prompt_tokens
+
+    def rendered(**kw):
+        text = Template(TEMPLATE).render(messages=messages, bos_token="w3", **kw)
+        return len(_tokenizer().encode(text).ids)  # NOTE: the template's BOS alone, not a second one
+
+    assert prompt_tokens() == rendered(add_generation_prompt=True)
+    thinking = prompt_tokens(extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+    assert thinking == rendered(add_generation_prompt=True, enable_thinking=True) == prompt_tokens() + 1
+    assert prompt_tokens(extra_body={"add_generation_prompt": False}) == rendered(add_generation_prompt=False)
+
+
+def test_a_restart_finds_the_artifact_in_the_cache_and_a_changed_folder_builds_again(
+    server, checkpoint, monkeypatch, tmp_path
+):
+    folder, _, _, cache = checkpoint
+    monkeypatch.setenv("PADDLE_XLA_CACHE_DIR", cache)
+    options = ckpt.BuildOptions(max_batch_size=ROWS)
+    path = ckpt.cache_path(folder, options)
+    assert f"exported to {path} " in server.output  # NOTE: PaddleFormers wrote flex-ckpt metadata since
+    lines = []
+    assert ckpt.built(folder, options, lines.append, str(tmp_path)) == path
+    assert lines == [f"{folder}: its artifact is in the cache: {path}"]
+    assert ckpt.cache_path(folder, ckpt.BuildOptions(max_batch_size=ROWS, max_model_len=32)) != path
+    config = os.path.join(folder, "generation_config.json")
+    stat = os.stat(config)
+    os.utime(config, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert ckpt.cache_path(folder, options) != path
+
+
+def test_export_writes_the_artifact_the_server_built(server, checkpoint, tmp_path, monkeypatch):
+    folder, _, eos, cache = checkpoint
+    monkeypatch.setenv("PADDLE_XLA_CACHE_DIR", cache)
+    out = str(tmp_path / "tiny.pxa")
+    with pytest.raises(SystemExit) as done:
+        cli_main(["export", folder, "-o", out, "--max-batch-size", str(ROWS)])
+    assert done.value.code == 0
+    served = pxa.load(re.search(r"exported to (\S+\.pxa) ", server.output).group(1))
+    exported = pxa.load(out)
+    # NOTE: two captures differ in value numbering and Paddle's parameter names, not in what they compute
+    tokenizer = "tokenizer.json"
+    assert exported.manifest["members"][tokenizer] == served.manifest["members"][tokenizer]
+    assert exported.geometry == served.geometry and exported.manifest["chat"] == served.manifest["chat"]
+    (tokens, scores), (want, want_scores) = (
+        a.generate(np.array([PROMPT]), max_new_tokens=8) for a in (exported, served)
+    )
+    np.testing.assert_array_equal(tokens, want)
+    np.testing.assert_array_equal(scores, want_scores)
+    assert exported.defaults.eos_token_id == tuple(eos)
+    assert exported.manifest["generation"]["request_defaults"] == {"temperature": 0.0}
+
+
+def test_a_length_past_the_models_window_stops_the_start_up_naming_both(checkpoint, tmp_path):
+    folder = checkpoint[0]
+    result = subprocess.run(
+        [sys.executable, "-m", "paddle_xla.cli", "serve", folder, "--port", "0", "--max-model-len", "100"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PADDLE_XLA_CACHE_DIR": str(tmp_path / "jax")},
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "max_model_len=100 is past" in result.stderr and "max_position_embeddings=64" in result.stderr
