@@ -29,6 +29,16 @@ def test_a_request_past_its_deadline_gets_504_and_frees_its_slot(llm):  # noqa: 
             else:
                 events = [line[5:].strip() for line in lines if line.startswith("data:")]
                 assert status == 200 and any('"type": "timeout"' in e for e in events) and events[-1] == "[DONE]"
+            # NOTE: KServe's generate_stream the same way, its error event in KServe's form
+            kserve = {"text_input": "w5 w6", "parameters": {"max_tokens": 40, "temperature": 0}}
+            with http.stream("POST", "/v2/models/llm/generate_stream", json=kserve) as s:
+                status = s.status_code
+                lines = list(s.iter_lines())
+            if status == 504:
+                assert "--request-timeout-ms" in json.loads("".join(lines))["error"]
+            else:
+                events = [json.loads(line[5:]) for line in lines if line.startswith("data:")]
+                assert status == 200 and "--request-timeout-ms" in events[-1]["error"], events
             _settles(http)
     finally:
         server.stop()

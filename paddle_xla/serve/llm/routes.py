@@ -199,12 +199,21 @@ class LlmHandlers:
         if stream:
 
             async def events():
-                async for piece in chained(first, pieces):
-                    yield {
-                        "data": json.dumps(
-                            {**head, "text_output": piece.text, "token_ids": piece.ids, "finish_reason": piece.finish}
-                        )
-                    }
+                try:
+                    async for piece in chained(first, pieces):
+                        yield {
+                            "data": json.dumps(
+                                {
+                                    **head,
+                                    "text_output": piece.text,
+                                    "token_ids": piece.ids,
+                                    "finish_reason": piece.finish,
+                                }
+                            )
+                        }
+                except RequestError as e:
+                    # NOTE: the 200 is out: the error is the stream's last event, in KServe's form (as Triton sends it)
+                    yield {"data": json.dumps({"error": e.message})}
 
             return EventSourceResponse(events())
 
