@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from ..errors import GenerationError
 from ..graph import Graph, Tensor
+from .last_logits import takes_one_position
 
 ALL_LOGITS = "all_logits:"  # NOTE: a program name's prefix: that program with every position's logits
 
@@ -34,7 +35,7 @@ def rewrite(graph: Graph) -> Graph | None:
     ops = list(graph.block.ops)
     logits = graph.fetches[0]
     at = next((i for i, op in enumerate(ops) if logits.value in op.outputs), None)
-    if at is None or not _last_position(ops[at]):
+    if at is None or not takes_one_position(ops[at]) or len(ops[at].outputs) != 1:
         return None
     source = ops[at].inputs[0]
     if source is None or graph.read_counts()[source] != 1:
@@ -45,13 +46,4 @@ def rewrite(graph: Graph) -> Graph | None:
         graph,
         block=dataclasses.replace(graph.block, ops=tuple(ops[:at] + ops[at + 1 :])),
         fetches=(whole,) + tuple(graph.fetches[1:]),
-    )
-
-
-def _last_position(op) -> bool:
-    return (
-        op.name == "pd_op.slice"
-        and list(op.attrs.get("axes", ())) == [1]
-        and list(op.attrs.get("decrease_axis", ())) == [1]
-        and len(op.outputs) == 1
     )

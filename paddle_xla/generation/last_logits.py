@@ -46,11 +46,7 @@ def rewrite(graph: Graph) -> Graph:
 
 def _head(op: Op, ops: list[Op], producer: dict, readers: Counter, ranks: dict, weights: dict) -> int | None:
     """The position of the matmul whose rows `op` slices, when it can be moved; else None."""
-    if (
-        op.name != "pd_op.slice"
-        or list(op.attrs.get("axes", ())) != [1]
-        or list(op.attrs.get("decrease_axis", ())) != [1]
-    ):
+    if not takes_one_position(op):
         return None
     j = producer.get(op.inputs[0])
     if j is None or readers[op.inputs[0]] != 1:
@@ -64,3 +60,12 @@ def _head(op: Op, ops: list[Op], producer: dict, readers: Counter, ranks: dict, 
     if ranks.get(op.outputs[0]) != 2 or weights.get(matmul.inputs[1]) != 2:
         return None
     return j
+
+
+def takes_one_position(op: Op) -> bool:
+    """Whether `op` is a slice that keeps one position of axis 1 and drops the axis (`logits[:, -1]`)."""
+    return (
+        op.name == "pd_op.slice"
+        and list(op.attrs.get("axes", ())) == [1]
+        and list(op.attrs.get("decrease_axis", ())) == [1]
+    )
