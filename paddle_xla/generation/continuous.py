@@ -474,7 +474,7 @@ class ScoresOut:
 
     def keep_first(self, row: int, scores: R.TokenScores, index: int) -> None:
         if self.wanted[row]:
-            self.first[row] = R.TokenScores(*(np.asarray(a[index]) for a in scores))
+            self.first[row] = scores.at(index)
 
     def keep_chunk(self, scores: R.TokenScores | None) -> None:
         self.last = None if scores is None else R.TokenScores(*(np.asarray(a) for a in scores))

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from ..ops import fixed_order
@@ -69,6 +70,10 @@ class TokenScores(NamedTuple):
     logprob: Any  # [...] float32
     top_ids: Any  # [..., K] int32
     top_logprobs: Any  # [..., K] float32
+
+    def at(self, *index) -> TokenScores:
+        """The scores at `index` of the leading axes (a row's, a row's step's), as NumPy arrays."""
+        return TokenScores(*(np.asarray(a[index]) for a in self))
 
 
 def no_scores(shape: tuple[int, ...], vocab: int) -> TokenScores:

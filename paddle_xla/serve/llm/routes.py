@@ -392,9 +392,7 @@ class LlmHandlers:
 def _prompt_entries(ids, scores) -> list:
     """A prompt's logprobs entries: its first token has none (nothing comes before it), token t the scores of
     position t - 1."""
-    return [(int(ids[0]), None)] + [
-        (int(ids[t]), type(scores)(*(a[t - 1] for a in scores))) for t in range(1, len(ids))
-    ]
+    return [(int(ids[0]), None)] + [(int(ids[t]), scores.at(t - 1)) for t in range(1, len(ids))]
 
 
 def _choice_sampling(s: R.Sampling, i: int) -> R.Sampling:

@@ -273,7 +273,7 @@ class Scheduler(QueueThread):
                 self._observe("itl", time.monotonic() - stream.last_at)
             for j in steps:
                 wanted = scores is not None and stream.request.logprobs
-                self._emit(stream, int(out[row][j]), _at(scores, row, j) if wanted else None)
+                self._emit(stream, int(out[row][j]), scores.at(row, j) if wanted and scores is not None else None)
             if not self.engine.busy[row]:
                 del self._running[row]
                 stream.send("end", self._reason(stream))
@@ -315,11 +315,6 @@ class Scheduler(QueueThread):
         self.metrics.kv_blocks_free.set(blocks.free_blocks)
         self.metrics.kv_blocks_used.set(blocks.used_blocks)
         self.metrics.prefix_hit_rate.set(blocks.stats.hit_rate)
-
-
-def _at(scores, row: int, step: int):
-    """One token's TokenScores out of a chunk's [rows, steps, ...] arrays."""
-    return type(scores)(*(a[row, step] for a in scores))
 
 
 def _dropped(stream: Stream, now: float) -> str | None:
