@@ -38,6 +38,7 @@ from common import server_env  # noqa: E402
 from generate import SHAPE  # noqa: E402  (benchmarks/generate.py: the same model)
 from gpu_llm import full_batch_steps  # noqa: E402  (the yardstick gpu.py times too)
 from serve import Service  # noqa: E402   (benchmarks/serve.py: a server subprocess, ready when it says so)
+from structured import char_tokenizer, structured_cost  # noqa: E402  (a JSON schema's cost)
 
 TINY = dict(
     vocab_size=256,
@@ -490,7 +491,8 @@ def main() -> int:
     gen = Generator(net, max_batch_size=args.rows, max_length=context, chunk=args.chunk, prefill_chunk=prefill_chunk)
     folder = tempfile.mkdtemp(prefix="serve_llm_")
     start = time.perf_counter()
-    px.export(gen, os.path.join(folder, "llm.pxa"))
+    # NOTE: a character tokenizer, for the structured-output requests (benchmarks/structured.py)
+    px.export(gen, os.path.join(folder, "llm.pxa"), tokenizer=char_tokenizer())
     export_s = time.perf_counter() - start
     jobs = workload(max(args.concurrency) * 16, shape["vocab_size"], prompt, output)
     prompts = [ids for ids, _ in jobs]  # NOTE: the full-batch yardstick's rows take their first ids
@@ -519,6 +521,8 @@ def main() -> int:
         print(json.dumps({"one_client": served_one}), flush=True)
         prefix = shared_prefix(url, shape["vocab_size"], **({"prefix": 32, "total": 40} if args.quick else {}))
         print(json.dumps({"shared_prefix": prefix}), flush=True)
+        schema = structured_cost(url, ones * 3, **({"length": 12, "clients": (1, 3)} if args.quick else {}))
+        print(json.dumps({"structured": schema}), flush=True)
         for clients in args.concurrency:
             warm = args.warm_s / 10 if clients == 1 else args.warm_s
             # NOTE: each level's yardstick is timed just before it and just after it (the server idle): this
@@ -591,6 +595,7 @@ def main() -> int:
             "paddleformers_eager": eager_1,
         },
         "shared_prefix": prefix,
+        "structured": schema,
         "at_once": crowd,
         "offline": base,
         "full_batch_step_ms": step_ms,
@@ -613,6 +618,7 @@ def main() -> int:
         / eager_1["decode_tokens_per_s"],
         "shared_prefix_ttft_ratio": prefix["ratio"],
         "most_at_once": crowd["most_at_once"],
+        "json_schema_tokens_per_s_ratio": {lv["clients"]: lv["ratio"] for lv in schema["levels"]},
     }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
@@ -645,7 +651,9 @@ def main() -> int:
         f"({g['one_client_not_batch_invariant_vs_offline_batch_1']:.2f}x, "
         f"{g['one_client_not_batch_invariant_vs_paddleformers_eager']:.2f}x); shared prefix: TTFT "
         f"{g['shared_prefix_ttft_ratio']:.2f}x the cold request's; "
-        f"{crowd['most_at_once']} of {crowd['requests']} requests at once in {crowd['kv_cache_tokens']} KV tokens"
+        f"{crowd['most_at_once']} of {crowd['requests']} requests at once in {crowd['kv_cache_tokens']} KV tokens; "
+        "decode tokens/s with a JSON schema over without: "
+        + ", ".join(f"{lv['ratio']:.2f}x at {lv['clients']} clients" for lv in schema["levels"])
     )
     print(
         f"at {g['clients']} clients: {g['vs_offline']:.0%} of offline, {g['vs_paddle_service']:.2f}x the Paddle "

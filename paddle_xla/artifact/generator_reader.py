@@ -195,6 +195,11 @@ class GeneratorArtifact:
         return self.decode(row[:cut])
 
     @property
+    def tokenizer_json(self) -> str | None:
+        """The artifact's tokenizer.json text (None when it was exported without one)."""
+        return None if self._tokenizer_text is None else self._tokenizer_text.decode()
+
+    @property
     def tokenizer(self):
         """The artifact's `tokenizers.Tokenizer` (None when it was exported without one)."""
         if self._tokenizer_obj is None and self._tokenizer_text is not None:

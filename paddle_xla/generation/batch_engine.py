@@ -33,6 +33,7 @@ from ..runtime.held import HeldWeights
 from . import gqa_rewrite, last_logits, row_means
 from . import row_logits as R
 from . import slots as SL
+from . import token_masks as TM
 from .config import DecodeConfig, decode_config
 
 FIRST_BUCKET = 16
@@ -215,8 +216,9 @@ def held_weights(graph: Graph, policy: LoweringPolicy, quant_type: str | None = 
     return HeldWeights.for_graph(graph, policy, quant_type)
 
 
-def rows_of(cfg: DecodeConfig, batch: int) -> R.RowParams:
-    """One call's decode arguments as the [batch] arrays the slots' programs take (the same for every row)."""
+def rows_of(cfg: DecodeConfig, batch: int, vocab: int) -> R.RowParams:
+    """One call's decode arguments as the [batch] arrays the slots' programs take (the same for every row,
+    none constrained)."""
 
     def full(value, dtype):
         return np.full(batch, value, dtype)
@@ -230,6 +232,7 @@ def rows_of(cfg: DecodeConfig, batch: int) -> R.RowParams:
         full(cfg.min_new_tokens, np.int32),
         full(False, bool),
         full(False, bool),
+        TM.unconstrained(batch, vocab),
     )
 
 
@@ -376,7 +379,7 @@ class BatchEngine:
         """The slots with every row's prompt in its cache and its first token chosen: one prefill of the
         prompts' bucket, or (longer than prefill_chunk) the extend program a chunk at a time."""
         g, eos, b = self.geometry, tuple(cfg.eos_token_id), self.geometry.max_batch_size
-        limit, rows = np.full(b, cfg.max_new_tokens, np.int32), rows_of(cfg, b)
+        limit, rows = np.full(b, cfg.max_new_tokens, np.int32), rows_of(cfg, b, g.vocab_size)
         bucket, c = g.bucket(ids.shape[1]), g.prefill_chunk
         if bucket is not None:
             ids, mask = padded(ids, mask, bucket, b, cfg.pad_token_id)

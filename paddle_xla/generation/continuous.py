@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import jax
 import numpy as np
@@ -27,6 +27,7 @@ from ..errors import GenerationError
 from ..runtime.compile_cache import ensure_compile_cache
 from . import row_logits as R
 from . import slots as SL
+from . import token_masks as TM
 from .batch_engine import chunk_layout, padded, program_together, rows_of
 from .config import DecodeConfig
 
@@ -48,6 +49,8 @@ class Request:
     seed: int | None = None
     logprobs: bool = False  # its tokens' TokenScores go to the host (engine.scores: ScoresOut)
     ignore_eos: bool = False  # vLLM's: an EOS does not end it (it is a token like any other)
+    # NOTE: its grammar (structured output): each token is chosen among those it allows (a paged engine's)
+    constraint: TM.TokenConstraint | None = field(default=None, compare=False)
 
     def config(self, defaults: DecodeConfig) -> DecodeConfig:
         """The checked DecodeConfig these arguments make (a GenerationError names what is wrong)."""
@@ -125,6 +128,9 @@ class ContinuousEngine:
 
     def check(self, request: Request) -> DecodeConfig:
         """The request's config, or a GenerationError naming the limit it breaks."""
+        if request.constraint is not None:
+            # NOTE: its rows run whole decode chunks, and a grammar's next mask needs the token just made
+            raise GenerationError("constrained decoding (structured output) needs the paged engine's KV cache")
         return checked(self.geometry, self.defaults, request)
 
     # ---- programs ----
@@ -217,7 +223,7 @@ class ContinuousEngine:
         cfg = self.check(request)
         steps, whole = prefill_steps(self.geometry, request, cfg)
         key = request_key(request, self._base_key, self._seeds)
-        params = request_params(cfg, request)
+        params = request_params(cfg, request, self.geometry.vocab_size)
         self._filling[row] = Filling(steps, np.int32(cfg.max_new_tokens), params, key, whole=whole)
         self.busy[row] = True
         self.scores.wanted[row] = request.logprobs
@@ -450,10 +456,13 @@ def continuous_engine(
     )
 
 
-def request_params(cfg: DecodeConfig, request: Request) -> R.RowParams:
-    """One request's decode arguments as the [1] arrays a prefill takes, its logprobs and ignore_eos among them."""
-    return rows_of(cfg, 1)._replace(
-        logprobs=np.full(1, request.logprobs, bool), ignore_eos=np.full(1, request.ignore_eos, bool)
+def request_params(cfg: DecodeConfig, request: Request, vocab: int) -> R.RowParams:
+    """One request's decode arguments as the [1] arrays a prefill takes, its logprobs, ignore_eos and the mask
+    of its first token (its constraint's, when it has one) among them."""
+    constraint = request.constraint
+    first = TM.unconstrained(1, vocab) if constraint is None else np.asarray(constraint.allowed(), np.int32)[None]
+    return rows_of(cfg, 1, vocab)._replace(
+        logprobs=np.full(1, request.logprobs, bool), ignore_eos=np.full(1, request.ignore_eos, bool), allowed=first
     )
 
 

@@ -73,7 +73,7 @@ def empty(layers2: int, blocks: int, heads: int, block_size: int, dim: int, dtyp
             jnp.zeros(n, jnp.float32),
             jnp.zeros((n, vocab), bool),
             jnp.zeros((n, 2), jnp.uint32),
-            R.row_params(n),
+            R.row_params(n, vocab),
             jnp.zeros((n, layers2, heads, dim), dtype),
             jnp.zeros(n, bool),
         ),
@@ -160,17 +160,33 @@ def _written(pool: tuple, tables, slot, on, new) -> tuple:
     )
 
 
-def run(decode: Callable, weights, state: Paged, rows, tables, chunk: int, eos_ids: tuple[int, ...], pad: int):
-    """Up to `chunk` decode steps of the bucket's rows, fewer once none is live. Returns (state, tokens
+def run(
+    decode: Callable,
+    weights,
+    state: Paged,
+    rows,
+    tables,
+    steps,
+    allowed,
+    chunk: int,
+    eos_ids: tuple[int, ...],
+    pad: int,
+):
+    """Up to `steps` (a traced int32, at most `chunk`) decode steps of the bucket's rows, fewer once none is
+    live; allowed [R, words(V)]: the rows' token masks (token_masks.py) from now on. Returns (state, tokens
     [R, chunk]: what each row made at each step, NO_TOKEN where it made none, and their TokenScores [R,
     chunk]). The tables must hold the blocks of every slot the chunk writes (blocks.py reserves a sequence's
-    blocks up front)."""
+    blocks up front). A constrained row's mask holds for one token, so a chunk that carries one runs one step
+    (paged_engine.py), in the same program."""
+    params = state.seqs.params
+    params = params._replace(allowed=params.allowed.at[rows].set(allowed))
+    state = state._replace(seqs=state.seqs._replace(params=params))
     out = jnp.full((rows.shape[0], chunk), SL.NO_TOKEN, jnp.int32)
     scores = R.no_scores((rows.shape[0], chunk), state.seqs.seen.shape[1])
 
     def more(c):
         i, s, _, _ = c
-        return (i < chunk) & jnp.any(s.seqs.live[rows])
+        return (i < steps) & jnp.any(s.seqs.live[rows])
 
     def body(c):
         i, s, out, scores = c

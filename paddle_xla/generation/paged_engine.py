@@ -29,7 +29,11 @@ ContinuousEngine (the same calls: begin, fill, run_chunk, free). Paddle-free.
   begins with the same tokens. Its whole chunks' blocks are registered once written (blocks.py: a hash
   chain, LRU); a later prompt that begins with them takes them into a view (paged.prefix_view) and
   prefills from the next chunk on, the cold prompt's remaining chunks exactly: a hit changes no number.
-  Hits come in whole prefill chunks, and only prompts longer than one chunk hit."""
+  Hits come in whole prefill chunks, and only prompts longer than one chunk hit.
+- **Constrained rows** (a Request's TokenConstraint: structured output). Each token of such a row is chosen
+  under its grammar's mask (token_masks.py), and the next mask needs that token: while one runs, the decode
+  chunk program runs one step (its step count is traced, so no other program), and the host advances the
+  grammars between steps. The other rows decode beside it, a token per round."""
 
 from __future__ import annotations
 
@@ -50,6 +54,7 @@ from . import derive
 from . import paged as PG
 from . import row_logits as R
 from . import slots as SL
+from . import token_masks as TM
 from .batch_engine import powers_of_two
 from .blocks import BlockPool, PrefixCacheStats
 from .config import DecodeConfig
@@ -130,6 +135,7 @@ class PagedEngine:
         self._commit = jax.jit(PG.commit, donate_argnums=(0,))
         self._free = jax.jit(PG.free, donate_argnums=(0,))
         self._filling: dict[int, _Fill] = {}
+        self._constraints: dict[int, TM.TokenConstraint] = {}  # NOTE: by sequence slot, while its request runs
         self._length = np.zeros(self.max_seqs, np.int64)  # NOTE: the host's view of each slot's filled cache
         self._seeds = itertools.count()
         self._base_key = jax.random.PRNGKey(seed)
@@ -137,6 +143,7 @@ class PagedEngine:
         self.scores = ScoresOut(self.max_seqs)
         self.last_bucket: tuple[int, int] | None = None  # (rows, blocks) of the last decode chunk
         self.prompt_scorer = prompt_scorer  # NOTE: None: this model's prompts are not scored (a plain decoder)
+        self.constrains = True  # NOTE: it follows a Request's TokenConstraint (a ContinuousEngine refuses one)
         self.on_compiled: Callable[[str], None] | None = None
 
     shares_products = False
@@ -246,7 +253,8 @@ class PagedEngine:
         if (rows, blocks) not in self._runs:
             decode, eos, pad, chunk = self._decode, self.eos, self.defaults.pad_token_id, self.geometry.chunk
             self._runs[(rows, blocks)] = jax.jit(
-                lambda w, s, r, t: PG.run(decode, w, s, r, t, chunk, eos, pad), donate_argnums=(1,)
+                lambda w, s, r, t, steps, allowed: PG.run(decode, w, s, r, t, steps, allowed, chunk, eos, pad),
+                donate_argnums=(1,),
             )
         return self._runs[(rows, blocks)]
 
@@ -263,18 +271,21 @@ class PagedEngine:
         tokens = self._tokens(request, cfg)
         # NOTE: a prompt within a bucket is prefilled whole, by another program than chunk_layout's chunks
         chunked = self.geometry.bucket(len(request.ids)) is None
+        # NOTE: before the blocks are taken: a constraint's first mask is the request's own code, and may fail
+        params = request_params(cfg, request, self.geometry.vocab_size)
         admitted = self.blocks.admit(row, request.ids, tokens, cacheable=chunked)
         if admitted is None:
             raise GenerationError(f"the KV cache has no room for {tokens} tokens now: wait for fits_now")
         hit = admitted.hit_tokens
         steps, whole = prefill_steps(self.geometry, request, cfg, start=hit)
         key = request_key(request, self._base_key, self._seeds)
-        params = request_params(cfg, request)
         f = _Fill(steps, np.int32(cfg.max_new_tokens), params, key, whole, tokens=len(request.ids), hit=hit)
         self.scores.wanted[row] = request.logprobs
         if hit:
             f.view, f.first = self._hit_view(row, request.ids[:hit]), False
         self._filling[row] = f
+        if request.constraint is not None:
+            self._constraints[row] = request.constraint
         self.busy[row] = True
         return len(steps)
 
@@ -319,6 +330,8 @@ class PagedEngine:
         del self._filling[row]
         self.blocks.commit_prompt(row)
         self._length[row] = f.tokens
+        if row in self._constraints:
+            self._constraints[row].accept(token)
         if not goes_on:
             self._end(row)
         return token, goes_on
@@ -353,12 +366,21 @@ class PagedEngine:
         for i, r in enumerate(running):
             tables[i] = self._table(r, blocks)
         wanted = bool(self.scores.wanted[running].any())
+        allowed = TM.unconstrained(rows, self.geometry.vocab_size)
+        constrained = {i: self._constraints[r] for i, r in enumerate(running) if r in self._constraints}
+        for i, constraint in constrained.items():
+            allowed[i] = constraint.allowed()
+        # NOTE: a constrained row's next mask needs the token it makes now: one step, then back to the host
+        steps = 1 if constrained else chunk
         with x64.scope():
             self._state, made, scores = self._run_fn(rows, blocks)(
-                self._weights_on_device(), self._paged(), index, tables
+                self._weights_on_device(), self._paged(), index, tables, np.int32(steps), allowed
             )
             made, live = np.asarray(made), np.asarray(self._state.seqs.live)
         self.scores.keep_chunk(_by_slot(scores, running, self.max_seqs) if wanted else None)
+        for i, constraint in constrained.items():
+            if made[i, 0] != SL.NO_TOKEN:
+                constraint.accept(int(made[i, 0]))
         out[running] = made[: len(running)]
         self._length[running] += (made[: len(running)] != SL.NO_TOKEN).sum(axis=1)
         for r in running:
@@ -378,6 +400,7 @@ class PagedEngine:
         return np.pad(np.asarray(table, np.int32), (0, width - len(table)))
 
     def _end(self, row: int) -> None:
+        self._constraints.pop(row, None)
         self.busy[row] = False
         self.blocks.release(row)
 
@@ -432,7 +455,12 @@ class PagedEngine:
                     # NOTE: no row live: the program compiles and runs no step
                     index = np.full(rows, self.max_seqs, np.int32)
                     self._state, _, _ = self._run_fn(rows, blocks)(
-                        self._weights_on_device(), self._paged(), index, np.zeros((rows, blocks), np.int32)
+                        self._weights_on_device(),
+                        self._paged(),
+                        index,
+                        np.zeros((rows, blocks), np.int32),
+                        np.int32(g.chunk),
+                        TM.unconstrained(rows, g.vocab_size),
                     )
                     compiled(f"decode chunk of {rows} rows over {blocks} blocks of {self.block_size}")
 

@@ -15,6 +15,8 @@ arithmetic follow PaddleFormers 1.2 (`generation/utils.py` greedy_search and sam
    value kept; 0: off), top-p on what is left (sorted descending, a token is dropped once the
    cumulative probability *before* it exceeds top_p, so the token that crosses it stays; 1.0: off),
    no renormalisation, and one draw from the remaining probability mass.
+Before the choice, a constrained row's mask (token_masks.py: structured output) puts the logits of the tokens
+its grammar forbids at the lowest float; such a row's grammar, not min_new_tokens, decides when it may end.
 A penalty or temperature of 1.0 leaves the values bit-identical. `seen` replaces PaddleFormers'
 growing input_ids: a [batch, vocab] mask of the ids a row has held. The softmaxes' sums and top-p's running
 sum are taken in a fixed order (ops/fixed_order.py), so a row's numbers do not depend on how many rows its
@@ -31,6 +33,7 @@ import numpy as np
 from jax import lax
 
 from ..ops import fixed_order
+from . import token_masks as TM
 
 
 class RowParams(NamedTuple):
@@ -42,10 +45,11 @@ class RowParams(NamedTuple):
     min_new: jax.Array  # [B] int32 (min_new_tokens)
     logprobs: jax.Array  # [B] bool: the row's tokens' log-probabilities and top alternatives are wanted
     ignore_eos: jax.Array  # [B] bool: an EOS does not end the row (vLLM's ignore_eos; max_new_tokens does)
+    allowed: jax.Array  # [B, words(V)] int32: the tokens the row may make next (token_masks.py), -1: any
 
 
-def row_params(batch: int) -> RowParams:
-    """Every row greedy and unfiltered (each field its own buffer, as a donated state needs)."""
+def row_params(batch: int, vocab: int) -> RowParams:
+    """Every row greedy, unfiltered and unconstrained (each field its own buffer, as a donated state needs)."""
     return RowParams(
         jnp.zeros(batch, bool),
         jnp.ones(batch, jnp.float32),
@@ -55,6 +59,7 @@ def row_params(batch: int) -> RowParams:
         jnp.zeros(batch, jnp.int32),
         jnp.zeros(batch, bool),
         jnp.zeros(batch, bool),
+        jnp.asarray(TM.unconstrained(batch, vocab)),
     )
 
 
@@ -109,11 +114,13 @@ def mark_seen(seen, tokens):
 def processed(logits, p: RowParams, seen, generated, eos_ids: tuple[int, ...]):
     logits = logits.astype(jnp.float32)
     if eos_ids:
-        ban = (generated < p.min_new)[:, None] & jnp.isin(jnp.arange(logits.shape[-1]), jnp.asarray(eos_ids))[None]
+        # NOTE: a constrained row's grammar decides when it may end (min_new_tokens would fight its mask)
+        early = (generated < p.min_new) & jnp.all(p.allowed == TM.ANY, axis=-1)
+        ban = early[:, None] & jnp.isin(jnp.arange(logits.shape[-1]), jnp.asarray(eos_ids))[None]
         logits = jnp.where(ban, jnp.finfo(logits.dtype).min, logits)
     pen = p.penalty[:, None]
     penalised = jnp.where(logits < 0, logits * pen, logits / pen)
-    return jnp.where(seen & (pen != 1.0), penalised, logits)
+    return TM.masked(jnp.where(seen & (pen != 1.0), penalised, logits), p.allowed)
 
 
 def top_k_filter(probs, k):

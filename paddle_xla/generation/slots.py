@@ -75,7 +75,7 @@ def empty(cache_shape, cache_dtype, vocab: int) -> Slots:
         jnp.zeros(batch, jnp.float32),
         jnp.zeros((batch, vocab), bool),
         jnp.zeros((batch, 2), jnp.uint32),
-        R.row_params(batch),
+        R.row_params(batch, vocab),
         jnp.zeros((batch, layers2, heads, dim), cache_dtype),
         i32(),
         jnp.zeros(batch, bool),

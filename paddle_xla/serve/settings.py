@@ -127,6 +127,12 @@ class Settings:
         "checkpoint folders: the longest prompt plus completion (0: the model's max_position_embeddings, at most 4096)",
     )
     dtype: str = flag("auto", "checkpoint folders: auto (the checkpoint's own) | float32 | bfloat16 | float16")
+    tool_call_parser: str | None = flag(
+        None,
+        "language models: how to read tool calls out of a chat reply for tool_choice 'auto': hermes (Qwen, "
+        "Hermes: <tool_call> tags) | llama3_json (Llama 3.x JSON); without it 'auto' is refused",
+        show_default=False,
+    )
     max_queue_size: int = flag(256, "queued requests per model; more are refused with 503")
     request_timeout_ms: int = flag(60_000, "answer 504 after this long (0: never)")
     max_body_mb: float = flag(64.0, "larger request bodies get 413")
@@ -159,6 +165,8 @@ class Settings:
             raise ValueError(f"--max-model-len must be 0 or more, not {self.max_model_len}.")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"--dtype takes auto, float32, bfloat16 or float16, not {self.dtype!r}.")
+        if self.tool_call_parser not in (None, "hermes", "llama3_json"):
+            raise ValueError(f"--tool-call-parser takes hermes or llama3_json, not {self.tool_call_parser!r}.")
         if self.max_prefill_tokens < 0:
             raise ValueError(f"--max-prefill-tokens must be 0 or more, not {self.max_prefill_tokens}.")
         if self.kv_cache_tokens < 0:

@@ -9,6 +9,7 @@ from scipy import stats
 
 from paddle_xla.errors import GenerationError
 from paddle_xla.generation import row_logits as L
+from paddle_xla.generation import token_masks as TM
 from paddle_xla.generation.batch_engine import rows_of
 from paddle_xla.generation.config import DecodeConfig, decode_config
 from paddle_xla.generation.slots import finish
@@ -45,7 +46,7 @@ def test_processed_logits_match_paddleformers(penalty, min_new, generated):
     want = _pf_processed(logits, ids, cfg, prompt_len)
     got = L.processed(
         jnp.asarray(logits),
-        rows_of(cfg, BATCH),
+        rows_of(cfg, BATCH, VOCAB),
         L.seen_tokens(jnp.asarray(ids), VOCAB),
         jnp.full(BATCH, generated, jnp.int32),
         cfg.eos_token_id,
@@ -71,7 +72,7 @@ def test_sampling_filters_match_paddleformers(temperature, top_k, top_p):
     if top_p < 1.0:
         probs = lp.TopPProcess(probs, top_p, 1)
     cfg = DecodeConfig(decode_strategy="sampling", temperature=temperature, top_k=top_k, top_p=top_p)
-    got = np.asarray(L.sampling_probs(jnp.asarray(logits), rows_of(cfg, BATCH)))
+    got = np.asarray(L.sampling_probs(jnp.asarray(logits), rows_of(cfg, BATCH, VOCAB)))
     want = probs.numpy()
     np.testing.assert_array_equal(got == 0, want == 0)  # the same tokens filtered out
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
@@ -93,7 +94,7 @@ def test_greedy_picks_the_argmax_and_scores_its_processed_logit():
     processed = _pf_processed(logits, ids, cfg, ids.shape[1])
     tokens, terms = L.choose(
         jnp.asarray(logits),
-        rows_of(cfg, BATCH),
+        rows_of(cfg, BATCH, VOCAB),
         L.seen_tokens(jnp.asarray(ids), VOCAB),
         jnp.zeros(BATCH, jnp.int32),
         _keys(0, BATCH),
@@ -111,8 +112,8 @@ def test_sampled_tokens_follow_the_filtered_distribution():
     n = 20_000
     logits = jnp.asarray(np.repeat(row, n, axis=0))
     seen = jnp.zeros((n, VOCAB), bool)
-    tokens, terms = L.choose(logits, rows_of(cfg, n), seen, jnp.zeros(n, jnp.int32), _keys(0, n), ())
-    expected = np.asarray(L.sampling_probs(jnp.asarray(row), rows_of(cfg, 1)))[0].astype(np.float64)
+    tokens, terms = L.choose(logits, rows_of(cfg, n, VOCAB), seen, jnp.zeros(n, jnp.int32), _keys(0, n), ())
+    expected = np.asarray(L.sampling_probs(jnp.asarray(row), rows_of(cfg, 1, VOCAB)))[0].astype(np.float64)
     expected = expected / expected.sum()
     counts = np.bincount(np.asarray(tokens), minlength=VOCAB)
     assert counts[expected == 0].sum() == 0
@@ -130,7 +131,7 @@ def test_sampling_draws_differ_by_key():
     cfg = DecodeConfig(decode_strategy="sampling", top_k=0)
     logits = jnp.asarray(_logits(seed=6, batch=64, scale=0.5))
     seen = jnp.zeros((64, VOCAB), bool)
-    rows, t = rows_of(cfg, 64), jnp.zeros(64, jnp.int32)
+    rows, t = rows_of(cfg, 64, VOCAB), jnp.zeros(64, jnp.int32)
     a, _ = L.choose(logits, rows, seen, t, _keys(1, 64), ())
     b, _ = L.choose(logits, rows, seen, t, _keys(1, 64), ())
     c, _ = L.choose(logits, rows, seen, t, _keys(2, 64), ())
@@ -141,7 +142,7 @@ def test_each_row_follows_its_own_arguments_and_key():
     # NOTE: a greedy row next to sampled ones gets the argmax; a sampled row's draw depends on its key alone
     logits = jnp.asarray(_logits(seed=8, batch=3, scale=0.5))
     seen, t = jnp.zeros((3, VOCAB), bool), jnp.zeros(3, jnp.int32)
-    mixed = rows_of(DecodeConfig(decode_strategy="sampling", top_k=0), 3)._replace(
+    mixed = rows_of(DecodeConfig(decode_strategy="sampling", top_k=0), 3, VOCAB)._replace(
         sampling=jnp.asarray([False, True, True])
     )
     keys = _keys(3, 3)
@@ -199,3 +200,25 @@ def test_config_follows_paddleformers_rules_and_refuses_clearly():
         decode_config(do_smaple=True)
     with pytest.raises(GenerationError, match="single eos_token_id"):
         decode_config(min_new_tokens=2, eos_token_id=[1, 2])
+
+
+def test_a_token_mask_leaves_only_its_tokens_to_choose_and_no_mask_changes_nothing():
+    """token_masks.py's bit layout (bit t % 32 of word t // 32, the sign bit too) as choose applies it: a
+    masked row picks the best of its allowed ids, greedy or sampled; an unconstrained row's numbers are
+    the unmasked ones to the bit."""
+    cfg = DecodeConfig(decode_strategy="sampling", temperature=0.7)
+    logits = _logits(seed=9, batch=3)
+    allowed = TM.unconstrained(3, VOCAB)
+    ids = np.array([0, 5, 31, 32, 39])  # NOTE: 31 is word 0's sign bit
+    allowed[0] = allowed[1] = np.packbits(np.isin(np.arange(64), ids), bitorder="little").view("<i4")
+    assert list(TM.allowed_tokens(allowed[0], VOCAB)) == list(ids)
+    params = rows_of(cfg, 3, VOCAB)._replace(sampling=np.array([False, True, True]), allowed=allowed)
+    seen = jnp.zeros((3, VOCAB), bool)
+    tokens, _ = L.choose(jnp.asarray(logits), params, seen, jnp.zeros(3, jnp.int32), _keys(1, 3), ())
+    assert int(tokens[0]) == ids[np.argmax(logits[0, ids])]
+    assert int(tokens[1]) in ids
+    free = rows_of(cfg, 3, VOCAB)._replace(sampling=np.array([False, True, True]))
+    both = L.processed(jnp.asarray(logits), params, seen, jnp.zeros(3, jnp.int32), ())
+    plain = L.processed(jnp.asarray(logits), free, seen, jnp.zeros(3, jnp.int32), ())
+    np.testing.assert_array_equal(np.asarray(both)[2], np.asarray(plain)[2])
+    assert (np.asarray(both)[0, np.setdiff1d(np.arange(VOCAB), ids)] == np.finfo(np.float32).min).all()

@@ -3,6 +3,7 @@ rows and blocks, and each request getting what px.Generator.generate gives its p
 
 import jax
 import numpy as np
+import paddle
 import pytest
 
 from paddle_xla import x64
@@ -10,6 +11,7 @@ from paddle_xla.api.generator import Generator
 from paddle_xla.errors import GenerationError
 from paddle_xla.generation import all_logits
 from paddle_xla.generation import paged as PG
+from paddle_xla.generation import token_masks as TM
 from paddle_xla.generation.batch_engine import program
 from paddle_xla.generation.continuous import Request
 from paddle_xla.generation.paged_engine import _checked_line, kv_tokens_in_memory, paged_engine
@@ -210,7 +212,14 @@ def test_a_decode_chunk_updates_the_pool_in_place(engine):
     with x64.scope():
         hlo = (
             engine._run_fn(2, 4)
-            .lower(engine._weights_on_device(), engine._paged(), np.full(2, 6, np.int32), np.zeros((2, 4), np.int32))
+            .lower(
+                engine._weights_on_device(),
+                engine._paged(),
+                np.full(2, 6, np.int32),
+                np.zeros((2, 4), np.int32),
+                np.int32(g.chunk),
+                TM.unconstrained(2, g.vocab_size),
+            )
             .compile()
             .as_text()
         )
@@ -326,7 +335,51 @@ def test_the_planner_counts_the_pool_and_the_largest_decode_chunks_working_memor
     rows, blocks = engine.row_buckets[-1], engine.block_buckets[-1]
     with x64.scope():
         run = engine._run_fn(rows, blocks).lower(
-            engine._weights_on_device(), engine._paged(), np.zeros(rows, np.int32), np.zeros((rows, blocks), np.int32)
+            engine._weights_on_device(),
+            engine._paged(),
+            np.zeros(rows, np.int32),
+            np.zeros((rows, blocks), np.int32),
+            np.int32(engine.geometry.chunk),
+            TM.unconstrained(rows, engine.geometry.vocab_size),
         )
         temp = run.compile().memory_analysis().temp_size_in_bytes
     assert 0.75 * temp <= shape.work_bytes <= 1.25 * temp, (temp, shape.work_bytes)
+
+
+class _Subsets:
+    """A TokenConstraint that allows 6 random ids (never an EOS) at each step; it keeps what it allowed."""
+
+    def __init__(self, seed: int, vocab: int):
+        self.rng, self.vocab, self.sets, self.made = np.random.default_rng(seed), vocab, [], []
+
+    def allowed(self):
+        ids = self.rng.choice(np.arange(3, self.vocab), 6, replace=False)
+        self.sets.append(ids)
+        bits = np.zeros(TM.words(self.vocab) * 32, np.uint8)
+        bits[ids] = 1
+        return np.packbits(bits, bitorder="little").view("<i4").astype(np.int32)
+
+    def accept(self, token: int) -> None:
+        self.made.append(token)
+
+
+def test_a_constrained_request_takes_the_best_allowed_token_each_step_beside_free_ones(gen, engine):
+    """Each token is the argmax of Paddle's logits over the ids its constraint allowed at that step, and the
+    unconstrained requests decoding beside it (a token per round now) get their tokens alone."""
+    g = engine.geometry
+    constrained = [Request(r.ids[:20], 9, constraint=_Subsets(i, g.vocab_size)) for i, r in enumerate(_requests(5, 2))]
+    free = _requests(6, 3)
+    got, _, _ = serve(engine, constrained + free)
+    net = _model("llama")
+    for i, r in enumerate(constrained):
+        c = r.constraint
+        assert got[i] == c.made and len(c.made) == 9 and len(c.sets) == 9
+        with paddle.no_grad():
+            out = net(paddle.to_tensor([list(r.ids) + c.made[:-1]]))
+        logits = (out.logits if hasattr(out, "logits") else out[0]).numpy()[0]
+        for t, (token, ids) in enumerate(zip(c.made, c.sets)):
+            row = logits[len(r.ids) - 1 + t]
+            assert token == ids[np.argmax(row[ids])], (i, t)
+    for j, r in enumerate(free):
+        assert got[len(constrained) + j] == _alone(gen, r)
+    assert engine.blocks.free_blocks == engine.blocks.num_blocks - 1

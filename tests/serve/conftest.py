@@ -89,3 +89,13 @@ def checkpoint_server(checkpoint):
     server = serve_checkpoint(checkpoint)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def chars_server(tmp_path_factory):
+    """A tiny Llama with a character-level tokenizer (tests/serve/chars_server.py), --tool-call-parser hermes."""
+    from .chars_server import serve_chars
+
+    server = serve_chars(tmp_path_factory.mktemp("chars"))
+    yield server
+    server.stop()

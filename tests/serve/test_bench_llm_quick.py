@@ -62,6 +62,7 @@ def test_serve_llm_benchmark_quick(tmp_path):
         "one_client_not_batch_invariant_vs_paddleformers_eager",
         "shared_prefix_ttft_ratio",
         "most_at_once",
+        "json_schema_tokens_per_s_ratio",
     }
     one = report["one_client"]
     for served in (one["served"], one["served_not_batch_invariant"]):
@@ -71,4 +72,8 @@ def test_serve_llm_benchmark_quick(tmp_path):
     assert len(report["shared_prefix"]["ttft_ms"]) == 8 and report["shared_prefix"]["ratio"] > 0
     # NOTE: 16 requests of at most 64 tokens (4 blocks each) in 1024 tokens of cache: all of them fit at once
     assert 1 < report["at_once"]["most_at_once"] <= 16
+    # NOTE: both sides make the schema's tokens ({"s":"..."} around 12 characters, then the EOS) at 1 and 3 clients
+    for level in report["structured"]["levels"]:
+        assert level["with_schema"]["tokens"] == level["without_schema"]["tokens"] == 21, level
+        assert level["ratio"] > 0 and level["with_schema"]["tokens_per_s"] > 0
     assert "| 8 |" in done.stdout

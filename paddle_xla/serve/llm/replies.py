@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from ..request_errors import RequestError
 from .logprobs import Logprobs
+from .tools import Held, Reading
 
 Pieces = tuple  # (the first Piece, an async iterator of the rest): one choice's
 
@@ -67,6 +68,7 @@ class Reply:
     ):
         self.model, self.chat, self.prompt_tokens, self.logprobs, self.keep = model, chat, prompt_tokens, logprobs, keep
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        self.reading: Reading | None = None  # NOTE: set where a chat request gives tools (tools.py)
         self.created = int(time.time())
         self.object = "chat.completion" if chat else "text_completion"
 
@@ -99,8 +101,23 @@ class Reply:
     def _whole_choice(self, index: int, c: _Choice) -> dict:
         logprobs = self.logprobs()
         values = logprobs.of(c.scores) if logprobs is not None else None
-        body = {"message": {"role": "assistant", "content": c.text}} if self.chat else {"text": c.text}
-        return {"index": index, **body, "logprobs": values, "finish_reason": c.finish, "token_ids": c.ids}
+        if not self.chat:
+            return {"index": index, "text": c.text, "logprobs": values, "finish_reason": c.finish, "token_ids": c.ids}
+        message, finish = self._message(c.text, c.finish)
+        return {"index": index, "message": message, "logprobs": values, "finish_reason": finish, "token_ids": c.ids}
+
+    def _message(self, text: str, finish: str | None) -> tuple[dict, str | None]:
+        """The assistant's message for its text, with the tool calls it makes (and their finish reason)."""
+        if self.reading is None:
+            return {"role": "assistant", "content": text}, finish
+        content, calls = self.reading.replied(text)
+        if not calls:
+            return {"role": "assistant", "content": content}, finish
+        return {
+            "role": "assistant",
+            "content": content,
+            "tool_calls": calls,
+        }, "tool_calls" if finish == "stop" else finish
 
     async def stream(self, choices: list[Pieces], include_usage: bool):
         made = 0
@@ -111,10 +128,20 @@ class Reply:
                         {"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
                     )
             merged = _interleaved(choices, [self.logprobs() for _ in choices])
+            reading = self.reading
+            held: dict[int, tuple[Held, list[Piece]]] = {}
+            if reading is not None:
+                held = {i: (reading.held(), []) for i in range(len(choices))}
             async with contextlib.aclosing(merged):  # NOTE: a client that leaves cancels every choice now
                 async for i, piece, logprobs in merged:
                     made += len(piece.ids)
-                    yield self._stream_chunk(i, piece, logprobs)
+                    if reading is None:
+                        yield self._stream_chunk(i, piece, logprobs)
+                        continue
+                    # NOTE: text that may be a tool call waits until the reply's end; the rest goes out as it comes
+                    chunk = self._held_chunk(i, piece, logprobs, *held[i])
+                    if chunk is not None:
+                        yield chunk
         except RequestError as e:
             # NOTE: the 200 and the first events are out; the error ends the stream as an event of its own
             yield {"data": json.dumps(openai_error_body(e))}
@@ -128,6 +155,27 @@ class Reply:
         return self._chunk(
             {"index": i, **body, "logprobs": values, "finish_reason": piece.finish, "token_ids": piece.ids}
         )
+
+    def _held_chunk(self, i: int, piece: Piece, logprobs: Logprobs | None, held: Held, waiting: list) -> dict | None:
+        """The chunk a piece of a reply that may call tools sends now (None: it waits); `waiting` keeps the
+        pieces whose text is held, so that their ids and scores go out with it."""
+        waiting.append(piece)
+        content = held.push(piece.text)
+        finish = piece.finish
+        delta: dict = {"content": content}
+        if finish is not None:
+            rest, calls = held.finish()
+            delta = {"content": content + (rest or "") if content or rest else None}
+            if calls:
+                delta["tool_calls"] = [{"index": k, **call} for k, call in enumerate(calls)]
+                finish = "tool_calls" if finish == "stop" else finish
+        elif not content:
+            return None
+        scores = [s for p in waiting for s in p.scores]
+        ids = [t for p in waiting for t in p.ids]
+        waiting.clear()
+        values = logprobs.of(scores) if logprobs is not None else None
+        return self._chunk({"index": i, "delta": delta, "logprobs": values, "finish_reason": finish, "token_ids": ids})
 
     def _chunk(self, choice: dict) -> dict:
         return {"data": json.dumps({**self._head(True), "choices": [choice]})}

@@ -1,30 +1,29 @@
-"""OpenAI request bodies (`/v1/completions`, `/v1/chat/completions`) read and checked: every field's type
-and range, named in a 400 when wrong. Paddle-free.
+"""OpenAI request bodies (`/v1/completions`, `/v1/chat/completions`) read into what the engine is asked: the
+fields validated by bodies.py's pydantic models (each type and range, a 400 naming the field), then the rules
+that tie fields together, each a 400 naming the field at fault. Paddle-free.
 
 Meanings follow OpenAI's API: temperature 0 is greedy decoding, above 0 sampling at that temperature;
 `max_tokens` defaults to 16 for completions and to the room the context leaves for chat; `n` is 1-128 (and
-completions' `best_of` n-20);
-`logprobs` is an integer 0-5 for completions, `logprobs: true` with `top_logprobs` 0-20 for chat; a
-completion's `echo` puts the prompt first (with `max_tokens` 0: the prompt alone, scored where `logprobs`).
-vLLM's extensions `top_k`, `repetition_penalty`, `min_tokens`, `include_stop_str_in_output`, `stop_token_ids`
-and `ignore_eos` are accepted too. A field the API has but paddle_xla does not implement (penalties other than 0,
-`logit_bias`, `suffix`) is refused by name rather than ignored, so a client never gets an answer to a
-question it did not ask."""
+completions' `best_of` n-20); `logprobs` is an integer 0-5 for completions, `logprobs: true` with
+`top_logprobs` 0-20 for chat; a completion's `echo` puts the prompt first (with `max_tokens` 0: the prompt
+alone, scored where `logprobs`). vLLM's extensions `top_k`, `repetition_penalty`, `min_tokens`,
+`include_stop_str_in_output`, `stop_token_ids` and `ignore_eos` are accepted too, and so are structured
+output's fields (structured.py) and chat's tools (tools.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any
 
-from ..request_errors import RequestError
+from .bodies import ChatBody, Common, CompletionBody, bad, validated
+from .structured import FIELDS as STRUCTURED_FIELDS
+from .structured import Structured, parse
+from .tools import Tools
+from .tools import parse as parse_tools
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 COMPLETION_DEFAULT_MAX_TOKENS = 16
-COMPLETION_MAX_LOGPROBS = 5  # NOTE: OpenAI's limits; the engine keeps TOP_LOGPROBS = 20 alternatives
-CHAT_MAX_TOP_LOGPROBS = 20
-MAX_N = 128
 MAX_BEST_OF = 20
 
 
@@ -47,6 +46,7 @@ class Sampling:
     best_of: int = 1  # choices made (completions: the n best of them are returned)
     stop_token_ids: tuple[int, ...] = ()  # vLLM's: any of these ends the completion (it stays in the text)
     ignore_eos: bool = False  # vLLM's: the model's EOS does not end the completion
+    structured: Structured | None = None  # what the text must match (structured.py), None: anything
 
 
 @dataclass(frozen=True)
@@ -56,12 +56,7 @@ class Parsed:
     messages: tuple[dict, ...] | None  # chat: role/content pairs
     sampling: Sampling
     template_args: dict = dataclasses.field(default_factory=dict)  # chat: what else the template receives
-
-
-def bad(message: str, param: str | None = None) -> RequestError:
-    error = RequestError(400, message)
-    error.param = param
-    return error
+    tools: Tools | None = None  # chat: the functions it may call, and how (tools.py); None: plain text
 
 
 def body_json(body: bytes) -> dict:
@@ -74,155 +69,39 @@ def body_json(body: bytes) -> dict:
     return data
 
 
-def _typed(data: dict, name: str, kinds: tuple, default: Any, what: str) -> Any:
-    value = data.get(name, default)
-    if value is None:
-        return default
-    # NOTE: bool is an int in Python, never in JSON's sense of a number
-    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-        raise bad(f"'{name}' must be {what}, got {json.dumps(value)[:60]}.", name)
-    return value
-
-
-def _number(data, name, default, low=None, high=None, low_open=False):
-    value = _typed(data, name, (int, float), default, "a number")
-    if value is None:
-        return None
-    if low is not None and (value <= low if low_open else value < low) or high is not None and value > high:
-        span = f"{'(' if low_open else '['}{low}, {high if high is not None else 'inf'}]"
-        raise bad(f"'{name}' must lie in {span}, got {value}.", name)
-    return value
-
-
-def _integer(data, name, default, low=None):
-    value = _typed(data, name, (int,), default, "an integer")
-    if value is not None and low is not None and value < low:
-        raise bad(f"'{name}' must be at least {low}, got {value}.", name)
-    return value
-
-
-def _same(value, allowed) -> bool:
-    """JSON equality: true is no 1 and 0 no false (Python's == says they are), 0 and 0.0 are one number."""
-    if isinstance(value, bool) or isinstance(allowed, bool):
-        return isinstance(value, bool) and isinstance(allowed, bool) and value == allowed
-    return type(value) is type(allowed) and value == allowed or _numbers(value, allowed) and value == allowed
-
-
-def _numbers(*values) -> bool:
-    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-
-
-def _fixed(data: dict, name: str, allowed: tuple) -> None:
-    if name in data and not any(_same(data[name], a) for a in allowed):
-        raise bad(
-            f"'{name}'={json.dumps(data[name])[:40]} is not supported by this server (it takes "
-            f"{' or '.join(json.dumps(a) for a in allowed)}).",
-            name,
-        )
-
-
-def _stop(data: dict) -> tuple[str, ...]:
-    stop = data.get("stop")
-    if stop is None:
-        return ()
-    if isinstance(stop, str):
-        return (stop,)
-    if isinstance(stop, list) and all(isinstance(s, str) for s in stop) and len(stop) <= 4:
-        return tuple(stop)
-    raise bad("'stop' must be a string or a list of up to 4 strings.", "stop")
-
-
-COMMON = {
-    "model",
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "repetition_penalty",
-    "min_tokens",
-    "include_stop_str_in_output",
-    "stop_token_ids",
-    "ignore_eos",
-    "seed",
-    "stop",
-    "n",
-    "stream",
-    "stream_options",
-    "user",
-    "logprobs",
-    "presence_penalty",
-    "frequency_penalty",
-    "logit_bias",
-}
-COMPLETION_FIELDS = COMMON | {"prompt", "echo", "best_of", "suffix"}
-CHAT_FIELDS = COMMON | {
-    "messages",
-    "max_completion_tokens",
-    "top_logprobs",
-    "add_generation_prompt",
-    "documents",
-    "chat_template_kwargs",
-}
-
-
-def sampling(data: dict, default_max_tokens: int | None, fewest_tokens: int = 1) -> Sampling:
-    for name, allowed in (
-        # NOTE: null is what OpenAI's API and vLLM take as the default for each of these
-        ("presence_penalty", (None, 0)),
-        ("frequency_penalty", (None, 0)),
-        ("logit_bias", (None, {})),
-        ("suffix", (None,)),
-    ):
-        _fixed(data, name, allowed)
-    if data.get("stream_options") is not None and data.get("stream") is not True:
+def sampling(body: Common, default_max_tokens: int | None, fewest_tokens: int = 1) -> Sampling:
+    """The sampling fields of a validated body (bodies.py), with the rules that tie two fields together."""
+    if body.stream_options is not None and not body.stream:
         raise bad("'stream_options' is only for a streamed request: set 'stream': true, or drop it.", "stream_options")
-    options = _typed(data, "stream_options", (dict,), {}, "an object")
-    include_usage = options.get("include_usage", False)
-    if not isinstance(include_usage, bool):
-        raise bad("'stream_options.include_usage' must be true or false.", "stream_options")
-    max_tokens = _integer(data, "max_tokens", None, low=fewest_tokens)
+    max_tokens = body.max_tokens
     if max_tokens is None:
-        max_tokens = _integer(data, "max_completion_tokens", default_max_tokens, low=fewest_tokens)
-    min_tokens = _integer(data, "min_tokens", 0, low=0)
-    if max_tokens is not None and min_tokens > max_tokens:
+        max_tokens = getattr(body, "max_completion_tokens", None)
+    name = "max_tokens" if body.max_tokens is not None else "max_completion_tokens"
+    if max_tokens is not None and max_tokens < fewest_tokens:
+        raise bad(f"'{name}' must be at least {fewest_tokens}, got {max_tokens}.", name)
+    max_tokens = default_max_tokens if max_tokens is None else max_tokens
+    if max_tokens is not None and body.min_tokens > max_tokens:
         raise bad(
-            f"'min_tokens'={min_tokens} exceeds 'max_tokens'={max_tokens}: ask for at most as many.", "min_tokens"
+            f"'min_tokens'={body.min_tokens} exceeds 'max_tokens'={max_tokens}: ask for at most as many.", "min_tokens"
         )
-    n = _integer(data, "n", 1, low=1)
-    if n > MAX_N:
-        raise bad(f"'n' must be at most {MAX_N}, got {n}.", "n")
     return Sampling(
-        n=n,
-        best_of=n,
+        n=body.n,
+        best_of=body.n,
         max_tokens=max_tokens,
-        temperature=float(_number(data, "temperature", 1.0, 0.0, 2.0)),
-        top_p=float(_number(data, "top_p", 1.0, 0.0, 1.0, low_open=True)),
-        top_k=_integer(data, "top_k", 0, low=0),
-        min_tokens=min_tokens,
-        repetition_penalty=float(_number(data, "repetition_penalty", 1.0, 0.0, low_open=True)),
-        seed=_integer(data, "seed", None),
-        stop=_stop(data),
-        stream=_typed(data, "stream", (bool,), False, "true or false"),
-        include_usage=include_usage,
-        include_stop_str=_typed(data, "include_stop_str_in_output", (bool,), False, "true or false"),
-        stop_token_ids=_stop_ids(data),
-        ignore_eos=_typed(data, "ignore_eos", (bool,), False, "true or false"),
+        temperature=float(body.temperature),
+        top_p=float(body.top_p),
+        top_k=body.top_k,
+        min_tokens=body.min_tokens,
+        repetition_penalty=float(body.repetition_penalty),
+        seed=body.seed,
+        stop=(body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ()),
+        stream=body.stream,
+        include_usage=body.stream_options is not None and body.stream_options.include_usage,
+        include_stop_str=body.include_stop_str_in_output,
+        stop_token_ids=tuple(body.stop_token_ids or ()),
+        ignore_eos=body.ignore_eos,
+        structured=parse(body.model_dump(include=set(STRUCTURED_FIELDS))),
     )
-
-
-def _stop_ids(data: dict) -> tuple[int, ...]:
-    ids = data.get("stop_token_ids")
-    if ids is None:
-        return ()
-    if isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
-        return tuple(ids)
-    raise bad("'stop_token_ids' must be a list of token ids (integers of 0 or more).", "stop_token_ids")
-
-
-def _unknown(data: dict, known: set) -> None:
-    extra = sorted(set(data) - known)
-    if extra:
-        raise bad(f"Unknown field(s) {extra}; this endpoint takes {sorted(known)}.", extra[0])
 
 
 def with_defaults(data: dict, defaults: dict) -> dict:
@@ -239,33 +118,28 @@ def model_name(data: dict) -> str:
 
 
 def completion(data: dict) -> Parsed:
-    _unknown(data, COMPLETION_FIELDS)
-    prompt = data.get("prompt")
+    body = validated(CompletionBody, data)
+    prompt = body.prompt
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # NOTE: a batch of one prompt
-    if isinstance(prompt, str):
-        if not prompt:
-            raise bad("'prompt' is empty; give some text or token ids.", "prompt")
-    elif isinstance(prompt, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
-        if not prompt:
-            raise bad("'prompt' is empty; give some text or token ids.", "prompt")
-        prompt = tuple(prompt)
-    else:
+    if isinstance(prompt, list) and not all(isinstance(i, int) for i in prompt):
         raise bad("'prompt' must be a string or a list of token ids (one prompt per request).", "prompt")
+    if not prompt:
+        raise bad("'prompt' is empty; give some text or token ids.", "prompt")
     # NOTE: echo with max_tokens 0 asks for the prompt's scores alone (what evaluation harnesses send)
-    echo = _typed(data, "echo", (bool,), False, "true or false")
-    s = sampling(data, COMPLETION_DEFAULT_MAX_TOKENS, fewest_tokens=0 if echo else 1)
-    logprobs = _integer(data, "logprobs", None, low=0)
-    if logprobs is not None and logprobs > COMPLETION_MAX_LOGPROBS:
-        raise bad(f"'logprobs' must be at most {COMPLETION_MAX_LOGPROBS}, got {logprobs}.", "logprobs")
+    s = sampling(body, COMPLETION_DEFAULT_MAX_TOKENS, fewest_tokens=0 if body.echo else 1)
+    prompt = prompt if isinstance(prompt, str) else tuple(prompt)
     return Parsed(
-        model_name(data), prompt, None, dataclasses.replace(s, logprobs=logprobs, echo=echo, best_of=_best_of(data, s))
+        body.model,
+        prompt,
+        None,
+        dataclasses.replace(s, logprobs=body.logprobs, echo=body.echo, best_of=_best_of(body, s)),
     )
 
 
-def _best_of(data: dict, s: Sampling) -> int:
+def _best_of(body: CompletionBody, s: Sampling) -> int:
     """Completions' best_of: how many choices are made (at least n, at most 20; not streamed past n)."""
-    best_of = _integer(data, "best_of", s.n, low=1)
+    best_of = s.n if body.best_of is None else body.best_of
     if not s.n <= best_of <= MAX_BEST_OF:
         raise bad(f"'best_of' must lie in ['n'={s.n}, {MAX_BEST_OF}], got {best_of}.", "best_of")
     if best_of > s.n and s.stream:
@@ -273,53 +147,83 @@ def _best_of(data: dict, s: Sampling) -> int:
     return best_of
 
 
-def chat(data: dict) -> Parsed:
-    _unknown(data, CHAT_FIELDS)
-    messages = data.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise bad("'messages' must be a non-empty list of {role, content} objects.", "messages")
-    out = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict):
-            raise bad(f"messages[{i}] must be an object with 'role' and 'content'.", "messages")
-        role = m.get("role")
-        if role not in ROLES:
-            raise bad(f"messages[{i}].role {json.dumps(role)[:40]} is not one of {list(ROLES)}.", "messages")
-        if role == "tool" and not isinstance(m.get("tool_call_id"), str):
+def chat(data: dict, tool_parser: str | None = None) -> Parsed:
+    """A chat request; `tool_parser`: the server's --tool-call-parser (tools.py), which "auto" needs."""
+    body = validated(ChatBody, data)
+    out = tuple(_message(m, i) for i, m in enumerate(body.messages))
+    if body.top_logprobs is not None and not body.logprobs:
+        raise bad("'top_logprobs' needs 'logprobs': true.", "top_logprobs")
+    s = dataclasses.replace(sampling(body, None), logprobs=(body.top_logprobs or 0) if body.logprobs else None)
+    tools = parse_tools(data, tool_parser)
+    forced = tools.structured() if tools is not None else None
+    if forced is not None:
+        if s.structured is not None:
             raise bad(
-                f"messages[{i}] (role 'tool') must carry 'tool_call_id', the id of the tool call it answers.",
-                "messages",
+                f"'{s.structured.param}' and a forced 'tool_choice' each constrain the output: send one.", "tool_choice"
             )
-        out.append({"role": role, "content": _content(m.get("content"), i)})
-    s = dataclasses.replace(sampling(data, None), logprobs=_top(data))
-    return Parsed(model_name(data), None, tuple(out), s, _template_args(data))
+        s = dataclasses.replace(s, structured=forced)
+    args = _template_args(body)
+    if body.tools is not None:
+        args["tools"] = body.tools  # NOTE: also with tool_choice "none", as vLLM renders them
+    return Parsed(body.model, None, out, s, args, tools)
 
 
-def _template_args(data: dict) -> dict:
+def _message(m, i: int) -> dict:
+    """One chat message as the template receives it: role and content, an assistant's tool_calls (their
+    arguments as objects, as templates render them), a tool result's tool_call_id and name."""
+    if not isinstance(m, dict):
+        raise bad(f"messages[{i}] must be an object with 'role' and 'content'.", "messages")
+    role = m.get("role")
+    if role not in ROLES:
+        raise bad(f"messages[{i}].role {json.dumps(role)[:40]} is not one of {list(ROLES)}.", "messages")
+    if role == "tool" and not isinstance(m.get("tool_call_id"), str):
+        raise bad(
+            f"messages[{i}] (role 'tool') must carry 'tool_call_id', the id of the tool call it answers.",
+            "messages",
+        )
+    calls = m.get("tool_calls") if role == "assistant" else None
+    if calls is not None and m.get("content") is None:
+        out: dict = {"role": role, "content": None}
+    else:
+        out = {"role": role, "content": _content(m.get("content"), i)}
+    if calls is not None:
+        out["tool_calls"] = _tool_calls(calls, i)
+    for key in ("tool_call_id", "name"):
+        if isinstance(m.get(key), str):
+            out[key] = m[key]
+    return out
+
+
+def _tool_calls(calls, i: int) -> list[dict]:
+    if not isinstance(calls, list):
+        raise bad(f"messages[{i}].tool_calls must be a list of calls.", "messages")
+    out = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise bad(f"messages[{i}].tool_calls: each call needs 'function': {{'name', 'arguments'}}.", "messages")
+        arguments = function.get("arguments", "{}")
+        try:
+            arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+        except ValueError:
+            raise bad(
+                f"messages[{i}].tool_calls: the arguments of {function['name']!r} are not JSON.", "messages"
+            ) from None
+        out.append({**call, "function": {**function, "arguments": arguments}})
+    return out
+
+
+def _template_args(body: ChatBody) -> dict:
     """What the chat template receives besides the messages (vLLM's fields): add_generation_prompt (default
     true), documents, and chat_template_kwargs (e.g. enable_thinking) as variables of their own."""
-    extra = _typed(data, "chat_template_kwargs", (dict,), {}, "an object")
-    reserved = sorted(set(extra) & {"messages", "add_generation_prompt", "documents"})
+    extra = body.chat_template_kwargs or {}
+    reserved = sorted(set(extra) & {"messages", "add_generation_prompt", "documents", "tools"})
     if reserved:
         raise bad(
             f"'chat_template_kwargs' may not set {reserved}: they are fields of their own.", "chat_template_kwargs"
         )
-    documents = _typed(data, "documents", (list,), None, "a list of objects")
-    if documents is not None and not all(isinstance(d, dict) for d in documents):
-        raise bad("'documents' must be a list of objects.", "documents")
-    args = {**extra, "add_generation_prompt": _typed(data, "add_generation_prompt", (bool,), True, "true or false")}
-    return args if documents is None else {**args, "documents": documents}
-
-
-def _top(data: dict) -> int | None:
-    """Chat's logprobs: `logprobs: true` asks for them, `top_logprobs` (0-20, with it) for alternatives."""
-    wanted = _typed(data, "logprobs", (bool,), False, "true or false")
-    top = _integer(data, "top_logprobs", None, low=0)
-    if top is not None and top > CHAT_MAX_TOP_LOGPROBS:
-        raise bad(f"'top_logprobs' must be at most {CHAT_MAX_TOP_LOGPROBS}, got {top}.", "top_logprobs")
-    if top is not None and not wanted:
-        raise bad("'top_logprobs' needs 'logprobs': true.", "top_logprobs")
-    return (top or 0) if wanted else None
+    args = {**extra, "add_generation_prompt": body.add_generation_prompt}
+    return args if body.documents is None else {**args, "documents": body.documents}
 
 
 def _content(content, i: int) -> str:

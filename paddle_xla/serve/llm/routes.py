@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import time
 import traceback
@@ -35,7 +36,9 @@ from . import requests as R
 from .logprobs import Logprobs
 from .replies import Piece, Reply, chained, openai_error_body
 from .scheduler import Scheduler, Stream
+from .structured import Grammars
 from .text import TextStream
+from .tools import Reading
 
 if TYPE_CHECKING:
     from ...artifact.generator_reader import GeneratorArtifact
@@ -51,6 +54,29 @@ class LlmModel:
     @property
     def has_tokenizer(self) -> bool:
         return self.artifact.manifest.get("tokenizer") is not None
+
+    @functools.cached_property
+    def grammars(self) -> Grammars:
+        a = self.artifact
+        return Grammars(a.tokenizer_json, a.geometry.vocab_size, self.scheduler.engine.eos, self.name)
+
+    def grammar(self, s: R.Sampling) -> str | None:
+        """The compiled grammar of a request's structured output (None: it asks for none); 400 where it does
+        not compile or this model's engine cannot follow one."""
+        if s.structured is None:
+            return None
+        if s.ignore_eos:
+            # NOTE: a finished grammar allows the EOS alone: ignored, it would repeat until max_tokens
+            raise R.bad(
+                f"'ignore_eos' and '{s.structured.param}' together would repeat the EOS: drop one.", "ignore_eos"
+            )
+        if not getattr(self.scheduler.engine, "constrains", False):
+            raise R.bad(
+                f"Model {self.name!r} is served without the paged KV cache, which structured output needs: "
+                "serve it without --no-paged-kv-cache, or drop '" + s.structured.param + "'.",
+                s.structured.param,
+            )
+        return self.grammars.compile(s.structured)
 
     @property
     def request_defaults(self) -> dict:
@@ -134,7 +160,9 @@ class LlmHandlers:
         return await self._openai(request, R.completion, chat=False)
 
     async def chat_completions(self, request: Request) -> Response:
-        return await self._openai(request, R.chat, chat=True)
+        return await self._openai(
+            request, functools.partial(R.chat, tool_parser=self.settings.tool_call_parser), chat=True
+        )
 
     async def _openai(self, request: Request, parse, chat: bool) -> Response:
         try:
@@ -150,9 +178,11 @@ class LlmHandlers:
                     "(--max-queue-size): ask for fewer.",
                     "best_of" if s.best_of > s.n else "n",
                 )
+            # NOTE: off the event loop: a large schema, or the first one's tokenizer, takes a while to compile
+            grammar = await asyncio.to_thread(model.grammar, s)
             # NOTE: best_of ranks its choices by their tokens' log-probabilities, so it asks the engine for them
             rank = s.best_of > s.n
-            made = [self._events(model, ids, _choice_sampling(s, i), echo, rank) for i in range(s.best_of)]
+            made = [self._events(model, ids, _choice_sampling(s, i), echo, rank, grammar) for i in range(s.best_of)]
             # NOTE: errors before the first token get their status
             choices = await unless_gone(request, _firsts(made))
         except ClientGone:
@@ -166,6 +196,8 @@ class LlmHandlers:
         reply = Reply(
             model.name, chat, len(ids), lambda: Logprobs(top, chat, token_text) if top is not None else None, s.n
         )
+        if parsed.tools is not None:
+            reply.reading = Reading(parsed.tools, self.settings.tool_call_parser)
         if s.stream:
             return EventSourceResponse(reply.stream(choices, s.include_usage))
         try:
@@ -187,7 +219,8 @@ class LlmHandlers:
             model = self._model(request.path_params["name"], status_name="model")
             data = R.body_json(await self._body(request))
             ids, sampling = self._kserve_inputs(model, data)
-            pieces = self._events(model, ids, sampling)
+            grammar = await asyncio.to_thread(model.grammar, sampling)
+            pieces = self._events(model, ids, sampling, grammar=grammar)
             first = await unless_gone(request, anext(pieces))
         except ClientGone:
             return gone_response()
@@ -302,13 +335,15 @@ class LlmHandlers:
         return model.artifact.decode(ids) if model.has_tokenizer else ""
 
     async def _events(
-        self, model: LlmModel, ids, s: R.Sampling, echo_text: str = "", rank: bool = False
+        self, model: LlmModel, ids, s: R.Sampling, echo_text: str = "", rank: bool = False, grammar: str | None = None
     ) -> AsyncIterator[Piece]:
         engine, g = model.scheduler.engine, model.artifact.geometry
         scored = s.echo and s.logprobs is not None
         max_new = s.max_tokens
         if max_new is None:  # NOTE: chat without max_tokens: what the context leaves (padding takes no slot)
             max_new = max(1, g.max_length - len(ids) + 1)
+        # NOTE: each choice follows the grammar from its start, with a matcher of its own (made off the loop)
+        constraint = None if grammar is None else await asyncio.to_thread(model.grammars.constraint, grammar)
         request = GenRequest(
             tuple(ids),
             max_new,
@@ -321,6 +356,7 @@ class LlmHandlers:
             seed=s.seed,
             logprobs=s.logprobs is not None or rank,
             ignore_eos=s.ignore_eos,
+            constraint=constraint,
         )
         try:
             # NOTE: max_tokens 0 (an echo's prompt alone) needs the room of the prompt only
