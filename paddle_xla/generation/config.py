@@ -31,6 +31,9 @@ class DecodeConfig:
     repetition_penalty: float = 1.0
     eos_token_id: tuple[int, ...] = ()  # any of these ends a row; () never ends one early
     pad_token_id: int = 0
+    # NOTE: a server's rule (vLLM's min_tokens): min_new_tokens holds back every id of an eos list, which
+    # row_logits does anyway; PaddleFormers' generate (and so px.generate) refuses the list
+    min_new_with_eos_list: bool = False
 
     def __post_init__(self):
         problems = self.problems()
@@ -50,7 +53,7 @@ class DecodeConfig:
             out.append(f"max_new_tokens={self.max_new_tokens} must be at least 1")
         if self.min_new_tokens < 0:
             out.append(f"min_new_tokens={self.min_new_tokens} must be >= 0")
-        if self.min_new_tokens and len(self.eos_token_id) > 1:
+        if self.min_new_tokens and len(self.eos_token_id) > 1 and not self.min_new_with_eos_list:
             # NOTE: PaddleFormers' MinLengthLogitsProcessor refuses a list of eos ids too
             out.append("min_new_tokens needs a single eos_token_id, not a list")
         if self.top_k < 0:

@@ -64,6 +64,7 @@ class Request:
             self.repetition_penalty,
             defaults.eos_token_id,
             defaults.pad_token_id,
+            min_new_with_eos_list=True,  # NOTE: a served request's min_tokens holds back every eos id (vLLM)
         )
 
 

@@ -12,6 +12,7 @@ from paddle_xla.generation import row_logits as L
 from paddle_xla.generation import token_masks as TM
 from paddle_xla.generation.batch_engine import rows_of
 from paddle_xla.generation.config import DecodeConfig, decode_config
+from paddle_xla.generation.continuous import Request
 from paddle_xla.generation.slots import finish
 
 from .paddleformers import module
@@ -200,6 +201,9 @@ def test_config_follows_paddleformers_rules_and_refuses_clearly():
         decode_config(do_smaple=True)
     with pytest.raises(GenerationError, match="single eos_token_id"):
         decode_config(min_new_tokens=2, eos_token_id=[1, 2])
+    # NOTE: a served request follows vLLM instead: min_tokens holds back every id of the list
+    served = Request((5,), 4, min_new_tokens=2).config(decode_config(eos_token_id=[1, 2]))
+    assert served.min_new_tokens == 2 and served.eos_token_id == (1, 2)
 
 
 def test_a_token_mask_leaves_only_its_tokens_to_choose_and_no_mask_changes_nothing():

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import paddle
 import pytest
 from generation.test_generator_artifact import _tokenizer
 from jinja2 import Template
@@ -51,6 +52,27 @@ def test_a_completion_is_paddleformers_generate_with_the_eos_list_and_the_folder
     ends = [i for i, t in enumerate(made) if t in eos]
     want = made[: ends[0] + 1] if ends else made
     assert r.usage.prompt_tokens == len(PROMPT) + 1 and r.choices[0].model_extra["token_ids"] == want
+
+
+def test_min_tokens_holds_back_every_id_of_the_eos_list(client, checkpoint):
+    """vLLM's min_tokens with generation_config's eos list (PaddleFormers' generate refuses a list): the
+    reference is greedy decoding on Paddle's own logits with every eos id at -inf for the first k tokens."""
+    net, eos = checkpoint[1], checkpoint[2]
+    first = paddle_greedy(net, PROMPT, 20, eos)
+    k = first.index(eos[1]) + 3  # NOTE: past where the list's second id ended the plain completion
+    r = client.completions.create(model="tiny-llama", prompt=PROMPT, max_tokens=k + 6, extra_body={"min_tokens": k})
+    got = r.choices[0].model_extra["token_ids"]
+    seq, want = list(PROMPT), []
+    with paddle.no_grad():
+        while len(want) < len(got):
+            out = net(paddle.to_tensor([seq]))
+            logits = (out.logits if hasattr(out, "logits") else out[0])[0, -1].numpy()
+            if len(want) < k:
+                logits[eos] = -np.inf
+            want.append(int(np.argmax(logits)))
+            seq.append(want[-1])
+    assert got == want and not set(got[:k]) & set(eos) and len(got) > k
+    assert r.choices[0].finish_reason == ("stop" if got[-1] in eos else "length")
 
 
 def test_vllms_ignore_eos_and_stop_token_ids(client, checkpoint):
