@@ -9,7 +9,10 @@ eos_token_id (every id of a list ends a completion) and sampling defaults.
 
 The artifact is kept under paddle_xla's cache folder, keyed by the folder's files (names, sizes,
 modification times), the build options and paddle_xla's versions: a restart finds it without Paddle, and a
-changed checkpoint is built again. The module imports paddle only to build."""
+changed checkpoint is built again. Beside each artifact a small NAME-KEY.json records the folder and options
+it was built from; a new build of the same folder and options deletes the ones it replaces (a training run
+that saves into one folder would otherwise fill the disk, an artifact per save). The module imports paddle
+only to build."""
 
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import ExportError, PaddleXlaError
+from ..files import atomic_write
 
 CONFIG = "config.json"
 GENERATION_CONFIG = "generation_config.json"
@@ -152,7 +156,34 @@ def built(folder: str, options: BuildOptions, progress: Callable[[str], None], s
         path = os.path.join(scratch, os.path.basename(os.path.abspath(folder)) + ".pxa")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     export_checkpoint(folder, path, options, progress)
+    if os.path.dirname(path) != scratch:
+        for stale in replaced(path, folder, options):
+            progress(f"{folder}: removed the artifact this build replaces: {stale}")
     return path
+
+
+def replaced(path: str, folder: str, options: BuildOptions) -> list[str]:
+    """Record what the cached artifact `path` was built from (a JSON beside it), and delete the cached
+    artifacts of the same folder and options built before it (an older checkpoint or paddle_xla); returns
+    those it deleted. Another folder's artifacts are left alone, whatever its name."""
+    built_from = {"folder": os.path.abspath(folder), "options": dataclasses.asdict(options)}
+    atomic_write(path[: -len(".pxa")] + ".json", json.dumps(built_from).encode())
+    gone = []
+    for entry in os.scandir(os.path.dirname(path)):
+        other = entry.path[: -len(".json")] + ".pxa"
+        if not entry.name.endswith(".json") or other == path:
+            continue
+        try:
+            with open(entry.path) as f:
+                same = json.load(f) == built_from
+        except (OSError, ValueError):
+            continue  # NOTE: not a record of ours, or being written: left alone
+        if same:
+            for stale in (other, entry.path):
+                if os.path.exists(stale):
+                    os.remove(stale)
+            gone.append(other)
+    return gone
 
 
 def export_checkpoint(

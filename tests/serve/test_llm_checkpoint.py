@@ -3,6 +3,8 @@ tokenizer_config.json's chat template, generation_config.json), and `paddle-xla 
 served model's tokens are PaddleFormers' own generate's on the same weights, generation_config.json's
 eos_token_id list and sampling defaults are honoured, and a restart finds the built artifact in the cache."""
 
+import dataclasses
+import json
 import os
 import re
 import subprocess
@@ -119,10 +121,38 @@ def test_a_restart_finds_the_artifact_in_the_cache_and_a_changed_folder_builds_a
     assert ckpt.built(folder, options, lines.append, str(tmp_path)) == path
     assert lines == [f"{folder}: its artifact is in the cache: {path}"]
     assert ckpt.cache_path(folder, ckpt.BuildOptions(max_batch_size=ROWS, max_model_len=32)) != path
+    # NOTE: the server's build recorded what it was built from, beside it
+    with open(path[: -len(".pxa")] + ".json") as f:
+        assert json.load(f) == {"folder": os.path.abspath(folder), "options": dataclasses.asdict(options)}
     config = os.path.join(folder, "generation_config.json")
     stat = os.stat(config)
     os.utime(config, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     assert ckpt.cache_path(folder, options) != path
+
+
+def test_a_new_build_deletes_the_artifacts_it_replaces_and_no_other(tmp_path):
+    """Cached artifacts of the same folder and options go (an older checkpoint); those of another folder of
+    the same name, of other options, and files that are not our records stay."""
+    cache = tmp_path / "checkpoints"
+    cache.mkdir()
+    here, there = tmp_path / "a" / "m", tmp_path / "b" / "m"
+    options, other = ckpt.BuildOptions(max_batch_size=2), ckpt.BuildOptions(max_batch_size=4)
+
+    def cached(key, folder, opts):
+        (cache / f"m-{key}.pxa").write_bytes(b"artifact")
+        record = {"folder": os.path.abspath(folder), "options": dataclasses.asdict(opts)}
+        (cache / f"m-{key}.json").write_text(json.dumps(record))
+
+    cached("old", here, options)
+    cached("twin", there, options)
+    cached("other", here, other)
+    (cache / "notes.json").write_text("not json")
+    (cache / "m-new.pxa").write_bytes(b"artifact")
+    gone = ckpt.replaced(str(cache / "m-new.pxa"), str(here), options)
+    assert gone == [str(cache / "m-old.pxa")]
+    left = sorted(p.name for p in cache.iterdir())
+    assert left == ["m-new.json", "m-new.pxa", "m-other.json", "m-other.pxa", "m-twin.json", "m-twin.pxa", "notes.json"]
+    assert ckpt.replaced(str(cache / "m-new.pxa"), str(here), options) == []
 
 
 def test_export_writes_the_artifact_the_server_built(server, checkpoint, tmp_path, monkeypatch):
