@@ -49,6 +49,8 @@ class Request:
     seed: int | None = None
     logprobs: bool = False  # its tokens' TokenScores go to the host (engine.scores: ScoresOut)
     ignore_eos: bool = False  # vLLM's: an EOS does not end it (it is a token like any other)
+    # NOTE: how many choices (n) its request makes, each a Request; a paged engine prefills their prompt once
+    choices: int = 1
     # NOTE: its grammar (structured output): each token is chosen among those it allows (a paged engine's)
     constraint: TM.TokenConstraint | None = field(default=None, compare=False)
 

@@ -79,6 +79,22 @@ class _Fill(Filling):
     tokens: int = 0
     view: SL.Slots | None = None
     hit: int = 0  # leading prompt tokens whose K/V came from the prefix cache
+    prompt: tuple[int, ...] = ()
+    choices: int = 1  # NOTE: the request's choices (n): the first one prefilled keeps its prompt for the others
+    total_steps: int = 0  # NOTE: its prefill steps when begun (all of them still to run: another may share)
+    kept: tuple = ()  # NOTE: after its last prefill step: the prompt's last logits and seen ids (another_choice)
+
+
+@dataclass
+class _SharedPrompt:
+    """A prompt prefilled for one choice of a request, kept for its other choices (each a request of its own,
+    begun beside it): its batch-1 view, last logits and seen ids before the first token."""
+
+    prompt: tuple[int, ...]
+    left: int  # NOTE: choices still to take it; dropped at 0
+    view: SL.Slots
+    logits: jax.Array
+    seen: jax.Array
 
 
 class PagedEngine:
@@ -131,6 +147,9 @@ class PagedEngine:
         self._runs: dict = {}
         self._starts: dict = {}
         self._absorb = None
+        self._another = jax.jit(lambda v, lg, seen, lim, p, k: SL.another_choice(v, lg, seen, lim, p, k, self.eos))
+        self._shared: _SharedPrompt | None = None  # NOTE: one at a time: it holds a row's worth of K/V
+        self.shared_prompts = 0  # NOTE: choices that took another choice's prefilled prompt
         self._prefix = jax.jit(PG.prefix_view, static_argnums=(4, 5))
         self._commit = jax.jit(PG.commit, donate_argnums=(0,))
         self._free = jax.jit(PG.free, donate_argnums=(0,))
@@ -163,6 +182,7 @@ class PagedEngine:
             + (1 if g.chunked else 0)
             + (1 if self.prefix_cache else 0)
             + (1 if self.prompt_scorer is not None else 0)
+            + 1  # NOTE: another choice of a prefilled prompt (another_choice)
         )
 
     def serving_shape(self) -> ServingShape:
@@ -233,7 +253,7 @@ class PagedEngine:
         if bucket not in self._starts:
             prefill, eos, dtype = self._prefill1_for(bucket), self.eos, self.geometry.cache_dtype
             self._starts[bucket] = jax.jit(
-                lambda w, ids, mask, limit, params, key: SL.start(
+                lambda w, ids, mask, limit, params, key: SL.start_keeping(
                     prefill, w, ids, mask, np.ones(1, bool), limit[None], params, key[None], bucket, dtype, eos
                 )
             )
@@ -243,9 +263,9 @@ class PagedEngine:
         if self._absorb is None:
             extend, eos = self._extend1, self.eos
             self._absorb = jax.jit(
-                lambda w, s, ids, mask, fresh, last, limit, params, key: SL.absorb_row(
+                lambda w, s, ids, mask, fresh, last, limit, params, key: SL.absorb_row_keeping(
                     extend, w, s, 0, ids, mask, fresh, last, limit, params, key, eos
-                )[0]
+                )
             )
         return self._absorb
 
@@ -280,6 +300,7 @@ class PagedEngine:
         steps, whole = prefill_steps(self.geometry, request, cfg, start=hit)
         key = request_key(request, self._base_key, self._seeds)
         f = _Fill(steps, np.int32(cfg.max_new_tokens), params, key, whole, tokens=len(request.ids), hit=hit)
+        f.prompt, f.choices, f.total_steps = tuple(request.ids), request.choices, len(steps)
         self.scores.wanted[row] = request.logprobs
         if hit:
             f.view, f.first = self._hit_view(row, request.ids[:hit]), False
@@ -307,27 +328,22 @@ class PagedEngine:
         """The next prefill step of the prompt begun in `row`: None while more remain, then (its first token,
         whether it goes on)."""
         f = self._filling[row]
-        ids, mask = f.steps.pop(0)
-        w = self._weights_on_device()
+        if self._sibling_filling(f):
+            return None  # NOTE: another choice is prefilling this prompt: this one takes it once it is in
         with x64.scope():
-            if f.whole:
-                f.view = self._start_fn(ids.shape[1])(w, ids, mask, f.limit, f.params, f.key)
-            else:
-                if f.view is None:
-                    g = self.geometry
-                    shape = (2 * g.layers, 1, g.kv_heads, g.max_length, g.head_dim)
-                    f.view = SL.empty(shape, g.cache_dtype, g.vocab_size)
-                f.view = self._absorb_fn()(
-                    w, f.view, ids, mask, np.bool_(f.first), np.bool_(not f.steps), f.limit, f.params, f.key
-                )
-            f.first = False
+            if not self._took_shared(f):
+                self._prefill_step(f)
             if f.steps:
                 return None
+            view = f.view
+            assert view is not None  # NOTE: the last prefill step (or another choice's prompt) made it
             table = self._table(row, self.table_width)
-            self._state = self._commit(self._paged(), np.int32(row), table, f.view, np.int32(f.hit))
-            token, goes_on = int(f.view.token[0]), bool(f.view.live[0])
-            self.scores.keep_first(row, f.view.first, 0)
+            self._state = self._commit(self._paged(), np.int32(row), table, view, np.int32(f.hit))
+            token, goes_on = int(view.token[0]), bool(view.live[0])
+            self.scores.keep_first(row, view.first, 0)
         del self._filling[row]
+        if f.choices > 1 and f.kept:
+            self._shared = _SharedPrompt(f.prompt, f.choices - 1, view, *f.kept)
         self.blocks.commit_prompt(row)
         self._length[row] = f.tokens
         if row in self._constraints:
@@ -335,6 +351,47 @@ class PagedEngine:
         if not goes_on:
             self._end(row)
         return token, goes_on
+
+    def _prefill_step(self, f: _Fill) -> None:
+        ids, mask = f.steps.pop(0)
+        w = self._weights_on_device()
+        if f.whole:
+            f.view, *kept = self._start_fn(ids.shape[1])(w, ids, mask, f.limit, f.params, f.key)
+        else:
+            if f.view is None:
+                g = self.geometry
+                shape = (2 * g.layers, 1, g.kv_heads, g.max_length, g.head_dim)
+                f.view = SL.empty(shape, g.cache_dtype, g.vocab_size)
+            f.view, *kept = self._absorb_fn()(
+                w, f.view, ids, mask, np.bool_(f.first), np.bool_(not f.steps), f.limit, f.params, f.key
+            )
+        f.first = False
+        f.kept = tuple(kept) if not f.steps else ()
+
+    def _sibling_filling(self, f: _Fill) -> bool:
+        """Whether another choice of `f`'s request (the same prompt) is part-way into its prefill while `f` has
+        run no step: a long prompt's chunks go in a round at a time beside running streams."""
+        if f.choices < 2 or len(f.steps) != f.total_steps:
+            return False
+        return any(
+            o is not f and o.prompt == f.prompt and o.choices > 1 and len(o.steps) < o.total_steps
+            for o in self._filling.values()
+        )
+
+    def _took_shared(self, f: _Fill) -> bool:
+        """Whether `f`'s prompt was just prefilled for another choice of its request: then its view is that one,
+        with its own first token (SL.another_choice), and no prefill step runs."""
+        shared = self._shared
+        if shared is None or shared.prompt != f.prompt or len(f.steps) != f.total_steps:
+            return False
+        f.view = self._another(shared.view, shared.logits, shared.seen, f.limit, f.params, f.key)
+        f.steps.clear()
+        f.kept = ()
+        shared.left -= 1
+        if shared.left == 0:
+            self._shared = None
+        self.shared_prompts += 1
+        return True
 
     def score_prompt(self, ids) -> R.TokenScores:
         """The prompt's own log-probabilities (prompt_scores.py), beside the running requests (their cache and
@@ -433,6 +490,11 @@ class PagedEngine:
             self.fill(0)
             self.free(0)
             compiled(f"prefill bucket {bucket}" + (" and a cancelled request's free" if first else ""))
+        for _ in range(2):
+            # NOTE: a request's second choice takes the first one's prefilled prompt (another_choice)
+            self.begin(0, Request((1,) * g.buckets[0], max_new_tokens=1, choices=2))
+            self.fill(0)
+        compiled("another choice of a prefilled prompt (n)")
         long = Request((1,) * ((g.prefill_chunk or 0) + 1), max_new_tokens=1)
         if g.chunked:
             self._prefill_alone(long)

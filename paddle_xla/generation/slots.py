@@ -120,8 +120,33 @@ def start(
 ) -> Slots:
     """Prefill a batch of prompts (ids, mask [B, P], left-padded) into fresh slots and choose their first
     tokens. live [B]: the rows that hold a prompt; limit [B]: their max_new_tokens; params: [B] arrays."""
+    return start_keeping(prefill, weights, ids, mask, live, limit, params, keys, slots, cache_dtype, eos_ids)[0]
+
+
+def start_keeping(
+    prefill: Callable, weights, ids, mask, live, limit, params: R.RowParams, keys, slots, cache_dtype, eos_ids
+):
+    """start, and what another choice of the same prompts needs (another_choice): (slots, the prompts' last
+    logits [B, V], their seen ids before the first token [B, V])."""
     logits, kv = prefill(weights, *_prompt_feeds(ids, mask))
-    return _started(logits, kv, ids, mask, live, limit, params, keys, slots, cache_dtype, eos_ids)
+    s = _started(logits, kv, ids, mask, live, limit, params, keys, slots, cache_dtype, eos_ids)
+    return s, logits, R.seen_tokens(ids, logits.shape[-1])
+
+
+def another_choice(view: Slots, logits, seen_before, limit, params: R.RowParams, key, eos_ids: tuple[int, ...]):
+    """A batch-1 view that holds the same prompt as `view` (its K/V, slots and next position), with its first
+    token chosen from that prompt's last logits under this choice's own params and key: what prefilling the
+    prompt again would give it, to the bit, without the prefill (a request's n choices)."""
+    return _first_tokens(
+        view._replace(seen=seen_before),
+        logits,
+        view.position,
+        jnp.ones(1, bool),
+        jnp.reshape(limit, (1,)),
+        params,
+        key[None],
+        eos_ids,
+    )
 
 
 def _prompt_feeds(ids, mask):
@@ -273,21 +298,21 @@ def absorb_row(
     last chunk). `with_row` puts the state back, in a program of its own: read and written back in one
     program, the cache was copied whole twice per chunk by XLA:CPU (2 x 600 MB at 32 rows x 768 slots in
     fp32), as the row's slice was fused into its readers."""
-    view, _ = absorb(
-        extend,
-        weights,
-        _row_of(s, row),
-        ids,
-        mask,
-        jnp.reshape(fresh, (1,)),
-        last,
-        jnp.ones(1, bool),
-        jnp.reshape(limit, (1,)),
-        params,
-        key[None],
-        eos_ids,
-    )
+    view, _, _ = absorb_row_keeping(extend, weights, s, row, ids, mask, fresh, last, limit, params, key, eos_ids)
     return view, view.token[0], view.live[0]
+
+
+def absorb_row_keeping(
+    extend: Callable, weights, s: Slots, row, ids, mask, fresh, last, limit, params: R.RowParams, key, eos_ids
+):
+    """absorb_row's new state of the row, and (as start_keeping) the chunk's last logits and the row's seen ids
+    before its first token."""
+    one = _row_of(s, row)
+    feeds, kept = chunk_feeds(one, ids, mask, jnp.reshape(fresh, (1,)))
+    logits, kv = extend(weights, *feeds)
+    ones = jnp.ones(1, bool)
+    view = _absorbed(one, kept, logits, kv, mask, last, ones, jnp.reshape(limit, (1,)), params, key[None], eos_ids)
+    return view, logits, kept[2]
 
 
 def _row_of(s: Slots, row) -> Slots:

@@ -1,6 +1,8 @@
 """The paged engine (generation/paged.py, paged_engine.py): a pool of KV blocks, decode chunks in buckets of
 rows and blocks, and each request getting what px.Generator.generate gives its prompt alone."""
 
+import dataclasses
+
 import jax
 import numpy as np
 import paddle
@@ -383,3 +385,36 @@ def test_a_constrained_request_takes_the_best_allowed_token_each_step_beside_fre
     for j, r in enumerate(free):
         assert got[len(constrained) + j] == _alone(gen, r)
     assert engine.blocks.free_blocks == engine.blocks.num_blocks - 1
+
+
+def test_a_requests_choices_prefill_their_prompt_once_and_get_their_tokens_alone(gen, engine):
+    """n choices (each a Request with its own seed): the first is prefilled, the others take its prompt's view
+    and last logits and choose their own first token (another_choice), to the bit what prefilling again
+    gives: each gets generate's tokens for its seed alone. A prompt of one bucket and a chunked one."""
+    before = engine.shared_prompts
+    rng = np.random.default_rng(11)
+    choices = [
+        Request(tuple(int(t) for t in rng.integers(3, 100, n)), 6, "sampling", top_p=0.9, seed=40 + i, choices=3)
+        for n in (5, 20)
+        for i in range(3)
+    ]
+    choices = [dataclasses.replace(c, ids=choices[3 * (k // 3)].ids) for k, c in enumerate(choices)]
+    got, _, _ = serve(engine, choices)
+    assert engine.shared_prompts - before == 4
+    for i, r in enumerate(choices):
+        assert got[i] == _alone(gen, r, seed=r.seed), i
+    assert engine.blocks.free_blocks == engine.blocks.num_blocks - 1
+    # NOTE: begun together and filled a step at a time in turn (a scheduler with streams running): the chunked
+    # prompt's other choices wait for the first one's chunks, then take them
+    rows, firsts = [], {}
+    for r in choices[3:]:
+        rows.append(engine.free_row())
+        engine.begin(rows[-1], r)
+    while len(firsts) < len(rows):
+        for row in [row for row in rows if row not in firsts]:
+            if (done := engine.fill(row)) is not None:
+                firsts[row] = done[0]
+    assert engine.shared_prompts - before == 6
+    assert [firsts[row] for row in rows] == [got[i][0] for i in range(3, 6)]
+    for row in rows:
+        engine.free(row)

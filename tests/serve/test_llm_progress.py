@@ -31,8 +31,8 @@ def tiny(tmp_path_factory):
 
 
 def test_serve_logs_each_paged_engine_compile_with_its_count(tiny):
-    # NOTE: context 32 in blocks of 16, 2 rows: prefill buckets 16 and 32, a prompt's log-probabilities, decode
-    # over 1, 2 and 3 blocks
+    # NOTE: context 32 in blocks of 16, 2 rows: prefill buckets 16 and 32, a prompt's log-probabilities, another
+    # choice of a prefilled prompt, decode over 1, 2 and 3 blocks
     server = ServeProcess(tiny[0], env=LOG_NOW)
     try:
         lines = [line for line in server.lines if ": compiled " in line]
@@ -40,17 +40,18 @@ def test_serve_logs_each_paged_engine_compile_with_its_count(tiny):
         server.stop()
     assert (
         "tiny: paged KV cache of 64 tokens in blocks of 16, up to 2 requests at once, no prefix cache; "
-        "compiling 6 programs" in (server.output)
+        "compiling 7 programs" in (server.output)
     )
     for what in (
         "prefill bucket 16 and a cancelled request's free",
         "prefill bucket 32",
         r"a prompt's log-probabilities \(echo\)",
+        r"another choice of a prefilled prompt \(n\)",
         "decode chunk of 2 rows over 3 blocks of 16",
     ):
-        assert any(re.search(rf"tiny: compiled {what} \(\d/6, \d+\.\d s\)", line) for line in lines), (what, lines)
+        assert any(re.search(rf"tiny: compiled {what} \(\d/7, \d+\.\d s\)", line) for line in lines), (what, lines)
     counts = [re.search(r"\((\d+)/(\d+),", line).groups() for line in lines]
-    assert [(int(i), int(n)) for i, n in counts] == [(i, 6) for i in range(1, 7)], lines
+    assert [(int(i), int(n)) for i, n in counts] == [(i, 7) for i in range(1, 8)], lines
 
 
 def test_serve_logs_each_language_model_compile_with_its_count(tiny):

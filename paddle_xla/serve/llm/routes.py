@@ -356,6 +356,7 @@ class LlmHandlers:
             seed=s.seed,
             logprobs=s.logprobs is not None or rank,
             ignore_eos=s.ignore_eos,
+            choices=s.best_of,
             constraint=constraint,
         )
         try:
