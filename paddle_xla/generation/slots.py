@@ -229,9 +229,14 @@ def absorb(
     into the next slots (padding takes none). fresh [B]: the chunk is the row's first (its old cache and
     state are dropped). last (a bool): the chunk ends the prompts, so the rows' first tokens are chosen
     and the live ones start decoding (live, limit, params, keys as in start). Returns (slots, logits)."""
+    return _absorb_keeping(extend, weights, s, ids, mask, fresh, last, live, limit, params, keys, eos_ids)[:2]
+
+
+def _absorb_keeping(extend, weights, s: Slots, ids, mask, fresh, last, live, limit, params, keys, eos_ids):
+    """absorb's (slots, logits), and the rows' seen ids before their first tokens (another_choice)."""
     feeds, kept = chunk_feeds(s, ids, mask, fresh)
     logits, kv = extend(weights, *feeds)
-    return _absorbed(s, kept, logits, kv, mask, last, live, limit, params, keys, eos_ids), logits
+    return _absorbed(s, kept, logits, kv, mask, last, live, limit, params, keys, eos_ids), logits, kept[2]
 
 
 def chunk_feeds(s: Slots, ids, mask, fresh):
@@ -307,12 +312,8 @@ def absorb_row_keeping(
 ):
     """absorb_row's new state of the row, and (as start_keeping) the chunk's last logits and the row's seen ids
     before its first token."""
-    one = _row_of(s, row)
-    feeds, kept = chunk_feeds(one, ids, mask, jnp.reshape(fresh, (1,)))
-    logits, kv = extend(weights, *feeds)
-    ones = jnp.ones(1, bool)
-    view = _absorbed(one, kept, logits, kv, mask, last, ones, jnp.reshape(limit, (1,)), params, key[None], eos_ids)
-    return view, logits, kept[2]
+    one, fresh, live, limit = _row_of(s, row), jnp.reshape(fresh, (1,)), jnp.ones(1, bool), jnp.reshape(limit, (1,))
+    return _absorb_keeping(extend, weights, one, ids, mask, fresh, last, live, limit, params, key[None], eos_ids)
 
 
 def _row_of(s: Slots, row) -> Slots:

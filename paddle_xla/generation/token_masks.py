@@ -41,6 +41,13 @@ def unconstrained(rows: int, vocab: int) -> np.ndarray:
     return np.full((rows, words(vocab)), ANY, np.int32)
 
 
+def allowing(ids, vocab: int) -> np.ndarray:
+    """The mask [words(vocab)] that allows `ids` alone (allowed_tokens' inverse)."""
+    bits = np.zeros(words(vocab) * 32, np.uint8)
+    bits[np.asarray(ids, np.int64)] = 1
+    return np.packbits(bits, bitorder="little").view("<i4").astype(np.int32)
+
+
 def allowed_tokens(mask: np.ndarray, vocab: int) -> np.ndarray:
     """The ids a host-side mask [words] allows (for checks and tests)."""
     bits = np.unpackbits(np.ascontiguousarray(mask, "<i4").view(np.uint8), bitorder="little")

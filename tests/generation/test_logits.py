@@ -214,7 +214,7 @@ def test_a_token_mask_leaves_only_its_tokens_to_choose_and_no_mask_changes_nothi
     logits = _logits(seed=9, batch=3)
     allowed = TM.unconstrained(3, VOCAB)
     ids = np.array([0, 5, 31, 32, 39])  # NOTE: 31 is word 0's sign bit
-    allowed[0] = allowed[1] = np.packbits(np.isin(np.arange(64), ids), bitorder="little").view("<i4")
+    allowed[0] = allowed[1] = TM.allowing(ids, VOCAB)
     assert list(TM.allowed_tokens(allowed[0], VOCAB)) == list(ids)
     params = rows_of(cfg, 3, VOCAB)._replace(sampling=np.array([False, True, True]), allowed=allowed)
     seen = jnp.zeros((3, VOCAB), bool)

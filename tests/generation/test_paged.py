@@ -357,9 +357,7 @@ class _Subsets:
     def allowed(self):
         ids = self.rng.choice(np.arange(3, self.vocab), 6, replace=False)
         self.sets.append(ids)
-        bits = np.zeros(TM.words(self.vocab) * 32, np.uint8)
-        bits[ids] = 1
-        return np.packbits(bits, bitorder="little").view("<i4").astype(np.int32)
+        return TM.allowing(ids, self.vocab)
 
     def accept(self, token: int) -> None:
         self.made.append(token)

@@ -24,7 +24,7 @@ import llguidance.numpy as llg_numpy
 import numpy as np
 
 from ...generation import token_masks as TM
-from ..request_errors import RequestError
+from .bodies import bad
 
 if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions
@@ -44,19 +44,13 @@ class Structured:
     param: str
 
 
-def _bad(message: str, param: str) -> RequestError:
-    error = RequestError(400, message)
-    error.param = param
-    return error
-
-
 def parse(data: dict) -> Structured | None:
     """The request's structured-output field, checked (400 naming it when malformed); None when it asks for
     none. At most one such field per request."""
     # NOTE: response_format {"type": "text"} asks for nothing (some clients always send it)
     given = [name for name in FIELDS if data.get(name) is not None and data[name] != {"type": "text"}]
     if len(given) > 1:
-        raise _bad(f"Fields {given} each constrain the output: send one.", given[1])
+        raise bad(f"Fields {given} each constrain the output: send one.", given[1])
     if not given:
         return None
     name = given[0]
@@ -76,28 +70,28 @@ def _response_format(value) -> Structured | None:
     if kind == "json_object":
         return Structured("json", ANY_OBJECT, param)
     if kind != "json_schema":
-        raise _bad("'response_format.type' must be 'text', 'json_object' or 'json_schema'.", param)
+        raise bad("'response_format.type' must be 'text', 'json_object' or 'json_schema'.", param)
     spec = value.get("json_schema")
     if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not spec["name"]:
-        raise _bad("'response_format.json_schema' must be an object with a 'name' and a 'schema'.", param)
+        raise bad("'response_format.json_schema' must be an object with a 'name' and a 'schema'.", param)
     schema = spec.get("schema", ANY_OBJECT)
     if not isinstance(schema, dict):
-        raise _bad("'response_format.json_schema.schema' must be a JSON schema object.", param)
+        raise bad("'response_format.json_schema.schema' must be a JSON schema object.", param)
     return Structured("json", schema, param)
 
 
 def _structured_outputs(value) -> Structured | None:
     param = "structured_outputs"
     if not isinstance(value, dict):
-        raise _bad("'structured_outputs' must be an object with one of json, regex, choice, grammar.", param)
+        raise bad("'structured_outputs' must be an object with one of json, regex, choice, grammar.", param)
     unknown = sorted(set(value) - {"json", "regex", "choice", "grammar", "json_object"})
     if unknown:
-        raise _bad(f"'structured_outputs' takes json, regex, choice, grammar or json_object, not {unknown}.", param)
+        raise bad(f"'structured_outputs' takes json, regex, choice, grammar or json_object, not {unknown}.", param)
     given = [k for k in ("json", "regex", "choice", "grammar") if value.get(k) is not None]
     if value.get("json_object"):
         given.append("json_object")
     if len(given) != 1:
-        raise _bad(f"'structured_outputs' must set exactly one of json, regex, choice, grammar; got {given}.", param)
+        raise bad(f"'structured_outputs' must set exactly one of json, regex, choice, grammar; got {given}.", param)
     if given[0] == "json_object":
         return Structured("json", ANY_OBJECT, param)
     return _guided(param, given[0], value[given[0]])
@@ -109,14 +103,14 @@ def _guided(param: str, kind: str, value) -> Structured:
             try:
                 value = json.loads(value)
             except ValueError as e:
-                raise _bad(f"'{param}' is not valid JSON ({e}).", param) from None
+                raise bad(f"'{param}' is not valid JSON ({e}).", param) from None
         if not isinstance(value, dict):
-            raise _bad(f"'{param}' must be a JSON schema object.", param)
+            raise bad(f"'{param}' must be a JSON schema object.", param)
     elif kind == "choice":
         if not isinstance(value, list) or not value or not all(isinstance(c, str) and c for c in value):
-            raise _bad(f"'{param}' must be a non-empty list of non-empty strings.", param)
+            raise bad(f"'{param}' must be a non-empty list of non-empty strings.", param)
     elif not isinstance(value, str) or not value:
-        raise _bad(f"'{param}' must be a non-empty string.", param)
+        raise bad(f"'{param}' must be a non-empty string.", param)
     return Structured(kind, value, param)
 
 
@@ -131,11 +125,11 @@ class Grammars:
     def tokenizer(self, param: str) -> llguidance.LLTokenizer:
         if self._tokenizer is None:
             if self._json is None:
-                raise _bad(f"Model {self.model!r} was exported without a tokenizer: it cannot follow '{param}'.", param)
+                raise bad(f"Model {self.model!r} was exported without a tokenizer: it cannot follow '{param}'.", param)
             try:
                 self._tokenizer = llguidance.LLTokenizer(self._json, n_vocab=self.vocab, eos_token=list(self.eos))
             except Exception as e:  # noqa: BLE001  # NOTE: a tokenizer llguidance cannot read is the model's limit
-                raise _bad(
+                raise bad(
                     f"Model {self.model!r}'s tokenizer is not one the grammar engine reads ({e}); '{param}' "
                     "needs a byte-level BPE, SentencePiece or similar tokenizer.json.",
                     param,
@@ -149,10 +143,10 @@ class Grammars:
         try:
             grammar = _grammar(s)
         except ValueError as e:
-            raise _bad(f"'{s.param}' does not compile: {e}", s.param) from None
+            raise bad(f"'{s.param}' does not compile: {e}", s.param) from None
         problem = llguidance.LLMatcher.validate_grammar(grammar, tokenizer)
         if problem:
-            raise _bad(f"'{s.param}' does not compile: {problem.strip()}", s.param)
+            raise bad(f"'{s.param}' does not compile: {problem.strip()}", s.param)
         return grammar
 
     def constraint(self, grammar: str) -> Matcher:
@@ -177,9 +171,7 @@ class Matcher:
     def __init__(self, matcher: llguidance.LLMatcher, vocab: int, eos: tuple[int, ...]):
         self._matcher = matcher
         self._mask = llg_numpy.allocate_token_bitmask(1, vocab)
-        self._eos_only = np.zeros(TM.words(vocab), np.int32)
-        for t in eos:
-            self._eos_only[t // 32] |= np.int32(np.uint32(1 << (t % 32)).view(np.int32))
+        self._eos_only = TM.allowing(eos, vocab)
 
     def allowed(self) -> np.ndarray:
         if not self._matcher.is_error():

@@ -25,18 +25,12 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from ..request_errors import RequestError
+from .bodies import bad
 from .structured import Structured
 
 PARSERS = ("hermes", "llama3_json")
 FIELDS = ("tools", "tool_choice", "parallel_tool_calls")
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
-
-
-def _bad(message: str, param: str) -> RequestError:
-    error = RequestError(400, message)
-    error.param = param
-    return error
 
 
 @dataclass(frozen=True)
@@ -83,10 +77,10 @@ def parse(data: dict, parser: str | None) -> Tools | None:
     parallel = data.get("parallel_tool_calls")
     parallel = True if parallel is None else parallel  # NOTE: null is the default, as for every field
     if not isinstance(parallel, bool):
-        raise _bad("'parallel_tool_calls' must be true or false.", "parallel_tool_calls")
+        raise bad("'parallel_tool_calls' must be true or false.", "parallel_tool_calls")
     if declared is None:
         if choice not in (None, "none"):
-            raise _bad("'tool_choice' needs 'tools': declare the functions the model may call.", "tool_choice")
+            raise bad("'tool_choice' needs 'tools': declare the functions the model may call.", "tool_choice")
         return None
     names = _declared_names(declared)
     if choice is None:
@@ -95,7 +89,7 @@ def parse(data: dict, parser: str | None) -> Tools | None:
         return None
     if choice == "auto":
         if parser is None:
-            raise _bad(
+            raise bad(
                 "'tool_choice': 'auto' (the default once 'tools' are given) needs the server started with "
                 f"--tool-call-parser ({' or '.join(PARSERS)}) to read calls out of the model's text; or send "
                 "'tool_choice': 'required', a named function, or 'none'.",
@@ -107,32 +101,32 @@ def parse(data: dict, parser: str | None) -> Tools | None:
     function = choice.get("function") if isinstance(choice, dict) else None
     name = function.get("name") if isinstance(function, dict) else None
     if not isinstance(choice, dict) or choice.get("type") != "function" or not isinstance(name, str):
-        raise _bad(
+        raise bad(
             "'tool_choice' must be 'none', 'auto', 'required' or {\"type\": \"function\", \"function\": "
             '{"name": ...}}.',
             "tool_choice",
         )
     if name not in names:
-        raise _bad(f"'tool_choice' names function {name!r}, which 'tools' does not declare ({names}).", "tool_choice")
+        raise bad(f"'tool_choice' names function {name!r}, which 'tools' does not declare ({names}).", "tool_choice")
     return Tools(tuple(declared), "named", name, parallel)
 
 
 def _declared_names(declared) -> list[str]:
     if not isinstance(declared, list) or not declared:
-        raise _bad('\'tools\' must be a non-empty list of {"type": "function", "function": {...}}.', "tools")
+        raise bad('\'tools\' must be a non-empty list of {"type": "function", "function": {...}}.', "tools")
     names = []
     for i, tool in enumerate(declared):
         function = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(function, dict):
-            raise _bad(f'tools[{i}] must be {{"type": "function", "function": {{"name", ...}}}}.', "tools")
+            raise bad(f'tools[{i}] must be {{"type": "function", "function": {{"name", ...}}}}.', "tools")
         name = function.get("name")
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
-            raise _bad(f"tools[{i}].function.name must be 1-64 letters, digits, '_' or '-'.", "tools")
+            raise bad(f"tools[{i}].function.name must be 1-64 letters, digits, '_' or '-'.", "tools")
         if not isinstance(function.get("parameters", {}), dict):
-            raise _bad(f"tools[{i}].function.parameters must be a JSON schema object.", "tools")
+            raise bad(f"tools[{i}].function.parameters must be a JSON schema object.", "tools")
         names.append(name)
     if len(set(names)) < len(names):
-        raise _bad(f"'tools' declares a function name twice: {names}.", "tools")
+        raise bad(f"'tools' declares a function name twice: {names}.", "tools")
     return names
 
 
