@@ -17,6 +17,7 @@ import paddle
 from ..errors import CaptureError, ModelLoadError
 from ..graph import Graph, Tensor
 from .aborts import guarded, located
+from .eager_only import eager_only
 from .gpu_only_ops import gpu_only_ops
 from .pir_reader import dtype_name, program_to_graph, shape_of
 from .to_static_help import (
@@ -60,23 +61,26 @@ def _flatten_outputs(out) -> list:
     return [out] if out is not None else []
 
 
+def _is_kv_cache(o) -> bool:
+    """A PaddleFormers model's cache object (DynamicCache and its kin), which forward returns beside the
+    logits under the default config's use_cache=True; wrap.py's training forward leaves it out by the same rule."""
+    return type(o).__name__.endswith("Cache") and not isinstance(o, (paddle.pir.Value, list, tuple))
+
+
+def _without_caches(outputs: list) -> list:
+    """The outputs less a KV cache object: a compiled forward returns the logits, and a generator keeps
+    its own cache (px.Generator), so a default config compiles as shipped."""
+    return [o for o in outputs if not _is_kv_cache(o)]
+
+
 def _check_outputs(layer, outputs) -> None:
-    """Refuse outputs that are not tensors (a PaddleFormers model's cache object under use_cache=True)
-    here, with the fix, rather than deep inside the PIR reader."""
+    """Refuse outputs that are not tensors here, with the fix, rather than deep inside the PIR reader."""
     for o in outputs:
-        if isinstance(o, paddle.pir.Value):
-            continue
-        what = type(o).__name__
-        fix = (
-            "it is the model's KV cache (use_cache=True): build the model with config.use_cache=False to "
-            "compile or export it, or generate with px.Generator, which keeps the cache itself"
-            if "cache" in what.lower()
-            else "return tensors (or lists, tuples and dicts of them) only"
-        )
-        raise CaptureError(
-            f"{type(layer).__name__}.forward returns a {what} among its outputs, and a captured "
-            f"program returns tensors only: {fix}."
-        )
+        if not isinstance(o, paddle.pir.Value):
+            raise CaptureError(
+                f"{type(layer).__name__}.forward returns a {type(o).__name__} among its outputs, and a captured "
+                "program returns tensors only: return tensors (or lists, tuples and dicts of them) only."
+            )
 
 
 def from_layer(layer, input_spec, training: bool | None = None, weights: bool = True) -> Captured:
@@ -95,7 +99,7 @@ def from_layer(layer, input_spec, training: bool | None = None, weights: bool = 
         program = _concrete_program(layer, specs)
     finally:
         layer.train() if was_training else layer.eval()
-    outputs = _flatten_outputs(program.outputs)
+    outputs = _without_caches(_flatten_outputs(program.outputs))
     _check_outputs(layer, outputs)
     names = [f"output_{i}" for i in range(len(outputs))]
     mode = layer.training if training is None else training
@@ -208,7 +212,7 @@ def _concrete_program(layer, specs):
     while True:
         found: list[str] = []
         try:
-            with guarded() as found, gpu_only_ops():
+            with guarded() as found, gpu_only_ops(), eager_only():
                 static = paddle.jit.to_static(layer, input_spec=specs, full_graph=True)
                 return static.forward.concrete_program
         except Exception as e:

@@ -8,24 +8,24 @@ from paddle.static import InputSpec
 
 import paddle_xla as px
 import paddle_xla.artifact as pxa
-from paddle_xla.errors import CaptureError
 
 from .test_generator import MODELS, TINY, _model
 
 SPEC = [InputSpec([None, None], "int64", "input_ids")]
 
 
-def test_a_model_returning_its_cache_is_refused_with_the_fix():
+def test_a_default_config_returning_its_cache_compiles_to_the_logits():
     net = _model("qwen2")
-    assert net.config.use_cache  # Qwen2's default: its outputs hold a DynamicCache
-    with pytest.raises(CaptureError, match="returns a DynamicCache.*config.use_cache=False"):
-        px.compile(net, SPEC)
+    assert net.config.use_cache  # Qwen2's default: its outputs hold a DynamicCache, left out of the program
+    ids = np.random.default_rng(1).integers(0, TINY["vocab_size"], (2, 5)).astype("int64")
+    with paddle.no_grad():
+        want = net(paddle.to_tensor(ids), return_dict=True).logits.numpy()
+    np.testing.assert_allclose(px.compile(net, SPEC)(ids), want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_a_paddleformers_lm_exports_with_symbolic_batch_and_length(name, tmp_path):
     net = _model(name)
-    net.config.use_cache = False  # NOTE: Qwen2's default is True (see the test above)
     path = str(tmp_path / f"{name}.pxa")
     manifest = px.export(px.compile(net, SPEC), path)
     assert manifest["exported"]["cpu"]["shapes"] == "symbolic"
