@@ -7,6 +7,7 @@ wrap.py            a network and its loss joined into one forward, so that one c
 stage_markers.py   `with px.stage(k):` in model code, read back as op -> stage after capture
 aborts.py          patterns that make Paddle abort the process, raised as CaptureErrors first
 gpu_only_ops.py    ops Paddle's CPU build has no kernel for (fused_rms_norm_ext), built from their parts
+layer_ops.py       a registered Layer class captured as one op (layer-level lowerings); moe_layers.py: MoE blocks
 eager_only.py      eager-only calls PaddleFormers' models make (Tensor.view, view_as), as the reshapes they mean
 causal_lm.py       a causal LM as the prefill and decode-step programs of a fixed-shape decode loop
 """

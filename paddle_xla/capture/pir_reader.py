@@ -185,7 +185,10 @@ class _Scope:
 class Reader:
     """Walks a PIR program once, numbering values and collecting feeds, params and fetches."""
 
-    def __init__(self):
+    def __init__(self, spans: Sequence = ()):
+        # NOTE: layer_ops.py's spans: each run of a stand-in's ops is read as one op, at its last op
+        self.span_at = {span.op_ids[-1]: span for span in spans if span.op_ids}
+        self.in_span = {i for span in spans for i in span.op_ids}
         self.ids: dict[Any, int] = {}
         self.next_id = 0
         self.scope: _Scope | None = None
@@ -249,6 +252,8 @@ class Reader:
             self.scope = self.scope.parent
 
     def op(self, op) -> Op | None:
+        if op.id() in self.in_span:
+            return self.layer_op(self.span_at[op.id()]) if op.id() in self.span_at else None
         name = op.name()
         attrs = op.attrs()
         if name == "builtin.parameter":
@@ -293,6 +298,13 @@ class Reader:
             if in_i < len(inputs) and out_i < len(outs) and inputs[in_i] is not None and outs[out_i] is not None:
                 self.write(operands[in_i].id, outs[out_i])
         return out
+
+    def layer_op(self, span) -> Op:
+        """A registered layer's call as one op: its input and weights in, the stand-in's outputs out."""
+        self.counter += 1
+        inputs = tuple(self.vid(v) for v in span.inputs)
+        outs = tuple(self.define(v) for v in span.outputs)
+        return Op(name=span.op, inputs=inputs, outputs=outs, attrs=dict(span.attrs), index=self.counter)
 
     def sub_blocks(self, op, name) -> tuple[tuple[Block, ...], tuple[_Scope, ...]]:
         if name == "pd_op.if":
@@ -390,9 +402,10 @@ def _renamed(block: Block, mapping: dict[int, int]) -> Block:
     return Block(args=block.args, ops=tuple(op_(o) for o in block.ops))
 
 
-def program_to_graph(program, fetch_values=(), fetch_names=None, meta=None) -> Graph:
-    """Read a PIR Program. Fetches come from `fetch_values` or the program's own pd_op.fetch ops."""
-    reader = Reader()
+def program_to_graph(program, fetch_values=(), fetch_names=None, meta=None, spans=()) -> Graph:
+    """Read a PIR Program. Fetches come from `fetch_values` or the program's own pd_op.fetch ops; `spans`
+    (layer_ops.py) are runs of ops read as one layer op each."""
+    reader = Reader(spans)
     reader.scope = _Scope()  # NOTE: the global block's scope stays open while the fetches are read
     block = Block(args=(), ops=tuple(o for o in (reader.op(op) for op in program.global_block().ops) if o is not None))
     if fetch_values:

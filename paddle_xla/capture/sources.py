@@ -16,9 +16,11 @@ import paddle
 
 from ..errors import CaptureError, ModelLoadError
 from ..graph import Graph, Tensor
+from . import moe_layers  # noqa: F401  (registers PaddleFormers' MoE blocks with layer_ops)
 from .aborts import guarded, located
 from .eager_only import eager_only
 from .gpu_only_ops import gpu_only_ops
+from .layer_ops import layer_ops
 from .pir_reader import dtype_name, program_to_graph, shape_of
 from .to_static_help import (
     hint,
@@ -96,7 +98,7 @@ def from_layer(layer, input_spec, training: bool | None = None, weights: bool = 
     if training is not None:
         layer.train() if training else layer.eval()
     try:
-        program = _concrete_program(layer, specs)
+        program, spans = _concrete_program(layer, specs)
     finally:
         layer.train() if was_training else layer.eval()
     outputs = _without_caches(_flatten_outputs(program.outputs))
@@ -104,7 +106,11 @@ def from_layer(layer, input_spec, training: bool | None = None, weights: bool = 
     names = [f"output_{i}" for i in range(len(outputs))]
     mode = layer.training if training is None else training
     graph = program_to_graph(
-        program.main_program, outputs, names, meta={"source": type(layer).__name__, "training": bool(mode)}
+        program.main_program,
+        outputs,
+        names,
+        meta={"source": type(layer).__name__, "training": bool(mode)},
+        spans=spans,
     )
     graph = _in_spec_order(_with_fetch_info(graph, outputs), specs)
     state_keys = {t.name: k for k, t in layer.state_dict().items()}
@@ -212,9 +218,9 @@ def _concrete_program(layer, specs):
     while True:
         found: list[str] = []
         try:
-            with guarded() as found, gpu_only_ops(), eager_only():
+            with guarded() as found, gpu_only_ops(), eager_only(), layer_ops(layer) as spans:
                 static = paddle.jit.to_static(layer, input_spec=specs, full_graph=True)
-                return static.forward.concrete_program
+                return static.forward.concrete_program, list(spans)
         except Exception as e:
             if found:  # NOTE: a pattern that would have aborted the process (aborts.py)
                 raise located(found[0], e) from None

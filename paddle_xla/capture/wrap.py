@@ -36,7 +36,9 @@ class NetWithLoss(paddle.nn.Layer):
     def forward(self, {args}):
         outs = _flat(self.net({call}))
         loss = self.loss_fn(*outs, {labels}) if self.loss_fn is not None else outs[0]
-        return [loss] + outs
+        # NOTE: a Python number among the outputs is a constant, not a fetch: PaddleFormers 1.2's Qwen MoE
+        # models return aux_loss = 0 when they collect no router logits
+        return [loss] + [o for o in outs if not isinstance(o, (int, float))]
 """
 
 

@@ -187,7 +187,8 @@ def ops_where(**wanted) -> frozenset[str]:
     return frozenset(names)
 
 
-OWN = "paddle_xla."  # paddle_xla's own ops (decode_cache.py): only in programs it derives, never Paddle's
+# NOTE: paddle_xla's own ops: in programs it derives (decode_cache.py) or layers it captures whole (layer_ops.py)
+OWN = "paddle_xla."
 
 
 def supported_ops() -> list[str]:

@@ -32,3 +32,20 @@ def qwen2():
         stub.GPTModelProvider = dataclasses.dataclass(type("GPTModelProvider", (), {}))
         sys.modules[name] = stub
     return importlib.import_module("paddleformers.transformers.qwen2.modeling")
+
+
+def _stub_paddlefleet_ops() -> None:
+    """PaddleFormers' MoE modules import `paddlefleet_ops` (GPU-only DeepEP kernels) at import time to ask
+    whether DeepEP is there; without it a stand-in answers no, and nothing else of it is ever reached."""
+    if "paddlefleet_ops" not in sys.modules and importlib.util.find_spec("paddlefleet_ops") is None:
+        stub = types.ModuleType("paddlefleet_ops")
+        stub.is_deep_ep_available = lambda: False
+        sys.modules["paddlefleet_ops"] = stub
+
+
+def moe(family: str):
+    """PaddleFormers 1.2's modeling module of a MoE family ("qwen2_moe", "qwen3_moe"), importable on a CPU
+    host (the Paddle-native classes are its *ForCausalLMDeprecated ones, as qwen2()'s)."""
+    qwen2()
+    _stub_paddlefleet_ops()
+    return importlib.import_module(f"paddleformers.transformers.{family}.modeling")

@@ -1,0 +1,109 @@
+"""`paddle_xla.sparse_moe` (ops/moe.py), the op a PaddleFormers sparse MoE block is captured as, against a float64
+NumPy composite of the same routing and experts; and its dispatch/combine as a property."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from paddle_xla.ops.moe import route, sparse_moe
+
+T, H, I, E = 10, 8, 6, 5
+
+
+def _reference(x, gate_w, experts, top_k, norm):
+    """Each token: softmax over its router logits, its top-k experts (lower index first on ties), their
+    weights (renormalised where norm), and the weighted sum of those experts' SwiGLU MLPs, in float64."""
+    logits = x @ gate_w
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    out = np.zeros_like(x)
+    for t in range(len(x)):
+        chosen = np.argsort(-probs[t], kind="stable")[:top_k]
+        w = probs[t, chosen] / (probs[t, chosen].sum() if norm else 1.0)
+        for e, we in zip(chosen, w):
+            gate_up, down = experts[e]
+            g, u = np.split(x[t] @ gate_up, 2)
+            out[t] += we * ((g / (1 + np.exp(-g)) * u) @ down)
+    return out, logits
+
+
+def _weights(rng):
+    experts = [(rng.standard_normal((H, 2 * I)) * 0.3, rng.standard_normal((I, H)) * 0.3) for _ in range(E)]
+    return rng.standard_normal((T, H)), rng.standard_normal((H, E)), experts
+
+
+def test_the_op_equals_a_float64_composite_of_routing_and_experts():
+    rng = np.random.default_rng(0)
+    x, gate_w, experts = _weights(rng)
+    flat = [w for pair in experts for w in pair]
+    for top_k, norm in [(1, False), (2, True), (2, False), (3, True), (E, True)]:
+        want, want_logits = _reference(x, gate_w, experts, top_k, norm)
+        f32 = [jnp.asarray(a, jnp.float32) for a in (x, gate_w, *flat)]
+        got, logits = sparse_moe(*f32, num_experts=E, top_k=top_k, norm_topk_prob=norm)
+        np.testing.assert_allclose(np.asarray(logits), want_logits, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5, err_msg=f"top_k={top_k}")
+
+
+def test_the_op_differentiates_like_its_composite():
+    rng = np.random.default_rng(1)
+    x, gate_w, experts = _weights(rng)
+    flat = [jnp.asarray(w, jnp.float32) for pair in experts for w in pair]
+
+    def loss(x, gate_w, *ws):
+        out, logits = sparse_moe(x, gate_w, *ws, num_experts=E, top_k=2, norm_topk_prob=True)
+        return jnp.sum(out**2) + jnp.sum(logits)
+
+    def dense(x, gate_w, *ws):
+        # NOTE: every expert on every token, weighted by the same top-2 routing: the op's meaning, densely
+        logits = x @ gate_w
+        weights, chosen = route(logits, 2, True)
+        combine = jnp.sum(jax.nn.one_hot(chosen, E) * weights[..., None], axis=1)
+        outs = []
+        for gate_up, down in zip(ws[0::2], ws[1::2]):
+            g, u = jnp.split(x @ gate_up, 2, axis=-1)
+            outs.append((jax.nn.silu(g) * u) @ down)
+        out = jnp.einsum("te,eth->th", combine, jnp.stack(outs))
+        return jnp.sum(out**2) + jnp.sum(logits)
+
+    args = (jnp.asarray(x, jnp.float32), jnp.asarray(gate_w, jnp.float32), *flat)
+    got = jax.grad(loss, argnums=tuple(range(len(args))))(*args)
+    want = jax.grad(dense, argnums=tuple(range(len(args))))(*args)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-5)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    tokens=st.integers(1, 12),
+    experts=st.integers(1, 6),
+    data=st.data(),
+)
+def test_every_token_reaches_its_experts_in_order_and_its_weights_sum_as_the_model_says(tokens, experts, data):
+    top_k = data.draw(st.integers(1, experts))
+    norm = data.draw(st.booleans())
+    seed = data.draw(st.integers(0, 2**16))
+    logits = np.random.default_rng(seed).standard_normal((tokens, experts)).astype(np.float32)
+    weights, chosen = map(np.asarray, route(jnp.asarray(logits), top_k, norm))
+    # NOTE: the chosen experts are each token's k most probable, best first, with no repeats
+    probs = np.asarray(jax.nn.softmax(logits, axis=-1))
+    for t in range(tokens):
+        assert len(set(chosen[t])) == top_k
+        assert np.all(np.diff(probs[t, chosen[t]]) <= 0)
+        assert probs[t, chosen[t]].min() >= np.sort(probs[t])[::-1][top_k - 1]
+    np.testing.assert_allclose(
+        weights.sum(-1), 1.0 if norm else probs[np.arange(tokens)[:, None], chosen].sum(-1), rtol=1e-6
+    )
+    # NOTE: the round trip: with all-ones experts every token's routed output is its own experts' outputs
+    # (each silu(s) * s for s = its sum) times their weights, back at the token's own row
+    x = jnp.eye(tokens, 4, dtype=jnp.float32) + 1.0
+    gate_w = jnp.zeros((4, experts), jnp.float32)
+    ones = [w for _ in range(experts) for w in (jnp.ones((4, 2)), jnp.ones((1, 4)))]
+    routed, _ = sparse_moe(x, gate_w, *ones, num_experts=experts, top_k=top_k, norm_topk_prob=norm)
+    # NOTE: zero router weights make every expert equally likely: each token gets k experts of weight 1/E
+    # (or 1/k renormalised), each giving silu(s) * s for s = the token's sum
+    s = np.asarray(x).sum(-1)
+    per_expert = s / (1 + np.exp(-s)) * s
+    share = 1.0 if norm else top_k / experts
+    np.testing.assert_allclose(np.asarray(routed), np.repeat((share * per_expert)[:, None], 4, 1), rtol=1e-5)
