@@ -31,6 +31,7 @@ from paddle.static import InputSpec
 
 from ..errors import CaptureError
 from .gpu_only_ops import gpu_only_ops
+from .layer_ops import eager_layer_ops
 from .sources import Captured, from_layer
 
 
@@ -64,7 +65,7 @@ def vocab_size(model) -> int:
 
 def _call(model, ids):
     kwargs = {"return_dict": True} if "return_dict" in inspect.signature(model.forward).parameters else {}
-    with gpu_only_ops():
+    with gpu_only_ops(), eager_layer_ops(model):
         return model(paddle.to_tensor(ids), **kwargs)
 
 
@@ -107,7 +108,7 @@ def cache_class(model):
             f"{type(model).__name__}.forward takes no past_key_values: paddle_xla's generator needs "
             "a model with a KV-cache API (PaddleFormers' causal LMs have one)"
         )
-    with paddle.no_grad(), gpu_only_ops():
+    with paddle.no_grad(), gpu_only_ops(), eager_layer_ops(model):
         out = model(paddle.to_tensor([[1]], dtype="int64"), use_cache=True, return_dict=True)
     cache = getattr(out, "past_key_values", None)
     if cache is None or not hasattr(cache, "layers"):

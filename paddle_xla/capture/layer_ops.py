@@ -19,9 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import paddle
 
+from .. import ops  # noqa: F401  (registers every lowering, the layer ops' among them)
 from ..errors import CaptureError
+from ..ops.registry import REGISTRY as LOWERINGS
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,9 @@ class LayerCapture:
     outputs: Callable[[Any, Any], list]  # (layer, input) -> static stand-ins of the op's outputs
     # (layer, input, the op's outputs) -> what forward returns: the part of the layer left to ordinary capture
     after: Callable[[Any, Any, list], Any]
+    # why not, where a layer in training mode would lose part of its gradient (e.g. a router loss the layer
+    # injects into the backward pass only); None: it trains
+    no_training: str | None = None
 
 
 @dataclass
@@ -68,6 +74,8 @@ def _stand_in(layer, capture: LayerCapture):
     def forward(hidden_states, *args, **kwargs):
         program = paddle.static.default_main_program()
         block = program.global_block()
+        if layer.training and capture.no_training:
+            raise CaptureError(f"{type(layer).__name__} does not train through paddle_xla yet: {capture.no_training}")
         if args or kwargs:
             raise CaptureError(f"{type(layer).__name__} is captured as one op ({capture.op}) of its input alone")
         before = {op.id() for op in block.ops}
@@ -86,9 +94,22 @@ def _stand_in(layer, capture: LayerCapture):
     return forward
 
 
+def _eager(layer, capture: LayerCapture):
+    """The layer run eagerly through its op's own lowering (NumPy in, JAX eagerly, Paddle tensors out): for the
+    probes a generator makes by calling the model (its vocabulary, causality, cache class), where the layer's
+    own forward would call kernels Paddle's CPU build lacks. No gradient flows through it."""
+
+    def forward(hidden_states, *args, **kwargs):
+        inputs = [np.asarray(t.numpy()) for t in (hidden_states, *capture.weights(layer))]
+        outs = LOWERINGS[capture.op].fn(*inputs, **capture.attrs(layer))
+        outputs = [paddle.to_tensor(np.asarray(o)) for o in outs]
+        return capture.after(layer, hidden_states, outputs)
+
+    return forward
+
+
 @contextlib.contextmanager
-def layer_ops(root):
-    """Within the block, every registered sublayer of `root` builds its stand-in; yields the Spans built."""
+def _replaced(root, make):
     with _LOCK:
         patched = []
         for layer in root.sublayers(include_self=True):
@@ -96,13 +117,25 @@ def layer_ops(root):
             if capture is None:
                 continue
             patched.append((layer, layer.__dict__.get("forward")))
-            layer.__dict__["forward"] = _stand_in(layer, capture)
-        _SPANS.clear()
+            layer.__dict__["forward"] = make(layer, capture)
         try:
-            yield _SPANS
+            yield
         finally:
             for layer, own in patched:
                 if own is None:
                     layer.__dict__.pop("forward", None)
                 else:
                     layer.__dict__["forward"] = own
+
+
+@contextlib.contextmanager
+def layer_ops(root):
+    """Within the block, every registered sublayer of `root` builds its stand-in; yields the Spans built."""
+    with _replaced(root, _stand_in):
+        _SPANS.clear()
+        yield _SPANS
+
+
+def eager_layer_ops(root):
+    """Within the block, every registered sublayer of `root` runs eagerly through its op's lowering."""
+    return _replaced(root, _eager)

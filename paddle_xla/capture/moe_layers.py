@@ -1,10 +1,13 @@
-"""PaddleFormers' sparse MoE blocks captured as one `paddle_xla.sparse_moe` op each (ops/moe.py lowers it).
+"""PaddleFormers' MoE blocks captured as one `paddle_xla.sparse_moe` op each (ops/moe.py lowers it).
 
-Qwen2-MoE's and Qwen3-MoE's blocks (PaddleFormers 1.2) compute: router logits = h @ gate (float32), a
-softmax, the top-k experts per token, their weights divided by their sum where `norm_topk_prob`, and each
-chosen expert's SwiGLU MLP (one fused gate|up projection, then down) times its weight, added per token. The
-op carries that routed part; Qwen2-MoE's shared expert and its sigmoid gate stay ordinary Paddle code,
-captured op by op after the op, as its forward writes them.
+Each block computes router logits = h @ gate (float32), scores, each token's top-k experts, their weights,
+and each chosen expert's SwiGLU MLP times its weight, added per token; the families differ in the routing
+(ops/moe.py's route(): Qwen's softmax and norm_topk_prob; DeepSeek-V3's sigmoid, correction bias, group
+limit and scaling; ERNIE 4.5's softmax, correction bias and clipped renormalisation). The op carries that
+routed part; shared experts (Qwen2-MoE's, gated by a sigmoid, DeepSeek-V3's and ERNIE 4.5's) stay ordinary
+Paddle code, captured op by op after the op, as the forward writes them. ERNIE 4.5's block, whose own forward
+calls GPU-only kernels and sizes buffers on the host, is never run by paddle_xla: capture replaces it, and a
+generator's eager probes run the op's lowering in its place (layer_ops.eager_layer_ops).
 """
 
 from __future__ import annotations
@@ -27,27 +30,29 @@ def _experts(layer) -> list:
 
 
 def _expert_weights(mlp) -> list:
-    if getattr(mlp, "has_bias", False) or getattr(mlp, "fuse_swiglu", False) or not mlp.fuse_up_gate:
+    """An expert's weights, (gate|up, down) or (gate, up, down): SwiGLU experts without bias only."""
+    if getattr(mlp, "has_bias", False) or getattr(mlp, "fuse_swiglu", False) or mlp.act_type != "silu":
         raise CaptureError(
-            f"{type(mlp).__name__}: paddle_xla's sparse MoE op takes experts with one fused gate|up projection, "
-            "no bias and no fused swiglu (PaddleFormers' Qwen MoE defaults)"
+            f"{type(mlp).__name__}: paddle_xla's sparse MoE op takes silu (SwiGLU) experts without bias or fused "
+            "swiglu (the defaults of PaddleFormers' MoE models)"
         )
-    return [getattr(mlp, mlp.gate_up_proj_name).weight, mlp.down_proj.weight]
+    if mlp.fuse_up_gate:
+        return [getattr(mlp, mlp.gate_up_proj_name).weight, mlp.down_proj.weight]
+    return [mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight]
 
 
-def _weights(layer) -> list:
-    return [layer.gate.weight, *(w for mlp in _experts(layer) for w in _expert_weights(mlp))]
-
-
-def _attrs(layer) -> dict:
-    act = _experts(layer)[0].act_type
-    if act != "silu":
-        raise CaptureError(f"{type(layer).__name__}: paddle_xla's sparse MoE op takes silu experts, not {act!r}")
-    return {
-        "num_experts": int(layer.num_experts),
-        "top_k": int(layer.top_k),
-        "norm_topk_prob": bool(layer.norm_topk_prob),
-    }
+def _routing(num_experts, top_k, norm_topk_prob, fused_gate_up, correction_bias, **given) -> dict:
+    """The op's attributes: the routing of ops/moe.py's route(), its defaults those of Qwen MoE."""
+    attrs = dict(scoring="softmax", norm_add=0.0, norm_min=0.0, routed_scaling=1.0, n_group=1, topk_group=1)
+    attrs.update(given)
+    attrs.update(
+        num_experts=int(num_experts),
+        top_k=int(top_k),
+        norm_topk_prob=bool(norm_topk_prob),
+        fused_gate_up=bool(fused_gate_up),
+        correction_bias=bool(correction_bias),
+    )
+    return attrs
 
 
 def _outputs(layer, hidden_states) -> list:
@@ -56,7 +61,17 @@ def _outputs(layer, hidden_states) -> list:
         raise CaptureError(f"{type(layer).__name__} with sequence_parallel=True is not captured as one op")
     flat = paddle.reshape(hidden_states, [-1, hidden_states.shape[-1]])
     gate = layer.gate.weight
-    return [paddle.scale(flat, 1.0), paddle.matmul(flat.astype(gate.dtype), gate)]
+    return [paddle.scale(flat, 1.0), paddle.matmul(flat.astype("float32"), gate.astype("float32"))]
+
+
+# ---- Qwen2-MoE and Qwen3-MoE: softmax, top-k, norm_topk_prob; fused gate|up experts ----------------------
+def _qwen_weights(layer) -> list:
+    return [layer.gate.weight, *(w for mlp in _experts(layer) for w in _expert_weights(mlp))]
+
+
+def _qwen_attrs(layer) -> dict:
+    fused = _experts(layer)[0].fuse_up_gate
+    return _routing(layer.num_experts, layer.top_k, layer.norm_topk_prob, fused, correction_bias=False)
 
 
 def _qwen3_after(layer, hidden_states, outputs):
@@ -72,5 +87,86 @@ def _qwen2_after(layer, hidden_states, outputs):
     return paddle.reshape(routed + shared, hidden_states.shape), router_logits
 
 
-register("Qwen3MoeSparseMoeBlock")(LayerCapture(SPARSE_MOE, _weights, _attrs, _outputs, _qwen3_after))
-register("Qwen2MoeSparseMoeBlock")(LayerCapture(SPARSE_MOE, _weights, _attrs, _outputs, _qwen2_after))
+register("Qwen3MoeSparseMoeBlock")(LayerCapture(SPARSE_MOE, _qwen_weights, _qwen_attrs, _outputs, _qwen3_after))
+register("Qwen2MoeSparseMoeBlock")(LayerCapture(SPARSE_MOE, _qwen_weights, _qwen_attrs, _outputs, _qwen2_after))
+
+
+# ---- DeepSeek-V3: sigmoid scores, correction bias, group-limited top-k, scaled weights; shared experts --------
+def _deepseek_weights(layer) -> list:
+    gate = layer.gate
+    return [gate.weight, gate.e_score_correction_bias, *(w for mlp in _experts(layer) for w in _expert_weights(mlp))]
+
+
+def _deepseek_attrs(layer) -> dict:
+    gate = layer.gate
+    return _routing(
+        gate.n_routed_experts,
+        gate.top_k,
+        gate.norm_topk_prob,
+        _experts(layer)[0].fuse_up_gate,
+        correction_bias=True,
+        scoring="sigmoid",
+        norm_add=1e-20,  # NOTE: DeepseekV3TopkRouter's denominator: sum + 1e-20
+        routed_scaling=float(gate.routed_scaling_factor),
+        n_group=int(gate.n_group or 1),
+        topk_group=int(gate.topk_group or 1),
+    )
+
+
+def _deepseek_after(layer, hidden_states, outputs):
+    routed = paddle.reshape(outputs[0], hidden_states.shape)
+    return routed + layer.shared_experts(hidden_states)
+
+
+register("DeepseekV3MoE")(LayerCapture(SPARSE_MOE, _deepseek_weights, _deepseek_attrs, _outputs, _deepseek_after))
+
+
+# ---- ERNIE 4.5 MoE: softmax, correction bias, weights / max(sum, 1e-12); fused gate|up; shared experts --------
+def _ernie_correction(layer) -> bool:
+    return bool(getattr(layer, "use_correction_bias", getattr(layer.gate, "use_correction_bias", False)))
+
+
+def _ernie_weights(layer) -> list:
+    bias = [layer.moe_statics.e_score_correction_bias] if _ernie_correction(layer) else []
+    return [layer.gate.weight, *bias, *(w for mlp in _experts(layer) for w in _expert_weights(mlp))]
+
+
+def _ernie_attrs(layer) -> dict:
+    scoring = layer.config.scoring_func
+    experts = _experts(layer)
+    if any(e is None for e in experts):
+        raise CaptureError(
+            f"{type(layer).__name__} holds only its own rank's experts (moe_group of {len(experts)} experts over "
+            "several ranks); capture it on one rank, and spread the experts with px.Strategy instead"
+        )
+    return _routing(
+        layer.num_experts,
+        layer.top_k,
+        layer.gate.norm_gate_logits,
+        experts[0].fuse_up_gate,
+        correction_bias=_ernie_correction(layer),
+        scoring=scoring,
+        norm_min=1e-12,  # NOTE: MOEAllGatherLayerV2 divides by clip(sum, min=1e-12), not by moe_norm_min
+    )
+
+
+def _ernie_after(layer, hidden_states, outputs):
+    """The block's (output, combine weights, router loss, gate logits): the combine weights, which the decoder
+    layer drops, and the router loss, which only FakeMoERouterLoss's backward reads, are None."""
+    routed, gate_logits = outputs
+    if layer.shared_experts is not None:
+        routed = routed + layer.shared_experts(paddle.reshape(hidden_states, [-1, hidden_states.shape[-1]]))
+    return paddle.reshape(routed, hidden_states.shape), None, None, gate_logits
+
+
+register("Ernie4_5_MoeSparseMoeBlock")(
+    LayerCapture(
+        SPARSE_MOE,
+        _ernie_weights,
+        _ernie_attrs,
+        _outputs,
+        _ernie_after,
+        no_training="its router loss (aux, z and orthogonal losses) reaches the gradient through FakeMoERouterLoss's "
+        "backward alone, which capture does not follow; compile, export and generate run it",
+    )
+)

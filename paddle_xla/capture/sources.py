@@ -70,9 +70,10 @@ def _is_kv_cache(o) -> bool:
 
 
 def _without_caches(outputs: list) -> list:
-    """The outputs less a KV cache object: a compiled forward returns the logits, and a generator keeps
-    its own cache (px.Generator), so a default config compiles as shipped."""
-    return [o for o in outputs if not _is_kv_cache(o)]
+    """The outputs less a KV cache object and Python numbers: a compiled forward returns the logits, and a
+    generator keeps its own cache (px.Generator), so a default config compiles as shipped; a number is a
+    constant field of the model's output object (ERNIE 4.5 MoE's router_loss 0.0), not a result."""
+    return [o for o in outputs if not _is_kv_cache(o) and not isinstance(o, (int, float))]
 
 
 def _check_outputs(layer, outputs) -> None:

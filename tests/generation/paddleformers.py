@@ -49,3 +49,9 @@ def moe(family: str):
     qwen2()
     _stub_paddlefleet_ops()
     return importlib.import_module(f"paddleformers.transformers.{family}.modeling")
+
+
+def moe_config(family: str):
+    """The configuration module beside moe(family)'s modeling module."""
+    moe(family)
+    return importlib.import_module(f"paddleformers.transformers.{family}.configuration")

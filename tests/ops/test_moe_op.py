@@ -9,20 +9,48 @@ from hypothesis import strategies as st
 
 from paddle_xla.ops.moe import route, sparse_moe
 
-T, H, I, E = 10, 8, 6, 5
+T, H, I, E = 10, 8, 6, 6
 
 
-def _reference(x, gate_w, experts, top_k, norm):
-    """Each token: softmax over its router logits, its top-k experts (lower index first on ties), their
-    weights (renormalised where norm), and the weighted sum of those experts' SwiGLU MLPs, in float64."""
+QWEN = dict(scoring="softmax", norm_add=0.0, norm_min=0.0, routed_scaling=1.0, n_group=1, topk_group=1)
+ERNIE = dict(scoring="softmax", norm_add=0.0, norm_min=1e-12, routed_scaling=1.0, n_group=1, topk_group=1)
+DEEPSEEK = dict(scoring="sigmoid", norm_add=1e-20, norm_min=0.0, routed_scaling=2.5, n_group=3, topk_group=2)
+
+
+def _op(x, gate_w, experts, top_k, norm, routing=QWEN, bias=None, fused=True):
+    weights = [w for pair in experts for w in pair]
+    if not fused:  # NOTE: (gate, up, down): the fused gate|up weight split in its two halves
+        weights = [w for g_u, d in experts for w in (g_u[:, :I], g_u[:, I:], d)]
+    lead = [gate_w] + ([bias] if bias is not None else [])
+    args = [jnp.asarray(a, jnp.float32) for a in (x, *lead, *weights)]
+    attrs = dict(num_experts=E, top_k=top_k, norm_topk_prob=norm, fused_gate_up=fused, correction_bias=bias is not None)
+    return sparse_moe(*args, **attrs, **routing)
+
+
+def _reference(x, gate_w, experts, top_k, norm, routing=QWEN, bias=None):
+    """Each token, in float64: its scores (softmax or sigmoid of x @ gate_w), its top-k experts by score plus
+    bias within its best groups (lower index first on ties), their scores as weights (renormalised where norm,
+    then scaled), and the weighted sum of those experts' SwiGLU MLPs."""
     logits = x @ gate_w
-    probs = np.exp(logits - logits.max(-1, keepdims=True))
-    probs /= probs.sum(-1, keepdims=True)
+    if routing["scoring"] == "softmax":
+        scores = np.exp(logits - logits.max(-1, keepdims=True))
+        scores /= scores.sum(-1, keepdims=True)
+    else:
+        scores = 1 / (1 + np.exp(-logits))
+    choice = scores + (0 if bias is None else bias)
     out = np.zeros_like(x)
     for t in range(len(x)):
-        chosen = np.argsort(-probs[t], kind="stable")[:top_k]
-        w = probs[t, chosen] / (probs[t, chosen].sum() if norm else 1.0)
-        for e, we in zip(chosen, w):
+        c = choice[t].copy()
+        if routing["n_group"] > 1:
+            groups = c.reshape(routing["n_group"], -1)
+            best = np.sort(groups, axis=1)[:, -2:].sum(1)
+            kept = np.argsort(-best, kind="stable")[: routing["topk_group"]]
+            c = np.where(np.isin(np.arange(E) // groups.shape[1], kept), c, 0.0)
+        chosen = np.argsort(-c, kind="stable")[:top_k]
+        w = scores[t, chosen]
+        if norm:
+            w = w / max(w.sum() + routing["norm_add"], routing["norm_min"])
+        for e, we in zip(chosen, w * routing["routed_scaling"]):
             gate_up, down = experts[e]
             g, u = np.split(x[t] @ gate_up, 2)
             out[t] += we * ((g / (1 + np.exp(-g)) * u) @ down)
@@ -37,13 +65,22 @@ def _weights(rng):
 def test_the_op_equals_a_float64_composite_of_routing_and_experts():
     rng = np.random.default_rng(0)
     x, gate_w, experts = _weights(rng)
-    flat = [w for pair in experts for w in pair]
     for top_k, norm in [(1, False), (2, True), (2, False), (3, True), (E, True)]:
         want, want_logits = _reference(x, gate_w, experts, top_k, norm)
-        f32 = [jnp.asarray(a, jnp.float32) for a in (x, gate_w, *flat)]
-        got, logits = sparse_moe(*f32, num_experts=E, top_k=top_k, norm_topk_prob=norm)
+        got, logits = _op(x, gate_w, experts, top_k, norm)
         np.testing.assert_allclose(np.asarray(logits), want_logits, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5, err_msg=f"top_k={top_k}")
+
+
+def test_biased_routing_of_deepseek_and_ernie_equals_the_composite():
+    rng = np.random.default_rng(2)
+    x, gate_w, experts = _weights(rng)
+    bias = rng.standard_normal(E) * 0.1
+    cases = [(2, True, DEEPSEEK), (3, False, DEEPSEEK), (2, True, {**DEEPSEEK, "n_group": 1}), (2, True, ERNIE)]
+    for top_k, norm, groups in cases:
+        want, _ = _reference(x, gate_w, experts, top_k, norm, groups, bias)
+        got, _ = _op(x, gate_w, experts, top_k, norm, groups, bias, fused=False)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5, err_msg=str((top_k, norm, groups)))
 
 
 def test_the_op_differentiates_like_its_composite():
@@ -52,7 +89,17 @@ def test_the_op_differentiates_like_its_composite():
     flat = [jnp.asarray(w, jnp.float32) for pair in experts for w in pair]
 
     def loss(x, gate_w, *ws):
-        out, logits = sparse_moe(x, gate_w, *ws, num_experts=E, top_k=2, norm_topk_prob=True)
+        out, logits = sparse_moe(
+            x,
+            gate_w,
+            *ws,
+            num_experts=E,
+            top_k=2,
+            norm_topk_prob=True,
+            fused_gate_up=True,
+            correction_bias=False,
+            **QWEN,
+        )
         return jnp.sum(out**2) + jnp.sum(logits)
 
     def dense(x, gate_w, *ws):
@@ -74,7 +121,7 @@ def test_the_op_differentiates_like_its_composite():
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-5)
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=6, deadline=None)
 @given(
     tokens=st.integers(1, 12),
     experts=st.integers(1, 6),
@@ -100,7 +147,8 @@ def test_every_token_reaches_its_experts_in_order_and_its_weights_sum_as_the_mod
     x = jnp.eye(tokens, 4, dtype=jnp.float32) + 1.0
     gate_w = jnp.zeros((4, experts), jnp.float32)
     ones = [w for _ in range(experts) for w in (jnp.ones((4, 2)), jnp.ones((1, 4)))]
-    routed, _ = sparse_moe(x, gate_w, *ones, num_experts=experts, top_k=top_k, norm_topk_prob=norm)
+    attrs = dict(num_experts=experts, top_k=top_k, norm_topk_prob=norm, fused_gate_up=True, correction_bias=False)
+    routed, _ = sparse_moe(x, gate_w, *ones, **attrs, **QWEN)
     # NOTE: zero router weights make every expert equally likely: each token gets k experts of weight 1/E
     # (or 1/k renormalised), each giving silu(s) * s for s = the token's sum
     s = np.asarray(x).sum(-1)
