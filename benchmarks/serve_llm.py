@@ -428,6 +428,16 @@ def idle(base_url: str, bound_s: float = 300.0) -> float:
     return time.perf_counter() - start
 
 
+def crowd_on(server, args, shape) -> dict:
+    """The at-once phase (at_once) on a running server started with the at-once flags."""
+    crowd = at_once(f"http://{server.url}", shape["vocab_size"], *((16, (16, 64)) if args.quick else (96, (64, 192))))
+    crowd["kv_cache_tokens"] = args.at_once_kv_tokens
+    crowd["max_prefill_tokens"] = args.at_once_prefill_tokens
+    crowd["server_ready_s"] = server.ready_s
+    print(json.dumps({"at_once": crowd}), flush=True)
+    return crowd
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
@@ -510,8 +520,15 @@ def main() -> int:
         "--request-timeout-ms",
         "0",
     ]
-    service = Service(argv, env)
-    levels, after = [], None
+    at_once_flags = [
+        "--kv-cache-tokens",
+        str(args.at_once_kv_tokens),
+        "--max-prefill-tokens",
+        str(args.at_once_prefill_tokens),
+    ]
+    # NOTE: --quick checks the script: its at-once phase runs on the main server, one server start fewer
+    service = Service([*argv, *at_once_flags] if args.quick else argv, env)
+    levels, after, crowd = [], None, {}
     rng = np.random.default_rng(5)
     ones = [[int(i) for i in rng.integers(3, shape["vocab_size"], 16 if args.quick else 128)] for _ in range(3)]
     one_tokens = 32 if args.quick else args.one_client_tokens
@@ -523,6 +540,8 @@ def main() -> int:
         print(json.dumps({"shared_prefix": prefix}), flush=True)
         schema = structured_cost(url, ones * 3, **({"length": 12, "clients": (1, 3)} if args.quick else {}))
         print(json.dumps({"structured": schema}), flush=True)
+        if args.quick:
+            crowd = crowd_on(service, args, shape)
         for clients in args.concurrency:
             warm = args.warm_s / 10 if clients == 1 else args.warm_s
             # NOTE: each level's yardstick is timed just before it and just after it (the server idle): this
@@ -549,24 +568,12 @@ def main() -> int:
     finally:
         fast.stop()
     # NOTE: batch-invariant (the default): short requests run more at once than max_batch_size all the same
-    many = Service(
-        [
-            *argv,
-            "--kv-cache-tokens",
-            str(args.at_once_kv_tokens),
-            "--max-prefill-tokens",
-            str(args.at_once_prefill_tokens),
-        ],
-        env,
-    )
-    try:
-        crowd = at_once(f"http://{many.url}", shape["vocab_size"], *((16, (16, 64)) if args.quick else (96, (64, 192))))
-        crowd["kv_cache_tokens"] = args.at_once_kv_tokens
-        crowd["max_prefill_tokens"] = args.at_once_prefill_tokens
-        crowd["server_ready_s"] = many.ready_s
-        print(json.dumps({"at_once": crowd}), flush=True)
-    finally:
-        many.stop()
+    if not args.quick:
+        many = Service([*argv, *at_once_flags], env)
+        try:
+            crowd = crowd_on(many, args, shape)
+        finally:
+            many.stop()
     offline_1 = offline_one(net, context, prefill_chunk, ones[:2], one_tokens)
     eager_1 = eager_one(net, ones[0], one_tokens)
     base = offline(gen, jobs, min(32, args.rows))
