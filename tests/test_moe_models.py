@@ -228,3 +228,11 @@ def test_ernie_moe_training_is_refused_with_the_reason():
     net.train()
     with pytest.raises(CaptureError, match="Ernie4_5_MoeSparseMoeBlock does not train.*FakeMoERouterLoss"):
         px.train_step(net, None, _adamw(net), *SPECS)
+
+
+def test_an_ernie_moe_capacity_that_could_drop_tokens_is_refused():
+    net, _ = _ernie_twins(moe_capacity=[2, 2, 2])  # NOTE: 2 slots per 4 experts' share of the tokens: drops
+    with pytest.raises(
+        CaptureError, match=r"moe_capacity \[2.0, 2.0, 2.0\].*dropless.*at least the expert count \(4\)"
+    ):
+        px.compile(net, [InputSpec([2, 8], "int64", "input_ids")])

@@ -139,6 +139,7 @@ def _ernie_attrs(layer) -> dict:
             f"{type(layer).__name__} holds only its own rank's experts (moe_group of {len(experts)} experts over "
             "several ranks); capture it on one rank, and spread the experts with px.Strategy instead"
         )
+    _refuse_dropping(layer)
     return _routing(
         layer.num_experts,
         layer.top_k,
@@ -148,6 +149,18 @@ def _ernie_attrs(layer) -> dict:
         scoring=scoring,
         norm_min=1e-12,  # NOTE: MOEAllGatherLayerV2 divides by clip(sum, min=1e-12), not by moe_norm_min
     )
+
+
+def _refuse_dropping(layer) -> None:
+    """ERNIE's gate gives an expert int(cap * S // E) slots for S tokens and drops the tokens past them; a token
+    picks an expert once, so a factor cap >= E never drops, and a smaller one may: paddle_xla's op is dropless."""
+    caps = [float(c) for c in layer.gate.cap]
+    if min(caps) < layer.num_experts:
+        raise CaptureError(
+            f"{type(layer).__name__}: moe_capacity {caps} lets an expert drop tokens past int(cap * tokens / "
+            f"{layer.num_experts}) slots, and paddle_xla's MoE op is dropless (it never drops); give moe_capacity "
+            f"factors of at least the expert count ({layer.num_experts}), as the default [64, 64, 64] is"
+        )
 
 
 def _ernie_after(layer, hidden_states, outputs):

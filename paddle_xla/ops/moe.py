@@ -66,13 +66,22 @@ def route(
     return weights * routed_scaling, experts.astype(jnp.int32)
 
 
+def _projected(rows, *weights):
+    """gate|up pre-activations [rows, 2I]: weights (gate|up [H, 2I]) or (gate [H, I], up [H, I])."""
+    if len(weights) == 1:
+        return rows @ weights[0]
+    return jnp.concatenate([rows @ weights[0], rows @ weights[1]], axis=-1)
+
+
+def _activated(pre, down):
+    """silu(gate) * up, then down [I, H]."""
+    gate, up = jnp.split(pre, 2, axis=-1)
+    return (jax.nn.silu(gate) * up) @ down
+
+
 def _swiglu(rows, *weights):
-    """silu(gate) * up, then down: weights (gate|up [H, 2I], down [I, H]) or (gate, up, down)."""
-    if len(weights) == 2:
-        gate, up = jnp.split(rows @ weights[0], 2, axis=-1)
-    else:
-        gate, up = rows @ weights[0], rows @ weights[1]
-    return (jax.nn.silu(gate) * up) @ weights[-1]
+    """An expert's SwiGLU MLP: weights (gate|up [H, 2I], down [I, H]) or (gate, up, down)."""
+    return _activated(_projected(rows, *weights[:-1]), weights[-1])
 
 
 def _tile_rows(rows_count: int, experts: int) -> int:
@@ -100,19 +109,32 @@ def _tiled(rows, position, tile: int, tiles: int):
     return buffer.reshape(tiles, tile, rows.shape[1])
 
 
-def _grouped_forward(rows, groups, experts):
+def _grouped_forward(rows, groups, experts, keep: bool = False):
+    """The tiles' outputs in rows' order; with keep, also the tiled rows and each tile's pre-activations."""
     n, count = rows.shape[0], len(experts)
     tile, tiles, position, tile_group = _tiles(groups, n, count)
-    width = experts[0][-1].shape[-1]
-    branches = [lambda r, w=w: _swiglu(r, *w) for w in experts]
-    branches.append(lambda r: jnp.zeros((tile, width), rows.dtype))
+    width, inner = experts[0][-1].shape[-1], 2 * experts[0][-1].shape[0]
+
+    def branch(w):
+        def run(r):
+            pre = _projected(r, *w[:-1])
+            return _activated(pre, w[-1]), (pre if keep else None)
+
+        return run
+
+    def unused(r):
+        return jnp.zeros((tile, width), rows.dtype), (jnp.zeros((tile, inner), rows.dtype) if keep else None)
+
+    branches = [branch(w) for w in experts] + [unused]
 
     def one(_, t):
         rows_t, group = t
         return None, lax.switch(group, branches, rows_t)
 
-    _, out = lax.scan(one, None, (_tiled(rows, position, tile, tiles), tile_group))
-    return out.reshape(tiles * tile, width)[position]
+    tiled = _tiled(rows, position, tile, tiles)
+    _, (out, pre) = lax.scan(one, None, (tiled, tile_group))
+    out = out.reshape(tiles * tile, width)[position]
+    return (out, tiled, pre) if keep else out
 
 
 @jax.custom_vjp
@@ -124,19 +146,21 @@ def grouped_swiglu(rows, groups, experts: list):
     unused tiles of the static bound: the experts' products cost the chosen rows (plus under a tile a group),
     and an expert no row chose is not read. (lax.ragged_dot computes every group over all rows on XLA:CPU:
     2.1x a dense all-experts layer at 2048 tokens, top-2 of 8.) The backward pass walks the same tiles
-    (_grouped_backward), adding each tile's weight gradients into its own expert's alone."""
+    (_grouped_backward) from the pre-activations the forward kept, adding each tile's weight gradients into its
+    own expert's alone."""
     return _grouped_forward(rows, groups, experts)
 
 
 def _grouped_fwd(rows, groups, experts):
-    return _grouped_forward(rows, groups, experts), (rows, groups, experts)
+    out, tiled, pre = _grouped_forward(rows, groups, experts, keep=True)
+    return out, (rows, groups, experts, tiled, pre)
 
 
 def _grouped_backward(saved, d_out):
-    """Per tile, recompute its expert's activations and add its weight gradients into that expert's slot of
-    stacked gradients (a scan's in-place update); autodiff of the forward loop would instead carry and add
-    every expert's (mostly zero) gradients at every tile."""
-    rows, groups, experts = saved
+    """Per tile, from its kept pre-activations, add its weight gradients into its own expert's slot of stacked
+    gradients (a scan's in-place update); autodiff of the forward loop would instead carry and add every
+    expert's (mostly zero) gradients at every tile."""
+    rows, groups, experts, tiled, pre = saved
     n, count = rows.shape[0], len(experts)
     tile, tiles, position, tile_group = _tiles(groups, n, count)
     stacked = [jnp.stack(parts) for parts in zip(*experts)]
@@ -144,17 +168,19 @@ def _grouped_backward(saved, d_out):
     group = jnp.minimum(tile_group, count - 1)
 
     def one(grads, t):
-        rows_t, d_t, g, on = t
+        rows_t, pre_t, d_t, g, on = t
         weights = [w[g] for w in stacked]
         d_t = jnp.where(on, d_t, 0)  # NOTE: an unused tile adds nothing
-        _, vjp = jax.vjp(lambda r, *w: _swiglu(r, *w), rows_t, *weights)
-        d_rows, *d_weights = vjp(d_t)
-        grads = [acc.at[g].add(dw) for acc, dw in zip(grads, d_weights)]
+        _, finish = jax.vjp(_activated, pre_t, weights[-1])
+        d_pre, d_down = finish(d_t)
+        _, project = jax.vjp(_projected, rows_t, *weights[:-1])  # NOTE: its unused forward is dead code
+        d_rows, *d_in = project(d_pre)
+        grads = [acc.at[g].add(dw) for acc, dw in zip(grads, [*d_in, d_down])]
         return grads, d_rows
 
     zeros = [jnp.zeros_like(w) for w in stacked]
     d_tiles = _tiled(d_out, position, tile, tiles)
-    grads, d_rows = lax.scan(one, zeros, (_tiled(rows, position, tile, tiles), d_tiles, group, live))
+    grads, d_rows = lax.scan(one, zeros, (tiled, pre, d_tiles, group, live))
     d_rows = d_rows.reshape(tiles * tile, rows.shape[1])[position]
     d_experts = [tuple(grad[e] for grad in grads) for e in range(count)]
     return d_rows, None, d_experts
