@@ -222,12 +222,87 @@ def test_ernie_moe_generates_the_dense_models_greedy_tokens_without_running_its_
     np.testing.assert_array_equal(np.asarray(got), _greedy_by_forward(dense, ids, 6))
 
 
-def test_ernie_moe_training_is_refused_with_the_reason():
-    # NOTE: without its multi-token-prediction layer, whose training asks for packed-batch offsets
-    net, _ = _ernie_twins(num_nextn_predict_layers=0)
+def _reference_block(layer):
+    """ERNIE 4.5 MoE's block in ops Paddle's CPU build has, for the reference run alone (its own forward calls
+    GPU-only kernels): its routing (fused_gate_logits_process_fused: softmax, the correction bias for the choice
+    only, the weights / clip(sum, 1e-12)), its experts by a loop of index gathers, its shared experts, and its
+    router loss (_calc_router_loss) from its own parts: the gate's z and orthogonal losses, and Paddle's
+    math_cal_aux_loss (the Python form of the cal_aux_loss kernel) of the counts int_bincount would give. The
+    decoder layer hands that loss to FakeMoERouterLoss, as it does on a GPU."""
+    from paddle.incubate.nn.functional.cal_aux_loss import math_cal_aux_loss
+
+    gate = layer.gate
+
+    def forward(hidden_states):
+        x = hidden_states.reshape([-1, hidden_states.shape[-1]])
+        logits, _, _ = gate(x, transform_weight=False)
+        prob = gate.act(logits)
+        _, chosen = (prob + layer.moe_statics.e_score_correction_bias[0].detach()).topk(layer.k, axis=-1)
+        weights = paddle.take_along_axis(prob, chosen, axis=-1)
+        weights = weights / paddle.clip(weights.sum(-1, keepdim=True), min=1e-12)
+        out = paddle.zeros_like(x)
+        for e, expert in enumerate(layer.experts):
+            rows, slots = (t.flatten() for t in paddle.nonzero(chosen == e, as_tuple=True))
+            if rows.shape[0]:
+                w = paddle.gather_nd(weights, paddle.stack([rows, slots], -1)).unsqueeze(-1)
+                out = paddle.index_add(out, rows, 0, expert(paddle.gather(x, rows)) * w)
+        out = out + layer.shared_experts(x)
+        _, top = prob.topk(gate.config.moe_k, axis=-1)
+        counts = paddle.bincount(top.reshape([-1]), minlength=prob.shape[-1])
+        ones = paddle.ones([x.shape[0]], "float32")
+        l_aux = math_cal_aux_loss(prob, counts, ones, ones, gate.num_experts_tensor, False, gate.config.moe_k, 1e-6)
+        loss = (
+            gate.router_aux_loss_coef[0] * l_aux[0]
+            + gate.moe_orthogonal_loss_lambda[0] * gate._cal_orthogonal_loss(0, False)
+            + gate.router_z_loss_coef[0] * gate._cal_z_loss(logits, ones)
+        )
+        return out.reshape(hidden_states.shape), weights, loss, logits
+
+    return forward
+
+
+def _ernie_moe(**over):
+    """ERNIE 4.5 MoE at its defaults apart from size (2 shared experts, the correction bias, all three router
+    losses), random weights and a random correction bias; no multi-token-prediction layer."""
+    mod = moe("ernie4_5_moe")
+    paddle.seed(1)
+    net = mod.Ernie4_5_MoeForCausalLM(
+        mod.Ernie4_5_MoeConfig(
+            **{**ERNIE, "moe_intermediate_size": 32, "moe_num_experts": 4, "num_nextn_predict_layers": 0, **over}
+        )
+    )
+    rng = np.random.default_rng(3)
+    for key, value in net.state_dict().items():
+        if "e_score_correction_bias" in key:
+            value.set_value(rng.standard_normal(value.shape).astype("float32") * 0.05)
+    return net
+
+
+def test_ernie_moe_own_loss_training_with_its_router_loss_equals_paddle_eager():
+    # NOTE: the reference is Paddle eager with the block's routing in CPU ops (_reference_block); the router loss
+    # reaches the gradient alone (FakeMoERouterLoss), so the gate's weights and correction-free routing train
+    # on it and the losses' values are the language model's
+    ref = _ernie_moe()
+    cfg = ref.config
+    assert cfg.moe_num_shared_experts and cfg.router_aux_loss_coef and cfg.router_z_loss_coef
+    assert cfg.moe_orthogonal_loss_lambda and cfg.moe_use_aux_free
+    for layer in ref.sublayers():
+        if type(layer).__name__ == "Ernie4_5_MoeSparseMoeBlock":
+            layer.__dict__["forward"] = _reference_block(layer)
+    want = _train_eager(ref)
+    net = _ernie_moe()
     net.train()
-    with pytest.raises(CaptureError, match="Ernie4_5_MoeSparseMoeBlock does not train.*FakeMoERouterLoss"):
-        px.train_step(net, None, _adamw(net), *SPECS)
+    step = px.train_step(net, None, _adamw(net), *SPECS)
+    losses = [step(ids, labels) for ids, labels in _batches()]
+    np.testing.assert_allclose(losses, want[0], rtol=1e-5)
+    keys = step.captured.state_keys
+    got = {keys[k].removeprefix("net."): np.asarray(v) for k, v in step.weights().items() if k in keys}
+    # NOTE: tie_word_embeddings, ERNIE's default: the embedding is the head's weight, one parameter under 2 names
+    assert set(want[1]) - set(got) == {"model.embed_tokens.weight"} and net.config.tie_word_embeddings
+    for k in got:
+        _assert_weights_close(got[k], want[1][k], k)
+    gate = "model.layers.1.mlp.gate.weight"
+    assert not np.allclose(got[gate], _ernie_moe().state_dict()[gate].numpy(), rtol=0, atol=1e-5)
 
 
 def test_an_ernie_moe_capacity_that_could_drop_tokens_is_refused():
@@ -235,4 +310,10 @@ def test_an_ernie_moe_capacity_that_could_drop_tokens_is_refused():
     with pytest.raises(
         CaptureError, match=r"moe_capacity \[2.0, 2.0, 2.0\].*dropless.*at least the expert count \(4\)"
     ):
+        px.compile(net, [InputSpec([2, 8], "int64", "input_ids")])
+
+
+def test_ernie_moe_grouped_experts_are_refused():
+    net = _ernie_moe(moe_group_experts=True, moe_use_aux_free=False)
+    with pytest.raises(CaptureError, match="moe_group_experts=True.*not captured"):
         px.compile(net, [InputSpec([2, 8], "int64", "input_ids")])

@@ -37,9 +37,6 @@ class LayerCapture:
     outputs: Callable[[Any, Any], list]  # (layer, input) -> static stand-ins of the op's outputs
     # (layer, input, the op's outputs) -> what forward returns: the part of the layer left to ordinary capture
     after: Callable[[Any, Any, list], Any]
-    # why not, where a layer in training mode would lose part of its gradient (e.g. a router loss the layer
-    # injects into the backward pass only); None: it trains
-    no_training: str | None = None
 
 
 @dataclass
@@ -74,8 +71,6 @@ def _stand_in(layer, capture: LayerCapture):
     def forward(hidden_states, *args, **kwargs):
         program = paddle.static.default_main_program()
         block = program.global_block()
-        if layer.training and capture.no_training:
-            raise CaptureError(f"{type(layer).__name__} does not train through paddle_xla yet: {capture.no_training}")
         if args or kwargs:
             raise CaptureError(f"{type(layer).__name__} is captured as one op ({capture.op}) of its input alone")
         before = {op.id() for op in block.ops}

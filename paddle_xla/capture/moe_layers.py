@@ -12,6 +12,7 @@ generator's eager probes run the op's lowering in its place (layer_ops.eager_lay
 
 from __future__ import annotations
 
+import numpy as np
 import paddle
 
 from ..errors import CaptureError
@@ -139,6 +140,11 @@ def _ernie_attrs(layer) -> dict:
             f"{type(layer).__name__} holds only its own rank's experts (moe_group of {len(experts)} experts over "
             "several ranks); capture it on one rank, and spread the experts with px.Strategy instead"
         )
+    if layer.group_experts:
+        raise CaptureError(
+            f"{type(layer).__name__}: moe_group_experts=True (a top-1 choice within each of k expert groups) is "
+            "not captured; paddle_xla's MoE op takes the default moe_group_experts=False"
+        )
     _refuse_dropping(layer)
     return _routing(
         layer.num_experts,
@@ -148,6 +154,24 @@ def _ernie_attrs(layer) -> dict:
         correction_bias=_ernie_correction(layer),
         scoring=scoring,
         norm_min=1e-12,  # NOTE: MOEAllGatherLayerV2 divides by clip(sum, min=1e-12), not by moe_norm_min
+        **(_ernie_router_loss(layer) if layer.training else {}),
+    )
+
+
+def _ernie_router_loss(layer) -> dict:
+    """The router loss's coefficients and the gradient FakeMoERouterLoss gives it (ops/moe_loss.py): a decoder
+    layer passes the block's router loss to FakeMoERouterLoss, whose backward alone reads it; the op gives it
+    that gradient itself, so the block's stand-in returns no router loss."""
+    config = layer.gate.config
+
+    def coef(name: str) -> float:  # NOTE: a list holds one per modality; text's is the first
+        return float(np.asarray(getattr(config, name), np.float32).reshape(-1)[0]) if getattr(config, name) else 0.0
+
+    return dict(
+        router_loss_grad=1.0 if config.enable_delay_scale_loss else 1.0 / config.num_acc_steps,
+        aux_loss_coef=coef("router_aux_loss_coef"),
+        z_loss_coef=coef("router_z_loss_coef"),
+        orthogonal_loss_coef=coef("moe_orthogonal_loss_lambda"),
     )
 
 
@@ -165,7 +189,8 @@ def _refuse_dropping(layer) -> None:
 
 def _ernie_after(layer, hidden_states, outputs):
     """The block's (output, combine weights, router loss, gate logits): the combine weights, which the decoder
-    layer drops, and the router loss, which only FakeMoERouterLoss's backward reads, are None."""
+    layer drops, and the router loss, which only FakeMoERouterLoss's backward reads (the op gives it its
+    gradient: _ernie_router_loss), are None."""
     routed, gate_logits = outputs
     if layer.shared_experts is not None:
         routed = routed + layer.shared_experts(paddle.reshape(hidden_states, [-1, hidden_states.shape[-1]]))
@@ -179,7 +204,5 @@ register("Ernie4_5_MoeSparseMoeBlock")(
         _ernie_attrs,
         _outputs,
         _ernie_after,
-        no_training="its router loss (aux, z and orthogonal losses) reaches the gradient through FakeMoERouterLoss's "
-        "backward alone, which capture does not follow; compile, export and generate run it",
     )
 )

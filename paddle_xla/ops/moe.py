@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .moe_loss import router_loss, with_loss_gradient
 from .registry import lowering
 
 
@@ -137,6 +138,17 @@ def _grouped_forward(rows, groups, experts, keep: bool = False):
     return (out, tiled, pre) if keep else out
 
 
+FEW_ROWS = 4  # NOTE: a decode step of 1-2 tokens at top-2: each row through its own expert directly
+
+
+def row_by_row_swiglu(rows, groups, experts: list):
+    """Each of a few rows through its own expert (lax.switch per row): a lone token reads only its k experts'
+    weights, where the tile loop's fixed bound costs more than the products (1.33 ms against 0.4 ms of reads
+    at one token of the benchmark's layer)."""
+    branches = [lambda r, w=w: _swiglu(r, *w) for w in experts]
+    return jnp.concatenate([lax.switch(groups[i], branches, rows[i : i + 1]) for i in range(rows.shape[0])])
+
+
 @jax.custom_vjp
 def grouped_swiglu(rows, groups, experts: list):
     """Each row through its group's expert (rows sorted by group [N]; experts: each one's weights, _swiglu's).
@@ -211,10 +223,16 @@ def sparse_moe(
     topk_group,
     fused_gate_up,
     correction_bias,
+    router_loss_grad=0.0,
+    aux_loss_coef=0.0,
+    z_loss_coef=0.0,
+    orthogonal_loss_coef=0.0,
 ):
     """x [..., H] (T tokens), the router's gate_w [H, E], its correction bias [E] where correction_bias, then each
     expert's weights: (gate|up [H, 2I], down [I, H]) where fused_gate_up, else (gate [H, I], up [H, I], down)
-    -> (the routed output [T, H], the router logits [T, E] in float32). Routing attributes: route()'s."""
+    -> (the routed output [T, H], the router logits [T, E] in float32). Routing attributes: route()'s. A
+    router_loss_grad other than 0 (ERNIE 4.5 MoE in training) gives the router loss of the coefficients that
+    gradient in the backward pass (moe_loss.py); the output's values are unchanged."""
     x = x.reshape(-1, x.shape[-1])
     # NOTE: ERNIE 4.5 keeps one bias row per modality ([1, E] for text): the first row is the text's
     bias, weights = (weights[0].reshape(-1, num_experts)[0], weights[1:]) if correction_bias else (None, weights)
@@ -225,7 +243,15 @@ def sparse_moe(
     flat = experts.reshape(-1)
     order = jnp.argsort(flat, stable=True)
     token = order // top_k
-    out = grouped_swiglu(x[token], flat[order], _experts_of(weights, fused_gate_up))
+    experts_weights = _experts_of(weights, fused_gate_up)
+    rows, groups = x[token], flat[order]
+    if rows.shape[0] <= FEW_ROWS:
+        out = row_by_row_swiglu(rows, groups, experts_weights)
+    else:
+        out = grouped_swiglu(rows, groups, experts_weights)
     out = out * chosen_weights.reshape(-1)[order].astype(x.dtype)[:, None]
     routed = jnp.zeros_like(x).at[token].add(out)
+    if router_loss_grad:
+        loss = router_loss(router_logits, gate_w, scoring, top_k, aux_loss_coef, z_loss_coef, orthogonal_loss_coef)
+        routed = with_loss_gradient(routed, loss, float(router_loss_grad))
     return routed, router_logits

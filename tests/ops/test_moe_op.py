@@ -4,6 +4,7 @@ NumPy composite of the same routing and experts; and its dispatch/combine as a p
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -70,6 +71,10 @@ def test_the_op_equals_a_float64_composite_of_routing_and_experts():
         got, logits = _op(x, gate_w, experts, top_k, norm)
         np.testing.assert_allclose(np.asarray(logits), want_logits, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5, err_msg=f"top_k={top_k}")
+    for tokens in (1, 2):  # NOTE: a decode step's few rows take the row-by-row path (ops/moe.py FEW_ROWS)
+        want, _ = _reference(x[:tokens], gate_w, experts, 2, True)
+        got, _ = _op(x[:tokens], gate_w, experts, 2, True)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5, err_msg=f"{tokens} tokens")
 
 
 def test_biased_routing_of_deepseek_and_ernie_equals_the_composite():
@@ -83,9 +88,11 @@ def test_biased_routing_of_deepseek_and_ernie_equals_the_composite():
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5, err_msg=str((top_k, norm, groups)))
 
 
-def test_the_op_differentiates_like_its_composite():
+@pytest.mark.parametrize("tokens", [T, 1])  # NOTE: the tiles' custom backward, and a decode step's few rows
+def test_the_op_differentiates_like_its_composite(tokens):
     rng = np.random.default_rng(1)
     x, gate_w, experts = _weights(rng)
+    x = x[:tokens]
     flat = [jnp.asarray(w, jnp.float32) for pair in experts for w in pair]
 
     def loss(x, gate_w, *ws):
@@ -155,3 +162,70 @@ def test_every_token_reaches_its_experts_in_order_and_its_weights_sum_as_the_mod
     per_expert = s / (1 + np.exp(-s)) * s
     share = 1.0 if norm else top_k / experts
     np.testing.assert_allclose(np.asarray(routed), np.repeat((share * per_expert)[:, None], 4, 1), rtol=1e-5)
+
+
+@pytest.mark.parametrize("scoring", ["softmax", "sigmoid"])
+def test_router_loss_terms_and_their_gradients_equal_paddles(scoring):
+    """ERNIE 4.5 MoE's router loss terms (ops/moe_loss.py) against Paddle's own: Paddle's math_cal_aux_loss
+    (the Python form of the GPU cal_aux_loss kernel) of the scores _cal_aux_loss hands it (the sigmoid divided
+    by its row sum) and the counts of their top-k, the z loss and the orthogonal loss as PaddleFormers' TopKGate
+    computes them; values and gradients by the router logits and the gate's weight."""
+    import paddle
+    from paddle.incubate.nn.functional.cal_aux_loss import math_cal_aux_loss
+
+    from paddle_xla.ops.moe_loss import aux_loss, orthogonal_loss, z_loss
+
+    rng = np.random.default_rng(7)
+    logits, gate_w = rng.standard_normal((T, E)).astype("float32"), rng.standard_normal((H, E)).astype("float32")
+
+    def paddle_side(logits, gate_w):
+        scores = (
+            paddle.nn.functional.softmax(logits, -1) if scoring == "softmax" else paddle.nn.functional.sigmoid(logits)
+        )
+        if scoring == "sigmoid":
+            scores = scores / scores.sum(-1, keepdim=True)
+        counts = paddle.bincount(scores.topk(2, axis=-1)[1].reshape([-1]), minlength=E)
+        ones = paddle.ones([T], "float32")
+        rows = gate_w.T / paddle.maximum(gate_w.T.norm(axis=1), paddle.to_tensor([1e-12])).unsqueeze(1)
+        off = rows @ rows.T - paddle.eye(E)
+        return [
+            math_cal_aux_loss(scores, counts, ones, ones, E, False, 2, 1e-6)[0],
+            logits.logsumexp(1).square().mean(),
+            (off * off).sum() / off.size,
+        ]
+
+    mine = [lambda lg, w: aux_loss(lg, scoring, 2), lambda lg, w: z_loss(lg), lambda lg, w: orthogonal_loss(w)]
+    for term, fn in enumerate(mine):
+        lg, w = (paddle.to_tensor(a, stop_gradient=False) for a in (logits, gate_w))
+        want = paddle_side(lg, w)[term]
+        want.backward()
+        got, grads = jax.value_and_grad(fn, argnums=(0, 1))(jnp.asarray(logits), jnp.asarray(gate_w))
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-5)
+        for g, t in zip(grads, (lg, w)):
+            np.testing.assert_allclose(g, t.grad.numpy() if t.grad is not None else 0.0, rtol=1e-4, atol=1e-7)
+
+
+def test_the_router_loss_reaches_the_gradient_alone():
+    """With a router_loss_grad, the op's output is unchanged and the gate's gradient gains that multiple of the
+    router loss's (FakeMoERouterLoss's constant gradient)."""
+    from paddle_xla.ops.moe_loss import router_loss
+
+    rng = np.random.default_rng(8)
+    x, gate_w = rng.standard_normal((T, H)), rng.standard_normal((H, E))
+    experts = [(rng.standard_normal((H, 2 * I)), rng.standard_normal((I, H))) for _ in range(E)]
+    coefs = dict(aux_loss_coef=0.01, z_loss_coef=1e-4, orthogonal_loss_coef=0.01)
+
+    def total(gate_w, grad):
+        routing = dict(ERNIE, router_loss_grad=grad, **coefs)
+        return jnp.sum(_op(x, gate_w, experts, 2, True, routing)[0])
+
+    plain, with_loss = (jax.value_and_grad(total)(jnp.asarray(gate_w, jnp.float32), g) for g in (0.0, 0.5))
+    assert plain[0] == with_loss[0]
+
+    def loss(gate_w):
+        logits = jnp.asarray(x, jnp.float32) @ gate_w
+        return router_loss(logits, gate_w, "softmax", 2, 0.01, 1e-4, 0.01)
+
+    extra = jax.grad(loss)(jnp.asarray(gate_w, jnp.float32))
+    assert float(jnp.abs(extra).max()) > 1e-4
+    np.testing.assert_allclose(with_loss[1], plain[1] + 0.5 * extra, rtol=1e-5, atol=1e-6)
