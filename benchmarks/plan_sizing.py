@@ -1,14 +1,18 @@
-"""The planner's sizing table: BERT-Large, a GPT-2-1.5B shape and a Llama-7B shape on an IPU-POD16 of
-GC200, 8 x H200 and a TPU v5e-16, each model built under paddle.LazyGuard() (no weights allocated).
+"""The planner's sizing table: BERT-Large, a GPT-2-1.5B shape, a Llama-7B shape and two mixtures of experts
+(ERNIE-4.5-21B-A3B's and Qwen3-30B-A3B's shapes, PaddleFormers' own model classes) on an IPU-POD16 of GC200,
+8 x H200 and a TPU v5e-16, each model built under paddle.LazyGuard() (no weights allocated).
 
 For each pair: whether any layout fits, the best one, its predicted bytes per device and samples/s,
-and Graphcore's published BERT-Large layout on the POD16 predicted beside it.
+and Graphcore's published BERT-Large layout on the POD16 predicted beside it; for the mixtures, their
+parameters, the parameters a token runs, and their experts' bytes per device in the best layout.
 
     python benchmarks/plan_sizing.py   ->  benchmarks/results/plan_sizing.json (and a markdown table)
+    python benchmarks/plan_sizing.py --models ernie-4.5-21b-a3b,qwen3-30b-a3b   (merged into that file)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -63,7 +67,56 @@ def llama_7b():
     )
 
 
-MODELS = {"bert-large": bert_large, "gpt2-1.5b": gpt2_xl, "llama-7b": llama_7b}
+def _paddleformers(family: str):
+    """PaddleFormers' modeling and configuration modules of an MoE family (`paddle-xla install paddleformers`)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+    from generation.paddleformers import moe, moe_config
+
+    return moe(family), moe_config(family)
+
+
+def ernie_45_21b_a3b():
+    # NOTE: ERNIE-4.5-21B-A3B's published config.json; without its multi-token-prediction layer, whose training
+    # asks for packed-batch offsets
+    mod, _ = _paddleformers("ernie4_5_moe")
+    cfg = mod.Ernie4_5_MoeConfig(
+        hidden_size=2560, intermediate_size=12288, num_hidden_layers=28, num_attention_heads=20,
+        num_key_value_heads=4, head_dim=128, vocab_size=103424, max_position_embeddings=131072, rope_theta=500000,
+        moe_num_experts=64, moe_k=6, moe_intermediate_size=1536, moe_num_shared_experts=2, moe_layer_start_index=1,
+        moe_layer_end_index=27, num_nextn_predict_layers=0,
+    )  # fmt: skip
+    return _causal_lm(mod.Ernie4_5_MoeForCausalLM(cfg), "ERNIE-4.5-21B-A3B shape (28 x 2560, 64 experts, top-6)")
+
+
+def qwen3_30b_a3b():
+    # NOTE: Qwen3-30B-A3B's published config.json
+    mod, conf = _paddleformers("qwen3_moe")
+    cfg = conf.Qwen3MoeConfig(
+        hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_hidden_layers=48,
+        num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8,
+        vocab_size=151936, max_position_embeddings=40960, norm_topk_prob=True, tie_word_embeddings=False,
+        fuse_rms_norm=False,
+    )  # fmt: skip
+    return _causal_lm(mod.Qwen3MoeForCausalLMDeprecated(cfg), "Qwen3-30B-A3B shape (48 x 2048, 128 experts, top-8)")
+
+
+def _causal_lm(net, what: str) -> dict:
+    return dict(
+        net=net,
+        input_spec=[InputSpec([None, 2048], "int64", "input_ids")],
+        label_spec=[InputSpec([None, 2048], "int64", "labels")],
+        global_batch=256,
+        what=f"{what}, its own loss, seq 2048",
+    )
+
+
+MODELS = {
+    "bert-large": bert_large,
+    "gpt2-1.5b": gpt2_xl,
+    "llama-7b": llama_7b,
+    "ernie-4.5-21b-a3b": ernie_45_21b_a3b,
+    "qwen3-30b-a3b": qwen3_30b_a3b,
+}
 
 
 def plan_one(build, device: str, devices: int) -> dict:
@@ -89,6 +142,8 @@ def plan_one(build, device: str, devices: int) -> dict:
         "fitting": sum(r.fits for r in result.rows),
         "table": result.table(8),
     }
+    if result.expert_params:
+        out.update(params=result.params, active_params=result.active_params, expert_params=result.expert_params)
     try:
         best = result.best
         row = next(r for r in result.rows if r.fits)
@@ -99,6 +154,8 @@ def plan_one(build, device: str, devices: int) -> dict:
             samples_per_s=round(row.samples_per_second, 1),
             bytes=row.bytes,
         )
+        if result.expert_params:
+            out["expert_gb_per_device"] = round(row.expert_bytes / 1e9, 3)
     except StrategyError as e:
         out.update(best=None, why=str(e))
     if device == "ipu-gc200" and "BERT" in m["what"]:
@@ -129,23 +186,38 @@ def markdown(results: dict) -> str:
         cells = []
         for device, devices, _ in MACHINES:
             r = per[f"{device}x{devices}"]
+            experts = f" (experts {r['expert_gb_per_device']})" if "expert_gb_per_device" in r else ""
             cells.append(
-                f"{r['best']}: {r['gb_per_device']} GB/device, {r['samples_per_s']} samples/s"
+                f"{r['best']}: {r['gb_per_device']} GB/device{experts}, {r['samples_per_s']} samples/s"
                 if r.get("best")
                 else "does not fit: " + r["why"].split(":")[1].split("(")[0].strip()
             )
+        first = next(iter(per.values()))
+        if "params" in first:
+            name += f" ({first['params'] / 1e9:.1f} B, {first['active_params'] / 1e9:.1f} B active)"
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default=",".join(MODELS), help="a comma-separated subset of " + ", ".join(MODELS))
+    names = ap.parse_args().models.split(",")
+    unknown = sorted(set(names) - set(MODELS))
+    if unknown:
+        ap.error(f"unknown models {unknown}; the script sizes {sorted(MODELS)}")
+    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "plan_sizing.json")
     results = {}
-    for name, build in MODELS.items():
+    if os.path.exists(out):  # NOTE: a subset run keeps the other models' rows of the last run
+        with open(out) as f:
+            results = json.load(f)["results"]
+    for name in names:
+        build = MODELS[name]
         results[name] = {}
         for device, devices, _ in MACHINES:
             results[name][f"{device}x{devices}"] = r = plan_one(build, device, devices)
             print(f"{name} on {devices} x {device}: {r.get('best') or 'no fit'} ({r['plan_seconds']} s)", flush=True)
-    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "plan_sizing.json")
+    results = {name: results[name] for name in MODELS if name in results}
     with open(out, "w") as f:
         json.dump({"command": "python benchmarks/plan_sizing.py", "results": results}, f, indent=1)
     print(markdown(results))

@@ -81,6 +81,12 @@ def op_flops(op: Op, values: Mapping[int, ValueInfo]) -> float:
         x = _shape(ins[0])
         k = (x[-2] if op.attrs.get("transpose_x") else x[-1]) if x else 1
         return 2.0 * out * k
+    if op.name == "paddle_xla.sparse_moe" and _shape(ins[0]) and _shape(ins[-1]):
+        x, down = _shape(ins[0]), _shape(ins[-1])
+        tokens, hidden, inner = float(np.prod(x[:-1])), x[-1], down[0]
+        # NOTE: the router over every expert, then each token's top_k experts' SwiGLU MLPs (gate and up
+        # H x I each, down I x H: 6 H I per token and expert), not every expert's
+        return 2.0 * tokens * hidden * op.attrs["num_experts"] + 6.0 * tokens * op.attrs["top_k"] * hidden * inner
     if "conv" in op.name and len(ins) >= 2:
         w = _shape(ins[1])
         return 2.0 * out * float(np.prod(w[1:])) if w else float(out)

@@ -41,10 +41,39 @@ class ModelCosts:
     feed_bytes_per_sample: float
     value_bytes_per_sample: Mapping[int, float]  # top-level value id -> bytes per sample
     acts: dict = field(default_factory=dict)  # (precision, remat) -> Activations
+    experts: Mapping[str, float] = field(default_factory=dict)  # an MoE expert's weight -> the share a token runs
 
     @property
     def params(self) -> int:
         return sum(int(np.prod(p.shape)) for p in self.graph.params if p.name in self.trainable)
+
+    @property
+    def expert_params(self) -> int:
+        return sum(int(np.prod(p.shape)) for p in self.graph.params if p.name in self.experts)
+
+    @property
+    def active_params(self) -> int:
+        """The parameters one token computes with: an MoE layer's experts count by their top_k / num_experts."""
+        return round(
+            sum(
+                int(np.prod(p.shape)) * self.experts.get(p.name, 1.0)
+                for p in self.graph.params
+                if p.name in self.trainable
+            )
+        )
+
+
+def moe_experts(graph: Graph) -> dict[str, float]:
+    """Each MoE op's expert weights (its operands after the router's weight and correction bias:
+    ops/moe.py's sparse_moe) and the share of them a token runs, top_k / num_experts."""
+    names = {p.value: p.name for p in graph.params}
+    out = {}
+    for op in graph.block.walk():
+        if op.name == "paddle_xla.sparse_moe":
+            lead = 3 if op.attrs["correction_bias"] else 2
+            share = op.attrs["top_k"] / op.attrs["num_experts"]
+            out.update({names[v]: share for v in op.inputs[lead:] if v in names})
+    return out
 
 
 @x64.enabled
@@ -70,6 +99,7 @@ def model_costs(graph: Graph, config: optim.OptimizerConfig) -> ModelCosts:
         flops,
         sum(_nbytes(x) for x in feeds.values()) / STAND_IN,
         {v: info.nbytes / STAND_IN for v, info in values.items()},
+        experts=moe_experts(graph),
     )
 
 

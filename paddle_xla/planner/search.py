@@ -82,6 +82,7 @@ class Prediction:
     step_seconds: float
     samples_per_second: float
     fits: bool
+    expert_bytes: float = 0.0  # of the weights, gradients and optimizer state: an MoE model's experts'
 
     @property
     def total_bytes(self) -> float:
@@ -96,6 +97,9 @@ class Plan:
     global_batch: int
     tensor_plans: Mapping[int, TensorPlan] = field(default_factory=dict)
     rules: object = None
+    params: int = 0
+    active_params: int = 0  # per token: an MoE layer's experts count by top_k / num_experts
+    expert_params: int = 0
 
     @property
     def best(self) -> Strategy:
@@ -122,15 +126,23 @@ class Plan:
         lines = [
             f"plan: {self.devices} x {self.profile.name} ({self.profile.memory_bytes / GB:.1f} GB each), "
             f"global batch {self.global_batch}",
-            head,
         ]
+        if self.expert_params:
+            head += "  experts GB"
+            lines.append(
+                f"parameters {self.params / 1e9:.2f} B, {self.active_params / 1e9:.2f} B active per token; experts "
+                f"{self.expert_params / 1e9:.2f} B, held as any weight is (whole, or split by sharding): expert "
+                "parallelism is not planned yet"
+            )
+        lines.append(head)
         for r in self.rows[:top]:
             b = r.bytes
-            lines.append(
+            line = (
                 f"{describe(r.layout):44s} {r.total_bytes / GB:9.3f} {b['weights'] / GB:8.3f} "
                 f"{b['gradients'] / GB:7.3f} {b['optimizer'] / GB:7.3f} {b['activations'] / GB:7.3f} "
-                f"{r.step_seconds:8.4f} {r.samples_per_second:10.1f}  {'yes' if r.fits else 'NO'}"
+                f"{r.step_seconds:8.4f} {r.samples_per_second:10.1f}  {'yes' if r.fits else 'NO':3s}"
             )
+            lines.append(line + f"  {r.expert_bytes / GB:10.3f}" if self.expert_params else line.rstrip())
         return "\n".join(lines)
 
 
@@ -227,7 +239,9 @@ def plan(
             tplan = whole_vocab[lay.tensor]
         rows.append(predict(costs, lay, profile, global_batch, tplan, stage_bytes))
     rows.sort(key=lambda r: (not r.fits, -r.samples_per_second, r.total_bytes))
-    return Plan(rows, profile, devices, global_batch, {t: p for t, p in tplans.items() if p is not None}, rules)
+    tensor_plans = {t: p for t, p in tplans.items() if p is not None}
+    counts = dict(params=costs.params, active_params=costs.active_params, expert_params=costs.expert_params)
+    return Plan(rows, profile, devices, global_batch, tensor_plans, rules, **counts)
 
 
 def _tensor_plan(costs: ModelCosts, keys, rules, tensor: int) -> TensorPlan | None:
@@ -249,22 +263,26 @@ def predict(
 ) -> Prediction:
     R, S, T, M, Q = lay.replicas, lay.stages, lay.tensor, lay.micro_batches, lay.sequence
     dims = dict(tplan.dims) if tplan is not None else {}
-    weights = grads = opt = 0.0
+    weights = grads = opt = experts = 0.0
+    shapes = {p.name: p.shape for p in costs.graph.params}
     for name, nbytes in costs.weight_bytes.items():
         if name not in costs.trainable:
             continue
         split = T if name in dims else 1
-        shape = next(p.shape for p in costs.graph.params if p.name == name)
-        by_r = R if _splits_over_replicas(shape, dims.get(name), R) else 1
+        by_r = R if _splits_over_replicas(shapes[name], dims.get(name), R) else 1
         w = nbytes / split
-        weights += w / (by_r if lay.sharding >= 3 else 1)
-        grads += w / (by_r if lay.sharding >= 2 else 1)
         shaped, scalars = costs.opt_bytes.get(name, (0, 0))
-        opt += shaped / split / (by_r if lay.sharding >= 1 else 1) + scalars
+        held = (
+            w / (by_r if lay.sharding >= 3 else 1),
+            w / (by_r if lay.sharding >= 2 else 1),
+            shaped / split / (by_r if lay.sharding >= 1 else 1) + scalars,
+        )
+        weights, grads, opt = weights + held[0], grads + held[1], opt + held[2]
+        experts += sum(held) if name in costs.experts else 0.0
     share = 1.0  # of the weights, on the widest stage
     if S > 1:
         share = max(stage_bytes(S)) / sum(stage_bytes(S)) if stage_bytes is not None else 1.0 / S
-        weights, grads, opt = weights * share, grads * share, opt * share
+        weights, grads, opt, experts = weights * share, grads * share, opt * share, experts * share
     buffers = sum(n for k, n in costs.weight_bytes.items() if k not in costs.trainable)
     batch = _batch_bytes_per_sample(costs, Q) * global_batch / R
     acts = activations(costs, lay.precision, lay.recompute == "layer")
@@ -302,7 +320,7 @@ def predict(
     }
     seconds = step_seconds(costs, lay, profile, global_batch, whole_grads, tplan)
     fits = sum(by.values()) <= profile.memory_bytes
-    return Prediction(lay, by, seconds, global_batch / seconds, fits)
+    return Prediction(lay, by, seconds, global_batch / seconds, fits, experts)
 
 
 def _gradient_bytes(grads: float, whole_grads: float, kept: float, lay: Strategy) -> float:

@@ -185,3 +185,50 @@ def test_the_shell_plans_a_model_given_as_module_and_factory(monkeypatch):
     )
     assert result.exit_code == 0, result.output
     assert "plan: 8 x tpu-v5e" in result.output and "best: Strategy(" in result.output
+
+
+def test_an_moe_model_is_sized_by_its_experts_and_the_experts_a_token_runs():
+    """A tiny Qwen3-MoE (4 experts, top-2, 2 layers): the plan counts its parameters, the experts' among them
+    (read from the model's own expert layers), the parameters a token computes with (the experts by 2 of 4),
+    and the experts' weights, gradients and AdamW state per device (16 bytes a float32 parameter on each of 2
+    replicas, halved by sharding=3, and AdamW's two float32 beta powers a weight)."""
+    from generation.paddleformers import moe, moe_config
+
+    mod, cfg = moe("qwen3_moe"), moe_config("qwen3_moe")
+    paddle.seed(0)
+    net = mod.Qwen3MoeForCausalLMDeprecated(
+        cfg.Qwen3MoeConfig(
+            vocab_size=128, hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=4, num_experts_per_tok=2,
+            max_position_embeddings=64, fuse_rms_norm=False,
+        )
+    )  # fmt: skip
+    opt = paddle.optimizer.AdamW(1e-4, parameters=net.parameters())
+    specs, labels = [InputSpec([None, 16], "int64", "input_ids")], [InputSpec([None, 16], "int64", "labels")]
+    plan = px.plan(net, specs, labels, opt, global_batch=4, devices=2, device="h200", precisions=["fp32"])
+    weights = [p for layer in net.sublayers() if hasattr(layer, "experts") for p in layer.experts.parameters()]
+    experts, powers = sum(p.size for p in weights), 8 * len(weights)
+    total = sum(p.size for p in net.parameters())
+    assert experts > 0 and (plan.params, plan.expert_params) == (total, experts)
+    assert plan.active_params == total - experts // 2
+    by_layout = {describe(r.layout): r for r in plan.rows}
+    assert by_layout["2x1x1 fp32"].expert_bytes == 16 * experts + powers
+    assert by_layout["2x1x1 sharding=3 fp32"].expert_bytes == 16 * experts / 2 + powers
+    assert "experts GB" in plan.table() and f"experts {experts / 1e9:.2f} B" in plan.table()
+
+
+def test_an_moe_ops_flops_count_the_experts_each_token_runs():
+    import jax
+
+    from paddle_xla.graph import Op
+    from paddle_xla.parallel.profile import ValueInfo, op_flops
+
+    def info(*shape):
+        return ValueInfo(jax.tree.structure(0), (jax.ShapeDtypeStruct(shape, np.float32),))
+
+    tokens, hidden, inner, experts, k = 6, 8, 4, 5, 2
+    shapes = [(2, 3, hidden), (hidden, experts)] + [(hidden, 2 * inner), (inner, hidden)] * experts
+    values = {i: info(*s) for i, s in enumerate(shapes)}
+    op = Op("paddle_xla.sparse_moe", tuple(values), (99,), {"num_experts": experts, "top_k": k})
+    router, chosen = 2 * tokens * hidden * experts, tokens * k * (2 * hidden * 2 * inner + 2 * inner * hidden)
+    assert op_flops(op, values) == router + chosen
