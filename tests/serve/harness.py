@@ -129,3 +129,19 @@ def rows(batch: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 def assert_same(got, want):
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def greedy_at_once(server: ServeProcess, model: str, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+    """Each token-id prompt's greedy completion ids, all prompts sent at once through the openai client."""
+    import concurrent.futures
+
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"http://{server.url}/v1", api_key="unused", max_retries=0, timeout=60)
+
+    def complete(ids):
+        r = client.completions.create(model=model, prompt=ids, max_tokens=max_tokens, temperature=0)
+        return r.choices[0].model_extra["token_ids"]
+
+    with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+        return list(pool.map(complete, prompts))

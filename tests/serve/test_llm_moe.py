@@ -3,17 +3,14 @@ experts), whose MoE block calls GPU-only kernels, exported as a Paddle-free arti
 `paddle-xla serve`. Requests of different lengths at once get the live generator's tokens for their prompts
 alone, and those are greedy decoding by Paddle eager's forward with the block's routing in CPU ops."""
 
-import concurrent.futures
-
 import numpy as np
 import paddle
 import pytest
-from openai import OpenAI
 from test_moe_models import _ernie_moe, _greedy_by_forward, _reference_block
 
 import paddle_xla as px
 
-from .harness import ServeProcess
+from .harness import ServeProcess, greedy_at_once
 
 ROWS, CONTEXT = 4, 40
 
@@ -38,14 +35,7 @@ def test_served_ernie_moe_tokens_are_generates_and_paddles_greedy_tokens(ernie):
     prompts = [[int(i) for i in rng.integers(3, 128, n)] for n in (3, 11, 6, 17, 1, 9)]
     server = ServeProcess(folder)
     try:
-        client = OpenAI(base_url=f"http://{server.url}/v1", api_key="unused", max_retries=0, timeout=60)
-
-        def complete(ids):
-            r = client.completions.create(model="ernie_moe", prompt=ids, max_tokens=8, temperature=0)
-            return r.choices[0].model_extra["token_ids"]
-
-        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
-            got = list(pool.map(complete, prompts))
+        got = greedy_at_once(server, "ernie_moe", prompts, 8)
     finally:
         server.stop()
     alone = [[int(t) for t in gen.generate(np.array([ids]), max_new_tokens=8)[0][0]] for ids in prompts]

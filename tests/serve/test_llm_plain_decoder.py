@@ -2,12 +2,9 @@
 cache runs one row's decode step per row (generation/derive.py), so requests of different lengths decode
 side by side, each getting what the live generator's generate gives its prompt alone."""
 
-import concurrent.futures
-
 import numpy as np
 import paddle
 import pytest
-from openai import OpenAI
 
 import paddle_xla as px
 import paddle_xla.artifact as pxa
@@ -15,7 +12,7 @@ from paddle_xla.api.generator import Generator
 from paddle_xla.errors import GenerationError
 from paddle_xla.models.gpt import GPT, GPTConfig
 
-from .harness import ServeProcess
+from .harness import ServeProcess, greedy_at_once
 
 VOCAB, ROWS, CONTEXT = 96, 4, 48
 
@@ -45,14 +42,7 @@ def test_a_plain_decoder_serves_requests_of_different_lengths_at_once_with_gener
     try:
         assert "gpt: paged KV cache of 192 tokens in blocks of 16" in server.output
         assert "gpt: device memory: weights " in server.output and "KV cache 192.00 KiB" in server.output
-        client = OpenAI(base_url=f"http://{server.url}/v1", api_key="unused", max_retries=0, timeout=60)
-
-        def complete(ids):
-            r = client.completions.create(model="gpt", prompt=ids, max_tokens=10, temperature=0)
-            return r.choices[0].model_extra["token_ids"]
-
-        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
-            got = list(pool.map(complete, prompts))
+        got = greedy_at_once(server, "gpt", prompts, 10)
     finally:
         server.stop()
     assert got == [_alone(gen, ids, 10) for ids in prompts]
