@@ -165,15 +165,15 @@ def grouped_swiglu(rows, groups, experts: list):
 
 def _grouped_fwd(rows, groups, experts):
     out, tiled, pre = _grouped_forward(rows, groups, experts, keep=True)
-    return out, (rows, groups, experts, tiled, pre)
+    return out, (groups, experts, tiled, pre)  # NOTE: not rows: the tiles hold them
 
 
 def _grouped_backward(saved, d_out):
     """Per tile, from its kept pre-activations, add its weight gradients into its own expert's slot of stacked
     gradients (a scan's in-place update); autodiff of the forward loop would instead carry and add every
     expert's (mostly zero) gradients at every tile."""
-    rows, groups, experts, tiled, pre = saved
-    n, count = rows.shape[0], len(experts)
+    groups, experts, tiled, pre = saved
+    n, count, width = groups.shape[0], len(experts), tiled.shape[2]
     tile, tiles, position, tile_group = _tiles(groups, n, count)
     stacked = [jnp.stack(parts) for parts in zip(*experts)]
     live = tile_group < count
@@ -193,7 +193,7 @@ def _grouped_backward(saved, d_out):
     zeros = [jnp.zeros_like(w) for w in stacked]
     d_tiles = _tiled(d_out, position, tile, tiles)
     grads, d_rows = lax.scan(one, zeros, (tiled, pre, d_tiles, group, live))
-    d_rows = d_rows.reshape(tiles * tile, rows.shape[1])[position]
+    d_rows = d_rows.reshape(tiles * tile, width)[position]
     d_experts = [tuple(grad[e] for grad in grads) for e in range(count)]
     return d_rows, None, d_experts
 
