@@ -610,3 +610,79 @@ def test_fused_gemm_epilogue(activation, layout):
     assert_close(got, reference(ref, [x, w, bias]), F32, "fused_gemm_epilogue")
     if layout == "plain":
         assert_grads_match(prog, res, feeds, ["x", "w", "b"], ref, [x, w, bias], dict(rtol=1e-4, atol=1e-4))
+
+
+# ---- ERNIE 4.5's fused MoE gate kernels -------------------------------------------------------------------
+@pytest.mark.parametrize("out", [7, 9], ids=["int32", "int64"])
+def test_int_bincount(out):
+    # NOTE: the reference is Paddle's own math_int_bincount (its Python form of the kernel); values outside
+    # [low, high) are not counted (cub's HistogramEven)
+    from paddle.incubate.nn.functional.int_bincount import math_int_bincount
+
+    rng = np.random.default_rng(20)
+    x = rng.integers(0, 12, (6, 4)).astype(np.int64)
+    prog, res = translated(
+        "int_bincount", {"x": x}, {"out": ((8,), "int64")}, {"low": i64(2), "high": i64(10), "dtype": i64(out)}
+    )
+    (got,) = run_fused(prog, res, {"x": x})
+    want = math_int_bincount(paddle.to_tensor(x), 2, 10, "int32" if out == 7 else "int64").numpy()
+    assert got.dtype == want.dtype and np.array_equal(got, want) and got.sum() < x.size
+
+
+@pytest.mark.parametrize("group", [False, True])
+@pytest.mark.parametrize("per_modality,offset", [(0, 0), (4, 0), (4, 1)])
+def test_expand_modality_expert_id(group, per_modality, offset):
+    """From expand_modality_expert_id_kernel.cu: the j-th of k choices moves by j * group_size where
+    is_group_expert; then an id e of rank e // n becomes rank * 2n + e % n + offset * n (two modalities a rank)."""
+    rng = np.random.default_rng(21)
+    ids = rng.integers(0, 8, (5, 2)).astype(np.int64)
+    attrs = {"num_expert_per_modality": i64(per_modality), "group_size": i64(8), "modality_offset": i64(offset)}
+    attrs["is_group_expert"] = group
+    prog, res = translated("expand_modality_expert_id", {"expert_id": ids}, {"expert_id_out": ((5, 2), "int64")}, attrs)
+    (got,) = run_fused(prog, res, {"expert_id": ids})
+    want = np.empty_like(ids)
+    for s in range(5):
+        for j in range(2):
+            e = ids[s, j] + (j * 8 if group else 0)
+            n = per_modality
+            want[s, j] = e if n <= 0 else (e // n) * 2 * n + e % n + offset * n
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("masks", ["none", "tokens", "both"])
+@pytest.mark.parametrize("use_group", [False, True])
+def test_cal_aux_loss(masks, use_group):
+    """Against Paddle's math_cal_aux_loss (its Python form of the kernel) where they agree, the loss's value and
+    its gradient by gate_prob; where a tokens_mask is given, the kernel scales the loss by seqlen over the
+    mask's count in the forward alone (cal_aux_loss_kernel.cu), so the reference is scaled the same way."""
+    from paddle.incubate.nn.functional.cal_aux_loss import math_cal_aux_loss
+
+    rng = np.random.default_rng(22)
+    tokens, experts = 12, 4
+    prob = rng.uniform(0, 1, (tokens, experts)).astype(np.float32)
+    counts = rng.integers(0, 6, (experts,)).astype(np.int64)
+    tmask = (rng.uniform(size=tokens) < 0.75).astype(np.float32)
+    dmask = rng.uniform(size=16) < 0.6
+    feeds = {"gate_prob": prob, "dispatch_mask": counts}
+    if masks != "none":
+        feeds["tokens_mask"] = tmask
+    if masks == "both":
+        feeds["dispatch_tokens_mask"] = dmask
+    attrs = {"num_experts": i64(experts), "use_group": use_group, "moe_k": i64(2), "clip_min": 1e-6}
+    outs = {"l_aux_loss": ((), "float32"), "seqlen_float": ((), "float32"), "ce": ((experts,), "float32")}
+    prog, res = translated("cal_aux_loss", feeds, outs, attrs)
+    got = run_fused(prog, res, feeds)
+
+    def ref(p):
+        t = paddle.to_tensor(tmask) if masks != "none" else None
+        d = paddle.to_tensor(dmask) if masks == "both" else None
+        loss, seqlen, ce = math_cal_aux_loss(p, paddle.to_tensor(counts), t, d, experts, use_group, 2, 1e-6)
+        if t is not None and masks != "both":  # NOTE: the kernel's scale, 1 up to clip_min here
+            loss = loss * (seqlen / paddle.clip(t.sum(), min=1e-6))
+        elif masks == "both":  # NOTE: math_cal_aux_loss scales only when the token counts differ: 16 vs 12 here
+            assert tokens != dmask.size
+        return loss, seqlen, ce
+
+    want = reference(ref, [prob])
+    assert_close(got, want, F32, "cal_aux_loss")
+    assert_grads_match(prog, res, feeds, ["gate_prob"], lambda p: ref(p)[0], [prob], F32)
