@@ -4,6 +4,9 @@ eager's forward and own-loss training, the Qwen ones its greedy decoding too. ER
 kernels Paddle's CPU build lacks, so its reference is the dense ERNIE 4.5 that it equals when every expert
 holds the dense MLP's weights."""
 
+import contextlib
+import importlib
+
 import numpy as np
 import paddle
 import pytest
@@ -222,15 +225,29 @@ def test_ernie_moe_generates_the_dense_models_greedy_tokens_without_running_its_
     np.testing.assert_array_equal(np.asarray(got), _greedy_by_forward(dense, ids, 6))
 
 
+@contextlib.contextmanager
+def _cpu_forms_of_gate_kernels():
+    """PaddleFormers' TopKGate with Paddle's Python forms of its GPU kernels (math_cal_aux_loss,
+    math_int_bincount, which Paddle ships beside them) in their place, for the reference run alone."""
+    from paddle.incubate.nn.functional.cal_aux_loss import math_cal_aux_loss
+    from paddle.incubate.nn.functional.int_bincount import math_int_bincount
+
+    moe("ernie4_5_moe")
+    gate = importlib.import_module("paddleformers.nn.moe.topk_gate")  # NOTE: TopKGate's module, which calls them
+    kept = gate.cal_aux_loss, gate.int_bincount
+    gate.cal_aux_loss, gate.int_bincount = math_cal_aux_loss, math_int_bincount
+    try:
+        yield
+    finally:
+        gate.cal_aux_loss, gate.int_bincount = kept
+
+
 def _reference_block(layer):
     """ERNIE 4.5 MoE's block in ops Paddle's CPU build has, for the reference run alone (its own forward calls
     GPU-only kernels): its routing (fused_gate_logits_process_fused: softmax, the correction bias for the choice
     only, the weights / clip(sum, 1e-12)), its experts by a loop of index gathers, its shared experts, and its
-    router loss (_calc_router_loss) from its own parts: the gate's z and orthogonal losses, and Paddle's
-    math_cal_aux_loss (the Python form of the cal_aux_loss kernel) of the counts int_bincount would give. The
-    decoder layer hands that loss to FakeMoERouterLoss, as it does on a GPU."""
-    from paddle.incubate.nn.functional.cal_aux_loss import math_cal_aux_loss
-
+    own router loss (calc_router_loss_and_logging, as the block calls it, with Paddle's Python forms of the
+    gate's two GPU kernels). The decoder layer hands that loss to FakeMoERouterLoss, as it does on a GPU."""
     gate = layer.gate
 
     def forward(hidden_states):
@@ -247,15 +264,11 @@ def _reference_block(layer):
                 w = paddle.gather_nd(weights, paddle.stack([rows, slots], -1)).unsqueeze(-1)
                 out = paddle.index_add(out, rows, 0, expert(paddle.gather(x, rows)) * w)
         out = out + layer.shared_experts(x)
-        _, top = prob.topk(gate.config.moe_k, axis=-1)
-        counts = paddle.bincount(top.reshape([-1]), minlength=prob.shape[-1])
-        ones = paddle.ones([x.shape[0]], "float32")
-        l_aux = math_cal_aux_loss(prob, counts, ones, ones, gate.num_experts_tensor, False, gate.config.moe_k, 1e-6)
-        loss = (
-            gate.router_aux_loss_coef[0] * l_aux[0]
-            + gate.moe_orthogonal_loss_lambda[0] * gate._cal_orthogonal_loss(0, False)
-            + gate.router_z_loss_coef[0] * gate._cal_z_loss(logits, ones)
-        )
+        counts = paddle.bincount(chosen.reshape([-1]), minlength=prob.shape[-1])  # NOTE: the dispatch's counts
+        with _cpu_forms_of_gate_kernels():
+            loss = layer.calc_router_loss_and_logging(
+                paddle.zeros([1], "float32"), logits, prob, None, None, weights, counts, None, None
+            )
         return out.reshape(hidden_states.shape), weights, loss, logits
 
     return forward
@@ -317,6 +330,37 @@ def test_ernie_moe_grouped_experts_are_refused():
     net = _ernie_moe(moe_group_experts=True, moe_use_aux_free=False)
     with pytest.raises(CaptureError, match="moe_group_experts=True.*not captured"):
         px.compile(net, [InputSpec([2, 8], "int64", "input_ids")])
+
+
+def test_ernie_moe_router_loss_is_averaged_over_micro_batches_as_paddles_trainer_does():
+    """Strategy(micro_batches=2) against Paddle eager accumulating 2 half-batches as PaddleFormers' Trainer does
+    with enable_delay_scale_loss (the default): each half's loss.backward(), then the summed gradients halved.
+    FakeMoERouterLoss gives each half's router loss the gradient 1, so the router, like the language model,
+    gets the mean of the halves; the engine divides the op's constant among its groups to match."""
+    ref = _ernie_moe()
+    for layer in ref.sublayers():
+        if type(layer).__name__ == "Ernie4_5_MoeSparseMoeBlock":
+            layer.__dict__["forward"] = _reference_block(layer)
+    ref.train()
+    opt = _adamw(ref)
+    for ids, labels in _batches()[:2]:
+        for half in (slice(0, 2), slice(2, 4)):
+            ref(paddle.to_tensor(ids[half]), labels=paddle.to_tensor(labels[half]), return_dict=True).loss.backward()
+        for p in ref.parameters():
+            if p.grad is not None:
+                p.grad.set_value(p.grad * 0.5)
+        opt.step()
+        opt.clear_grad()
+    net = _ernie_moe()
+    net.train()
+    step = px.train_step(net, None, _adamw(net), *SPECS, strategy=px.Strategy(micro_batches=2, loss_reduction="mean"))
+    for ids, labels in _batches()[:2]:
+        step(ids, labels)
+    keys = step.captured.state_keys
+    got = {keys[k].removeprefix("net."): np.asarray(v) for k, v in step.weights().items() if k in keys}
+    for k, w in ref.state_dict().items():
+        if k in got:
+            _assert_weights_close(got[k], w.numpy(), k)
 
 
 def test_ernie_moe_with_differing_experts_equals_paddle_eager_with_its_routing_in_cpu_ops():

@@ -54,13 +54,17 @@ def cal_aux_loss(
 ):
     """(l_aux, seqlen, ce): seqlen the dispatched tokens (dispatch_tokens_mask's count, else tokens_mask's, else
     S / num_experts * E), at least clip_min; ce = each expert's count (dispatch_mask [E], or [S, E] summed) /
-    seqlen; l_aux = num_experts * sum(ce * sum_s(gate_prob) / seqlen) (/ moe_k with use_group), times
-    seqlen / max(sum(tokens_mask), clip_min) where tokens_mask is given. The gradient is that of the unscaled
-    loss by gate_prob alone (cal_aux_loss_grad_kernel.cu: ce * num_experts / seqlen per element)."""
+    seqlen; l_aux = num_experts * sum(ce * sum_s(gate_prob) / seqlen) (/ moe_k with use_group). Where both masks
+    are given and the dispatch mask covers other tokens than gate_prob's rows (a global sequence), the forward
+    is scaled by the dispatched count over max(sum(tokens_mask), clip_min) and the gradient is not
+    (cal_aux_loss_kernel.cu and cal_aux_loss_grad_kernel.cu; Paddle's math_cal_aux_loss alike)."""
     p = gate_prob.astype(jnp.float32)
     tokens, experts = p.shape
+    scale = None
     if dispatch_tokens_mask is not None:
         seqlen = jnp.sum(dispatch_tokens_mask.astype(jnp.float32))
+        if tokens_mask is not None and tokens != dispatch_tokens_mask.shape[0]:
+            scale = seqlen / jnp.maximum(jnp.sum(tokens_mask.astype(jnp.float32)), jnp.float32(clip_min))
     elif tokens_mask is not None:
         seqlen = jnp.sum(tokens_mask.astype(jnp.float32))
     else:
@@ -71,8 +75,7 @@ def cal_aux_loss(
     loss = jnp.sum(ce * (jnp.sum(p, axis=0) / seqlen)) * num_experts
     if use_group:
         loss = loss / moe_k
-    if tokens_mask is not None:
-        scale = seqlen / jnp.maximum(jnp.sum(tokens_mask.astype(jnp.float32)), jnp.float32(clip_min))
+    if scale is not None:
         loss = loss + lax.stop_gradient((scale - 1) * loss)  # NOTE: the forward scaled, the gradient not
     out = gate_prob.dtype
     return loss.astype(out), lax.stop_gradient(seqlen).astype(out), ce.astype(out)

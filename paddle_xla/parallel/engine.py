@@ -88,7 +88,7 @@ class EngineBase:
     def __init__(
         self, graph: Graph, config: optim.OptimizerConfig, strategy: Strategy, placement: Placement | None = None
     ):
-        self.graph, self.config, self.strategy = graph, config, strategy
+        self.graph, self.config, self.strategy = router_loss_per_group(graph, strategy), config, strategy
         self.placement = placement
         self.mesh = make_mesh(strategy)
         self.reduction = reduction_for(graph, strategy)
@@ -413,3 +413,28 @@ def memory_analysis(engine: Engine, params, buffers, opt_state, feeds: Mapping[s
         "temp_bytes": int(m.temp_size_in_bytes),
         "generated_code_bytes": int(m.generated_code_size_in_bytes),
     }
+
+
+def router_loss_per_group(graph: Graph, strategy: Strategy) -> Graph:
+    """`graph` with each MoE op's router-loss gradient (ops/moe.py's router_loss_grad, FakeMoERouterLoss's
+    constant) divided among the step's groups (replicas x micro-batches). The constant reaches every group's
+    router loss whatever weight the engine gives that group's loss, and the engine adds the groups' gradients:
+    undivided, the router would weigh `groups` times what Paddle gives it, whose trainer averages micro-batches
+    and data-parallel ranks alike."""
+    groups = strategy.groups
+    if not any(op.attrs.get("router_loss_grad") for op in graph.block.ops):
+        return graph
+    if strategy.sequence > 1:
+        # NOTE: each sequence device's op would see a slice of the tokens and inject its own router loss
+        raise StrategyError(
+            f"Strategy(sequence={strategy.sequence}) splits the tokens of an MoE layer whose router loss trains "
+            "(ERNIE 4.5 MoE); paddle_xla does not split that loss over sequence devices yet: use sequence=1"
+        )
+
+    def shared(op):
+        if not op.attrs.get("router_loss_grad"):
+            return op
+        return replace(op, attrs={**op.attrs, "router_loss_grad": op.attrs["router_loss_grad"] / groups})
+
+    return replace(graph, block=replace(graph.block, ops=tuple(shared(op) for op in graph.block.ops)))
+

@@ -649,12 +649,13 @@ def test_expand_modality_expert_id(group, per_modality, offset):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("masks", ["none", "tokens", "both"])
+@pytest.mark.parametrize("masks", ["none", "tokens", "both", "both_global"])
 @pytest.mark.parametrize("use_group", [False, True])
 def test_cal_aux_loss(masks, use_group):
-    """Against Paddle's math_cal_aux_loss (its Python form of the kernel) where they agree, the loss's value and
-    its gradient by gate_prob; where a tokens_mask is given, the kernel scales the loss by seqlen over the
-    mask's count in the forward alone (cal_aux_loss_kernel.cu), so the reference is scaled the same way."""
+    """Against Paddle's math_cal_aux_loss (its Python form of the kernel), the loss's value and its gradient by
+    gate_prob. "both": the two masks over the same tokens, with different counts (no scale); "both_global": a
+    dispatch mask over 16 tokens beside 12 rows, where the forward alone is scaled by 16's count over the
+    tokens mask's."""
     from paddle.incubate.nn.functional.cal_aux_loss import math_cal_aux_loss
 
     rng = np.random.default_rng(22)
@@ -662,26 +663,22 @@ def test_cal_aux_loss(masks, use_group):
     prob = rng.uniform(0, 1, (tokens, experts)).astype(np.float32)
     counts = rng.integers(0, 6, (experts,)).astype(np.int64)
     tmask = (rng.uniform(size=tokens) < 0.75).astype(np.float32)
-    dmask = rng.uniform(size=16) < 0.6
+    dmask = rng.uniform(size=16 if masks == "both_global" else tokens) < 0.4
     feeds = {"gate_prob": prob, "dispatch_mask": counts}
     if masks != "none":
         feeds["tokens_mask"] = tmask
-    if masks == "both":
+    if masks.startswith("both"):
         feeds["dispatch_tokens_mask"] = dmask
     attrs = {"num_experts": i64(experts), "use_group": use_group, "moe_k": i64(2), "clip_min": 1e-6}
     outs = {"l_aux_loss": ((), "float32"), "seqlen_float": ((), "float32"), "ce": ((experts,), "float32")}
     prog, res = translated("cal_aux_loss", feeds, outs, attrs)
     got = run_fused(prog, res, feeds)
+    assert masks != "both" or tmask.sum() != dmask.sum()  # NOTE: a scale would show
 
     def ref(p):
         t = paddle.to_tensor(tmask) if masks != "none" else None
-        d = paddle.to_tensor(dmask) if masks == "both" else None
-        loss, seqlen, ce = math_cal_aux_loss(p, paddle.to_tensor(counts), t, d, experts, use_group, 2, 1e-6)
-        if t is not None and masks != "both":  # NOTE: the kernel's scale, 1 up to clip_min here
-            loss = loss * (seqlen / paddle.clip(t.sum(), min=1e-6))
-        elif masks == "both":  # NOTE: math_cal_aux_loss scales only when the token counts differ: 16 vs 12 here
-            assert tokens != dmask.size
-        return loss, seqlen, ce
+        d = paddle.to_tensor(dmask) if masks.startswith("both") else None
+        return math_cal_aux_loss(p, paddle.to_tensor(counts), t, d, experts, use_group, 2, 1e-6)
 
     want = reference(ref, [prob])
     assert_close(got, want, F32, "cal_aux_loss")
