@@ -437,4 +437,3 @@ def router_loss_per_group(graph: Graph, strategy: Strategy) -> Graph:
         return replace(op, attrs={**op.attrs, "router_loss_grad": op.attrs["router_loss_grad"] / groups})
 
     return replace(graph, block=replace(graph.block, ops=tuple(shared(op) for op in graph.block.ops)))
-
