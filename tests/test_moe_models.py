@@ -291,17 +291,23 @@ def _ernie_moe(**over):
     return net
 
 
+def _ernie_reference():
+    """_ernie_moe()'s twin whose MoE blocks run _reference_block: Paddle eager's reference model."""
+    ref = _ernie_moe()
+    for layer in ref.sublayers():
+        if type(layer).__name__ == "Ernie4_5_MoeSparseMoeBlock":
+            layer.__dict__["forward"] = _reference_block(layer)
+    return ref
+
+
 def test_ernie_moe_own_loss_training_with_its_router_loss_equals_paddle_eager():
     # NOTE: the reference is Paddle eager with the block's routing in CPU ops (_reference_block); the router loss
     # reaches the gradient alone (FakeMoERouterLoss), so the gate's weights and correction-free routing train
     # on it and the losses' values are the language model's
-    ref = _ernie_moe()
+    ref = _ernie_reference()
     cfg = ref.config
     assert cfg.moe_num_shared_experts and cfg.router_aux_loss_coef and cfg.router_z_loss_coef
     assert cfg.moe_orthogonal_loss_lambda and cfg.moe_use_aux_free
-    for layer in ref.sublayers():
-        if type(layer).__name__ == "Ernie4_5_MoeSparseMoeBlock":
-            layer.__dict__["forward"] = _reference_block(layer)
     want = _train_eager(ref)
     net = _ernie_moe()
     net.train()
@@ -337,10 +343,7 @@ def test_ernie_moe_router_loss_is_averaged_over_micro_batches_as_paddles_trainer
     with enable_delay_scale_loss (the default): each half's loss.backward(), then the summed gradients halved.
     FakeMoERouterLoss gives each half's router loss the gradient 1, so the router, like the language model,
     gets the mean of the halves; the engine divides the op's constant among its groups to match."""
-    ref = _ernie_moe()
-    for layer in ref.sublayers():
-        if type(layer).__name__ == "Ernie4_5_MoeSparseMoeBlock":
-            layer.__dict__["forward"] = _reference_block(layer)
+    ref = _ernie_reference()
     ref.train()
     opt = _adamw(ref)
     for ids, labels in _batches()[:2]:
@@ -364,10 +367,7 @@ def test_ernie_moe_router_loss_is_averaged_over_micro_batches_as_paddles_trainer
 
 
 def test_ernie_moe_with_differing_experts_equals_paddle_eager_with_its_routing_in_cpu_ops():
-    ref = _ernie_moe()
-    for layer in ref.sublayers():
-        if type(layer).__name__ == "Ernie4_5_MoeSparseMoeBlock":
-            layer.__dict__["forward"] = _reference_block(layer)
+    ref = _ernie_reference()
     ref.eval()
     ids = _ids((2, 8), seed=6)
     with paddle.no_grad():

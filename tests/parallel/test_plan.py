@@ -47,15 +47,27 @@ def _against_memory_analysis(step, layout, feeds):
     return m["argument_bytes"] + m["temp_bytes"], got.total_bytes
 
 
+# NOTE: each kind checks half the layouts (each compile of a 16-device step is ~5 s): the decoder the tensor
+# splits, where its prediction strays most (+0.32 at 4x1x4 on 2026-12-07), the encoder the sequence splits (-0.22)
+BY_KIND = {
+    "encoder": [LAYOUTS[0], LAYOUTS[4], *LAYOUTS[6:]],
+    "decoder": [*LAYOUTS[:4], LAYOUTS[5]],
+}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["encoder", "decoder"])  # NOTE: two tests, so two workers share the compiles
 def test_predicted_bytes_per_device_follow_memory_analysis(kind):
     errors = {}
-    for layout in LAYOUTS:
+    for layout in BY_KIND[kind]:
         measured, predicted = _measured_and_predicted(kind, layout)
         errors[describe(layout)] = predicted / measured - 1
     within = [k for k, e in errors.items() if abs(e) <= 0.2]
-    assert len(within) >= 5 and all(abs(e) <= 0.35 for e in errors.values()), errors
+    assert len(within) >= 3 and all(abs(e) <= 0.35 for e in errors.values()), errors
+
+
+def test_the_two_kinds_check_every_layout():
+    assert {describe(x) for k in BY_KIND.values() for x in k} == {describe(x) for x in LAYOUTS}
 
 
 def _llama_step(layout, seq):
