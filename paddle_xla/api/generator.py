@@ -41,11 +41,13 @@ from ..generation.config import DecodeConfig, token_ids
 from ..generation.continuous import ContinuousEngine, continuous_engine, made_on_first_call
 from ..generation.generate_programs import generate_program
 from ..generation.paged_engine import PagedEngine, paged_engine
+from ..generation.speculative.engine import SpeculativeEngine
 from ..lowering.policy import LoweringPolicy
 from ..parallel.mesh import make_mesh
 from ..parallel.pack import split_dim, tensor_spec
 from ..parallel.tensor_plan import tensor_plan_for
 from ..strategy import Strategy
+from .speculative import speculative_engine, verify_program
 
 if TYPE_CHECKING:
     import paddle
@@ -204,8 +206,10 @@ class Generator:
         seed: int = 0,
         strategy: Strategy | None = None,
         prefill_chunk: int = 128,
+        speculative_config: Mapping[str, Any] | None = None,
     ) -> None:
         self.model = model
+        self.speculative: SpeculativeEngine | None = None
         self.strategy = _checked(strategy)
         precision = self.strategy.precision
         vocab = vocab_size(model)
@@ -253,6 +257,8 @@ class Generator:
             rows_in_turn=True,
         )
         self.engine.name = type(model).__name__  # NOTE: its compiles' progress lines name the model
+        if speculative_config is not None:
+            self.speculative = speculative_engine(self, speculative_config)
 
     @property
     def max_batch_size(self) -> int:
@@ -302,7 +308,18 @@ class Generator:
         self, input_ids: Any, attention_mask: Any = None, seed: int | None = None, **kwargs: Any
     ) -> tuple[np.ndarray, np.ndarray]:
         """(new token ids [batch, T] int64, mean scores [batch, 1] float32), as PaddleFormers' generate."""
-        return self.engine.generate(input_ids, attention_mask=attention_mask, seed=seed, **kwargs)
+        run = self.speculative or self.engine
+        return run.generate(input_ids, attention_mask=attention_mask, seed=seed, **kwargs)
+
+    @property
+    def speculative_stats(self) -> dict | None:
+        """Speculation's counts so far (verify steps, guesses made and kept, kept per step), or None."""
+        return None if self.speculative is None else self.speculative.stats.as_dict()
+
+    def verify_program(self, width: int) -> Callable:
+        """The extend step over `width` tokens per row with every position's logits (speculative decoding's
+        verify step), at the generator's rows and slots."""
+        return verify_program(self, width)
 
     def prefill1_captured(self, bucket: int) -> Captured:
         """The batch-1 prefill a server inserts one request with (and generate runs row by row), captured on
@@ -372,7 +389,7 @@ class Generator:
 
     def warm_up(self, **kwargs: Any) -> None:
         """Capture and compile every prompt bucket's prefill and the decode loop (for these arguments)."""
-        self.engine.warm_up(**kwargs)
+        (self.speculative or self.engine).warm_up(**kwargs)
 
 
 _GENERATORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -1,0 +1,233 @@
+"""Speculative decoding, px.Generator(speculative_config=...): greedy tokens and scores are the plain
+generator's for every method, batch size, padding and EOS; sampled tokens follow the target's own filtered
+distribution (a chi-square test against Paddle eager's); nothing compiles after warm-up; bad configs are
+refused by name. Tiny random-weight PaddleFormers Llamas."""
+
+import jax.numpy as jnp
+import numpy as np
+import paddle
+import pytest
+
+from paddle_xla.api.generator import Generator
+from paddle_xla.errors import GenerationError
+from paddle_xla.generation.speculative import lookup
+from paddle_xla.runtime.compile_cache import compiles_seen
+
+from .paddleformers import module
+from .test_generator import TINY, _prompts
+
+BATCH, SLOTS, K = 4, 40, 3
+NGRAM = {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 2, "prompt_lookup_min": 1}
+
+
+def _llama(seed=0, **over):
+    mod = module("transformers.llama")
+    paddle.seed(seed)
+    net = mod.LlamaForCausalLM(mod.LlamaConfig(**{**TINY, **over}))
+    net.eval()
+    return net
+
+
+def _gen(net, spec=None, **kw):
+    return Generator(
+        net, max_batch_size=BATCH, max_length=SLOTS, chunk=4, prefill_chunk=16, speculative_config=spec, **kw
+    )
+
+
+@pytest.fixture(scope="module")
+def gens():
+    """The plain generator and three speculative ones over one target: prompt lookup, a draft with the target's
+    weights (every guess agrees), a draft of its own (1 layer, other weights: guesses mostly refused)."""
+    target = _llama()
+    return {
+        "plain": _gen(target),
+        "ngram": _gen(target, NGRAM),
+        "twin": _gen(target, {"model": _llama(), "num_speculative_tokens": K}),
+        "other": _gen(
+            target, {"method": "draft_model", "model": _llama(1, num_hidden_layers=1), "num_speculative_tokens": K}
+        ),
+    }
+
+
+EOS = 13  # NOTE: a token the target makes in the middle of the prompts' greedy runs (checked below)
+CALLS = [
+    dict(max_new_tokens=12),
+    dict(max_new_tokens=9, repetition_penalty=1.5),
+    dict(max_new_tokens=8, min_new_tokens=5, eos_token_id=EOS),
+    dict(max_new_tokens=12, eos_token_id=EOS),
+]
+
+
+@pytest.mark.parametrize("method", ["ngram", "twin", "other"])
+@pytest.mark.parametrize("kw", CALLS)
+def test_greedy_tokens_and_scores_are_the_plain_generators(gens, method, kw):
+    ids, mask = _prompts([5, 9, 3, 12], 12)
+    for rows in (slice(0, 4), slice(1, 2)):
+        want, want_scores = gens["plain"].generate(ids[rows], attention_mask=mask[rows], **kw)
+        got, scores = gens[method].generate(ids[rows], attention_mask=mask[rows], **kw)
+        assert got.shape == want.shape and (got == want).all(), (got, want)
+        np.testing.assert_allclose(scores, want_scores, rtol=0, atol=1e-5)
+
+
+def test_an_eos_inside_a_speculated_run_ends_the_row_there(gens):
+    ids, mask = _prompts([5, 9, 3, 12], 12)
+    free, _ = gens["plain"].generate(ids, attention_mask=mask, max_new_tokens=12)
+    at = [list(row).index(EOS) if EOS in row else None for row in free]
+    assert any(a is not None and 0 < a < 11 for a in at), free  # NOTE: the test's premise: an EOS mid-run
+    got, _ = gens["twin"].generate(ids, attention_mask=mask, max_new_tokens=12, eos_token_id=EOS)
+    for row, a in zip(got, at):
+        if a is not None:
+            assert row[a] == EOS and (row[a + 1 :] == gens["plain"].defaults.pad_token_id).all()
+
+
+def test_a_prompt_longer_than_the_prefill_chunk(gens):
+    ids, mask = _prompts([20, 7], 20, seed=3)
+    want, _ = gens["plain"].generate(ids, attention_mask=mask, max_new_tokens=10)
+    for method in ("ngram", "twin"):
+        assert (gens[method].generate(ids, attention_mask=mask, max_new_tokens=10)[0] == want).all()
+
+
+def test_the_counts_say_how_many_guesses_were_kept(gens):
+    twin, other = gens["twin"], gens["other"]
+    before = twin.speculative_stats
+    ids, mask = _prompts([6], 6, seed=5)
+    twin.generate(ids, attention_mask=mask, max_new_tokens=17)
+    after = twin.speculative_stats
+    steps = after["verify_steps"] - before["verify_steps"]
+    # NOTE: every guess of the twin agrees: 16 tokens after the first in rounds of K + 1, the last round cut short
+    assert steps == 4 and after["accepted_tokens"] - before["accepted_tokens"] == 12
+    assert after["method"] == "draft_model" and 0 < after["acceptance_rate"] <= 1
+    other.generate(ids, attention_mask=mask, max_new_tokens=17)
+    o = other.speculative_stats
+    assert o["guessed_tokens"] == K * o["verify_steps"] and o["accepted_tokens"] < o["guessed_tokens"]
+
+
+def test_prompt_lookup_guesses_what_followed_the_rows_newest_tokens_before():
+    h = lookup.history(
+        jnp.array([[0, 5, 6, 7, 8, 5], [0, 0, 0, 3, 4, 3]]),
+        jnp.array([[0, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1]]),
+        jnp.array([6, 4]),
+        16,
+    )
+    # NOTE: row 0's newest 2 tokens (5 6) occurred at its start: 7 8 5 followed; row 1's (3 4) at its start too, with
+    # only 3 4 after it (then nothing: no guess); its newest 1 token alone would have guessed as much
+    assert lookup.guesses(h, 3, 2, 1).tolist() == [[7, 8, 5], [3, 4, -1]]
+    # NOTE: nothing like row 0's newest token (9) occurred before it; a loop guesses itself
+    h = lookup.appended(h, jnp.array([[9, -1], [3, 4]]))
+    assert lookup.guesses(h, 3, 2, 1).tolist() == [[-1, -1, -1], [3, 4, 3]]
+    assert lookup.guesses(h, 3, 3, 3).tolist() == [[-1, -1, -1], [3, 4, -1]]  # NOTE: (4 3 4) at 1: 2 follow
+
+
+def test_prompt_lookup_keeps_the_guesses_a_repeating_row_makes(gens):
+    ngram = gens["ngram"]
+    before = ngram.speculative_stats
+    # NOTE: greedy decoding of this tiny model falls into a loop (row 0: 26 26 115 115 26 26 26 ...)
+    ids, mask = _prompts([5], 5)
+    assert ngram.generate(ids, attention_mask=mask, max_new_tokens=16)[0].shape == (1, 16)
+    after = ngram.speculative_stats
+    kept, steps = (after[k] - before[k] for k in ("accepted_tokens", "verify_steps"))
+    # NOTE: each token after the prefill's first is a verify step's own or a kept guess
+    assert kept >= 3 and steps + kept == 15
+
+
+def test_nothing_compiles_after_warm_up(gens):
+    for method in ("ngram", "twin"):
+        gen = gens[method]
+        gen.generate(*_prompts([9, 4], 9, seed=2)[:1], max_new_tokens=5)
+        with compiles_seen() as compiles:
+            for n, width in [(3, 9), (17, 12), (9, 16)]:
+                ids, mask = _prompts([width, max(1, width - 4)], width, seed=n)
+                gen.generate(ids, attention_mask=mask, max_new_tokens=n)
+        assert not compiles, f"{method}: {len(compiles)} compiles after warm-up"
+
+
+def test_a_seed_reproduces_a_sampled_run(gens):
+    ids, mask = _prompts([5, 9], 9)
+    kw = dict(decode_strategy="sampling", top_k=0, temperature=1.5, max_new_tokens=10)
+    one = gens["other"].generate(ids, attention_mask=mask, seed=7, **kw)[0]
+    assert (one == gens["other"].generate(ids, attention_mask=mask, seed=7, **kw)[0]).all()
+    assert one.tolist() != gens["other"].generate(ids, attention_mask=mask, seed=8, **kw)[0].tolist()
+
+
+def test_bad_configs_are_refused_by_name():
+    target = _llama()
+    cases = [
+        (
+            {"method": "medusa", "num_speculative_tokens": 2},
+            r"method='medusa' is not one of \['draft_model', 'ngram', 'mtp'\]",
+        ),
+        ({"method": "ngram", "num_speculative_tokens": 0}, "num_speculative_tokens=0 must be an integer >= 1"),
+        (
+            {"method": "ngram", "num_speculative_tokens": 39},
+            "k \\+ 1 = 40 tokens and max_length=40 leaves room for at most 38",
+        ),
+        (
+            {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 3, "prompt_lookup_max": 2},
+            "prompt_lookup_min=3 exceeds",
+        ),
+        ({"method": "ngram", "num_speculative_tokens": 2, "draft": 1}, r"unknown keys \['draft'\]"),
+        ({"method": "draft_model", "num_speculative_tokens": 2}, '"draft_model" needs "model"'),
+        ({"method": "mtp", "num_speculative_tokens": 1}, "LlamaForCausalLM has num_nextn_predict_layers=0"),
+        (
+            {"model": _llama(vocab_size=96), "num_speculative_tokens": 2},
+            "the draft model's vocabulary has 96 tokens, the target's 128",
+        ),
+        (
+            {"model": Generator(_llama(1), max_batch_size=BATCH, max_length=32), "num_speculative_tokens": 2},
+            "max_length=32; the target's has 4, 40",
+        ),
+    ]
+    for spec, message in cases:
+        with pytest.raises(GenerationError, match=message):
+            _gen(target, spec)
+
+
+ROWS, DRAWS = 2048, 10  # NOTE: 20,480 draws of a row's first 3 tokens
+SAMPLING = dict(decode_strategy="sampling", top_k=4, temperature=0.8, repetition_penalty=1.3, max_new_tokens=3)
+
+
+def _filtered(net, ids):
+    """The target's next-token distribution after Paddle's processors (SAMPLING's), by Paddle eager's forward:
+    the repetition penalty over the ids so far, temperature, softmax, top-k (ties kept), renormalised."""
+    with paddle.no_grad():
+        logits = net(paddle.to_tensor(np.array([ids])), return_dict=True).logits.numpy()[0, -1].astype(np.float64)
+    seen = np.unique(ids)
+    logits[seen] = np.where(logits[seen] < 0, logits[seen] * 1.3, logits[seen] / 1.3)
+    p = np.exp((logits - logits.max()) / 0.8)
+    p /= p.sum()
+    p = np.where(p >= np.sort(p)[-4], p, 0.0)
+    return p / p.sum()
+
+
+def test_sampled_tokens_follow_the_targets_filtered_distribution():
+    """A chi-square test of the first 3 tokens of 20,480 rows (one prompt, each row its own key) against Paddle
+    eager's distribution of each token after the ones before it. The draft is the target with its LM head
+    shrunk and jittered, so that its guesses are kept at times and refused at times (both rules run)."""
+    from scipy.stats import chisquare
+
+    target, draft = _llama(), _llama()
+    head = draft.lm_head.weight
+    noise = np.random.default_rng(0).standard_normal(head.shape).astype("float32")
+    head.set_value(head.numpy() * 0.6 + noise * 0.2 * float(head.numpy().std()))
+    spec = {"model": draft, "num_speculative_tokens": 2}
+    gen = Generator(target, max_batch_size=ROWS, max_length=16, chunk=4, speculative_config=spec)
+    prompt = [17, 60, 3, 99]
+    ids = np.array([prompt] * ROWS, "int64")
+    runs = np.concatenate([gen.generate(ids, seed=s, **SAMPLING)[0] for s in range(DRAWS)])
+    stats = gen.speculative_stats
+    assert 0.2 < stats["acceptance_rate"] < 0.9, stats
+    got, want = {}, {}
+    for run in map(tuple, runs):
+        got[run] = got.get(run, 0) + 1
+    first = _filtered(target, prompt)
+    for a in np.flatnonzero(first):
+        second = _filtered(target, prompt + [int(a)])
+        for b in np.flatnonzero(second):
+            third = _filtered(target, prompt + [int(a), int(b)])
+            for c in np.flatnonzero(third):
+                want[(a, b, c)] = first[a] * second[b] * third[c] * len(runs)
+    assert set(got) <= set(want), set(got) - set(want)
+    cells = sorted(want)
+    observed = np.array([got.get(c, 0) for c in cells], np.float64)
+    expected = np.array([want[c] for c in cells])
+    assert chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 1e-3
