@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 
 import jax
 import numpy as np
@@ -74,6 +75,13 @@ def export_generator(
         raise ExportError(
             f"this generator is split over tensor={gen.strategy.tensor} devices, and an artifact's "
             "executables are for one device: export a generator built without tensor="
+        )
+    if getattr(gen, "speculative", None) is not None:
+        # NOTE: the artifact holds the target's programs alone: it generates the same tokens, one per step
+        warnings.warn(
+            f"paddle_xla: {path} is written without speculative decoding (its draft and verify step are not "
+            "exported yet): the artifact generates the same tokens, without the speed-up",
+            stacklevel=3,
         )
     g = gen.geometry
     graphs = {"decode": gen.decode_captured.graph}

@@ -133,9 +133,9 @@ def test_prompt_lookup_keeps_the_guesses_a_repeating_row_makes(gens):
 def test_nothing_compiles_after_warm_up(gens):
     for method in ("ngram", "twin"):
         gen = gens[method]
-        gen.generate(*_prompts([9, 4], 9, seed=2)[:1], max_new_tokens=5)
+        gen.warm_up()  # NOTE: every bucket's prefill (the target's and the draft's), the chunked one, the rounds
         with compiles_seen() as compiles:
-            for n, width in [(3, 9), (17, 12), (9, 16)]:
+            for n, width in [(3, 9), (17, 12), (9, 16), (5, 33)]:
                 ids, mask = _prompts([width, max(1, width - 4)], width, seed=n)
                 gen.generate(ids, attention_mask=mask, max_new_tokens=n)
         assert not compiles, f"{method}: {len(compiles)} compiles after warm-up"
@@ -231,3 +231,14 @@ def test_sampled_tokens_follow_the_targets_filtered_distribution():
     observed = np.array([got.get(c, 0) for c in cells], np.float64)
     expected = np.array([want[c] for c in cells])
     assert chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 1e-3
+
+
+def test_an_export_says_it_leaves_speculation_out(gens, tmp_path):
+    from paddle_xla.artifact import load
+    from paddle_xla.artifact.writer import export
+
+    with pytest.warns(UserWarning, match="written without speculative decoding"):
+        export(gens["ngram"], str(tmp_path / "llm.pxa"))
+    ids, mask = _prompts([5, 9], 9)
+    want, _ = gens["plain"].generate(ids, attention_mask=mask, max_new_tokens=6)
+    assert (load(str(tmp_path / "llm.pxa")).generate(ids, attention_mask=mask, max_new_tokens=6)[0] == want).all()
