@@ -47,7 +47,7 @@ from ..parallel.mesh import make_mesh
 from ..parallel.pack import split_dim, tensor_spec
 from ..parallel.tensor_plan import tensor_plan_for
 from ..strategy import Strategy
-from .speculative import speculative_engine, verify_program
+from .speculative import speculative_engine, verify_graph
 
 if TYPE_CHECKING:
     import paddle
@@ -244,6 +244,7 @@ class Generator:
         self._continuous: ContinuousEngine | None = None
         self._decode_any: Captured | None = None
         self._extend_captured: dict[int, Captured] = {}
+        self._verify_graphs: dict[int, Graph] = {}
         self.engine = BatchEngine(
             self.geometry,
             self.defaults,
@@ -316,10 +317,16 @@ class Generator:
         """Speculation's counts so far (verify steps, guesses made and kept, kept per step), or None."""
         return None if self.speculative is None else self.speculative.stats.as_dict()
 
-    def verify_program(self, width: int) -> Callable:
+    def verify_graph(self, width: int) -> Graph:
         """The extend step over `width` tokens per row with every position's logits (speculative decoding's
-        verify step), at the generator's rows and slots."""
-        return verify_program(self, width)
+        verify step), at the generator's rows and slots, captured on first use."""
+        if width not in self._verify_graphs:
+            self._verify_graphs[width] = verify_graph(self, width)
+        return self._verify_graphs[width]
+
+    def verify_program(self, width: int) -> Callable:
+        """verify_graph(width) as a program over the generator's held weights."""
+        return program(self.verify_graph(width), self.policy, self.held)
 
     def prefill1_captured(self, bucket: int) -> Captured:
         """The batch-1 prefill a server inserts one request with (and generate runs row by row), captured on

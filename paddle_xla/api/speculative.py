@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..capture.causal_lm import vocab_size
@@ -14,6 +14,7 @@ from ..generation.speculative.config import SpeculativeConfig, speculative_confi
 from ..generation.speculative.engine import SpeculativeEngine
 
 if TYPE_CHECKING:
+    from ..graph import Graph
     from .generator import Generator
 
 
@@ -30,8 +31,10 @@ def speculative_engine(gen: Generator, given: Mapping[str, Any] | SpeculativeCon
             "use a PaddleFormers causal LM as the target"
         )
     draft = _draft(gen, config.model) if config.method == "draft_model" else None
-    verify = gen.verify_program(config.num_speculative_tokens + 1)
-    return SpeculativeEngine(gen.engine, verify, config, draft.engine if draft is not None else None)
+    verify = program(gen.verify_graph(config.num_speculative_tokens + 1), gen.policy, gen.held)
+    engine = SpeculativeEngine(gen.engine, verify, config, draft.engine if draft is not None else None)
+    engine.draft_source = draft
+    return engine
 
 
 def _refuse_mtp(gen: Generator) -> None:
@@ -86,14 +89,13 @@ def _draft(gen: Generator, model: Any) -> Generator:
     return draft
 
 
-def verify_program(gen: Generator, width: int) -> Callable:
+def verify_graph(gen: Generator, width: int) -> Graph:
     """The target's extend step over `width` tokens per row with every position's logits."""
     from .generator import _CacheApi
 
     source = gen._source
     assert isinstance(source, _CacheApi)  # NOTE: speculative_engine refuses a derived cache first
-    captured = source.extend(width, gen.geometry.max_length)
-    graph = all_logits.rewrite(captured.graph)
+    graph = all_logits.rewrite(source.extend(width, gen.geometry.max_length).graph)
     if graph is None:
         raise GenerationError(f"{type(gen.model).__name__}'s extend step does not fetch logits[:, -1]")
-    return program(graph, gen.policy, gen.held)
+    return graph

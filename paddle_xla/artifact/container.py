@@ -224,6 +224,16 @@ def weights_of(path: str, data: bytes) -> dict[str, np.ndarray]:
         raise ModelLoadError(f"The weights in {path!r} are corrupt ({e}); export it again.") from None
 
 
+def stored_graph(path: str, members: Mapping[str, bytes], member: str, what: str) -> Graph:
+    """The Graph in `member` (`what` names it in the errors), or a ModelLoadError saying to export again."""
+    if member not in members:
+        raise ModelLoadError(f"{path!r} lacks {what} ({member}); export it again.")
+    try:
+        return Graph.from_json(members[member].decode())
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise ModelLoadError(f"{what} in {path!r} is corrupt ({e}); export it again.") from None
+
+
 def graph_of(path: str, members: Mapping[str, bytes]) -> Graph | None:
     if GRAPH not in members:
         return None

@@ -24,8 +24,10 @@ from ..graph import Graph
 from ..lowering.policy import LoweringPolicy
 from ..runtime.held import HeldWeights
 from . import synthetic_weights
-from .container import WEIGHTS, current_platform, lowering_moved, weights_of
+from .container import WEIGHTS, current_platform, lowering_moved, stored_graph, weights_of
 from .generator_writer import PAGED_DECODE, ROWS_IN_TURN, TOKENIZER, graph_member, program_weights
+from .speculative_artifact import KEY as SPECULATIVE
+from .speculative_artifact import speculative_engine_from
 
 
 class GeneratorArtifact:
@@ -98,16 +100,24 @@ class GeneratorArtifact:
             rows_in_turn=bool(gen.get(ROWS_IN_TURN)) if self.mode == "exported" else sources,
         )
         self._make, self._held, self._weights, self._seed = make, held, weights, seed
+        spec = gen.get(SPECULATIVE)
+        self.speculative = speculative_engine_from(path, spec, members, self.engine, held) if spec else None
         self._continuous: ContinuousEngine | None = None
         self._tokenizer_text = members.get(TOKENIZER)
         self._tokenizer_obj = None
 
     def generate(self, input_ids, attention_mask=None, seed: int | None = None, **kwargs):
         """(new token ids [batch, T] int64, mean scores [batch, 1] float32), as PaddleFormers' generate."""
-        return self.engine.generate(input_ids, attention_mask=attention_mask, seed=seed, **kwargs)
+        run = self.speculative or self.engine
+        return run.generate(input_ids, attention_mask=attention_mask, seed=seed, **kwargs)
+
+    @property
+    def speculative_stats(self) -> dict | None:
+        """Speculation's counts so far (as px.Generator's), or None for an artifact without speculation."""
+        return None if self.speculative is None else self.speculative.stats.as_dict()
 
     def warm_up(self, **kwargs) -> None:
-        self.engine.warm_up(**kwargs)
+        (self.speculative or self.engine).warm_up(**kwargs)
 
     def continuous(self) -> ContinuousEngine:
         """The engine a server runs (generation/continuous.py), on this artifact's programs (made once)."""
@@ -216,13 +226,7 @@ class GeneratorArtifact:
 
 
 def _graph(path: str, members: Mapping[str, bytes], name: str) -> Graph:
-    member = graph_member(name)
-    if member not in members:
-        raise ModelLoadError(f"{path!r} lacks the {name} program ({member}); export it again.")
-    try:
-        return Graph.from_json(members[member].decode())
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-        raise ModelLoadError(f"The {name} program of {path!r} is corrupt ({e}); export it again.") from None
+    return stored_graph(path, members, graph_member(name), f"the {name} program")
 
 
 def _exported_program(path: str, members: Mapping[str, bytes], member: str, graph: Graph):

@@ -11,6 +11,8 @@ Members, besides the manifest:
                                                 ones of fewer than 2 dimensions; the rest are drawn on load)
   exported/<platform>/<program>.bin             jax.export StableHLO of each program, per platform
   tokenizer.json                                the tokenizer (the `tokenizers` library's format), if given
+  graphs/verify.json, draft/...                 a speculative generator's verify step and draft
+                                                (speculative_artifact.py)
 
 The manifest's `generation` holds the Geometry (batch and cache slots, cache shape, vocabulary,
 precision) and generate's defaults (eos and pad ids), so a loader needs nothing else. Paddle-free.
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import warnings
 
 import jax
 import numpy as np
@@ -35,6 +36,8 @@ from ..ops.util import dtype as jax_dtype
 from . import container as fmt
 from . import synthetic_weights as synthetic_lib
 from .jax_export import avals, check_platforms
+from .speculative_artifact import KEY as SPECULATIVE
+from .speculative_artifact import speculative_members
 
 TOKENIZER = "tokenizer.json"
 
@@ -76,13 +79,6 @@ def export_generator(
             f"this generator is split over tensor={gen.strategy.tensor} devices, and an artifact's "
             "executables are for one device: export a generator built without tensor="
         )
-    if getattr(gen, "speculative", None) is not None:
-        # NOTE: the artifact holds the target's programs alone: it generates the same tokens, one per step
-        warnings.warn(
-            f"paddle_xla: {path} is written without speculative decoding (its draft and verify step are not "
-            "exported yet): the artifact generates the same tokens, without the speed-up",
-            stacklevel=3,
-        )
     g = gen.geometry
     graphs = {"decode": gen.decode_captured.graph}
     graphs.update({f"prefill_{b}": gen.prefill_captured(b).graph for b in g.buckets})
@@ -110,6 +106,9 @@ def export_generator(
             run = generate_program(name, graph_of, policies[p], held, g.one_length)
             members[program_member(p, name)] = _serialized(graph, run, laid_out, p, g.cache_dtype)
         exported[p] = {"programs": {n: program_member(p, n) for n in graphs}, **held.to_manifest()}
+    speculative = speculative_members(gen)
+    if speculative is not None:
+        members.update(speculative[0])
     text = tokenizer_json(tokenizer)
     if text is not None:
         members[TOKENIZER] = text.encode()
@@ -127,6 +126,7 @@ def export_generator(
             # lets a plain decoder's prompts of different lengths go together only then
             ROWS_IN_TURN: True,
             **({"request_defaults": dict(request_defaults)} if request_defaults else {}),
+            **({SPECULATIVE: speculative[1]} if speculative is not None else {}),
         },
         "exported": exported,
         "lowering": fmt.lowering_record(policies, g.precision),

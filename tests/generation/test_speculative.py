@@ -233,12 +233,17 @@ def test_sampled_tokens_follow_the_targets_filtered_distribution():
     assert chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 1e-3
 
 
-def test_an_export_says_it_leaves_speculation_out(gens, tmp_path):
+def test_an_artifact_carries_the_draft_and_speculates_without_paddle(gens, tmp_path):
     from paddle_xla.artifact import load
     from paddle_xla.artifact.writer import export
 
-    with pytest.warns(UserWarning, match="written without speculative decoding"):
-        export(gens["ngram"], str(tmp_path / "llm.pxa"))
-    ids, mask = _prompts([5, 9], 9)
-    want, _ = gens["plain"].generate(ids, attention_mask=mask, max_new_tokens=6)
-    assert (load(str(tmp_path / "llm.pxa")).generate(ids, attention_mask=mask, max_new_tokens=6)[0] == want).all()
+    ids, mask = _prompts([5, 9, 20], 20)
+    want, want_scores = gens["plain"].generate(ids, attention_mask=mask, max_new_tokens=9)
+    for method in ("twin", "ngram"):
+        export(gens[method], str(tmp_path / f"{method}.pxa"))
+        art = load(str(tmp_path / f"{method}.pxa"))
+        got, scores = art.generate(ids, attention_mask=mask, max_new_tokens=9)
+        assert (got == want).all() and np.allclose(scores, want_scores, rtol=0, atol=1e-5)
+        stats = art.speculative_stats
+        assert stats["method"] == gens[method].speculative_stats["method"] and stats["verify_steps"] > 0
+    assert stats["accepted_tokens"] > 0 and load(str(tmp_path / "twin.pxa")).speculative.draft is not None

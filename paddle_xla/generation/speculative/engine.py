@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -54,6 +55,7 @@ class SpeculativeEngine:
         self, target: BatchEngine, verify: Callable, config: SpeculativeConfig, draft: BatchEngine | None = None
     ):
         self.target, self.verify, self.config, self.draft = target, verify, config, draft
+        self.draft_source: Any = None  # NOTE: what built the draft's engine (px.Generator), for an export
         self.k = config.num_speculative_tokens
         self.stats = SpeculativeStats(config.method)
         self._runs: dict = {}
