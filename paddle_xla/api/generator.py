@@ -14,6 +14,7 @@ mean score [batch, 1], as NumPy arrays.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -41,7 +42,7 @@ from ..generation.config import DecodeConfig, token_ids
 from ..generation.continuous import ContinuousEngine, continuous_engine, made_on_first_call
 from ..generation.generate_programs import generate_program
 from ..generation.paged_engine import PagedEngine, paged_engine
-from ..generation.speculative.engine import SpeculativeEngine
+from ..generation.speculative.engine import NOT_SERVED, SpeculativeEngine
 from ..lowering.policy import LoweringPolicy
 from ..parallel.mesh import make_mesh
 from ..parallel.pack import split_dim, tensor_spec
@@ -337,6 +338,8 @@ class Generator:
 
     def continuous(self) -> ContinuousEngine:
         """The engine a server runs: requests inserted into free rows between decode chunks (made once)."""
+        if self.speculative is not None:
+            warnings.warn(NOT_SERVED, stacklevel=2)
         if self._continuous is None:
             shared = (self._graph_of, self.policy, self.held) if self.policy.nk_weights else None
             self._continuous = continuous_engine(
@@ -362,6 +365,8 @@ class Generator:
         (default: max_batch_size x max_length, the memory of continuous()'s rows; or kv_cache_memory, a
         fraction of the device's memory left after the weights) in blocks of `block_size`,
         up to `max_seqs` requests at once, reusing cached prompt prefixes unless prefix_cache is False."""
+        if self.speculative is not None:
+            warnings.warn(NOT_SERVED, stacklevel=2)
         return paged_engine(
             self.geometry,
             self.defaults,

@@ -62,6 +62,11 @@ def _draft(gen: Generator, model: Any) -> Generator:
                 f"the draft generator has max_batch_size={draft.max_batch_size}, max_length={draft.max_length}; "
                 f"the target's has {g.max_batch_size}, {g.max_length}: build the draft with the target's"
             )
+        if draft.strategy.tensor != gen.strategy.tensor:
+            raise GenerationError(
+                f"the draft generator is split over tensor={draft.strategy.tensor} devices, the target over "
+                f"tensor={gen.strategy.tensor}: build the draft with the target's Strategy"
+            )
     else:
         if model is gen.model:
             raise GenerationError("the draft model is the target itself: give a smaller causal LM as the draft")

@@ -7,6 +7,7 @@ same BatchEngine as px.Generator, so its arguments, checks and tokens are the li
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 
 import jax
@@ -20,6 +21,7 @@ from ..generation.config import DecodeConfig, token_ids
 from ..generation.continuous import ContinuousEngine, continuous_engine
 from ..generation.generate_programs import generate_program
 from ..generation.paged_engine import PagedEngine, paged_engine
+from ..generation.speculative.engine import NOT_SERVED
 from ..graph import Graph
 from ..lowering.policy import LoweringPolicy
 from ..runtime.held import HeldWeights
@@ -121,6 +123,8 @@ class GeneratorArtifact:
 
     def continuous(self) -> ContinuousEngine:
         """The engine a server runs (generation/continuous.py), on this artifact's programs (made once)."""
+        if self.speculative is not None:
+            warnings.warn(NOT_SERVED, stacklevel=2)
         if self._continuous is None:
             if f"prefill1_{self.geometry.buckets[0]}" not in self.graphs:
                 raise ModelLoadError(
@@ -150,6 +154,8 @@ class GeneratorArtifact:
         """A server's engine over a paged KV cache (generation/paged_engine.py, px.Generator.paged's), every
         program lowered here from the Graphs with one policy: the bucketed decode step has no executable, and
         the prefills it follows must be the same lowering's to give a row the numbers of generate."""
+        if self.speculative is not None:
+            warnings.warn(NOT_SERVED, stacklevel=2)
         if not self.can_page:
             raise ModelLoadError(
                 f"{self.path!r} holds no decode step for a paged KV cache ({graph_member(PAGED_DECODE)}): "

@@ -167,6 +167,11 @@ def test_bad_configs_are_refused_by_name():
         ),
         ({"method": "ngram", "num_speculative_tokens": 2, "draft": 1}, r"unknown keys \['draft'\]"),
         ({"method": "draft_model", "num_speculative_tokens": 2}, '"draft_model" needs "model"'),
+        (
+            {"model": _llama(), "num_speculative_tokens": 2, "prompt_lookup_max": 3},
+            r"\['prompt_lookup_max'\] apply to method='ngram', not 'draft_model'",
+        ),
+        ({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 33}, "exceeds 32, the longest searched"),
         ({"method": "mtp", "num_speculative_tokens": 1}, "LlamaForCausalLM has num_nextn_predict_layers=0"),
         (
             {"model": _llama(vocab_size=96), "num_speculative_tokens": 2},
@@ -247,3 +252,5 @@ def test_an_artifact_carries_the_draft_and_speculates_without_paddle(gens, tmp_p
         stats = art.speculative_stats
         assert stats["method"] == gens[method].speculative_stats["method"] and stats["verify_steps"] > 0
     assert stats["accepted_tokens"] > 0 and load(str(tmp_path / "twin.pxa")).speculative.draft is not None
+    with pytest.warns(UserWarning, match="speculative decoding is not served yet"):
+        art.continuous()

@@ -18,6 +18,7 @@ from ...errors import GenerationError
 METHODS = ("draft_model", "ngram", "mtp")
 KEYS = ("method", "model", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min")
 LOOKUP_DEFAULT = 5
+LOOKUP_LONGEST = 32
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,9 @@ def speculative_config(given: Mapping[str, Any] | SpeculativeConfig, max_length:
         raise GenerationError('speculative_config method="draft_model" needs "model": the draft causal LM')
     if method != "draft_model" and given.get("model") is not None:
         raise GenerationError(f'speculative_config method={method!r} takes no "model" (only "draft_model" does)')
+    lookup_keys = sorted(k for k in ("prompt_lookup_max", "prompt_lookup_min") if given.get(k) is not None)
+    if method != "ngram" and lookup_keys:
+        raise GenerationError(f"speculative_config {lookup_keys} apply to method='ngram', not {method!r}")
     top, low = _lookup(given.get("prompt_lookup_max"), given.get("prompt_lookup_min"))
     return SpeculativeConfig(method, k, given.get("model"), top, low)
 
@@ -73,6 +77,11 @@ def _lookup(top: Any, low: Any) -> tuple[int, int]:
     for name, v in (("prompt_lookup_max", top), ("prompt_lookup_min", low)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise GenerationError(f"speculative_config {name}={v!r} must be an integer >= 1")
+    if top > LOOKUP_LONGEST:
+        # NOTE: each n of low..top is its own unrolled search over the history: compile time grows as top^2
+        raise GenerationError(
+            f"speculative_config prompt_lookup_max={top} exceeds {LOOKUP_LONGEST}, the longest searched"
+        )
     if low > top:
         raise GenerationError(f"speculative_config prompt_lookup_min={low} exceeds prompt_lookup_max={top}")
     return top, low

@@ -20,6 +20,11 @@ from . import lookup
 from . import rounds as RD
 from .config import SpeculativeConfig
 
+# NOTE: what a server's engine (continuous, paged) of a speculative generator says: it decodes a token a step
+NOT_SERVED = (
+    "paddle_xla: speculative decoding is not served yet: this engine decodes one token a step (the same tokens)"
+)
+
 
 @dataclasses.dataclass
 class SpeculativeStats:
@@ -68,10 +73,11 @@ class SpeculativeEngine:
 
     def _run_fn(self, eos, pad):
         if (eos, pad) not in self._runs:
-            verify, guesser, k, rounds = self.verify, self._guesser(eos), self.k, self.target.geometry.chunk
+            target = RD.Target(self.verify, self.target._step)
+            guesser, k, rounds = self._guesser(eos), self.k, self.target.geometry.chunk
             self._runs[(eos, pad)] = self.target._shown(
                 f"speculative rounds ({self.config.method}, {k} guesses, {rounds} rounds a call)",
-                jax.jit(lambda w, sp: RD.run(verify, guesser, w, sp, rounds, k, eos, pad), donate_argnums=(1,)),
+                jax.jit(lambda w, sp: RD.run(target, guesser, w, sp, rounds, k, eos, pad), donate_argnums=(1,)),
             )
         return self._runs[(eos, pad)]
 
@@ -129,6 +135,7 @@ class SpeculativeEngine:
             self.generate(np.ones((1, bucket), np.int64), max_new_tokens=2 if bucket < g.max_length else 1, **kwargs)
         if g.prefill_chunk is not None and g.chunked and buckets is None:
             self.generate(np.ones((1, g.prefill_chunk + 1), np.int64), max_new_tokens=1, **kwargs)
+        self.stats = SpeculativeStats(self.config.method)  # NOTE: the counts start with the user's calls
 
 
 def _rows(ids, mask, rows: int, width: int):

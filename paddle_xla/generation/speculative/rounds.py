@@ -111,6 +111,8 @@ def draft_guesses(step: Callable, weights, d: Draft, s: SL.Slots, k: int, keys, 
     The draft takes the token it lacks first (all rows at once, skipped when none lacks one)."""
     live = s.live
 
+    last = d.cache.valid.shape[1] - 1
+
     def catch_up(c):
         return _fed(step, weights, c, d.missing, s.position - 1, d.has_missing & live)[0]
 
@@ -118,14 +120,16 @@ def draft_guesses(step: Callable, weights, d: Draft, s: SL.Slots, k: int, keys, 
     batch, vocab = s.seen.shape
 
     def body(j, carry):
-        cache, x, out, dist = carry
-        cache, logits = _fed(step, weights, cache, x, s.position + j, live)
-        token, q = _draft_choice(logits, s, s.t + j, keys[:, j], eos_ids)
-        return cache, token.astype(jnp.int64), out.at[:, j].set(token), dist.at[:, j].set(q)
+        cache, x, out, dist, seen = carry
+        cache, logits = _fed(step, weights, cache, x, jnp.minimum(s.position + j, last), live)
+        # NOTE: the guesses so far count as seen, as the target's positions count them (repetition penalty)
+        token, q = _draft_choice(logits, s._replace(seen=seen), s.t + j, keys[:, j], eos_ids)
+        seen = jnp.where(live[:, None], R.mark_seen(seen, token), seen)
+        return cache, token.astype(jnp.int64), out.at[:, j].set(token), dist.at[:, j].set(q), seen
 
     start = cache.cursor
-    init = (cache, s.token, jnp.zeros((batch, k), jnp.int32), jnp.zeros((batch, k, vocab), jnp.float32))
-    cache, _, out, dist = lax.fori_loop(0, k, body, init)
+    init = (cache, s.token, jnp.zeros((batch, k), jnp.int32), jnp.zeros((batch, k, vocab), jnp.float32), s.seen)
+    cache, _, out, dist, _ = lax.fori_loop(0, k, body, init)
     return cache, start, out, dist
 
 
@@ -235,18 +239,45 @@ class FromHistory(Guesser):
         return sp._replace(history=lookup.appended(sp.history, made))
 
 
-def one_round(verify: Callable, guesser: Guesser, weights, sp: Spec, k: int, eos_ids, pad) -> tuple[Spec, jax.Array]:
+class Target(NamedTuple):
+    """The target's two programs: verify over k + 1 tokens (every position's logits), and the plain decode step."""
+
+    verify: Callable
+    step: Callable
+
+
+def checked(target: Target, weights, s: SL.Slots, guesses, k: int):
+    """(logits [B, k + 1, V] float32, K/V [2L, B, H, k + 1, D]) of the row's token and its guesses; a round
+    where no live row has a guess runs the plain decode step instead (its position 0 alone: 1 token's cost)."""
+    batch, slots = s.valid.shape
+    ids = jnp.concatenate([s.token[:, None], jnp.maximum(guesses, 0).astype(s.token.dtype)], axis=1)
+    mask = jnp.concatenate([s.valid, jnp.ones((batch, k + 1), s.valid.dtype)], axis=-1)
+    # NOTE: a kept input's position is below the cache's length; a later guess's is clamped (never kept)
+    pos = jnp.minimum(s.position[:, None] + jnp.arange(k + 1), slots - 1)
+    past, dtype = jnp.stack(s.past), s.past[0].dtype
+
+    def verified(_):
+        logits, kv = target.verify(weights, ids, mask, pos, past)
+        return logits.astype(jnp.float32), kv.astype(dtype)
+
+    def stepped(_):
+        logits, new = target.step(weights, ids[:, :1], mask[:, : slots + 1], pos[:, :1], past)
+        wide = jnp.broadcast_to(logits.astype(jnp.float32)[:, None], (batch, k + 1, logits.shape[-1]))
+        return wide, jnp.pad(new.astype(dtype)[:, :, :, None], [(0, 0), (0, 0), (0, 0), (0, k), (0, 0)])
+
+    return lax.cond(jnp.any((guesses >= 0) & s.live[:, None]), verified, stepped, None)
+
+
+def one_round(target: Target, guesser: Guesser, weights, sp: Spec, k: int, eos_ids, pad) -> tuple[Spec, jax.Array]:
     """One round for every row; returns the state and the tokens made [B, k + 1] (NO_TOKEN where none).
     weights: (the target's, the draft's or None)."""
     s = _pending_written(sp.target, sp.pending, sp.pending_at)
-    batch, slots = s.valid.shape
+    slots = s.valid.shape[1]
     keys = jax.vmap(lambda key: jax.random.split(key, 2 * k + 2))(s.keys)
     sp, guesses, dists, memo = guesser.propose(weights[1], sp, s, keys[:, 1 : k + 1])
-    ids = jnp.concatenate([s.token[:, None], jnp.maximum(guesses, 0).astype(s.token.dtype)], axis=1)
-    mask = jnp.concatenate([s.valid, jnp.ones((batch, k + 1), s.valid.dtype)], axis=-1)
-    logits, kv = verify(weights[0], ids, mask, s.position[:, None] + jnp.arange(k + 1), jnp.stack(s.past))
+    logits, kv = checked(target, weights[0], s, guesses, k)
     after, made, kept = accepted(s, logits, guesses, dists, keys[:, k + 1 :], eos_ids, pad)
-    pending = tuple(jnp.transpose(kv[i], (0, 2, 1, 3)).astype(layer.dtype) for i, layer in enumerate(s.past))
+    pending = tuple(jnp.transpose(kv[i], (0, 2, 1, 3)) for i in range(len(s.past)))
     at = jnp.where(kept, s.cursor[:, None] + jnp.arange(k + 1), slots).astype(jnp.int32)
     n = jnp.sum(kept, axis=1).astype(jnp.int32)
     guessed = jnp.where(s.live, jnp.sum(guesses >= 0, axis=1), 0)
@@ -263,7 +294,7 @@ def kept_by_draft(d: SL.Slots, start, kept, guesses, k: int) -> Draft:
     return Draft(d._replace(cursor=cursor, valid=valid), guesses[:, k - 1].astype(jnp.int64), kept[:, k])
 
 
-def run(verify: Callable, guesser: Guesser, weights, sp: Spec, rounds: int, k: int, eos_ids, pad):
+def run(target: Target, guesser: Guesser, weights, sp: Spec, rounds: int, k: int, eos_ids, pad):
     """Up to `rounds` rounds, fewer once no row is live: (state, made [B, rounds * (k + 1)])."""
     batch = sp.target.valid.shape[0]
     out = jnp.full((batch, rounds, k + 1), SL.NO_TOKEN, jnp.int32)
@@ -274,7 +305,7 @@ def run(verify: Callable, guesser: Guesser, weights, sp: Spec, rounds: int, k: i
 
     def body(c):
         i, sp, out = c
-        sp, made = one_round(verify, guesser, weights, sp, k, eos_ids, pad)
+        sp, made = one_round(target, guesser, weights, sp, k, eos_ids, pad)
         return i + 1, sp, lax.dynamic_update_index_in_dim(out, made, i, axis=1)
 
     _, sp, out = lax.while_loop(more, body, (jnp.asarray(0, jnp.int32), sp, out))
