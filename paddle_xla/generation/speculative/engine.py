@@ -73,7 +73,7 @@ class SpeculativeEngine:
 
     def _run_fn(self, eos, pad):
         if (eos, pad) not in self._runs:
-            target = RD.Target(self.verify, self.target._step)
+            target = RD.Target(self.verify, self.target._step, plain_when_unguessed=self.draft is None)
             guesser, k, rounds = self._guesser(eos), self.k, self.target.geometry.chunk
             self._runs[(eos, pad)] = self.target._shown(
                 f"speculative rounds ({self.config.method}, {k} guesses, {rounds} rounds a call)",

@@ -244,6 +244,8 @@ class Target(NamedTuple):
 
     verify: Callable
     step: Callable
+    # NOTE: prompt lookup often has no guess; a draft always has (the check would only hold up its rounds)
+    plain_when_unguessed: bool = True
 
 
 def checked(target: Target, weights, s: SL.Slots, guesses, k: int):
@@ -265,6 +267,8 @@ def checked(target: Target, weights, s: SL.Slots, guesses, k: int):
         wide = jnp.broadcast_to(logits.astype(jnp.float32)[:, None], (batch, k + 1, logits.shape[-1]))
         return wide, jnp.pad(new.astype(dtype)[:, :, :, None], [(0, 0), (0, 0), (0, 0), (0, k), (0, 0)])
 
+    if not target.plain_when_unguessed:
+        return verified(None)
     return lax.cond(jnp.any((guesses >= 0) & s.live[:, None]), verified, stepped, None)
 
 
