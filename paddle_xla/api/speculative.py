@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from ..capture.causal_lm import vocab_size
 from ..errors import GenerationError
 from ..generation import all_logits
-from ..generation.batch_engine import program
 from ..generation.speculative.config import SpeculativeConfig, speculative_config
 from ..generation.speculative.engine import SpeculativeEngine
 
@@ -31,10 +30,8 @@ def speculative_engine(gen: Generator, given: Mapping[str, Any] | SpeculativeCon
             "use a PaddleFormers causal LM as the target"
         )
     draft = _draft(gen, config.model) if config.method == "draft_model" else None
-    verify = program(gen.verify_graph(config.num_speculative_tokens + 1), gen.policy, gen.held)
-    engine = SpeculativeEngine(gen.engine, verify, config, draft.engine if draft is not None else None)
-    engine.draft_source = draft
-    return engine
+    verify = gen.verify_program(config.num_speculative_tokens + 1)
+    return SpeculativeEngine(gen.engine, verify, config, draft.engine if draft is not None else None, draft)
 
 
 def _refuse_mtp(gen: Generator) -> None:
@@ -70,12 +67,7 @@ def _draft(gen: Generator, model: Any) -> Generator:
     else:
         if model is gen.model:
             raise GenerationError("the draft model is the target itself: give a smaller causal LM as the draft")
-        words = vocab_size(model)
-        if words != g.vocab_size:
-            raise GenerationError(
-                f"the draft model's vocabulary has {words} tokens, the target's {g.vocab_size}: "
-                "a draft must share the target's tokenizer and vocabulary"
-            )
+        _check_vocabulary(vocab_size(model), g.vocab_size)  # NOTE: before the draft is captured
         draft = Generator(
             model,
             max_batch_size=g.max_batch_size,
@@ -84,14 +76,18 @@ def _draft(gen: Generator, model: Any) -> Generator:
             prefill_chunk=g.prefill_chunk or g.max_length,
             strategy=gen.strategy,
         )
-    if draft.geometry.vocab_size != g.vocab_size:
-        raise GenerationError(
-            f"the draft model's vocabulary has {draft.geometry.vocab_size} tokens, the target's {g.vocab_size}: "
-            "a draft must share the target's tokenizer and vocabulary"
-        )
+    _check_vocabulary(draft.geometry.vocab_size, g.vocab_size)
     if draft.speculative is not None:
         raise GenerationError("the draft generator speculates itself: give it no speculative_config")
     return draft
+
+
+def _check_vocabulary(draft: int, target: int) -> None:
+    if draft != target:
+        raise GenerationError(
+            f"the draft model's vocabulary has {draft} tokens, the target's {target}: "
+            "a draft must share the target's tokenizer and vocabulary"
+        )
 
 
 def verify_graph(gen: Generator, width: int) -> Graph:

@@ -57,14 +57,25 @@ class SpeculativeEngine:
     draft: the draft model's BatchEngine (draft_model), over the same rows, slots and vocabulary."""
 
     def __init__(
-        self, target: BatchEngine, verify: Callable, config: SpeculativeConfig, draft: BatchEngine | None = None
+        self,
+        target: BatchEngine,
+        verify: Callable,
+        config: SpeculativeConfig,
+        draft: BatchEngine | None = None,
+        draft_source: Any = None,
     ):
         self.target, self.verify, self.config, self.draft = target, verify, config, draft
-        self.draft_source: Any = None  # NOTE: what built the draft's engine (px.Generator), for an export
+        self.draft_source = draft_source  # NOTE: what built the draft's engine (px.Generator), for an export
         self.k = config.num_speculative_tokens
         self.stats = SpeculativeStats(config.method)
         self._runs: dict = {}
-        self._begins: dict = {}
+        k, width = self.k, target.geometry.max_length + self.k + 2
+
+        def begin(target, draft, ids, mask):
+            history = None if draft is not None else lookup.history(ids, mask, target.token, width)
+            return RD.begin(target, k, draft, history)
+
+        self._begin = jax.jit(begin)  # NOTE: compiled at the first generate
 
     def _guesser(self, eos) -> RD.Guesser:
         if self.draft is None:
@@ -80,17 +91,6 @@ class SpeculativeEngine:
                 jax.jit(lambda w, sp: RD.run(target, guesser, w, sp, rounds, k, eos, pad), donate_argnums=(1,)),
             )
         return self._runs[(eos, pad)]
-
-    def _begin_fn(self):
-        if "begin" not in self._begins:
-            k, width = self.k, self.target.geometry.max_length + self.k + 2
-
-            def begin(target, draft, ids, mask):
-                history = None if draft is not None else lookup.history(ids, mask, target.token, width)
-                return RD.begin(target, k, draft, history)
-
-            self._begins["begin"] = jax.jit(begin)
-        return self._begins["begin"]
 
     def generate(self, input_ids, attention_mask=None, seed: int | None = None, **kwargs):
         """(new token ids [batch, T] int64, mean scores [batch, 1] float32), as BatchEngine.generate."""
@@ -108,7 +108,7 @@ class SpeculativeEngine:
             state = eng._prefilled(weights[0], ids, mask, live, cfg, keys)
             drafted = None if self.draft is None else self.draft._prefilled(weights[1], ids, mask, live, cfg, keys)
             full_ids, full_mask = _rows(ids, mask, b, eng.geometry.max_length)
-            sp = self._begin_fn()(state, drafted, full_ids, full_mask)
+            sp = self._begin(state, drafted, full_ids, full_mask)
             rows = [[int(t)] if on else [] for t, on in zip(np.asarray(state.token), live)]
             run = self._run_fn(eos, pad)
             while bool(np.asarray(sp.target.live).any()):
