@@ -25,8 +25,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import ExportError, PaddleXlaError
+from ..errors import ExportError, GenerationError, PaddleXlaError
 from ..files import atomic_write
+from ..generation.speculative.config import speculative_config
 
 CONFIG = "config.json"
 GENERATION_CONFIG = "generation_config.json"
@@ -39,6 +40,7 @@ DEFAULT_MAX_LENGTH = 4096  # NOTE: a model's own window is often 128k; longer ta
 DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 # NOTE: generation_config.json's fields a request that leaves them out takes (vLLM's --generation-config auto)
 SAMPLING_DEFAULTS = ("temperature", "top_p", "top_k", "repetition_penalty")
+NGRAM_EXAMPLE = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,15 +50,40 @@ class BuildOptions:
     max_batch_size: int = 8
     max_model_len: int = 0  # 0: the model's max_position_embeddings, at most DEFAULT_MAX_LENGTH
     dtype: str = "auto"  # auto (the checkpoint's own) | float32 | bfloat16 | float16
+    speculative_config: str = ""  # vLLM's --speculative-config: JSON of px.Generator's speculative_config
 
     def __post_init__(self) -> None:
         if self.dtype != "auto" and self.dtype not in DTYPES:
             raise ExportError(f"dtype={self.dtype!r}: give auto, {', '.join(DTYPES)}")
+        self.speculation()  # NOTE: checked before anything loads
         if self.max_batch_size < 1 or self.max_model_len < 0:
             raise ExportError(
                 f"max_batch_size={self.max_batch_size}, max_model_len={self.max_model_len}: "
                 "give a batch of at least 1 and a length of at least 1 (0: the model's own)"
             )
+
+    def speculation(self) -> dict | None:
+        """speculative_config as px.Generator takes it, or None; an ExportError naming what is wrong. A
+        checkpoint speculates by prompt lookup: a draft model is a Python object (px.Generator takes one)."""
+        if not self.speculative_config:
+            return None
+        try:
+            given = json.loads(self.speculative_config)
+        except json.JSONDecodeError as e:
+            raise ExportError(f"--speculative-config is not JSON ({e}): give e.g. {NGRAM_EXAMPLE}") from None
+        if not isinstance(given, dict):
+            raise ExportError(f"--speculative-config must be a JSON object, e.g. {NGRAM_EXAMPLE}")
+        if given.get("method") != "ngram" or "model" in given:
+            raise ExportError(
+                f"--speculative-config method={given.get('method')!r}: a checkpoint folder speculates by prompt "
+                f"lookup, e.g. {NGRAM_EXAMPLE} (a draft model: px.Generator(target, speculative_config={{'model': "
+                "draft, ...}}) and px.export)"
+            )
+        try:
+            speculative_config(given, max_length=2**31)
+        except GenerationError as e:
+            raise ExportError(f"--speculative-config: {e}") from None
+        return given
 
 
 def is_checkpoint(path: str) -> bool:
@@ -209,7 +236,11 @@ def export_checkpoint(
     )
     try:
         gen = Generator(
-            model, max_batch_size=options.max_batch_size, max_length=max_length, strategy=Strategy(precision=precision)
+            model,
+            max_batch_size=options.max_batch_size,
+            max_length=max_length,
+            strategy=Strategy(precision=precision),
+            speculative_config=options.speculation(),
         )
     except PaddleXlaError:
         raise

@@ -43,6 +43,7 @@ from ..generation.continuous import ContinuousEngine, continuous_engine, made_on
 from ..generation.generate_programs import generate_program
 from ..generation.paged_engine import PagedEngine, paged_engine
 from ..generation.speculative.engine import NOT_SERVED, SpeculativeEngine
+from ..generation.speculative.served import paged_engine_type
 from ..lowering.policy import LoweringPolicy
 from ..parallel.mesh import make_mesh
 from ..parallel.pack import split_dim, tensor_spec
@@ -131,6 +132,11 @@ class _CacheApi:
         """The decode step with symbolic rows and slots: one Graph for every bucket a paged engine runs."""
         with x64.scope():
             return capture_decode(self.model, None, None)
+
+    def extend_any(self, tokens: int) -> Captured:
+        """The decode step on `tokens` new tokens with symbolic rows and slots (a paged engine's verify step)."""
+        with x64.scope():
+            return capture_decode(self.model, None, None, tokens=tokens)
 
     def extend(self, tokens: int, slots: int, batch: int | None = None) -> Captured:
         """The decode step on `tokens` new tokens: a long prompt's prefill, a chunk at a time."""
@@ -245,7 +251,7 @@ class Generator:
         self._continuous: ContinuousEngine | None = None
         self._decode_any: Captured | None = None
         self._extend_captured: dict[int, Captured] = {}
-        self._verify_graphs: dict[int, Graph] = {}
+        self._verify_graphs: dict[tuple[int, bool], Graph] = {}
         self.engine = BatchEngine(
             self.geometry,
             self.defaults,
@@ -318,16 +324,17 @@ class Generator:
         """Speculation's counts so far (verify steps, guesses made and kept, kept per step), or None."""
         return None if self.speculative is None else self.speculative.stats.as_dict()
 
-    def verify_graph(self, width: int) -> Graph:
+    def verify_graph(self, width: int, any_rows: bool = False) -> Graph:
         """The extend step over `width` tokens per row with every position's logits (speculative decoding's
-        verify step), at the generator's rows and slots, captured on first use."""
-        if width not in self._verify_graphs:
-            self._verify_graphs[width] = verify_graph(self, width)
-        return self._verify_graphs[width]
+        verify step), at the generator's rows and slots (any_rows: symbolic rows and slots, a paged engine's),
+        captured on first use."""
+        if (width, any_rows) not in self._verify_graphs:
+            self._verify_graphs[(width, any_rows)] = verify_graph(self, width, any_rows)
+        return self._verify_graphs[(width, any_rows)]
 
-    def verify_program(self, width: int) -> Callable:
-        """verify_graph(width) as a program over the generator's held weights."""
-        return program(self.verify_graph(width), self.policy, self.held)
+    def verify_program(self, width: int, any_rows: bool = False) -> Callable:
+        """verify_graph(width, any_rows) as a program over the generator's held weights."""
+        return program(self.verify_graph(width, any_rows), self.policy, self.held)
 
     def prefill1_captured(self, bucket: int) -> Captured:
         """The batch-1 prefill a server inserts one request with (and generate runs row by row), captured on
@@ -365,8 +372,7 @@ class Generator:
         (default: max_batch_size x max_length, the memory of continuous()'s rows; or kv_cache_memory, a
         fraction of the device's memory left after the weights) in blocks of `block_size`,
         up to `max_seqs` requests at once, reusing cached prompt prefixes unless prefix_cache is False."""
-        if self.speculative is not None:
-            warnings.warn(NOT_SERVED, stacklevel=2)
+        engine_type = paged_engine_type(self.speculative, lambda w: self.verify_program(w, any_rows=True))
         return paged_engine(
             self.geometry,
             self.defaults,
@@ -379,6 +385,7 @@ class Generator:
             batch_invariant=batch_invariant,
             prefix_cache=prefix_cache,
             kv_cache_memory=kv_cache_memory,
+            engine_type=engine_type,
         )
 
     def any_bucket_captured(self) -> Captured:

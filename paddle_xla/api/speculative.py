@@ -90,13 +90,15 @@ def _check_vocabulary(draft: int, target: int) -> None:
         )
 
 
-def verify_graph(gen: Generator, width: int) -> Graph:
-    """The target's extend step over `width` tokens per row with every position's logits."""
+def verify_graph(gen: Generator, width: int, any_rows: bool = False) -> Graph:
+    """The target's extend step over `width` tokens per row with every position's logits (any_rows: with
+    symbolic rows and slots, a paged engine's)."""
     from .generator import _CacheApi
 
     source = gen._source
     assert isinstance(source, _CacheApi)  # NOTE: speculative_engine refuses a derived cache first
-    graph = all_logits.rewrite(source.extend(width, gen.geometry.max_length).graph)
+    captured = source.extend_any(width) if any_rows else source.extend(width, gen.geometry.max_length)
+    graph = all_logits.rewrite(captured.graph)
     if graph is None:
         raise GenerationError(f"{type(gen.model).__name__}'s extend step does not fetch logits[:, -1]")
     return graph

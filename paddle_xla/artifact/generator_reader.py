@@ -22,6 +22,7 @@ from ..generation.continuous import ContinuousEngine, continuous_engine
 from ..generation.generate_programs import generate_program
 from ..generation.paged_engine import PagedEngine, paged_engine
 from ..generation.speculative.engine import NOT_SERVED
+from ..generation.speculative.served import paged_engine_type
 from ..graph import Graph
 from ..lowering.policy import LoweringPolicy
 from ..runtime.held import HeldWeights
@@ -29,7 +30,7 @@ from . import synthetic_weights
 from .container import WEIGHTS, current_platform, lowering_moved, stored_graph, weights_of
 from .generator_writer import PAGED_DECODE, ROWS_IN_TURN, TOKENIZER, graph_member, program_weights
 from .speculative_artifact import KEY as SPECULATIVE
-from .speculative_artifact import speculative_engine_from
+from .speculative_artifact import speculative_engine_from, verify_any_graph
 
 
 class GeneratorArtifact:
@@ -104,6 +105,7 @@ class GeneratorArtifact:
         self._make, self._held, self._weights, self._seed = make, held, weights, seed
         spec = gen.get(SPECULATIVE)
         self.speculative = speculative_engine_from(path, spec, members, self.engine, held) if spec else None
+        self._verify_any = verify_any_graph(path, members) if spec else None
         self._continuous: ContinuousEngine | None = None
         self._tokenizer_text = members.get(TOKENIZER)
         self._tokenizer_obj = None
@@ -154,14 +156,14 @@ class GeneratorArtifact:
         """A server's engine over a paged KV cache (generation/paged_engine.py, px.Generator.paged's), every
         program lowered here from the Graphs with one policy: the bucketed decode step has no executable, and
         the prefills it follows must be the same lowering's to give a row the numbers of generate."""
-        if self.speculative is not None:
-            warnings.warn(NOT_SERVED, stacklevel=2)
         if not self.can_page:
             raise ModelLoadError(
                 f"{self.path!r} holds no decode step for a paged KV cache ({graph_member(PAGED_DECODE)}): "
                 "export it again with this paddle_xla"
             )
         policy, held = LoweringPolicy.live(self.geometry.precision, inference=True), self._held
+        verify = self._verify_any
+        verify_any = None if verify is None else (lambda _: program(verify, policy, held))
         # NOTE: the weights stay as loaded (held as `held` says); a program that reads one otherwise transposes it
         return paged_engine(
             self.geometry,
@@ -175,6 +177,7 @@ class GeneratorArtifact:
             batch_invariant=batch_invariant,
             prefix_cache=prefix_cache,
             kv_cache_memory=kv_cache_memory,
+            engine_type=paged_engine_type(self.speculative, verify_any),
         )
 
     def _continuous_programs(self):

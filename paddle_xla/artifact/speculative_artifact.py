@@ -2,6 +2,7 @@
 
 Members, beside generator_writer.py's:
   graphs/verify.json                      the target's extend step over k + 1 tokens, every position's logits
+  graphs/verify_any.json                  the same with symbolic rows and slots (a server's paged engine; ngram)
   draft/graphs/<program>.json             a draft model's decode, prefill1_<P> and extend1 (chunked prompts)
   draft/weights.safetensors               its weights, as Paddle holds them
 
@@ -29,6 +30,7 @@ from . import container as fmt
 
 KEY = "speculative"
 VERIFY = "graphs/verify.json"
+VERIFY_ANY = "graphs/verify_any.json"
 DRAFT = "draft/"
 
 
@@ -42,6 +44,8 @@ def speculative_members(gen: Any) -> tuple[dict[str, bytes], dict] | None:
     if spec is None:
         return None
     members = {VERIFY: gen.verify_graph(spec.k + 1).to_json().encode()}
+    if spec.config.method == "ngram":  # NOTE: the method a server speculates with (speculative/served.py)
+        members[VERIFY_ANY] = gen.verify_graph(spec.k + 1, any_rows=True).to_json().encode()
     record: dict = {"config": spec.config.record(), "draft": None}
     draft = spec.draft_source
     if draft is not None:
@@ -101,3 +105,8 @@ def _draft_engine(path: str, record: Mapping, members: Mapping[str, bytes], targ
 
 def _graph(path: str, members: Mapping[str, bytes], member: str) -> Graph:
     return fmt.stored_graph(path, members, member, "its speculative decoding's program")
+
+
+def verify_any_graph(path: str, members: Mapping[str, bytes]) -> Graph | None:
+    """The paged engine's verify step, or None where the artifact has none (exported before it, or a draft)."""
+    return _graph(path, members, VERIFY_ANY) if VERIFY_ANY in members else None

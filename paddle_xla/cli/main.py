@@ -373,6 +373,12 @@ def export_model(
         "--max-model-len",
         help="checkpoint folders: the longest prompt plus completion (0: the model's, at most 4096)",
     ),
+    speculative_config: str = typer.Option(
+        "",
+        "--speculative-config",
+        help='checkpoint folders: speculative decoding by prompt lookup, e.g. \'{"method": "ngram", '
+        '"num_speculative_tokens": 4}\'',
+    ),
     platform: list[str] | None = typer.Option(
         None, "--platform", help="cpu | cuda | rocm | tpu, once each (default: cpu)"
     ),
@@ -395,7 +401,7 @@ def export_model(
             raise typer.BadParameter(f"{precision!r}: give fp32, bf16 or fp16", param_hint="--precision")
         if input_spec or example_input:
             raise typer.BadParameter(f"{target} is a checkpoint folder: its generator's inputs are its own")
-        options = ckpt.BuildOptions(max_batch_size, max_model_len, dtype)
+        options = ckpt.BuildOptions(max_batch_size, max_model_len, dtype, speculative_config)
         ckpt.export_checkpoint(target, output, options, progress=typer.echo, platforms=tuple(platform or ("cpu",)))
         typer.echo(f"wrote {output}: serve it with paddle-xla serve {os.path.dirname(output) or '.'}")
         return

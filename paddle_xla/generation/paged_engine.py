@@ -166,6 +166,7 @@ class PagedEngine:
         self.on_compiled: Callable[[str], None] | None = None
 
     shares_products = False
+    chunk_name = "decode chunk"  # NOTE: what warm_up's progress lines call a chunk's program
 
     @property
     def eos(self) -> tuple[int, ...]:
@@ -341,6 +342,8 @@ class PagedEngine:
             self._state = self._commit(self._paged(), np.int32(row), table, view, np.int32(f.hit))
             token, goes_on = int(view.token[0]), bool(view.live[0])
             self.scores.keep_first(row, view.first, 0)
+            if goes_on:
+                self._decoding(row, f.prompt, token)
         del self._filling[row]
         if f.choices > 1 and f.kept:
             self._shared = _SharedPrompt(f.prompt, f.choices - 1, view, *f.kept)
@@ -351,6 +354,9 @@ class PagedEngine:
         if not goes_on:
             self._end(row)
         return token, goes_on
+
+    def _decoding(self, row: int, prompt: tuple[int, ...], token: int) -> None:
+        """Sequence slot `row`'s prompt is in its blocks and its first token made: it decodes from now on."""
 
     def _prefill_step(self, f: _Fill) -> None:
         ids, mask = f.steps.pop(0)
@@ -410,8 +416,7 @@ class PagedEngine:
     def run_chunk(self) -> np.ndarray:
         """One decode chunk of the running sequences in its bucket: tokens [max_seqs, chunk] (NO_TOKEN where a
         slot made none). Sequences that ended give their blocks back."""
-        chunk = self.geometry.chunk
-        out = np.full((self.max_seqs, chunk), SL.NO_TOKEN, np.int32)
+        out = np.full((self.max_seqs, self.chunk_tokens), SL.NO_TOKEN, np.int32)
         running = [int(r) for r in np.flatnonzero(self.busy) if r not in self._filling]
         if not running:
             return out
@@ -428,12 +433,10 @@ class PagedEngine:
         for i, constraint in constrained.items():
             allowed[i] = constraint.allowed()
         # NOTE: a constrained row's next mask needs the token it makes now: one step, then back to the host
-        steps = 1 if constrained else chunk
+        steps = 1 if constrained else self.geometry.chunk
         with x64.scope():
-            self._state, made, scores = self._run_fn(rows, blocks)(
-                self._weights_on_device(), self._paged(), index, tables, np.int32(steps), allowed
-            )
-            made, live = np.asarray(made), np.asarray(self._state.seqs.live)
+            made, scores = self._decode_chunk(index, tables, np.int32(steps), allowed, sorted(constrained))
+            made, live = np.asarray(made), np.asarray(self._paged().seqs.live)
         self.scores.keep_chunk(_by_slot(scores, running, self.max_seqs) if wanted else None)
         for i, constraint in constrained.items():
             if made[i, 0] != SL.NO_TOKEN:
@@ -445,10 +448,24 @@ class PagedEngine:
                 self._end(r)
         return out
 
+    def _decode_chunk(self, index, tables, steps, allowed, constrained: list[int]):
+        """Up to `steps` decode steps of the bucket's rows (index [R] sequence slots, tables [R, N]; constrained:
+        the bucket rows under a grammar): (tokens [R, chunk_tokens], their TokenScores)."""
+        rows, blocks = tables.shape
+        self._state, made, scores = self._run_fn(rows, blocks)(
+            self._weights_on_device(), self._paged(), index, tables, steps, allowed
+        )
+        return made, scores
+
+    @property
+    def chunk_tokens(self) -> int:
+        """The most tokens a decode chunk makes a sequence."""
+        return self.geometry.chunk
+
     def bucket_of(self, running) -> tuple[int, int]:
         """(rows, blocks) of the smallest bucket that holds the running sequences' next chunk."""
         rows = next(b for b in self.row_buckets if b >= len(running))
-        longest = int(self._length[running].max()) + self.geometry.chunk
+        longest = int(self._length[running].max()) + self.chunk_tokens
         need = min(-(-longest // self.block_size), self.table_width)
         return rows, next(b for b in self.block_buckets if b >= need)
 
@@ -516,15 +533,9 @@ class PagedEngine:
                 for blocks in self.block_buckets:
                     # NOTE: no row live: the program compiles and runs no step
                     index = np.full(rows, self.max_seqs, np.int32)
-                    self._state, _, _ = self._run_fn(rows, blocks)(
-                        self._weights_on_device(),
-                        self._paged(),
-                        index,
-                        np.zeros((rows, blocks), np.int32),
-                        np.int32(g.chunk),
-                        TM.unconstrained(rows, g.vocab_size),
-                    )
-                    compiled(f"decode chunk of {rows} rows over {blocks} blocks of {self.block_size}")
+                    tables = np.zeros((rows, blocks), np.int32)
+                    self._decode_chunk(index, tables, np.int32(g.chunk), TM.unconstrained(rows, g.vocab_size), [])
+                    compiled(f"{self.chunk_name} of {rows} rows over {blocks} blocks of {self.block_size}")
 
     def _invariant_row_buckets(self) -> tuple[int, ...]:
         """The row buckets whose decode step gives each row the numbers of generate's step of max_batch_size
@@ -621,6 +632,7 @@ def paged_engine(
     prefix_cache: bool = True,
     kv_cache_memory: float | None = None,
     device=None,
+    engine_type: Callable[..., PagedEngine] | None = None,
 ) -> PagedEngine:
     """The PagedEngine a server runs, on a generator's programs, whichever made them (a live px.Generator or a
     generator artifact): program_of(name) -> run for "decode_any" (the decode step with symbolic rows and
@@ -632,7 +644,8 @@ def paged_engine(
     ContinuousEngine's rows); kv_cache_memory: instead, this fraction of `device`'s memory (default: the
     first device) left once the weights are on it (kv_tokens_in_memory); max_seqs:
     sequences at once (default: as many as the pool holds at 64 tokens each, at least max_batch_size and at
-    most 4 x max_batch_size: each doubling of it is one more row bucket of programs to compile)."""
+    most 4 x max_batch_size: each doubling of it is one more row bucket of programs to compile);
+    engine_type: what makes the engine from PagedEngine's arguments (a speculating one: speculative/served.py)."""
     # NOTE: warm-up prefills one prompt of each bucket (and of prefill_chunk + 1 tokens where chunked) with a
     # new token or two: the cache must hold the largest
     largest = geometry.prefill_chunk + 2 if geometry.chunked else geometry.buckets[-1] + 1
@@ -648,7 +661,7 @@ def paged_engine(
             f"tokens ({largest} tokens, {need} in blocks of {block_size}): give at least {need} (--kv-cache-tokens)"
         )
     decode = program_of("decode_any")
-    return PagedEngine(
+    return (engine_type or PagedEngine)(
         geometry,
         defaults,
         derive.per_row(decode) if geometry.one_length else decode,

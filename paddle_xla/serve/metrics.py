@@ -145,6 +145,34 @@ class Metrics:
             registry=r,
         )
         self.tokens_out = Counter("paddle_xla_llm_generated_tokens", "Tokens generated.", ["model"], registry=r)
+        self.spec_steps = Counter(
+            "paddle_xla_llm_spec_verify_steps",
+            "Speculative decoding: verify steps run (one per live row and round).",
+            ["model", "method"],
+            registry=r,
+        )
+        self.spec_guessed = Counter(
+            "paddle_xla_llm_spec_draft_tokens", "Speculative decoding: tokens guessed.", ["model", "method"], registry=r
+        )
+        self.spec_accepted = Counter(
+            "paddle_xla_llm_spec_accepted_tokens",
+            "Speculative decoding: guessed tokens the target kept.",
+            ["model", "method"],
+            registry=r,
+        )
+        self.spec_per_step = Gauge(
+            "paddle_xla_llm_spec_accepted_per_step",
+            "Speculative decoding: guessed tokens kept per verify step since start (each step also makes one of "
+            "its own).",
+            ["model", "method"],
+            registry=r,
+        )
+        self.spec_rate = Gauge(
+            "paddle_xla_llm_spec_acceptance_rate",
+            "Speculative decoding: of the tokens guessed since start, the share kept.",
+            ["model", "method"],
+            registry=r,
+        )
 
     def llm(self, model: str) -> LlmMetrics:
         return LlmMetrics(
@@ -167,6 +195,14 @@ class Metrics:
                     self.tokens_in,
                     self.tokens_out,
                 )
+            )
+        )
+
+    def speculation(self, model: str, method: str) -> SpecMetrics:
+        return SpecMetrics(
+            *(
+                m.labels(model, method)
+                for m in (self.spec_steps, self.spec_guessed, self.spec_accepted, self.spec_per_step, self.spec_rate)
             )
         )
 
@@ -193,3 +229,25 @@ class LlmMetrics:
     decode: Any
     tokens_in: Any
     tokens_out: Any
+
+
+@dataclass
+class SpecMetrics:
+    """A speculating model's series, set from its engine's counts (generation/speculative/engine.py's
+    SpeculativeStats) after each decode chunk."""
+
+    steps: Any
+    guessed: Any
+    accepted: Any
+    per_step: Any
+    rate: Any
+    seen: tuple[int, int, int] = (0, 0, 0)  # NOTE: the counts already added to the counters
+
+    def update(self, stats) -> None:
+        now = (stats.verify_steps, stats.guessed_tokens, stats.accepted_tokens)
+        for counter, new, old in zip((self.steps, self.guessed, self.accepted), now, self.seen):
+            if new > old:
+                counter.inc(new - old)
+        self.seen = now
+        self.per_step.set(stats.accepted_per_step)
+        self.rate.set(stats.acceptance_rate)

@@ -42,7 +42,9 @@ def run(folder: str, settings: Settings) -> int:
         print(f"paddle-xla serve: error: {_bind_error(settings.host, settings.port, e)}", file=sys.stderr, flush=True)
         return 1
     try:
-        options = BuildOptions(settings.max_batch_size, settings.max_model_len, settings.dtype)
+        options = BuildOptions(
+            settings.max_batch_size, settings.max_model_len, settings.dtype, settings.speculative_config
+        )
         models = repository.scan(folder, settings.batching, bool(settings.seq_buckets), log, generators, options)
         llms = {name: _llm(name, artifact, settings, log) for name, artifact in generators.items()}
     except (PaddleXlaError, OSError) as e:
@@ -69,6 +71,9 @@ def run(folder: str, settings: Settings) -> int:
     for llm in llms.values():
         llm.scheduler.on_failure = on_failure
         llm.scheduler.metrics = metrics.llm(llm.name)
+        stats = getattr(llm.scheduler.engine, "stats", None)  # NOTE: a speculating engine's counts
+        if stats is not None:
+            llm.scheduler.spec_metrics = metrics.speculation(llm.name, stats.method)
     # NOTE: uvicorn's http="auto" parses with httptools (a serve dependency) rather than h11: A/B on 2 cores,
     # ResNet-50 bf16 (600 KB binary requests) at 8 / 32 clients 50.3 / 54.2 -> 55.6 / 55.6 req/s
     config = uvicorn.Config(

@@ -127,6 +127,12 @@ class Settings:
         "checkpoint folders: the longest prompt plus completion (0: the model's max_position_embeddings, at most 4096)",
     )
     dtype: str = flag("auto", "checkpoint folders: auto (the checkpoint's own) | float32 | bfloat16 | float16")
+    speculative_config: str = flag(
+        "",
+        "checkpoint folders: speculative decoding by prompt lookup, vLLM's JSON, e.g. "
+        '\'{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}\' (an artifact speculates as '
+        "exported)",
+    )
     tool_call_parser: str | None = flag(
         None,
         "language models: how to read tool calls out of a chat reply for tool_choice 'auto': hermes (Qwen, "

@@ -10,11 +10,15 @@ import pytest
 
 from paddle_xla.api.generator import Generator
 from paddle_xla.errors import GenerationError
+from paddle_xla.generation.continuous import Request
 from paddle_xla.generation.speculative import lookup
+from paddle_xla.generation.speculative.served import SpeculativePagedEngine
 from paddle_xla.runtime.compile_cache import compiles_seen
 
 from .paddleformers import module
+from .test_continuous import _alone
 from .test_generator import TINY, _prompts
+from .test_paged import _Subsets, serve
 
 BATCH, SLOTS, K = 4, 40, 3
 NGRAM = {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 2, "prompt_lookup_min": 1}
@@ -251,6 +255,39 @@ def test_an_artifact_carries_the_draft_and_speculates_without_paddle(gens, tmp_p
         assert (got == want).all() and np.allclose(scores, want_scores, rtol=0, atol=1e-5)
         stats = art.speculative_stats
         assert stats["method"] == gens[method].speculative_stats["method"] and stats["verify_steps"] > 0
-    assert stats["accepted_tokens"] > 0 and load(str(tmp_path / "twin.pxa")).speculative.draft is not None
-    with pytest.warns(UserWarning, match="speculative decoding is not served yet"):
+    twin = load(str(tmp_path / "twin.pxa"))
+    assert stats["accepted_tokens"] > 0 and twin.speculative.draft is not None
+    with pytest.warns(UserWarning, match="does not speculate"):
         art.continuous()
+    # NOTE: a server speculates with prompt lookup (verify_any.json); a draft's rows decode a token a step
+    assert isinstance(art.paged(block_size=16), SpeculativePagedEngine)
+    with pytest.warns(UserWarning, match="does not speculate.*draft_model"):
+        assert not isinstance(twin.paged(block_size=16), SpeculativePagedEngine)
+
+
+def test_served_rows_verify_together_and_get_the_plain_generators_tokens(gens):
+    """The paged engine of a prompt-lookup generator (a server's): every request's greedy tokens are the plain
+    generator's for its prompt alone, a seeded sampled one's the offline speculative generator's, a constrained
+    one guesses nothing, and the blocks all come back."""
+    engine = gens["ngram"].paged(block_size=16)
+    assert isinstance(engine, SpeculativePagedEngine) and engine.chunk_tokens == 4 * (K + 1)
+    loop = (7, 30, 9, 7, 30, 9, 7, 30)  # NOTE: a prompt that repeats itself: lookup guesses its continuation
+    constraint = _Subsets(0, TINY["vocab_size"])
+    requests = [
+        Request(loop, 14),
+        Request(tuple(range(3, 14)), 12, repetition_penalty=1.5),
+        Request(loop[:5], 10, min_new_tokens=6),
+        Request((4, 5, 4, 5, 4), 9, decode_strategy="sampling", top_k=8, temperature=0.8, seed=7),
+        Request((8, 9, 10, 8, 9), 6, constraint=constraint),
+    ]
+    got, buckets, _ = serve(engine, requests)
+    for i, r in enumerate(requests[:3]):
+        assert got[i] == _alone(gens["plain"], r), (i, got[i])
+    sampled = requests[3]
+    assert got[3] == _alone(gens["ngram"], sampled, seed=sampled.seed)
+    # NOTE: a token a round, each within the set its mask allowed at that step
+    assert got[4] == constraint.made and len(constraint.sets) == 6
+    assert all(t in ids for t, ids in zip(constraint.made, constraint.sets))
+    stats = engine.stats
+    assert stats.verify_steps > 0 and 0 < stats.accepted_tokens <= stats.guessed_tokens, stats
+    assert engine.blocks.free_blocks == engine.blocks.num_blocks - 1

@@ -19,6 +19,8 @@ TEMPLATE = (
 BOS = 3  # NOTE: the tokenizer's post-processor puts w3 before a text prompt, and the template writes it too
 PROMPT = [5, 9, 14, 20]
 ROWS = 4
+# NOTE: the server speculates by prompt lookup: every completion of these tests is a speculative one
+SPECULATIVE = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2, "prompt_lookup_min": 1}'
 
 
 def paddle_greedy(net, ids, max_new_tokens, eos):
@@ -55,4 +57,6 @@ def make_checkpoint(tmp_path_factory):
 
 def serve_checkpoint(checkpoint) -> ServeProcess:
     folder, _, _, cache = checkpoint
-    return ServeProcess(folder, "--max-batch-size", str(ROWS), env={"PADDLE_XLA_CACHE_DIR": cache})
+    return ServeProcess(
+        folder, "--max-batch-size", str(ROWS), "--speculative-config", SPECULATIVE, env={"PADDLE_XLA_CACHE_DIR": cache}
+    )

@@ -9,7 +9,9 @@ import os
 import re
 import subprocess
 import sys
+import time
 
+import httpx
 import numpy as np
 import paddle
 import pytest
@@ -20,8 +22,9 @@ from openai import OpenAI
 import paddle_xla.artifact as pxa
 from paddle_xla.api import checkpoint_folder as ckpt
 from paddle_xla.cli.main import main as cli_main
+from paddle_xla.errors import PaddleXlaError
 
-from .checkpoint_server import BOS, PROMPT, ROWS, TEMPLATE, paddle_greedy
+from .checkpoint_server import BOS, PROMPT, ROWS, SPECULATIVE, TEMPLATE, paddle_greedy
 from .harness import ROOT
 
 
@@ -114,13 +117,13 @@ def test_a_restart_finds_the_artifact_in_the_cache_and_a_changed_folder_builds_a
 ):
     folder, _, _, cache = checkpoint
     monkeypatch.setenv("PADDLE_XLA_CACHE_DIR", cache)
-    options = ckpt.BuildOptions(max_batch_size=ROWS)
+    options = ckpt.BuildOptions(max_batch_size=ROWS, speculative_config=SPECULATIVE)
     path = ckpt.cache_path(folder, options)
     assert f"exported to {path} " in server.output  # NOTE: PaddleFormers wrote flex-ckpt metadata since
     lines = []
     assert ckpt.built(folder, options, lines.append, str(tmp_path)) == path
     assert lines == [f"{folder}: its artifact is in the cache: {path}"]
-    assert ckpt.cache_path(folder, ckpt.BuildOptions(max_batch_size=ROWS, max_model_len=32)) != path
+    assert ckpt.cache_path(folder, ckpt.BuildOptions(max_batch_size=ROWS, speculative_config="")) != path
     # NOTE: the server's build recorded what it was built from, beside it
     with open(path[: -len(".pxa")] + ".json") as f:
         assert json.load(f) == {"folder": os.path.abspath(folder), "options": dataclasses.asdict(options)}
@@ -160,7 +163,7 @@ def test_export_writes_the_artifact_the_server_built(server, checkpoint, tmp_pat
     monkeypatch.setenv("PADDLE_XLA_CACHE_DIR", cache)
     out = str(tmp_path / "tiny.pxa")
     with pytest.raises(SystemExit) as done:
-        cli_main(["export", folder, "-o", out, "--max-batch-size", str(ROWS)])
+        cli_main(["export", folder, "-o", out, "--max-batch-size", str(ROWS), "--speculative-config", SPECULATIVE])
     assert done.value.code == 0
     served = pxa.load(re.search(r"exported to (\S+\.pxa) ", server.output).group(1))
     exported = pxa.load(out)
@@ -189,3 +192,61 @@ def test_a_length_past_the_models_window_stops_the_start_up_naming_both(checkpoi
     )
     assert result.returncode == 1
     assert "max_model_len=100 is past" in result.stderr and "max_position_embeddings=64" in result.stderr
+
+
+def test_the_server_speculates_by_prompt_lookup_with_paddles_tokens_and_counts_it(client, server, checkpoint):
+    """--speculative-config: the server's rounds verify prompt-lookup guesses over the block tables; a
+    repeating prompt's greedy completion is Paddle's own, and /metrics counts the guesses made and kept."""
+    _, net, eos, _ = checkpoint
+    assert "speculative chunk of 4 rows" in server.output
+    loop = [7, 30, 9, 7, 30, 9, 7, 30, 9, 7, 30]
+    with httpx.Client(base_url=f"http://{server.url}", timeout=30) as http:
+        before = http.get("/metrics").text
+        r = client.completions.create(model="tiny-llama", prompt=loop, max_tokens=24, temperature=0)
+        after = _metrics_after(http, before)
+    made = paddle_greedy(net, loop, 24, eos)
+    ends = [i for i, t in enumerate(made) if t in eos]
+    assert r.choices[0].model_extra["token_ids"] == (made[: ends[0] + 1] if ends else made)
+    labels = SPEC_LABELS
+    grew = {
+        name: _metric(after, f"paddle_xla_llm_spec_{name}_total{labels}")
+        - _metric(before, f"paddle_xla_llm_spec_{name}_total{labels}")
+        for name in ("verify_steps", "draft_tokens", "accepted_tokens")
+    }
+    assert grew["verify_steps"] > 0 and 0 < grew["accepted_tokens"] <= grew["draft_tokens"], grew
+    assert 0 < _metric(after, f"paddle_xla_llm_spec_acceptance_rate{labels}") <= 1
+
+
+SPEC_LABELS = '{method="ngram",model="tiny-llama"}'
+
+
+def _metrics_after(http, before: str, bound_s: float = 10.0) -> str:
+    """/metrics once the scheduler has counted the last chunk (it sets the series after sending its tokens)."""
+    series = f"paddle_xla_llm_spec_verify_steps_total{SPEC_LABELS}"
+    start = time.monotonic()
+    while True:
+        text = http.get("/metrics").text
+        if _metric(text, series) > _metric(before, series) or time.monotonic() - start > bound_s:
+            return text
+        time.sleep(0.05)
+
+
+def _metric(text: str, series: str) -> float:
+    lines = [line for line in text.splitlines() if line.startswith(series + " ")]
+    return float(lines[0].split()[-1]) if lines else 0.0
+
+
+@pytest.mark.parametrize(
+    "given, names",
+    [
+        ("{ngram", "is not JSON"),
+        ('["ngram"]', "must be a JSON object"),
+        ('{"method": "draft_model", "model": "small/", "num_speculative_tokens": 4}', "method='draft_model'"),
+        ('{"method": "ngram", "num_speculative_tokens": 0}', "num_speculative_tokens=0 must be an integer >= 1"),
+        ('{"method": "ngram", "num_speculative_tokens": 4, "lookup": 3}', "unknown keys ['lookup']"),
+    ],
+)
+def test_a_bad_speculative_config_is_refused_before_anything_loads(given, names):
+    with pytest.raises(PaddleXlaError, match="--speculative-config") as e:
+        ckpt.BuildOptions(speculative_config=given)
+    assert names in str(e.value)

@@ -20,10 +20,9 @@ from . import lookup
 from . import rounds as RD
 from .config import SpeculativeConfig
 
-# NOTE: what a server's engine (continuous, paged) of a speculative generator says: it decodes a token a step
-NOT_SERVED = (
-    "paddle_xla: speculative decoding is not served yet: this engine decodes one token a step (the same tokens)"
-)
+# NOTE: what a server's engine that does not speculate says of a speculative generator (continuous; paged,
+# for a method it does not serve): it decodes a token a step
+NOT_SERVED = "paddle_xla: this server engine does not speculate: it decodes one token a step (the same tokens)"
 
 
 @dataclasses.dataclass

@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...generation.continuous import ContinuousEngine, Request
 from ...generation.slots import NO_TOKEN
@@ -69,6 +70,7 @@ class Scheduler(QueueThread):
         self.max_prefill_tokens = max_prefill_tokens  # NOTE: 0: the engine's prefill chunk (_prefill_budget)
         self.name, self.engine, self.max_waiting, self.log, self.on_failure = name, engine, max_waiting, log, on_failure
         self.metrics = metrics  # serve/metrics.py's LlmMetrics for this model, or None
+        self.spec_metrics: Any = None  # NOTE: its serve/metrics.py SpecMetrics, where the engine speculates
         self.ready = False
         self._waiting: collections.deque[Stream] = collections.deque()
         self._scoring: collections.deque[Stream] = collections.deque()  # NOTE: prompts to score before they wait
@@ -315,6 +317,8 @@ class Scheduler(QueueThread):
         self.metrics.kv_blocks_free.set(blocks.free_blocks)
         self.metrics.kv_blocks_used.set(blocks.used_blocks)
         self.metrics.prefix_hit_rate.set(blocks.stats.hit_rate)
+        if self.spec_metrics is not None:
+            self.spec_metrics.update(self.engine.stats)
 
 
 def _dropped(stream: Stream, now: float) -> str | None:
