@@ -10,7 +10,8 @@ For each batch: decode tokens/s (the extra tokens of a long call over its extra 
 after an untimed call), the speed-up over the plain generator, guesses kept per verify step, whether the
 tokens equal the plain generator's, and compiles after warm-up. The verify step's cost: the k + 1-token
 step (every position's logits) over the plain 1-token decode step, each jitted alone on the same cache, and
-the LM head's product alone at 1 and k + 1 rows (what bounds it on XLA:CPU).
+the LM head's product alone at 1 and k + 1 rows (what bounds it on XLA:CPU). Served: one client through a
+server's paged engine (no HTTP), plain against prompt lookup (`--speculative-config`'s engine).
 
     .venv/bin/python benchmarks/speculative.py                    # batch 1 and 8 (about 10 minutes on 2 cores)
     .venv/bin/python benchmarks/speculative.py --quick            # a tiny model: checks the script runs
@@ -84,6 +85,56 @@ def decode_rate(gen, ids, new_tokens: int, repeats: int) -> dict:
     return out
 
 
+def served_rate(engine, prompt, new_tokens: int, repeats: int) -> dict:
+    """One client's decode tokens/s through a server's paged engine (begin, prefill, decode chunks, as
+    serve/llm/scheduler.py drives it, without HTTP), its tokens, and compiles after its warm-up call."""
+    from paddle_xla.generation.continuous import Request
+    from paddle_xla.generation.slots import NO_TOKEN
+    from paddle_xla.runtime.compile_cache import compiles_seen
+
+    def once(n: int) -> list[int]:
+        engine.begin(0, Request(tuple(int(t) for t in prompt), n, ignore_eos=True))
+        while (done := engine.fill(0)) is None:
+            pass
+        made = [done[0]]
+        while engine.busy[0]:
+            made += [int(t) for t in engine.run_chunk()[0] if t != NO_TOKEN]
+        return made
+
+    tokens = once(new_tokens)  # NOTE: warm-up (the buckets this request runs in), and the tokens compared
+    once(1)
+    with compiles_seen() as compiles:
+        ttft = time_calls(lambda: once(1), repeats)["median_ms"] / 1e3
+        full = time_calls(lambda: once(new_tokens), repeats)["median_ms"] / 1e3
+    return {
+        "decode_tokens_per_s": (new_tokens - 1) / (full - ttft),
+        "compiles_after_warmup": len(compiles),
+        "tokens": tokens,
+    }
+
+
+def served(target, args) -> dict:
+    """One client through the paged engine: the plain generator's and the prompt-lookup one's (a server's
+    `--speculative-config`), on the batch-1 prompt; ngram's stats are the engine's counts over the timed calls."""
+    from paddle_xla.api.generator import Generator
+
+    ids = np.random.default_rng(1).integers(3, target.config.vocab_size, args.prompt_len)
+    slots = args.prompt_len + args.new_tokens + args.k + 2
+    spec = {"method": "ngram", "num_speculative_tokens": args.k, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+    row: dict = {}
+    for name, config in (("plain", None), ("ngram", spec)):
+        engine = Generator(target, max_batch_size=1, max_length=slots, speculative_config=config).paged()
+        got = served_rate(engine, ids, args.new_tokens, args.repeats)
+        row[name] = got
+        if config is not None:
+            row[name].update(engine.stats.as_dict())
+    same = row["ngram"].pop("tokens") == row["plain"].pop("tokens")
+    speedup = row["ngram"]["decode_tokens_per_s"] / row["plain"]["decode_tokens_per_s"]
+    row["ngram"].update(same_tokens=same, speedup=speedup)
+    print(json.dumps({"served": row}), flush=True)
+    return row
+
+
 def step_cost(gen, width: int, repeats: int) -> float:
     """Median ms of the target's extend step over `width` tokens per row (width 1: the plain decode step)."""
     import jax
@@ -148,7 +199,7 @@ def measure(target, draft, batch: int, args) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--batches", type=int, nargs="*", default=[1, 8], help="none: the served comparison alone")
     ap.add_argument("--k", type=int, default=4, help="num_speculative_tokens")
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--new-tokens", type=int, default=128)
@@ -163,6 +214,7 @@ def main() -> int:
     params = sum(int(np.prod(p.shape)) for p in target.parameters()) / 1e6
     draft_params = sum(int(np.prod(p.shape)) for p in draft.parameters()) / 1e6
     rows = [measure(target, draft, b, args) for b in args.batches]
+    one_client = served(target, args)
     head = {m: head_product(m, shape, 10 * args.repeats) for m in sorted({1, args.k + 1, *args.batches})}
     result = {
         "model": f"PaddleFormers LlamaForCausalLM, random weights, {params:.0f}M parameters, upper half x {QUIET}",
@@ -172,6 +224,7 @@ def main() -> int:
         "prompt_len": args.prompt_len,
         "new_tokens": args.new_tokens,
         "rows": rows,
+        "served_one_client": one_client,
         "head_product_ms_by_rows": head,
         "threads": os.cpu_count(),
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -196,6 +249,12 @@ def main() -> int:
             f"{r['verify_over_step']:.2f}x "
             f"the 1-token step ({r['step_ms']:.2f} ms); a draft step {r['draft_over_step']:.2f}x"
         )
+    p, n = one_client["plain"], one_client["ngram"]
+    print(
+        f"served, one client (paged engine): plain {p['decode_tokens_per_s']:.1f} tok/s, ngram "
+        f"{n['decode_tokens_per_s']:.1f} tok/s ({n['speedup']:.2f}x, {n['accepted_per_step']:.2f} kept per verify "
+        f"step, same tokens {n['same_tokens']}, compiles {n['compiles_after_warmup']})"
+    )
     print(
         "the LM head's product alone: "
         + ", ".join(f"{m} rows {ms:.2f} ms ({ms / head[1]:.2f}x)" for m, ms in head.items())

@@ -55,7 +55,9 @@ class BuildOptions:
     def __post_init__(self) -> None:
         if self.dtype != "auto" and self.dtype not in DTYPES:
             raise ExportError(f"dtype={self.dtype!r}: give auto, {', '.join(DTYPES)}")
-        self.speculation()  # NOTE: checked before anything loads
+        given = self.speculation()  # NOTE: checked before anything loads
+        if given is not None:  # NOTE: one spelling per config, so that one cache key holds it
+            object.__setattr__(self, "speculative_config", json.dumps(given, sort_keys=True))
         if self.max_batch_size < 1 or self.max_model_len < 0:
             raise ExportError(
                 f"max_batch_size={self.max_batch_size}, max_model_len={self.max_model_len}: "
@@ -202,8 +204,11 @@ def replaced(path: str, folder: str, options: BuildOptions) -> list[str]:
             continue
         try:
             with open(entry.path) as f:
-                same = json.load(f) == built_from
-        except (OSError, ValueError):
+                record = json.load(f)
+            # NOTE: a record written before an option existed holds its default (a build of then)
+            record["options"] = {**dataclasses.asdict(BuildOptions()), **record["options"]}
+            same = record == built_from
+        except (OSError, ValueError, TypeError, KeyError):
             continue  # NOTE: not a record of ours, or being written: left alone
         if same:
             for stale in (other, entry.path):

@@ -45,6 +45,7 @@ class ServingShape:
     block_size: int
     rows: int  # the largest decode bucket's rows (max_seqs)
     table_slots: int  # the largest decode bucket's slots per row (its blocks x block_size)
+    positions: int = 1  # tokens a step computes per row (k + 1 when it speculates: its verify step)
 
     @property
     def kv_token_bytes(self) -> int:
@@ -58,8 +59,21 @@ class ServingShape:
                 self.rows * self.table_slots * self.kv_token_bytes,
             ),
             (f"a prompt's prefill view: {self.max_length} slots", self.max_length * self.kv_token_bytes),
-            (f"logits and sampling: {self.rows} rows x {self.vocab_size}", 4 * self.rows * self.vocab_size * 4),
-        ]
+            (
+                f"logits and sampling: {self.rows} rows x {self.positions} positions x {self.vocab_size}",
+                4 * self.rows * self.positions * self.vocab_size * 4,
+            ),
+        ] + (
+            # NOTE: a speculating engine keeps each sequence's last round's K/V until its next round writes them
+            [
+                (
+                    f"speculation's pending K/V: {self.rows} rows x {self.positions}",
+                    self.rows * self.positions * self.kv_token_bytes,
+                )
+            ]
+            if self.positions > 1
+            else []
+        )
 
     @property
     def work_bytes(self) -> int:

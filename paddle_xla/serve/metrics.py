@@ -147,7 +147,8 @@ class Metrics:
         self.tokens_out = Counter("paddle_xla_llm_generated_tokens", "Tokens generated.", ["model"], registry=r)
         self.spec_steps = Counter(
             "paddle_xla_llm_spec_verify_steps",
-            "Speculative decoding: verify steps run (one per live row and round).",
+            "Speculative decoding: rounds run, one per live row and round (a row without a guess takes a plain "
+            "decode step).",
             ["model", "method"],
             registry=r,
         )

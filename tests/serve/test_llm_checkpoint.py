@@ -124,6 +124,10 @@ def test_a_restart_finds_the_artifact_in_the_cache_and_a_changed_folder_builds_a
     assert ckpt.built(folder, options, lines.append, str(tmp_path)) == path
     assert lines == [f"{folder}: its artifact is in the cache: {path}"]
     assert ckpt.cache_path(folder, ckpt.BuildOptions(max_batch_size=ROWS, speculative_config="")) != path
+    assert ckpt.cache_path(folder, dataclasses.replace(options, max_model_len=32)) != path
+    # NOTE: one config, however it is spelled, is one build
+    spelled = json.dumps(json.loads(SPECULATIVE), indent=2)
+    assert ckpt.cache_path(folder, ckpt.BuildOptions(max_batch_size=ROWS, speculative_config=spelled)) == path
     # NOTE: the server's build recorded what it was built from, beside it
     with open(path[: -len(".pxa")] + ".json") as f:
         assert json.load(f) == {"folder": os.path.abspath(folder), "options": dataclasses.asdict(options)}
@@ -147,12 +151,17 @@ def test_a_new_build_deletes_the_artifacts_it_replaces_and_no_other(tmp_path):
         (cache / f"m-{key}.json").write_text(json.dumps(record))
 
     cached("old", here, options)
+    # NOTE: a record written before an option existed: its build had the option's default
+    cached("older", here, options)
+    record = json.loads((cache / "m-older.json").read_text())
+    del record["options"]["speculative_config"]
+    (cache / "m-older.json").write_text(json.dumps(record))
     cached("twin", there, options)
     cached("other", here, other)
     (cache / "notes.json").write_text("not json")
     (cache / "m-new.pxa").write_bytes(b"artifact")
     gone = ckpt.replaced(str(cache / "m-new.pxa"), str(here), options)
-    assert gone == [str(cache / "m-old.pxa")]
+    assert sorted(gone) == [str(cache / "m-old.pxa"), str(cache / "m-older.pxa")]
     left = sorted(p.name for p in cache.iterdir())
     assert left == ["m-new.json", "m-new.pxa", "m-other.json", "m-other.pxa", "m-twin.json", "m-twin.pxa", "notes.json"]
     assert ckpt.replaced(str(cache / "m-new.pxa"), str(here), options) == []

@@ -7,8 +7,9 @@ position's logits, captured with symbolic rows and slots) reads each row's first
 with the row's last token and its guesses; rounds.accepted keeps the agreeing prefix and the target's own
 next token, with the plain step's processing at each position. The kept positions' K/V go into the row's
 blocks at the start of the next round (the slots after its length), as paged.step writes a decode step's;
-rejected positions' are never written, and the length moves by the kept count only. A round where no live
-row has a guess runs the plain decode step (one token's cost).
+rejected positions' are never written, and the length moves by the kept count only. A row without a guess
+takes the plain decode step's numbers (rounds.either: the step runs only where such a row is live), so a
+row's numbers never depend on what its company guessed.
 
 Per sequence slot the rounds keep `Side`: the row's tokens (prompt lookup's history) and the K/V still to be
 written. The tables must hold every slot a chunk of rounds may keep (blocks.py reserves a request's blocks
@@ -73,28 +74,26 @@ def _written(pool: tuple, tables, at, new: tuple) -> tuple:
 
 def _verified(verify: Callable, decode: Callable, weights, pool: tuple, s: PG.Seqs, tables, guesses, shape: Lookup):
     """(logits [R, k + 1, V] float32, K/V 2L x [R, k + 1, H, D]) of each row's token and its guesses over its
-    first N blocks; the plain decode step (position 0 alone) where no live row has a guess."""
+    first N blocks; a row without a guess gets the plain decode step's (position 0 alone: rounds.either)."""
     r, n = tables.shape
-    k = shape.k
+    k, dtype = shape.k, pool[0].dtype
     ids = jnp.concatenate([s.token[:, None], jnp.maximum(guesses, 0).astype(s.token.dtype)], axis=1)
     filled = (jnp.arange(n * pool[0].shape[2])[None, :] < s.length[:, None]).astype(jnp.int64)
     mask = jnp.concatenate([filled, jnp.ones((r, k + 1), jnp.int64)], axis=-1)
     # NOTE: a kept input's position is below max_length; a later guess's is clamped (it is never kept)
     pos = jnp.minimum(s.position[:, None] + jnp.arange(k + 1), shape.max_position - 1)
     past = PG.gathered(pool, tables)
-    dtype = pool[0].dtype
 
-    def wide(_):
+    def verified():
         logits, kv = verify(weights, ids, mask, pos, past)
         return logits.astype(jnp.float32), tuple(jnp.swapaxes(kv[i], 1, 2).astype(dtype) for i in range(len(pool)))
 
-    def plain(_):
+    def stepped():
         logits, new = decode(weights, ids[:, :1], mask[:, : n * pool[0].shape[2] + 1], pos[:, :1], past)
-        logits = jnp.broadcast_to(logits.astype(jnp.float32)[:, None], (r, k + 1, logits.shape[-1]))
-        kv = tuple(jnp.pad(new[i].astype(dtype)[:, None], [(0, 0), (0, k), (0, 0), (0, 0)]) for i in range(len(pool)))
-        return logits, kv
+        return RD.widened(logits, new, k, dtype)
 
-    return lax.cond(jnp.any((guesses >= 0) & s.live[:, None]), wide, plain, None)
+    shapes = [(r, k + 1, pool[0].shape[1], pool[0].shape[3])] * len(pool)
+    return RD.either(jnp.any(guesses >= 0, axis=1), s.live, verified, stepped, k + 1, s.seen.shape[1], shapes, dtype)
 
 
 def _as_slots(s: PG.Seqs) -> SL.Slots:

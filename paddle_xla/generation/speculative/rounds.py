@@ -9,7 +9,8 @@ counted up to that position); the row goes on to position j + 1 only while the c
 and the row has not ended (EOS, max_new_tokens). A greedy row so makes exactly the tokens plain decoding
 makes. A sampled row keeps a guess with probability min(1, p/q) and otherwise draws from the normalised
 max(p - q, 0) (the standard speculative sampling rule; p the target's filtered distribution after Paddle's
-processors, q the one the guess was drawn from), so its tokens follow the target's distribution.
+processors, q the one the guess was drawn from), so its tokens follow the target's distribution. A row
+without a guess (prompt lookup found none) takes the plain decode step's numbers instead (`either`).
 
 Cache: the K/V of the positions a row keeps are written at the start of the next round (as slots.step writes
 a decode step's), into the slots after the row's cursor; the rejected positions' are never written, and the
@@ -244,13 +245,35 @@ class Target(NamedTuple):
 
     verify: Callable
     step: Callable
-    # NOTE: prompt lookup often has no guess; a draft always has (the check would only hold up its rounds)
+    # NOTE: prompt lookup often has no guess; a draft always has (the decode step would only be compiled)
     plain_when_unguessed: bool = True
 
 
+def by_guess(guessed, verified, stepped):
+    """Each row's (logits [B, k + 1, V], K/V 2L x [B, k + 1, H, D]): the verify step's where it guessed, the
+    decode step's (position 0 alone) where it did not. Either may be None (no such row this round)."""
+    if verified is None or stepped is None:
+        return verified if stepped is None else stepped
+    pick = lambda v, d: jnp.where(guessed.reshape((-1,) + (1,) * (v.ndim - 1)), v, d)  # noqa: E731
+    return pick(verified[0], stepped[0]), tuple(pick(v, d) for v, d in zip(verified[1], stepped[1]))
+
+
+def either(guessed, live, verify: Callable, step: Callable, width: int, vocab: int, kv_shapes, dtype):
+    """by_guess over the rows: the verify step runs where a live row guessed and the decode step where a live row
+    did not, so a row's numbers are one program's whatever its company guessed (each program alone gives a
+    row the same numbers at any row count: paged_engine.py's check), and a round where no row guessed costs
+    one token's step."""
+    batch = guessed.shape[0]
+    logits0 = jnp.zeros((batch, width, vocab), jnp.float32)
+    kv0 = tuple(jnp.zeros(shape, dtype) for shape in kv_shapes)
+    v = lax.cond(jnp.any(guessed & live), verify, lambda: (logits0, kv0))
+    d = lax.cond(jnp.any(~guessed & live), step, lambda: (logits0, kv0))
+    return by_guess(guessed, v, d)
+
+
 def checked(target: Target, weights, s: SL.Slots, guesses, k: int):
-    """(logits [B, k + 1, V] float32, K/V [2L, B, H, k + 1, D]) of the row's token and its guesses; a round
-    where no live row has a guess runs the plain decode step instead (its position 0 alone: 1 token's cost)."""
+    """(logits [B, k + 1, V] float32, K/V 2L x [B, k + 1, H, D]) of each row's token and its guesses; a row
+    without a guess gets the plain decode step's (position 0 alone: either())."""
     batch, slots = s.valid.shape
     ids = jnp.concatenate([s.token[:, None], jnp.maximum(guesses, 0).astype(s.token.dtype)], axis=1)
     mask = jnp.concatenate([s.valid, jnp.ones((batch, k + 1), s.valid.dtype)], axis=-1)
@@ -258,18 +281,29 @@ def checked(target: Target, weights, s: SL.Slots, guesses, k: int):
     pos = jnp.minimum(s.position[:, None] + jnp.arange(k + 1), slots - 1)
     past, dtype = jnp.stack(s.past), s.past[0].dtype
 
-    def verified(_):
+    def verified():
         logits, kv = target.verify(weights, ids, mask, pos, past)
-        return logits.astype(jnp.float32), kv.astype(dtype)
+        return logits.astype(jnp.float32), tuple(jnp.swapaxes(kv[i], 1, 2).astype(dtype) for i in range(len(s.past)))
 
-    def stepped(_):
+    def stepped():
         logits, new = target.step(weights, ids[:, :1], mask[:, : slots + 1], pos[:, :1], past)
-        wide = jnp.broadcast_to(logits.astype(jnp.float32)[:, None], (batch, k + 1, logits.shape[-1]))
-        return wide, jnp.pad(new.astype(dtype)[:, :, :, None], [(0, 0), (0, 0), (0, 0), (0, k), (0, 0)])
+        return widened(logits, new, k, dtype)
 
     if not target.plain_when_unguessed:
-        return verified(None)
-    return lax.cond(jnp.any((guesses >= 0) & s.live[:, None]), verified, stepped, None)
+        return verified()
+    heads, dim = s.past[0].shape[1], s.past[0].shape[3]
+    shapes = [(batch, k + 1, heads, dim)] * len(s.past)
+    vocab = s.seen.shape[1]
+    return either(jnp.any(guesses >= 0, axis=1), s.live, verified, stepped, k + 1, vocab, shapes, dtype)
+
+
+def widened(logits, new, k: int, dtype):
+    """A decode step's (logits [B, V], K/V [2L, B, H, D]) as a verify step's: position 0, the rest zeros."""
+    batch, vocab = logits.shape
+    # NOTE: the row guessed nothing, so only position 0 is chosen; the others repeat it (finite, never kept)
+    wide = jnp.broadcast_to(logits.astype(jnp.float32)[:, None], (batch, k + 1, vocab))
+    kv = tuple(jnp.pad(new[i].astype(dtype)[:, None], [(0, 0), (0, k), (0, 0), (0, 0)]) for i in range(new.shape[0]))
+    return wide, kv
 
 
 def one_round(target: Target, guesser: Guesser, weights, sp: Spec, k: int, eos_ids, pad) -> tuple[Spec, jax.Array]:
@@ -279,9 +313,8 @@ def one_round(target: Target, guesser: Guesser, weights, sp: Spec, k: int, eos_i
     slots = s.valid.shape[1]
     keys = jax.vmap(lambda key: jax.random.split(key, 2 * k + 2))(s.keys)
     sp, guesses, dists, memo = guesser.propose(weights[1], sp, s, keys[:, 1 : k + 1])
-    logits, kv = checked(target, weights[0], s, guesses, k)
+    logits, pending = checked(target, weights[0], s, guesses, k)
     after, made, kept = accepted(s, logits, guesses, dists, keys[:, k + 1 :], eos_ids, pad)
-    pending = tuple(jnp.transpose(kv[i], (0, 2, 1, 3)) for i in range(len(s.past)))
     at = jnp.where(kept, s.cursor[:, None] + jnp.arange(k + 1), slots).astype(jnp.int32)
     n = jnp.sum(kept, axis=1).astype(jnp.int32)
     guessed = jnp.where(s.live, jnp.sum(guesses >= 0, axis=1), 0)

@@ -9,6 +9,7 @@ Paddle-free."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import warnings
 from collections.abc import Callable
@@ -49,6 +50,10 @@ class SpeculativePagedEngine(PagedEngine):
     def chunk_tokens(self) -> int:
         return self.geometry.chunk * (self.shape.k + 1)
 
+    def serving_shape(self):
+        """PagedEngine's, each step computing k + 1 positions per row (its logits, and the K/V kept pending)."""
+        return dataclasses.replace(super().serving_shape(), positions=self.shape.k + 1)
+
     def _sides(self) -> PR.Side:
         if self._side is None:
             g = self.geometry
@@ -87,8 +92,41 @@ class SpeculativePagedEngine(PagedEngine):
         self.stats.accepted_tokens += kept
         return made, scores
 
+    def _invariant_row_buckets(self) -> tuple[int, ...]:
+        """The decode step's row buckets (PagedEngine's check) whose verify step also gives each row the numbers
+        of max_batch_size rows to the bit (logits and K/V of every position, on the same random blocks)."""
+        kept = super()._invariant_row_buckets()
+        full, most = self.geometry.max_batch_size, self.row_buckets[-1]
+        tables = np.arange(1, most + 1, dtype=np.int32)[:, None]
+        verify, decode, shape = self._verify, self._decode, self.shape
+
+        def numbers(w, state, rows, tables):
+            s = PR.PG._rows(state.seqs, rows)
+            guesses = (3 + rows[:, None] + np.arange(shape.k)[None]).astype(np.int32) % self.geometry.vocab_size
+            return PR._verified(verify, decode, w, state.pool, s, tables, guesses, shape)
+
+        probe = jax.jit(numbers)
+        with x64.scope():
+            state, w = self._probe_state(most), self._weights_on_device()
+            got = {
+                r: jax.tree.map(np.asarray, probe(w, state, np.arange(r, dtype=np.int32), tables[:r]))
+                for r in sorted(set(kept) | {full})
+            }
+        logits, kv = got[full]
+
+        def same(r):
+            n = min(r, full)
+            return np.array_equal(got[r][0][:n], logits[:n]) and all(
+                np.array_equal(a[:n], b[:n]) for a, b in zip(got[r][1], kv)
+            )
+
+        return tuple(r for r in kept if r == full or same(r))
+
     def warm_up(self) -> None:
         super().warm_up()
+        with x64.scope():  # NOTE: a request's history goes in by its own program (warm-up's may all have ended)
+            empty = np.zeros(self.history_width, np.int32)
+            self._side = self._begun(self._sides(), np.int32(self.max_seqs), empty, np.int32(0))
         self.stats = SpeculativeStats(self.config.method)  # NOTE: the counts start with the first request
 
 
