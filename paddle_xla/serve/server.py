@@ -142,6 +142,14 @@ def _llm(name: str, artifact, settings: Settings, log) -> LlmModel:
         if settings.paged_kv_cache:
             log(f"{name}: rows of max_length slots: {artifact.path!r} has no paged decode step (export it again)")
         engine = artifact.continuous()
+    stats = getattr(engine, "stats", None)  # NOTE: a speculating engine's counts
+    if stats is not None:
+        log(f"{name}: speculative decoding by {stats.method}, {engine.config.num_speculative_tokens} guesses a round")
+    elif settings.speculative_config:
+        log(
+            f"{name}: --speculative-config applies to checkpoint folders; {artifact.path!r} decodes one token a step "
+            "(export it with speculative_config to speculate)"
+        )
     # NOTE: the same progress as an ordinary model's warm-up (warmup.py): "NAME: compiled WHAT (i/n, t s)"
     engine.on_compiled = lambda what: log(f"{name}: compiled {what}")
     scheduler = Scheduler(

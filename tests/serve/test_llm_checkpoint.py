@@ -207,6 +207,7 @@ def test_the_server_speculates_by_prompt_lookup_with_paddles_tokens_and_counts_i
     """--speculative-config: the server's rounds verify prompt-lookup guesses over the block tables; a
     repeating prompt's greedy completion is Paddle's own, and /metrics counts the guesses made and kept."""
     _, net, eos, _ = checkpoint
+    assert "tiny-llama: speculative decoding by ngram, 3 guesses a round" in server.output
     assert "speculative chunk of 4 rows" in server.output
     loop = [7, 30, 9, 7, 30, 9, 7, 30, 9, 7, 30]
     with httpx.Client(base_url=f"http://{server.url}", timeout=30) as http:
