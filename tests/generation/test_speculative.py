@@ -267,7 +267,8 @@ def test_an_artifact_carries_the_draft_and_speculates_without_paddle(gens, tmp_p
 
 def test_served_rows_verify_together_and_get_the_plain_generators_tokens(gens):
     """The paged engine of a prompt-lookup generator (a server's): every request's greedy tokens are the plain
-    generator's for its prompt alone, a seeded sampled one's the offline speculative generator's, a constrained
+    generator's for its prompt alone (prefix-cache hits and a slot reused after a cancel among them), seeded
+    sampled ones' (two choices of one prompt, prefilled once) the offline speculative generator's, a constrained
     one guesses nothing, and the blocks all come back."""
     engine = gens["ngram"].paged(block_size=16)
     assert isinstance(engine, SpeculativePagedEngine) and engine.chunk_tokens == 4 * (K + 1)
@@ -279,14 +280,18 @@ def test_served_rows_verify_together_and_get_the_plain_generators_tokens(gens):
         Request(loop[:5], 10, min_new_tokens=6),
         Request((4, 5, 4, 5, 4), 9, decode_strategy="sampling", top_k=8, temperature=0.8, seed=7),
         Request((8, 9, 10, 8, 9), 6, constraint=constraint),
+        Request(loop * 2 + (40,), 11),  # NOTE: cancelled after a few tokens: its slot and blocks go to the next
+        *(Request(loop * 2 + (50 + i,), 9) for i in range(2)),  # NOTE: their first 16 tokens hit the cache
+        *(Request((6, 7, 6), 7, "sampling", top_p=0.9, seed=20 + i, choices=2) for i in range(2)),
     ]
-    got, buckets, _ = serve(engine, requests)
-    for i, r in enumerate(requests[:3]):
+    got, buckets, _ = serve(engine, requests, cancel={5: 3})
+    assert engine.blocks.stats.hit_tokens_total >= 16 and engine.shared_prompts >= 1
+    for i in (0, 1, 2, 6, 7):
         # NOTE: a row's numbers are the verify step's where it guessed, the decode step's where not, whatever its
         # company guessed: the offline speculative generator's for its prompt alone, and here the plain one's
-        assert got[i] == _alone(gens["plain"], r) == _alone(gens["ngram"], r), (i, got[i])
-    sampled = requests[3]
-    assert got[3] == _alone(gens["ngram"], sampled, seed=sampled.seed)
+        assert got[i] == _alone(gens["plain"], requests[i]) == _alone(gens["ngram"], requests[i]), (i, got[i])
+    for i in (3, 8, 9):
+        assert got[i] == _alone(gens["ngram"], requests[i], seed=requests[i].seed), i
     # NOTE: a token a round, each within the set its mask allowed at that step
     assert got[4] == constraint.made and len(constraint.sets) == 6
     assert all(t in ids for t, ids in zip(constraint.made, constraint.sets))
