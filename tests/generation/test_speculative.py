@@ -11,6 +11,7 @@ import pytest
 from paddle_xla.api.generator import Generator
 from paddle_xla.errors import GenerationError
 from paddle_xla.generation.continuous import Request
+from paddle_xla.generation.slots import NO_TOKEN
 from paddle_xla.generation.speculative import lookup
 from paddle_xla.generation.speculative.served import SpeculativePagedEngine
 from paddle_xla.runtime.compile_cache import compiles_seen
@@ -298,3 +299,33 @@ def test_served_rows_verify_together_and_get_the_plain_generators_tokens(gens):
     stats = engine.stats
     assert stats.verify_steps > 0 and 0 < stats.accepted_tokens <= stats.guessed_tokens, stats
     assert engine.blocks.free_blocks == engine.blocks.num_blocks - 1
+    # NOTE: to the bit: a row beside one that guesses in other rounds than it does scores what it scores alone
+    # (its log-probabilities of every vocabulary entry's logit), and its mean score is the offline generator's
+    pair = [Request(tuple(range(3, 14)), 12, logprobs=True), Request(loop, 12, logprobs=True)]
+    (tokens, logprobs, means), (alone, alone_logprobs, alone_means) = (
+        _run_together(engine, rs) for rs in (pair, pair[:1])
+    )
+    assert tokens[0] == alone[0] and means[0] == alone_means[0]
+    np.testing.assert_array_equal(logprobs[0], alone_logprobs[0])
+    for row, r in enumerate(pair):
+        _, want = gens["ngram"].generate(np.array([r.ids]), max_new_tokens=r.max_new_tokens)
+        assert means[row] == float(want[0, 0]), row
+
+
+def _run_together(engine, requests):
+    """Begin `requests` in sequence slots 0, 1, ... at once and decode until all end: each one's tokens, the
+    log-probabilities of its decoded tokens [n, TOP + 1] and its mean score."""
+    for row, r in enumerate(requests):
+        engine.begin(row, r)
+        while engine.fill(row) is None:
+            pass
+    tokens, scores = [[] for _ in requests], [[] for _ in requests]
+    while engine.busy.any():
+        out = engine.run_chunk()
+        last = engine.scores.last
+        for row in range(len(requests)):
+            for j in np.flatnonzero(out[row] != NO_TOKEN):
+                tokens[row].append(int(out[row][j]))
+                scores[row].append(np.concatenate([[last.logprob[row, j]], last.top_logprobs[row, j]]))
+    means = [float(np.asarray(engine._paged().seqs.scores)[row]) for row in range(len(requests))]
+    return tokens, [np.array(a) for a in scores], means
