@@ -73,27 +73,13 @@ def _written(pool: tuple, tables, at, new: tuple) -> tuple:
 
 
 def _verified(verify: Callable, decode: Callable, weights, pool: tuple, s: PG.Seqs, tables, guesses, shape: Lookup):
-    """(logits [R, k + 1, V] float32, K/V 2L x [R, k + 1, H, D]) of each row's token and its guesses over its
-    first N blocks; a row without a guess gets the plain decode step's (position 0 alone: rounds.either)."""
-    r, n = tables.shape
-    k, dtype = shape.k, pool[0].dtype
-    ids = jnp.concatenate([s.token[:, None], jnp.maximum(guesses, 0).astype(s.token.dtype)], axis=1)
-    filled = (jnp.arange(n * pool[0].shape[2])[None, :] < s.length[:, None]).astype(jnp.int64)
-    mask = jnp.concatenate([filled, jnp.ones((r, k + 1), jnp.int64)], axis=-1)
-    # NOTE: a kept input's position is below max_length; a later guess's is clamped (it is never kept)
-    pos = jnp.minimum(s.position[:, None] + jnp.arange(k + 1), shape.max_position - 1)
+    """rounds.checked over each row's first N blocks: (logits [R, k + 1, V] float32, K/V 2L x [R, k + 1, H, D])."""
+    filled = (jnp.arange(tables.shape[1] * pool[0].shape[2])[None, :] < s.length[:, None]).astype(jnp.int64)
     past = PG.gathered(pool, tables)
-
-    def verified():
-        logits, kv = verify(weights, ids, mask, pos, past)
-        return logits.astype(jnp.float32), tuple(jnp.swapaxes(kv[i], 1, 2).astype(dtype) for i in range(len(pool)))
-
-    def stepped():
-        logits, new = decode(weights, ids[:, :1], mask[:, : n * pool[0].shape[2] + 1], pos[:, :1], past)
-        return RD.widened(logits, new, k, dtype)
-
-    shapes = [(r, k + 1, pool[0].shape[1], pool[0].shape[3])] * len(pool)
-    return RD.either(jnp.any(guesses >= 0, axis=1), s.live, verified, stepped, k + 1, s.seen.shape[1], shapes, dtype)
+    # NOTE: a kept input's position is below max_length; a later guess's is clamped (it is never kept)
+    last, vocab = shape.max_position - 1, s.seen.shape[1]
+    target = RD.Target(verify, decode)
+    return RD.checked(target, weights, s.token, guesses, filled, s.position, last, past, s.live, vocab)
 
 
 def _as_slots(s: PG.Seqs) -> SL.Slots:

@@ -251,50 +251,46 @@ class Target(NamedTuple):
 
 def by_guess(guessed, verified, stepped):
     """Each row's (logits [B, k + 1, V], K/V 2L x [B, k + 1, H, D]): the verify step's where it guessed, the
-    decode step's (position 0 alone) where it did not. Either may be None (no such row this round)."""
-    if verified is None or stepped is None:
-        return verified if stepped is None else stepped
+    decode step's (position 0 alone) where it did not."""
     pick = lambda v, d: jnp.where(guessed.reshape((-1,) + (1,) * (v.ndim - 1)), v, d)  # noqa: E731
     return pick(verified[0], stepped[0]), tuple(pick(v, d) for v, d in zip(verified[1], stepped[1]))
 
 
-def either(guessed, live, verify: Callable, step: Callable, width: int, vocab: int, kv_shapes, dtype):
+def either(guessed, live, verify: Callable, step: Callable, shapes):
     """by_guess over the rows: the verify step runs where a live row guessed and the decode step where a live row
     did not, so a row's numbers are one program's whatever its company guessed (each program alone gives a
     row the same numbers at any row count: paged_engine.py's check), and a round where no row guessed costs
-    one token's step."""
-    batch = guessed.shape[0]
-    logits0 = jnp.zeros((batch, width, vocab), jnp.float32)
-    kv0 = tuple(jnp.zeros(shape, dtype) for shape in kv_shapes)
-    v = lax.cond(jnp.any(guessed & live), verify, lambda: (logits0, kv0))
-    d = lax.cond(jnp.any(~guessed & live), step, lambda: (logits0, kv0))
+    one token's step. shapes: the programs' outputs' (jax.ShapeDtypeStruct), zeros where one is skipped."""
+    zeros = lambda: jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)  # noqa: E731
+    v = lax.cond(jnp.any(guessed & live), verify, zeros)
+    d = lax.cond(jnp.any(~guessed & live), step, zeros)
     return by_guess(guessed, v, d)
 
 
-def checked(target: Target, weights, s: SL.Slots, guesses, k: int):
-    """(logits [B, k + 1, V] float32, K/V 2L x [B, k + 1, H, D]) of each row's token and its guesses; a row
-    without a guess gets the plain decode step's (position 0 alone: either())."""
-    batch, slots = s.valid.shape
-    ids = jnp.concatenate([s.token[:, None], jnp.maximum(guesses, 0).astype(s.token.dtype)], axis=1)
-    mask = jnp.concatenate([s.valid, jnp.ones((batch, k + 1), s.valid.dtype)], axis=-1)
+def checked(target: Target, weights, token, guesses, filled, position, last_position: int, past, live, vocab: int):
+    """(logits [B, k + 1, V] float32, K/V 2L x [B, k + 1, H, D]) of each row's token [B] and its guesses [B, k]
+    over its past [2L, B, H, S, D] (filled [B, S]: the slots it holds); a row without a guess gets the plain
+    decode step's (position 0 alone: either()). Both the slots' and the paged rounds call it."""
+    batch, k = guesses.shape
+    dtype = past.dtype
+    ids = jnp.concatenate([token[:, None], jnp.maximum(guesses, 0).astype(token.dtype)], axis=1)
+    mask = jnp.concatenate([filled, jnp.ones((batch, k + 1), filled.dtype)], axis=-1)
     # NOTE: a kept input's position is below the cache's length; a later guess's is clamped (never kept)
-    pos = jnp.minimum(s.position[:, None] + jnp.arange(k + 1), slots - 1)
-    past, dtype = jnp.stack(s.past), s.past[0].dtype
+    pos = jnp.minimum(position[:, None] + jnp.arange(k + 1), last_position)
 
     def verified():
         logits, kv = target.verify(weights, ids, mask, pos, past)
-        return logits.astype(jnp.float32), tuple(jnp.swapaxes(kv[i], 1, 2).astype(dtype) for i in range(len(s.past)))
+        return logits.astype(jnp.float32), tuple(jnp.swapaxes(kv[i], 1, 2).astype(dtype) for i in range(past.shape[0]))
 
     def stepped():
-        logits, new = target.step(weights, ids[:, :1], mask[:, : slots + 1], pos[:, :1], past)
+        logits, new = target.step(weights, ids[:, :1], mask[:, : filled.shape[1] + 1], pos[:, :1], past)
         return widened(logits, new, k, dtype)
 
     if not target.plain_when_unguessed:
         return verified()
-    heads, dim = s.past[0].shape[1], s.past[0].shape[3]
-    shapes = [(batch, k + 1, heads, dim)] * len(s.past)
-    vocab = s.seen.shape[1]
-    return either(jnp.any(guesses >= 0, axis=1), s.live, verified, stepped, k + 1, vocab, shapes, dtype)
+    kv = jax.ShapeDtypeStruct((batch, k + 1, past.shape[2], past.shape[4]), dtype)
+    shapes = (jax.ShapeDtypeStruct((batch, k + 1, vocab), jnp.float32), (kv,) * past.shape[0])
+    return either(jnp.any(guesses >= 0, axis=1), live, verified, stepped, shapes)
 
 
 def widened(logits, new, k: int, dtype):
@@ -313,7 +309,8 @@ def one_round(target: Target, guesser: Guesser, weights, sp: Spec, k: int, eos_i
     slots = s.valid.shape[1]
     keys = jax.vmap(lambda key: jax.random.split(key, 2 * k + 2))(s.keys)
     sp, guesses, dists, memo = guesser.propose(weights[1], sp, s, keys[:, 1 : k + 1])
-    logits, pending = checked(target, weights[0], s, guesses, k)
+    past, vocab = jnp.stack(s.past), s.seen.shape[1]
+    logits, pending = checked(target, weights[0], s.token, guesses, s.valid, s.position, slots - 1, past, s.live, vocab)
     after, made, kept = accepted(s, logits, guesses, dists, keys[:, k + 1 :], eos_ids, pad)
     at = jnp.where(kept, s.cursor[:, None] + jnp.arange(k + 1), slots).astype(jnp.int32)
     n = jnp.sum(kept, axis=1).astype(jnp.int32)
