@@ -514,8 +514,10 @@ class PagedEngine:
         compiled("another choice of a prefilled prompt (n)")
         long = Request((1,) * ((g.prefill_chunk or 0) + 1), max_new_tokens=1)
         if g.chunked:
-            self._prefill_alone(long)
-            compiled(f"chunked prefill ({g.prefill_chunk} tokens a chunk)")
+            # NOTE: two choices: another choice of a chunked prompt takes a view of the whole cache's length
+            for _ in range(2):
+                self._prefill_alone(Request(long.ids, max_new_tokens=1, choices=2))
+            compiled(f"chunked prefill ({g.prefill_chunk} tokens a chunk), and another choice of its prompt")
         if self.prompt_scorer is not None:
             try:
                 self.score_prompt((1, 1))

@@ -78,7 +78,9 @@ class TokenScores(NamedTuple):
 
     def at(self, *index) -> TokenScores:
         """The scores at `index` of the leading axes (a row's, a row's step's), as NumPy arrays."""
-        return TokenScores(*(np.asarray(a[index]) for a in self))
+        # NOTE: indexed on the host: indexing a device array compiles a program per shape, and a server's first
+        # request that wanted log-probabilities waited for three of them
+        return TokenScores(*(np.asarray(a)[index] for a in self))
 
 
 def no_scores(shape: tuple[int, ...], vocab: int) -> TokenScores:

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
@@ -162,13 +162,23 @@ def compiles_seen() -> Iterator[list[str]]:
     Tracing counts too: a compile served from the persistent cache still traces, so an empty list
     means nothing new was asked of the compiler."""
     seen: list[str] = []
-
-    def record(event: str, duration_secs: float, **kwargs: str | int) -> None:
-        if event.startswith("/jax/core/compile/"):
-            seen.append(event)
-
-    jax.monitoring.register_event_duration_secs_listener(record)
+    stop = watch_compiles(seen.append)
     try:
         yield seen
     finally:
-        jax.monitoring.unregister_event_duration_listener(record)
+        stop()
+
+
+LOWERED = "/jax/core/compile/jaxpr_to_mlir_module_duration"  # NOTE: one event per new program, cached or not
+
+
+def watch_compiles(on_event: Callable[[str], None]) -> Callable[[], None]:
+    """Call on_event(name) for each JAX trace, lowering or XLA compile from now on (a program's lowering is
+    LOWERED); returns the function that stops it."""
+
+    def record(event: str, duration_secs: float, **kwargs: str | int) -> None:
+        if event.startswith("/jax/core/compile/"):
+            on_event(event)
+
+    jax.monitoring.register_event_duration_secs_listener(record)
+    return lambda: jax.monitoring.unregister_event_duration_listener(record)

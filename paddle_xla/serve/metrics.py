@@ -174,6 +174,12 @@ class Metrics:
             ["model", "method"],
             registry=r,
         )
+        self.late_compiles = Counter(
+            "paddle_xla_compiles_after_ready",
+            "Programs JAX lowered after the server said ready: each one a request waited for (warm-up compiles "
+            "every bucket, so the aim is 0).",
+            registry=r,
+        )
 
     def llm(self, model: str) -> LlmMetrics:
         return LlmMetrics(

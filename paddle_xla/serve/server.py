@@ -17,6 +17,7 @@ import uvicorn
 from ..api.checkpoint_folder import BuildOptions
 from ..errors import PaddleXlaError
 from ..planner.serving import size_text
+from ..runtime.compile_cache import LOWERED, watch_compiles
 from . import repository
 from .app import ServerState, build_app
 from .batcher import ModelWorker
@@ -86,7 +87,7 @@ def run(folder: str, settings: Settings) -> int:
     runners = {**workers, **{name: llm.scheduler for name, llm in llms.items()}}
     server = DrainingServer(config, state, lambda: [runner.drain() for runner in runners.values()])
     _let_uvicorn_signals_end_quietly()
-    asyncio.run(_serve(server, sock, runners, _url(settings.host, sock), drain_s))
+    asyncio.run(_serve(server, sock, runners, _url(settings.host, sock), drain_s, metrics))
     log("stopped")
     return 1 if failures else 0
 
@@ -188,7 +189,12 @@ def _bind_error(host: str, port: int, e: OSError) -> str:
 
 
 async def _serve(
-    server: uvicorn.Server, sock: socket.socket, workers: dict[str, ModelWorker], url: str, drain_s: float
+    server: uvicorn.Server,
+    sock: socket.socket,
+    workers: dict[str, ModelWorker],
+    url: str,
+    drain_s: float,
+    metrics: Metrics,
 ) -> None:
     _let_streams_finish_on_drain()
     loop = asyncio.get_running_loop()
@@ -199,18 +205,38 @@ async def _serve(
         await asyncio.sleep(0.01)
     if server.started:
         log(f"listening on {url}")
-    announcing = asyncio.create_task(_announce_ready(workers))
+    announcing = asyncio.create_task(_announce_ready(workers, metrics))
     try:
         await serving
     finally:
         announcing.cancel()
+        if announcing.done() and not announcing.cancelled() and announcing.exception() is None:
+            announcing.result()()  # NOTE: stop counting compiles
         await asyncio.to_thread(_stop, workers, drain_s)
 
 
-async def _announce_ready(workers: dict[str, ModelWorker]) -> None:
+async def _announce_ready(workers: dict[str, ModelWorker], metrics: Metrics) -> Callable[[], None]:
+    """Log `ready` once every model is, and from then on count the programs compiled (returns the stop)."""
     while not all(worker.ready for worker in workers.values()):
         await asyncio.sleep(0.05)
     log(f"ready: {len(workers)} model(s): {', '.join(workers)}")
+    return watch_compiles(_LateCompiles(metrics))
+
+
+class _LateCompiles:
+    """Counts each program lowered after ready in paddle_xla_compiles_after_ready, and says so once."""
+
+    def __init__(self, metrics: Metrics):
+        self.metrics, self.count = metrics, 0
+
+    def __call__(self, event: str) -> None:
+        if event != LOWERED:
+            return
+        if not self.count:
+            # NOTE: warm-up compiles every bucket, so a request that compiles is a gap worth a line in the log
+            log("a request made the server compile a program after ready (paddle_xla_compiles_after_ready counts)")
+        self.count += 1
+        self.metrics.late_compiles.inc()
 
 
 def _stop(workers: dict[str, ModelWorker], drain_s: float) -> None:

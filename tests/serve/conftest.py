@@ -89,6 +89,7 @@ def checkpoint_server(checkpoint):
     server = serve_checkpoint(checkpoint)
     yield server
     server.stop()
+    server.no_compiles_after_ready()
 
 
 @pytest.fixture(scope="session")
@@ -99,3 +100,4 @@ def chars_server(tmp_path_factory):
     server = serve_chars(tmp_path_factory.mktemp("chars"))
     yield server
     server.stop()
+    server.no_compiles_after_ready()

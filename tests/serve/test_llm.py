@@ -8,6 +8,7 @@ import threading
 import time
 
 import httpx
+import jax
 import numpy as np
 import openai
 import pytest
@@ -45,6 +46,7 @@ def server(llm):
     server = ServeProcess(llm[0], *FLAGS)
     yield server
     server.stop()
+    server.no_compiles_after_ready()  # NOTE: after every request of the module that ran here
 
 
 @pytest.fixture(scope="module")
@@ -208,6 +210,27 @@ def test_metrics_count_tokens_times_and_free_cache(server, client):
     for name in ("paddle_xla_llm_inter_token_seconds_count", "paddle_xla_llm_decode_chunk_seconds_count"):
         assert _metric(after, name) > _metric(before, name), name
     assert _metric(after, "paddle_xla_llm_kv_slots_free") == ROWS * CONTEXT  # idle: the whole cache
+    assert "paddle_xla_compiles_after_ready_total 0.0" in after.splitlines()
+
+
+def test_a_program_compiled_after_ready_is_counted_and_said_once(capsys):
+    from prometheus_client import generate_latest
+
+    from paddle_xla.runtime.compile_cache import watch_compiles
+    from paddle_xla.serve.metrics import Metrics
+    from paddle_xla.serve.server import _LateCompiles
+
+    metrics = Metrics()
+    stop = watch_compiles(_LateCompiles(metrics))
+    try:
+        jax.jit(lambda x: x * 3 + 1)(np.arange(7.0))
+        jax.jit(lambda x: x - 2)(np.arange(5.0))
+    finally:
+        stop()
+    jax.jit(lambda x: x / 5)(np.arange(3.0))  # NOTE: after stop: not counted
+    text = generate_latest(metrics.registry).decode()
+    assert "paddle_xla_compiles_after_ready_total 2.0" in text.splitlines()
+    assert capsys.readouterr().out.count("compile a program after ready") == 1
 
 
 def _slots(http) -> tuple[float, float]:

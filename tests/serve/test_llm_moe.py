@@ -33,6 +33,7 @@ def test_served_ernie_moe_tokens_are_generates_and_paddles_greedy_tokens(ernie):
         got = greedy_at_once(server, "ernie_moe", prompts, 8)
     finally:
         server.stop()
+    server.no_compiles_after_ready()
     alone = [[int(t) for t in gen.generate(np.array([ids]), max_new_tokens=8)[0][0]] for ids in prompts]
     assert got == alone
     for ids, tokens in zip(prompts[:2], got):  # NOTE: eager greedy re-runs the whole sequence per token

@@ -45,6 +45,7 @@ def test_a_plain_decoder_serves_requests_of_different_lengths_at_once_with_gener
         got = greedy_at_once(server, "gpt", prompts, 10)
     finally:
         server.stop()
+    server.no_compiles_after_ready()
     assert got == [_alone(gen, ids, 10) for ids in prompts]
 
 
