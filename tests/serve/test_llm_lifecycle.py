@@ -42,6 +42,7 @@ def test_a_request_past_its_deadline_gets_504_and_frees_its_slot(llm):  # noqa: 
             _settles(http)
     finally:
         server.stop()
+    server.no_compiles_after_ready()
 
 
 def test_sigterm_lets_running_streams_finish_then_exits_0(llm):  # noqa: F811
@@ -100,6 +101,7 @@ def test_the_bearer_token_guards_the_new_routes_and_a_restart_after_kill_9_serve
         server.wait(30)
     finally:
         server.stop()
+    server.no_compiles_after_ready()
     again = ServeProcess(llm[0], port=port)
     try:
         with httpx.Client(base_url=f"http://{again.url}", timeout=30) as http:
@@ -109,6 +111,7 @@ def test_the_bearer_token_guards_the_new_routes_and_a_restart_after_kill_9_serve
             assert r.status_code == 200 and len(r.json()["choices"][0]["token_ids"]) == 3
     finally:
         again.stop()
+    again.no_compiles_after_ready()
 
 
 def test_past_the_waiting_queue_requests_get_503_with_retry_after(llm):  # noqa: F811
@@ -127,6 +130,7 @@ def test_past_the_waiting_queue_requests_get_503_with_retry_after(llm):  # noqa:
             answers = list(pool.map(post, range(64)))
     finally:
         server.stop()
+    server.no_compiles_after_ready()
     refused = [a for a in answers if a[0] == 503]
     assert refused and all(a[1] == "1" and "--max-queue-size" in a[2]["error"]["message"] for a in refused)
     served = [a[2]["choices"][0]["token_ids"] for a in answers if a[0] == 200]
@@ -193,3 +197,4 @@ def test_a_small_kv_cache_makes_requests_wait_refuses_one_that_can_never_fit_and
             assert 'paddle_xla_llm_prefix_cache_hit_tokens_total{model="llm"} 32.0' in metrics
     finally:
         server.stop()
+    server.no_compiles_after_ready()
