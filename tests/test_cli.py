@@ -90,6 +90,11 @@ MISTAKES = {
         ["'tiny:Sized' cannot be built without arguments", "def build()"],
     ),
     "an unknown suite": (["install", "paddlenlp"], "", ["unknown suite 'paddlenlp'", "choose paddleformers"]),
+    "a checkpoint's option for a Layer": (
+        ["export", "tiny:build", "--input-spec", "x:float32[-1,4]", "-o", "t.pxa", "--speculative-config", "{}"],
+        "",
+        ["tiny:build is not a PaddleFormers checkpoint folder", "--speculative-config is for one"],
+    ),
     "a wrong rank": (
         ["export", "paddle.vision.models:LeNet", "--input-spec", "x:float32[-1,28,28]", "-o", "l.pxa"],
         "",

@@ -367,7 +367,9 @@ def export_model(
     precision: str | None = typer.Option(
         None, help="fp32 | bf16 | fp16 (Paddle AMP O1: half compute; default fp32, a checkpoint its own dtype)"
     ),
-    max_batch_size: int = typer.Option(8, "--max-batch-size", help="checkpoint folders: the generator's rows"),
+    max_batch_size: int | None = typer.Option(
+        None, "--max-batch-size", help="checkpoint folders: the generator's rows (default 8)"
+    ),
     max_model_len: int = typer.Option(
         0,
         "--max-model-len",
@@ -401,11 +403,23 @@ def export_model(
             raise typer.BadParameter(f"{precision!r}: give fp32, bf16 or fp16", param_hint="--precision")
         if input_spec or example_input:
             raise typer.BadParameter(f"{target} is a checkpoint folder: its generator's inputs are its own")
-        options = ckpt.BuildOptions(max_batch_size, max_model_len, dtype, speculative_config)
+        options = ckpt.BuildOptions(max_batch_size or 8, max_model_len, dtype, speculative_config)
         ckpt.export_checkpoint(target, output, options, progress=typer.echo, platforms=tuple(platform or ("cpu",)))
         typer.echo(f"wrote {output}: serve it with paddle-xla serve {os.path.dirname(output) or '.'}")
         return
     precision = precision or "fp32"
+    # NOTE: a checkpoint folder's options would be dropped without a word for any other target
+    given = {
+        "--max-batch-size": max_batch_size,
+        "--max-model-len": max_model_len,
+        "--speculative-config": speculative_config,
+    }
+    for flag, value in given.items():
+        if value:
+            raise TargetError(
+                f"{target} is not a PaddleFormers checkpoint folder (config.json beside its weights): {flag} is for "
+                "one; export a generator's options with px.export(px.Generator(...)) instead"
+            )
 
     model, specs = _model_or_saved(target), _specs_for(target, input_spec)
     examples = None
