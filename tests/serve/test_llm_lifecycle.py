@@ -45,10 +45,8 @@ def test_a_request_past_its_deadline_gets_504_and_frees_its_slot(llm):  # noqa: 
     server.no_compiles_after_ready()
 
 
-def test_sigterm_lets_running_streams_finish_then_exits_0(llm):  # noqa: F811
-    folder, art = llm
+def _sigterm_lets_running_streams_finish_then_exits_0(server, art):
     alone = Alone(art)
-    server = ServeProcess(folder)
     url = f"http://{server.url}/v1/completions"
     started = concurrent.futures.ThreadPoolExecutor(8)
 
@@ -81,10 +79,11 @@ def test_sigterm_lets_running_streams_finish_then_exits_0(llm):  # noqa: F811
         assert server.wait(60) == 0, server.output
     finally:
         started.shutdown()
-        server.stop()
 
 
-def test_the_bearer_token_guards_the_new_routes_and_a_restart_after_kill_9_serves(llm):  # noqa: F811
+def test_the_token_guards_the_new_routes_a_restart_after_kill_9_serves_and_sigterm_lets_its_streams_finish(llm):  # noqa: F811
+    """--token; a server killed with -9 and started again on its port serves; on SIGTERM its running streams
+    finish with their whole tokens, and it exits 0 (one server start serves the last two)."""
     server = ServeProcess(llm[0], "--token", "s3cret")
     try:
         port = server.port
@@ -109,6 +108,7 @@ def test_the_bearer_token_guards_the_new_routes_and_a_restart_after_kill_9_serve
                 "/v1/completions", json={"model": "llm", "prompt": "w5 w6", "max_tokens": 3, "temperature": 0}
             )
             assert r.status_code == 200 and len(r.json()["choices"][0]["token_ids"]) == 3
+        _sigterm_lets_running_streams_finish_then_exits_0(again, llm[1])
     finally:
         again.stop()
     again.no_compiles_after_ready()
