@@ -329,3 +329,18 @@ def _run_together(engine, requests):
                 scores[row].append(np.concatenate([[last.logprob[row, j]], last.top_logprobs[row, j]]))
     means = [float(np.asarray(engine._paged().seqs.scores)[row]) for row in range(len(requests))]
     return tokens, [np.array(a) for a in scores], means
+
+
+def test_served_rows_speculate_without_batch_invariance_in_buckets_from_1_row(gens):
+    """--no-batch-invariance: rows run in buckets from 1 and more sequences than rows run at once, and the
+    greedy tokens are the plain generator's (this tiny model's products round its rows alike at 1 to 6 rows:
+    test_paged.py). The checkpoint test server's log shows no compile after warm-up (harness.py)."""
+    engine = gens["ngram"].paged(block_size=16, max_seqs=6, batch_invariant=False)
+    loop = (7, 30, 9, 7, 30, 9, 7)
+    requests = [Request(loop[: 3 + i], 9 + i) for i in range(5)] + [Request(tuple(range(3, 12)), 8)]
+    alone, lone, _ = serve(engine, requests[:1])
+    got, buckets, most = serve(engine, requests)
+    assert {rows for rows, _ in lone} == {1} and most == 6 > BATCH and (6, 2) in buckets, (lone, most, buckets)
+    assert alone[0] == got[0] == _alone(gens["plain"], requests[0])
+    assert all(got[i] == _alone(gens["plain"], r) for i, r in enumerate(requests)), got
+    assert engine.stats.accepted_tokens > 0 and engine.last_bucket is not None
