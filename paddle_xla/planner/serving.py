@@ -8,8 +8,9 @@ The working arrays are counted from the engine's shapes (generation/paged.py), n
   of keys and values (its largest bucket: every row's whole table);
 - a prompt going in is prefilled into a batch-1 view of max_length slots (a prefix-cache hit builds one
   too);
-- each row's logits, and the sampling's copies of them (probabilities, a sorted copy for top-p, the
-  penalties' seen tokens): 4 float32 arrays of the vocabulary per row.
+- each row's logits and the sampling's copies of them (processed logits, probabilities, top-p's sorted copy
+  and its int64 indices, the random bits of a draw, the masks): arrays of the vocabulary, SAMPLING_ARRAYS
+  float32's worth per row and LOGITS_ARRAYS more per position a step computes (a speculating step's k + 1).
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ from dataclasses import dataclass
 from ..errors import StrategyError
 
 GIB = 2**30
+# NOTE: what XLA:CPU allots a decode chunk per row and vocabulary entry, in float32's worth (memory_analysis of
+# the largest bucket at vocabularies of 4096 and 16384): 13.7 at one position, 21.8 at four (ngram, k = 3);
+# rounded up. The former count (4 per row) was a third of it.
+SAMPLING_ARRAYS = 11
+LOGITS_ARRAYS = 3
 
 
 def kv_token_bytes(layers: int, kv_heads: int, head_dim: int, itemsize: int) -> int:
@@ -61,7 +67,7 @@ class ServingShape:
             (f"a prompt's prefill view: {self.max_length} slots", self.max_length * self.kv_token_bytes),
             (
                 f"logits and sampling: {self.rows} rows x {self.positions} positions x {self.vocab_size}",
-                4 * self.rows * self.positions * self.vocab_size * 4,
+                (SAMPLING_ARRAYS + LOGITS_ARRAYS * self.positions) * self.rows * self.vocab_size * 4,
             ),
         ] + (
             # NOTE: a speculating engine keeps each sequence's last round's K/V until its next round writes them

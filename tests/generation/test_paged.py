@@ -21,8 +21,9 @@ from paddle_xla.generation.slots import NO_TOKEN
 from paddle_xla.planner.serving import serving_memory
 from paddle_xla.runtime.compile_cache import compiles_seen
 
+from .paddleformers import module
 from .test_continuous import PREFILL_CHUNK, _alone, _requests
-from .test_generator import BATCH, SLOTS, _model
+from .test_generator import BATCH, SLOTS, TINY, _model
 
 BLOCK = 8
 
@@ -416,3 +417,28 @@ def test_a_requests_choices_prefill_their_prompt_once_and_get_their_tokens_alone
     assert [firsts[row] for row in rows] == [got[i][0] for i in range(3, 6)]
     for row in rows:
         engine.free(row)
+
+
+@pytest.mark.parametrize("speculative", [None, {"method": "ngram", "num_speculative_tokens": 3}])
+def test_the_planner_never_undercounts_a_large_vocabularys_sampling_arrays(speculative):
+    # NOTE: at a vocabulary of 4096 the logits and the sampling's copies of them are most of a decode chunk's
+    # working memory (the planner once counted a third of it); a speculating step computes 4 positions a row
+    paddle.seed(0)
+    mod = module("transformers.llama")
+    net = mod.LlamaForCausalLM(mod.LlamaConfig(**{**TINY, "vocab_size": 4096, "num_hidden_layers": 1}))
+    net.eval()
+    gen = Generator(net, max_batch_size=4, max_length=40, chunk=4, prefill_chunk=8, speculative_config=speculative)
+    engine = gen.paged(block_size=BLOCK)
+    rows, blocks = engine.row_buckets[-1], engine.block_buckets[-1]
+    index, tables = np.zeros(rows, np.int32), np.zeros((rows, blocks), np.int32)
+    allowed = TM.unconstrained(rows, 4096)
+    with x64.scope():
+        if speculative:
+            sides = (engine._sides(), index, tables, np.int32(gen.geometry.chunk), allowed, np.ones(rows, bool))
+            run = engine._spec_fn(rows, blocks).lower(engine._weights_on_device(), engine._paged(), *sides)
+        else:
+            args = (index, tables, np.int32(gen.geometry.chunk), allowed)
+            run = engine._run_fn(rows, blocks).lower(engine._weights_on_device(), engine._paged(), *args)
+        temp = run.compile().memory_analysis().temp_size_in_bytes
+    work = engine.serving_shape().work_bytes
+    assert temp <= work <= 1.25 * temp, (temp, work)
