@@ -13,6 +13,7 @@ from paddle_xla.errors import GenerationError
 from paddle_xla.generation.continuous import Request
 from paddle_xla.generation.slots import NO_TOKEN
 from paddle_xla.generation.speculative import lookup
+from paddle_xla.generation.speculative.config import speculative_config
 from paddle_xla.generation.speculative.served import SpeculativePagedEngine
 from paddle_xla.runtime.compile_cache import compiles_seen
 
@@ -190,6 +191,17 @@ def test_bad_configs_are_refused_by_name():
     for spec, message in cases:
         with pytest.raises(GenerationError, match=message):
             _gen(target, spec)
+
+
+def test_vllms_older_ngram_spellings_mean_prompt_lookup():
+    for given in ({"model": "[ngram]"}, {"model": "ngram", "method": "[ngram]"}, {"method": "[ngram]"}):
+        config = speculative_config({**given, "num_speculative_tokens": 3, "prompt_lookup_max": 2}, 40)
+        assert (config.method, config.model, config.prompt_lookup_max, config.prompt_lookup_min) == (
+            "ngram",
+            None,
+            2,
+            2,
+        )
 
 
 ROWS, DRAWS = 2048, 10  # NOTE: 20,480 draws of a row's first 3 tokens

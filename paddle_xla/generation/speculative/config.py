@@ -3,7 +3,8 @@
     {"method": "draft_model", "model": draft, "num_speculative_tokens": 4}
     {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
 
-`method` defaults to "draft_model" when a `model` is given (vLLM's rule). prompt_lookup_max and _min default
+`method` defaults to "draft_model" when a `model` is given (vLLM's rule), and vLLM's older
+`"model": "[ngram]"` means prompt lookup. prompt_lookup_max and _min default
 to each other, and both to 5 when neither is given (vLLM's defaults). "mtp" (ERNIE 4.5's multi-token
 prediction layer) is named and checked, not run yet."""
 
@@ -46,6 +47,7 @@ def speculative_config(given: Mapping[str, Any] | SpeculativeConfig, max_length:
     unknown = sorted(set(given) - set(KEYS))
     if unknown:
         raise GenerationError(f"speculative_config has unknown keys {unknown}: it takes {list(KEYS)}")
+    given = _older_ngram_spelling(given)
     method = given.get("method") or ("draft_model" if given.get("model") is not None else None)
     if method not in METHODS:
         raise GenerationError(f"speculative_config method={method!r} is not one of {list(METHODS)}")
@@ -66,6 +68,15 @@ def speculative_config(given: Mapping[str, Any] | SpeculativeConfig, max_length:
         raise GenerationError(f"speculative_config {lookup_keys} apply to method='ngram', not {method!r}")
     top, low = _lookup(given.get("prompt_lookup_max"), given.get("prompt_lookup_min"))
     return SpeculativeConfig(method, k, given.get("model"), top, low)
+
+
+def _older_ngram_spelling(given: Mapping[str, Any]) -> Mapping[str, Any]:
+    """vLLM's older spellings of prompt lookup, `"model": "[ngram]"` (or "ngram") and `"method": "[ngram]"`, as
+    {"method": "ngram"} (vLLM reads them so too)."""
+    named = lambda v: isinstance(v, str) and v in ("ngram", "[ngram]")  # noqa: E731
+    if named(given.get("model")) and (given.get("method") is None or named(given.get("method"))):
+        return {**given, "method": "ngram", "model": None}
+    return {**given, "method": "ngram"} if given.get("method") == "[ngram]" else given
 
 
 def _lookup(top: Any, low: Any) -> tuple[int, int]:
