@@ -95,6 +95,11 @@ MISTAKES = {
         "",
         ["tiny:build is not a PaddleFormers checkpoint folder", "--speculative-config is for one"],
     ),
+    "a checkpoint's batch for a Layer": (
+        ["export", "tiny:build", "--input-spec", "x:float32[-1,4]", "-o", "t.pxa", "--max-batch-size", "0"],
+        "",
+        ["tiny:build is not a PaddleFormers checkpoint folder", "--max-batch-size is for one"],
+    ),
     "a wrong rank": (
         ["export", "paddle.vision.models:LeNet", "--input-spec", "x:float32[-1,28,28]", "-o", "l.pxa"],
         "",

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import ExportError, GenerationError, PaddleXlaError
 from ..files import atomic_write
-from ..generation.speculative.config import speculative_config
+from ..generation.speculative.config import plain_spelling, speculative_config
 
 CONFIG = "config.json"
 GENERATION_CONFIG = "generation_config.json"
@@ -75,6 +75,7 @@ class BuildOptions:
             raise ExportError(f"--speculative-config is not JSON ({e}): give e.g. {NGRAM_EXAMPLE}") from None
         if not isinstance(given, dict):
             raise ExportError(f"--speculative-config must be a JSON object, e.g. {NGRAM_EXAMPLE}")
+        given = plain_spelling(given)
         if given.get("method") != "ngram" or "model" in given:
             raise ExportError(
                 f"--speculative-config method={given.get('method')!r}: a checkpoint folder speculates by prompt "

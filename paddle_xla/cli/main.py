@@ -370,13 +370,13 @@ def export_model(
     max_batch_size: int | None = typer.Option(
         None, "--max-batch-size", help="checkpoint folders: the generator's rows (default 8)"
     ),
-    max_model_len: int = typer.Option(
-        0,
+    max_model_len: int | None = typer.Option(
+        None,
         "--max-model-len",
         help="checkpoint folders: the longest prompt plus completion (0: the model's, at most 4096)",
     ),
-    speculative_config: str = typer.Option(
-        "",
+    speculative_config: str | None = typer.Option(
+        None,
         "--speculative-config",
         help='checkpoint folders: speculative decoding by prompt lookup, e.g. \'{"method": "ngram", '
         '"num_speculative_tokens": 4}\'',
@@ -403,7 +403,9 @@ def export_model(
             raise typer.BadParameter(f"{precision!r}: give fp32, bf16 or fp16", param_hint="--precision")
         if input_spec or example_input:
             raise typer.BadParameter(f"{target} is a checkpoint folder: its generator's inputs are its own")
-        options = ckpt.BuildOptions(max_batch_size or 8, max_model_len, dtype, speculative_config)
+        options = ckpt.BuildOptions(
+            8 if max_batch_size is None else max_batch_size, max_model_len or 0, dtype, speculative_config or ""
+        )
         ckpt.export_checkpoint(target, output, options, progress=typer.echo, platforms=tuple(platform or ("cpu",)))
         typer.echo(f"wrote {output}: serve it with paddle-xla serve {os.path.dirname(output) or '.'}")
         return
@@ -415,7 +417,7 @@ def export_model(
         "--speculative-config": speculative_config,
     }
     for flag, value in given.items():
-        if value:
+        if value is not None:
             raise TargetError(
                 f"{target} is not a PaddleFormers checkpoint folder (config.json beside its weights): {flag} is for "
                 "one; export a generator's options with px.export(px.Generator(...)) instead"

@@ -139,7 +139,7 @@ class PagedEngine:
         self.checks_rows = batch_invariant and self.row_buckets != (geometry.max_batch_size,)
         self._rows_checked = False
         self.table_width = -(-(geometry.max_length + 1) // block_size)  # NOTE: prompt + new tokens, one spare
-        self.block_buckets = powers_of_two(1, self.table_width)
+        self.block_buckets = block_buckets(self.table_width)
         self._decode, self._prefill1_for, self._extend1 = decode, prefill1_for, extend1
         self._weights, self._place = dict(weights), place or jax.device_put
         self._params = None
@@ -606,6 +606,16 @@ class PagedEngine:
         self.begin(0, request)
         while 0 in self._filling:
             self.fill(0)
+
+
+def block_buckets(width: int) -> tuple[int, ...]:
+    """The blocks a decode chunk reads per row: 1, 2, 4, ... and `width` (a whole table), less the last power of
+    two where `width` is within a quarter of it. A table holds max_length + 1 tokens, so a max_length of 4096
+    made 256 and 257 blocks two programs of all but the same cost; now 257 runs for both."""
+    out = powers_of_two(1, width)
+    if len(out) > 2 and out[-1] <= 1.25 * out[-2]:
+        return out[:-2] + out[-1:]
+    return out
 
 
 def _checked_line(wanted: tuple[int, ...], kept: tuple[int, ...], full: int) -> str:

@@ -22,7 +22,7 @@ from ..errors import StrategyError
 GIB = 2**30
 # NOTE: what XLA:CPU allots a decode chunk per row and vocabulary entry, in float32's worth (memory_analysis of
 # the largest bucket at vocabularies of 4096 and 16384): 13.7 at one position, 21.8 at four (ngram, k = 3);
-# rounded up. The former count (4 per row) was a third of it.
+# rounded up. The former count (4 per row and position) was a third of it at one position.
 SAMPLING_ARRAYS = 11
 LOGITS_ARRAYS = 3
 

@@ -177,8 +177,12 @@ def watch_compiles(on_event: Callable[[str], None]) -> Callable[[], None]:
     LOWERED); returns the function that stops it."""
 
     def record(event: str, duration_secs: float, **kwargs: str | int) -> None:
-        if event.startswith("/jax/core/compile/"):
+        if not event.startswith("/jax/core/compile/"):
+            return
+        try:
             on_event(event)
+        except Exception as e:  # NOTE: it runs inside JAX's compile: a watcher's failure must not fail the compile
+            warnings.warn(f"paddle_xla: a compile watcher failed: {e!r}", stacklevel=2)
 
     jax.monitoring.register_event_duration_secs_listener(record)
     return lambda: jax.monitoring.unregister_event_duration_listener(record)

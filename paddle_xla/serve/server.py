@@ -9,6 +9,7 @@ import errno
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -197,6 +198,10 @@ async def _serve(
     metrics: Metrics,
 ) -> None:
     _let_streams_finish_on_drain()
+    ready = lambda: all(worker.ready for worker in workers.values())  # noqa: E731
+    # NOTE: watched from the start, counted once every model is ready: a request may come the moment /health
+    # says so, before any task of this loop runs again
+    stop_watching = watch_compiles(LateCompiles(metrics, ready))
     loop = asyncio.get_running_loop()
     for worker in workers.values():
         worker.start(loop) if isinstance(worker, ModelWorker) else worker.start()
@@ -205,38 +210,40 @@ async def _serve(
         await asyncio.sleep(0.01)
     if server.started:
         log(f"listening on {url}")
-    announcing = asyncio.create_task(_announce_ready(workers, metrics))
+    announcing = asyncio.create_task(_announce_ready(workers, ready))
     try:
         await serving
     finally:
         announcing.cancel()
-        if announcing.done() and not announcing.cancelled() and announcing.exception() is None:
-            announcing.result()()  # NOTE: stop counting compiles
-        await asyncio.to_thread(_stop, workers, drain_s)
+        try:
+            await asyncio.to_thread(_stop, workers, drain_s)
+        finally:
+            stop_watching()  # NOTE: after the drain: a compile while streams finish counts too
 
 
-async def _announce_ready(workers: dict[str, ModelWorker], metrics: Metrics) -> Callable[[], None]:
-    """Log `ready` once every model is, and from then on count the programs compiled (returns the stop)."""
-    while not all(worker.ready for worker in workers.values()):
+async def _announce_ready(workers: dict, ready: Callable[[], bool]) -> None:
+    while not ready():
         await asyncio.sleep(0.05)
     log(f"ready: {len(workers)} model(s): {', '.join(workers)}")
-    return watch_compiles(_LateCompiles(metrics))
 
 
-class _LateCompiles:
-    """Counts each program lowered after ready in paddle_xla_compiles_after_ready, and says so once."""
+class LateCompiles:
+    """Counts each program lowered once `ready()` in paddle_xla_compiles_after_ready, and logs the first."""
 
-    def __init__(self, metrics: Metrics):
-        self.metrics, self.count = metrics, 0
+    def __init__(self, metrics: Metrics, ready: Callable[[], bool]):
+        self.metrics, self.ready, self.count = metrics, ready, 0
+        self._lock = threading.Lock()
 
     def __call__(self, event: str) -> None:
-        if event != LOWERED:
+        if event != LOWERED or not self.ready():
             return
-        if not self.count:
-            # NOTE: warm-up compiles every bucket, so a request that compiles is a gap worth a line in the log
-            log("a request made the server compile a program after ready (paddle_xla_compiles_after_ready counts)")
-        self.count += 1
+        with self._lock:  # NOTE: models compile on their own threads
+            self.count += 1
+            first = self.count == 1
         self.metrics.late_compiles.inc()
+        if first:
+            # NOTE: warm-up compiles every bucket, so a compile after it is a gap worth a line in the log
+            log("compiled a program after ready: the request that runs it waits (paddle_xla_compiles_after_ready)")
 
 
 def _stop(workers: dict[str, ModelWorker], drain_s: float) -> None:

@@ -16,7 +16,7 @@ from paddle_xla.generation import paged as PG
 from paddle_xla.generation import token_masks as TM
 from paddle_xla.generation.batch_engine import program
 from paddle_xla.generation.continuous import Request
-from paddle_xla.generation.paged_engine import _checked_line, kv_tokens_in_memory, paged_engine
+from paddle_xla.generation.paged_engine import _checked_line, block_buckets, kv_tokens_in_memory, paged_engine
 from paddle_xla.generation.slots import NO_TOKEN
 from paddle_xla.planner.serving import serving_memory
 from paddle_xla.runtime.compile_cache import compiles_seen
@@ -195,6 +195,12 @@ def test_warm_up_drops_the_row_buckets_whose_step_rounds_a_row_otherwise(gen):
     )
     request = Request(tuple(range(3, 12)), 6)
     assert serve(engine, [request])[0][0] == _alone(gen, request)
+
+
+def test_a_whole_table_stands_in_for_the_power_of_two_just_below_it():
+    # NOTE: a table holds max_length + 1 tokens: 64 tokens in blocks of 16 are 5 blocks, 4096 are 257
+    assert block_buckets(5) == (1, 2, 5) and block_buckets(257)[-2:] == (128, 257)
+    assert block_buckets(6) == (1, 2, 4, 6) and block_buckets(3) == (1, 2, 3) and block_buckets(1) == (1,)
 
 
 def test_the_row_check_line_names_what_it_dropped_and_not_the_reference_bucket_it_adds():

@@ -346,7 +346,7 @@ def _run_together(engine, requests):
 def test_served_rows_speculate_without_batch_invariance_in_buckets_from_1_row(gens):
     """--no-batch-invariance: rows run in buckets from 1 and more sequences than rows run at once, and the
     greedy tokens are the plain generator's (this tiny model's products round its rows alike at 1 to 6 rows:
-    test_paged.py). The checkpoint test server's log shows no compile after warm-up (harness.py)."""
+    test_paged.py)."""
     engine = gens["ngram"].paged(block_size=16, max_seqs=6, batch_invariant=False)
     loop = (7, 30, 9, 7, 30, 9, 7)
     requests = [Request(loop[: 3 + i], 9 + i) for i in range(5)] + [Request(tuple(range(3, 12)), 8)]

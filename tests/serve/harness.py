@@ -82,7 +82,7 @@ class ServeProcess:
     def no_compiles_after_ready(self) -> None:
         """The server compiled nothing once it said ready (its warm-up covered every request it got); read
         after stop(), when its whole output is in."""
-        late = [line for line in self.lines if "compile a program after ready" in line]
+        late = [line for line in self.lines if "compiled a program after ready" in line]
         assert not late, f"a request made the server compile (paddle_xla_compiles_after_ready):\n{self.output}"
 
     def stop(self) -> None:

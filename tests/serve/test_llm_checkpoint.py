@@ -260,3 +260,12 @@ def test_a_bad_speculative_config_is_refused_before_anything_loads(given, names)
     with pytest.raises(PaddleXlaError, match="--speculative-config") as e:
         ckpt.BuildOptions(speculative_config=given)
     assert names in str(e.value)
+
+
+def test_vllms_older_ngram_spellings_are_one_config_and_one_cache_key():
+    plain = ckpt.BuildOptions(speculative_config='{"method": "ngram", "num_speculative_tokens": 3}')
+    for given in (
+        '{"model": "[ngram]", "num_speculative_tokens": 3}',
+        '{"num_speculative_tokens": 3, "method": "[ngram]"}',
+    ):
+        assert ckpt.BuildOptions(speculative_config=given).speculative_config == plain.speculative_config

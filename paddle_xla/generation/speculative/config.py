@@ -47,7 +47,7 @@ def speculative_config(given: Mapping[str, Any] | SpeculativeConfig, max_length:
     unknown = sorted(set(given) - set(KEYS))
     if unknown:
         raise GenerationError(f"speculative_config has unknown keys {unknown}: it takes {list(KEYS)}")
-    given = _older_ngram_spelling(given)
+    given = plain_spelling(given)
     method = given.get("method") or ("draft_model" if given.get("model") is not None else None)
     if method not in METHODS:
         raise GenerationError(f"speculative_config method={method!r} is not one of {list(METHODS)}")
@@ -61,6 +61,11 @@ def speculative_config(given: Mapping[str, Any] | SpeculativeConfig, max_length:
         )
     if method == "draft_model" and given.get("model") is None:
         raise GenerationError('speculative_config method="draft_model" needs "model": the draft causal LM')
+    if method == "draft_model" and isinstance(given.get("model"), str):
+        raise GenerationError(
+            f'speculative_config "model": {given["model"]!r} is a name: give the draft causal LM (a paddle Layer or '
+            'a px.Generator); "[ngram]" means method="ngram"'
+        )
     if method != "draft_model" and given.get("model") is not None:
         raise GenerationError(f'speculative_config method={method!r} takes no "model" (only "draft_model" does)')
     lookup_keys = sorted(k for k in ("prompt_lookup_max", "prompt_lookup_min") if given.get(k) is not None)
@@ -70,13 +75,17 @@ def speculative_config(given: Mapping[str, Any] | SpeculativeConfig, max_length:
     return SpeculativeConfig(method, k, given.get("model"), top, low)
 
 
-def _older_ngram_spelling(given: Mapping[str, Any]) -> Mapping[str, Any]:
-    """vLLM's older spellings of prompt lookup, `"model": "[ngram]"` (or "ngram") and `"method": "[ngram]"`, as
-    {"method": "ngram"} (vLLM reads them so too)."""
+def plain_spelling(given: Mapping[str, Any]) -> dict[str, Any]:
+    """`given` with vLLM's older spellings of prompt lookup, `"model": "[ngram]"` (or "ngram") and
+    `"method": "[ngram]"`, written as {"method": "ngram"} and no model (vLLM reads them so too)."""
     named = lambda v: isinstance(v, str) and v in ("ngram", "[ngram]")  # noqa: E731
-    if named(given.get("model")) and (given.get("method") is None or named(given.get("method"))):
-        return {**given, "method": "ngram", "model": None}
-    return {**given, "method": "ngram"} if given.get("method") == "[ngram]" else given
+    out = dict(given)
+    if named(out.get("model")) and (out.get("method") is None or named(out.get("method"))):
+        del out["model"]
+        out["method"] = "ngram"
+    if out.get("method") == "[ngram]":
+        out["method"] = "ngram"
+    return out
 
 
 def _lookup(top: Any, low: Any) -> tuple[int, int]:
