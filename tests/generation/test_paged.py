@@ -18,6 +18,7 @@ from paddle_xla.generation.batch_engine import program
 from paddle_xla.generation.continuous import Request
 from paddle_xla.generation.paged_engine import _checked_line, block_buckets, kv_tokens_in_memory, paged_engine
 from paddle_xla.generation.slots import NO_TOKEN
+from paddle_xla.generation.speculative.served import SpeculativePagedEngine
 from paddle_xla.planner.serving import serving_memory
 from paddle_xla.runtime.compile_cache import compiles_seen
 
@@ -218,20 +219,7 @@ def test_a_decode_chunk_updates_the_pool_in_place(engine):
     # NOTE: the step writes the last step's K/V before it reads the pool (paged.step): XLA:CPU copied the whole
     # pool twice per step when the write came after the read
     g = engine.geometry
-    with x64.scope():
-        hlo = (
-            engine._run_fn(2, 4)
-            .lower(
-                engine._weights_on_device(),
-                engine._paged(),
-                np.full(2, 6, np.int32),
-                np.zeros((2, 4), np.int32),
-                np.int32(g.chunk),
-                TM.unconstrained(2, g.vocab_size),
-            )
-            .compile()
-            .as_text()
-        )
+    hlo = _compiled_chunk(engine, 2, 4, np.full(2, 6, np.int32)).as_text()
     pool = f"f32[{engine.blocks.num_blocks},{g.kv_heads},{BLOCK},{g.head_dim}]"
     copies = [line.strip() for line in hlo.splitlines() if f"= {pool}" in line and " copy(" in line]
     assert not copies, copies
@@ -341,18 +329,28 @@ def test_the_planner_counts_the_pool_and_the_largest_decode_chunks_working_memor
     assert planned.fits and planned.total_bytes == weights + planned.kv_bytes + shape.work_bytes
     full = serving_memory(shape, weights, "gpu", 2**30, kv_tokens=planned.most_kv_tokens + BLOCK)
     assert not full.fits and "does NOT fit" in full.table()
-    rows, blocks = engine.row_buckets[-1], engine.block_buckets[-1]
-    with x64.scope():
-        run = engine._run_fn(rows, blocks).lower(
-            engine._weights_on_device(),
-            engine._paged(),
-            np.zeros(rows, np.int32),
-            np.zeros((rows, blocks), np.int32),
-            np.int32(engine.geometry.chunk),
-            TM.unconstrained(rows, engine.geometry.vocab_size),
-        )
-        temp = run.compile().memory_analysis().temp_size_in_bytes
+    temp = _largest_chunk_temp(engine)
     assert 0.75 * temp <= shape.work_bytes <= 1.25 * temp, (temp, shape.work_bytes)
+
+
+def _compiled_chunk(engine, rows, blocks, index):
+    """The decode chunk's program of a (rows, blocks) bucket, compiled (a speculating engine's rounds), for
+    sequence slots `index`."""
+    g = engine.geometry
+    tables, steps, allowed = np.zeros((rows, blocks), np.int32), np.int32(g.chunk), TM.unconstrained(rows, g.vocab_size)
+    with x64.scope():
+        if isinstance(engine, SpeculativePagedEngine):
+            run = engine._spec_fn(rows, blocks)
+            args = (engine._sides(), index, tables, steps, allowed, np.ones(rows, bool))
+        else:
+            run, args = engine._run_fn(rows, blocks), (index, tables, steps, allowed)
+        return run.lower(engine._weights_on_device(), engine._paged(), *args).compile()
+
+
+def _largest_chunk_temp(engine) -> int:
+    """What XLA allots the largest bucket's decode chunk beside its arguments."""
+    rows, blocks = engine.row_buckets[-1], engine.block_buckets[-1]
+    return _compiled_chunk(engine, rows, blocks, np.zeros(rows, np.int32)).memory_analysis().temp_size_in_bytes
 
 
 class _Subsets:
@@ -435,16 +433,5 @@ def test_the_planner_never_undercounts_a_large_vocabularys_sampling_arrays(specu
     net.eval()
     gen = Generator(net, max_batch_size=4, max_length=40, chunk=4, prefill_chunk=8, speculative_config=speculative)
     engine = gen.paged(block_size=BLOCK)
-    rows, blocks = engine.row_buckets[-1], engine.block_buckets[-1]
-    index, tables = np.zeros(rows, np.int32), np.zeros((rows, blocks), np.int32)
-    allowed = TM.unconstrained(rows, 4096)
-    with x64.scope():
-        if speculative:
-            sides = (engine._sides(), index, tables, np.int32(gen.geometry.chunk), allowed, np.ones(rows, bool))
-            run = engine._spec_fn(rows, blocks).lower(engine._weights_on_device(), engine._paged(), *sides)
-        else:
-            args = (index, tables, np.int32(gen.geometry.chunk), allowed)
-            run = engine._run_fn(rows, blocks).lower(engine._weights_on_device(), engine._paged(), *args)
-        temp = run.compile().memory_analysis().temp_size_in_bytes
-    work = engine.serving_shape().work_bytes
+    temp, work = _largest_chunk_temp(engine), engine.serving_shape().work_bytes
     assert temp <= work <= 1.25 * temp, (temp, work)
